@@ -1,0 +1,29 @@
+/* stderr logger: one formatted line per call, written with a single
+ * fputs under the stdio lock so lines from threads never interleave. */
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static ls_log_level ls_log_min = LS_LOG_INFO;
+
+void ls_log_set_level(ls_log_level level) { ls_log_min = level; }
+
+void ls_log(ls_log_level level, const char *fmt, ...) {
+    if (level < ls_log_min) return;
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    char line[2048];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+                     names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+}

@@ -1,0 +1,73 @@
+/* The server's settings. One table in config.c (name, type, default,
+ * bounds, help) drives the command-line flags, the LORASINK_* environment
+ * variables, the JSON config file, --help and the dump of the effective
+ * configuration. Precedence: flag > environment > file > default. */
+#ifndef LS_CONFIG_CONFIG_H
+#define LS_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/dims.h"
+#include "common/tensor.h"
+
+#define LS_VERSION "0.1.0"
+#define LS_CONFIG_PATH_MAX 4096
+
+typedef enum { LS_DEVICE_AUTO, LS_DEVICE_CPU, LS_DEVICE_CUDA } ls_device_kind;
+
+/* dtype "auto": the weights file's dtype, bf16 for the demo model. */
+typedef enum { LS_WDTYPE_AUTO, LS_WDTYPE_BF16, LS_WDTYPE_F16, LS_WDTYPE_F32 } ls_weight_dtype;
+
+typedef struct {
+    char config_file[LS_CONFIG_PATH_MAX]; /* "" = none */
+    char host[256];
+    int port; /* 0 = ephemeral */
+    ls_device_kind device;
+    int threads; /* 0 = all cores */
+
+    char weights[LS_CONFIG_PATH_MAX]; /* "" = demo model */
+    bool demo;
+    int experts, hidden, intermediate, layers;
+    uint64_t seed;
+    ls_w13_layout w13_layout;
+    bool w13_layout_set; /* given by flag, env or file (overrides __metadata__) */
+    ls_weight_dtype dtype;
+
+    int slots, max_rank;
+    ls_lora_layout lora_layout;
+    int host_cache;
+    char adapter_dir[LS_CONFIG_PATH_MAX]; /* "" = working directory */
+    bool strict_adapters;
+    int max_body_mb;
+    char api_key[512]; /* "" = no auth */
+    int max_batch_tokens;
+    int batch_wait_us;
+    int max_queue_tokens; /* bound of the batcher's queue */
+
+    int max_connections;
+    int per_ip_connections;
+    int connection_timeout_s;
+    char log_level[16]; /* debug, info, warn, error */
+} ls_config;
+
+typedef enum {
+    LS_CONFIG_RUN,   /* settings are ready: start the server */
+    LS_CONFIG_EXIT,  /* --help or --version was printed: exit 0 */
+    LS_CONFIG_ERROR, /* errbuf holds a one-line error: exit 2 */
+} ls_config_result;
+
+/* Fills cfg from defaults, then the file (--config or LORASINK_CONFIG),
+ * then the environment (envp, NULL-terminated "KEY=VALUE"), then argv.
+ * Prints --help / --version to out. */
+ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                                size_t errlen);
+
+/* Writes every setting with its value as one JSON object (api_key masked). */
+void ls_config_dump(const ls_config *cfg, FILE *out);
+
+const char *ls_device_kind_name(ls_device_kind d);
+const char *ls_weight_dtype_name(ls_weight_dtype d);
+
+#endif

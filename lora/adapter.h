@@ -1,0 +1,65 @@
+/* An adapter normalised for the pool: PEFT or pool-format tensors checked
+ * against every invariant of SPEC §4 (all violations collected), scaled,
+ * and kept on the host at the adapter's own rank. ls_adapter_expand pads
+ * one layer to the pool's max rank for a slot write. */
+#ifndef LS_LORA_ADAPTER_H
+#define LS_LORA_ADAPTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dims.h"
+#include "common/error.h"
+#include "common/tensor.h"
+
+typedef enum { LS_ADAPTER_FORMAT_AUTO, LS_ADAPTER_FORMAT_PEFT, LS_ADAPTER_FORMAT_POOL } ls_adapter_format;
+
+const char *ls_adapter_format_name(ls_adapter_format f);
+bool ls_adapter_format_parse(const char *s, ls_adapter_format *out);
+
+/* What the upload says about itself besides its tensors. */
+typedef struct {
+    ls_adapter_format format; /* AUTO: follow the tensor names */
+    int r;                    /* 0 = not given; else must agree with the shapes */
+    bool has_alpha;           /* without alpha the scale is 1 */
+    double lora_alpha;
+    bool use_rslora;
+    bool has_scale; /* pool format: multiply the B factors by scale */
+    double scale;
+    bool strict; /* factors of other modules are errors, not ignored */
+} ls_adapter_params;
+
+/* A normalised adapter (host, fp32, own rank r). For every layer l < L the
+ * factors are stored compact, zeros where the upload has no factor:
+ * gu_a [O', 2r, H] (rows 0..r-1 gate, r..2r-1 up), gu_b [n, 2F, r],
+ * d_a [n, r, F], d_b [O', H, r], scale already folded into the B factors. */
+typedef struct {
+    ls_adapter_format format;
+    int rank;
+    int outer; /* O' of the upload: 1 or n */
+    int layers;
+    double scale;
+    float *data;        /* owned; layers * ls_adapter_layer_floats() floats */
+    size_t layer_floats;
+    bool *layer_present; /* owned; layer carries at least one factor */
+    char **ignored;      /* owned; names skipped as other modules' factors */
+    size_t n_ignored;
+    char sha256[65]; /* hex digest of the normalised factors (data, all layers) */
+    size_t bytes;    /* host bytes held */
+} ls_adapter;
+
+/* Validates tensors completely (every violation goes into err) and, when
+ * valid, fills out (owned by the caller, ls_adapter_free). On failure out
+ * is zeroed and nothing is allocated. */
+ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_params *params, const ls_dims *dims,
+                               const ls_pool_dims *pool, ls_adapter *out, ls_error *err);
+
+/* Writes layer `layer` of a padded to the pool's R and broadcast to its O
+ * into caller buffers of ls_pool_*_len floats each. */
+void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, const ls_pool_dims *pool, float *gu_a,
+                       float *gu_b, float *d_a, float *d_b);
+
+void ls_adapter_free(ls_adapter *a);
+
+#endif
