@@ -40,12 +40,12 @@ typedef struct {
     int outer; /* O' of the upload: 1 or n */
     int layers;
     double scale;
-    float *data;        /* owned; layers * ls_adapter_layer_floats() floats */
+    float *data;        /* owned; layers * layer_floats floats */
     size_t layer_floats;
     bool *layer_present; /* owned; layer carries at least one factor */
     char **ignored;      /* owned; names skipped as other modules' factors */
     size_t n_ignored;
-    char sha256[65]; /* hex digest of the normalised factors (data, all layers) */
+    char sha256[65]; /* hex SHA-256 of data as little-endian fp32 bytes, all layers */
     size_t bytes;    /* host bytes held */
 } ls_adapter;
 

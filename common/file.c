@@ -1,0 +1,150 @@
+/* Whole files in memory: read-only mappings of weights and adapters, and
+ * small text files such as adapter_config.json. Only regular files are
+ * opened; FIFOs, devices and directories are refused before any read. */
+#include "common/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *ls_file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* Opens path and checks it is a regular file. O_NONBLOCK keeps open() from
+ * waiting for a writer when path names a FIFO; it changes nothing for
+ * regular files. Returns the descriptor, or -1 with err set. */
+static int ls_file_open_regular(const char *path, struct stat *st, ls_status code, ls_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        char ebuf[128];
+        ls_error_set(err, code, NULL, "cannot open %s: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
+        return -1;
+    }
+    if (fstat(fd, st) != 0) {
+        char ebuf[128];
+        ls_error_set(err, code, NULL, "cannot stat %s: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        ls_error_set(err, code, NULL, "cannot read %s: it is %s, not a regular file", path,
+                     ls_file_kind(st->st_mode));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Fills *m with a private read-only mapping of path; the caller releases it
+ * with ls_file_map_close. A 0-byte file gives data NULL, len 0, mapped
+ * false (mmap refuses length 0), which the safetensors reader rejects as
+ * too short. On failure *m is zeroed and err names the path. */
+ls_status ls_file_map_open(const char *path, ls_file_map *m, ls_status code, ls_error *err) {
+    memset(m, 0, sizeof *m);
+    struct stat st;
+    int fd = ls_file_open_regular(path, &st, code, err);
+    if (fd < 0) return code;
+    if (st.st_size == 0) {
+        close(fd);
+        return LS_OK;
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        ls_error_set(err, code, NULL, "cannot map %s: %lld bytes do not fit the address space", path,
+                     (long long)st.st_size);
+        close(fd);
+        return code;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int saved = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (p == MAP_FAILED) {
+        char ebuf[128];
+        ls_error_set(err, code, NULL, "cannot map %s: %s", path, strerror_r(saved, ebuf, sizeof ebuf));
+        return code;
+    }
+    m->data = p;
+    m->len = (size_t)st.st_size;
+    m->mapped = true;
+    return LS_OK;
+}
+
+/* Releases what ls_file_map_open gave; safe on a zeroed map and twice. */
+void ls_file_map_close(ls_file_map *m) {
+    if (m->mapped)
+        munmap(m->data, m->len);
+    else
+        free(m->data);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reads path whole into a NUL-terminated malloc'd *out (caller frees). A
+ * file over max bytes is refused from its size, before any read; reading
+ * stops at max + 1 bytes so a file that grows meanwhile is refused too.
+ * On failure *out is NULL. */
+ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status code, ls_error *err) {
+    *out = NULL;
+    if (max > SIZE_MAX / 4) max = SIZE_MAX / 4; /* keeps max + 1 and the doubling below from wrapping */
+    struct stat st;
+    int fd = ls_file_open_regular(path, &st, code, err);
+    if (fd < 0) return code;
+    if ((uint64_t)st.st_size > max) {
+        ls_error_set(err, code, NULL, "%s is %lld bytes, larger than the limit of %zu", path, (long long)st.st_size,
+                     max);
+        close(fd);
+        return code;
+    }
+    /* Regular files ignore O_NONBLOCK, so read() below blocks as usual. */
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", path);
+        close(fd);
+        return LS_INTERNAL;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (n > max) break;
+            size_t grow = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = realloc(buf, grow + 1);
+            if (!nb) {
+                free(buf);
+                close(fd);
+                ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", path);
+                return LS_INTERNAL;
+            }
+            buf = nb;
+            cap = grow;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            char ebuf[128];
+            ls_error_set(err, code, NULL, "cannot read %s: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
+            free(buf);
+            close(fd);
+            return code;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n > max) {
+        ls_error_set(err, code, NULL, "%s grew past the limit of %zu bytes while being read", path, max);
+        free(buf);
+        return code;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return LS_OK;
+}

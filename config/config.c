@@ -1,0 +1,256 @@
+/* The sources of settings and their precedence (SPEC §6): the JSON file
+ * (--config or LORASINK_CONFIG), then LORASINK_* variables, then flags, each
+ * overriding the one before; values are parsed by the table in settings.c. */
+#include "config/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/settings.h"
+
+/* A value given by a source (not a default): parsed, its mark raised, and
+ * noted in the source's seen[] for the cross-setting rules. */
+static bool apply(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, bool *seen, char *err,
+                  size_t errlen) {
+    if (!ls_setting_parse(s, text, cfg, origin, err, errlen)) return false;
+    if (s->marks) *(bool *)((char *)cfg + s->mark_offset) = true;
+    seen[s - ls_settings] = true;
+    return true;
+}
+
+typedef enum { SRC_FILE, SRC_ENV, SRC_FLAG } source;
+
+static const char *origin_of(source src, const char *path, const ls_setting *s, char *buf, size_t len) {
+    char k[64];
+    switch (src) {
+    case SRC_FILE: ls_setting_json_key(s, k, sizeof k); snprintf(buf, len, "%s: %s", path, k); break;
+    case SRC_ENV: ls_setting_env_name(s, buf, len); break;
+    case SRC_FLAG: snprintf(buf, len, "--%s", s->name); break;
+    }
+    return buf;
+}
+
+/* The demo/weights rule, applied once per source after all its values:
+ * - within one source, demo=true together with a non-empty weights path is
+ *   an error ("--demo and --weights exclude each other");
+ * - across sources the higher one wins: a source giving weights sets demo
+ *   to weights == "" (a path turns the demo off, "" turns it back on); a
+ *   source giving demo=true (without weights) clears weights from a lower one;
+ * - after all sources, demo=false needs a weights path (checked in load). */
+static bool finish_source(ls_config *cfg, const bool *seen, source src, const char *path, char *err,
+                          size_t errlen) {
+    const ls_setting *demo = ls_setting_find_flag("demo", 4), *weights = ls_setting_find_flag("weights", 7);
+    bool demo_seen = seen[demo - ls_settings], weights_seen = seen[weights - ls_settings];
+    if (demo_seen && weights_seen) {
+        if (cfg->demo && cfg->weights[0]) {
+            char a[80], b[80];
+            if (src == SRC_FILE)
+                snprintf(err, errlen, "%s: demo and weights exclude each other", path);
+            else
+                snprintf(err, errlen, "%s and %s exclude each other", origin_of(src, path, demo, a, sizeof a),
+                         origin_of(src, path, weights, b, sizeof b));
+            return false;
+        }
+    } else if (weights_seen) {
+        cfg->demo = cfg->weights[0] == '\0';
+    } else if (demo_seen && cfg->demo) {
+        cfg->weights[0] = '\0';
+    }
+    return true;
+}
+
+static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return false;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        return false;
+    }
+    bool ok = false, seen[LS_SETTINGS_MAX] = {0};
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "%s: the config file must hold a JSON object", path);
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        const ls_setting *s = ls_setting_find_key(key);
+        char q[48], origin[LS_CONFIG_PATH_MAX + 64], num[32];
+        if (!s) {
+            snprintf(err, errlen, "%s: unknown key \"%s\"", path, ls_setting_quote(key, q, sizeof q));
+            goto out;
+        }
+        /* null = not given here (the default, or a lower source, stays): it
+         * lets the example file list w13_layout without overriding the
+         * weights file's metadata, which any value would. */
+        if (json_is_null(v)) continue;
+        origin_of(SRC_FILE, path, s, origin, sizeof origin);
+        /* Check the JSON type, then hand the value to the text parser so
+         * bounds and messages are the same as for flags. */
+        const char *text = NULL, *want = NULL;
+        switch (s->type) {
+        case LS_SET_INT:
+            if (json_is_integer(v)) snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            else want = "an integer";
+            text = num;
+            break;
+        case LS_SET_U64: /* a string reaches seeds above 2^63-1, which JSON parsers reject as integers */
+            if (json_is_integer(v)) snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            else if (json_is_string(v)) text = json_string_value(v);
+            else want = "an unsigned integer (or a string of digits)";
+            if (!text) text = num;
+            break;
+        case LS_SET_BOOL:
+            if (json_is_boolean(v)) text = json_is_true(v) ? "true" : "false";
+            else want = "true or false";
+            break;
+        case LS_SET_STR:
+        case LS_SET_ENUM:
+            if (json_is_string(v)) text = json_string_value(v);
+            else want = "a string";
+            break;
+        }
+        if (want) {
+            static const char *const type_names[] = {"an object", "an array", "a string", "an integer",
+                                                     "a real",    "true",     "false",    "null"};
+            snprintf(err, errlen, "%s: expected %s, got %s", origin, want, type_names[json_typeof(v)]);
+            goto out;
+        }
+        if (!apply(s, text, cfg, origin, seen, err, errlen)) goto out;
+    }
+    ok = finish_source(cfg, seen, SRC_FILE, path, err, errlen);
+out:
+    json_decref(root);
+    return ok;
+}
+
+/* getenv's rule: the first entry for a name counts. */
+static const char *env_lookup(char **envp, const char *name) {
+    size_t n = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+/* Unknown LORASINK_* variables are ignored: the environment is shared with
+ * other tools, unlike the command line and the file, which are ours. */
+static bool load_env(ls_config *cfg, char **envp, char *err, size_t errlen) {
+    bool seen[LS_SETTINGS_MAX] = {0};
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        char name[64];
+        ls_setting_env_name(&ls_settings[i], name, sizeof name);
+        const char *v = env_lookup(envp, name);
+        if (v && !apply(&ls_settings[i], v, cfg, name, seen, err, errlen)) return false;
+    }
+    return finish_source(cfg, seen, SRC_ENV, NULL, err, errlen);
+}
+
+typedef struct {
+    const ls_setting *s;
+    const char *value;
+} flag_value;
+
+/* First pass over argv: syntax only. Handles --help and --version where
+ * they stand (so "--help --bogus" prints help), finds --config, and lists
+ * the (ls_setting, text) pairs to apply after the file and the environment. */
+static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int *nvals, const char **config,
+                                   FILE *out, char *err, size_t errlen) {
+    char q[48];
+    *nvals = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            ls_settings_help(out);
+            return LS_CONFIG_EXIT;
+        }
+        if (!strcmp(arg, "--version")) {
+            fprintf(out, "lorasink %s\n", LS_VERSION);
+            return LS_CONFIG_EXIT;
+        }
+        if (strncmp(arg, "--", 2) || !arg[2]) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (see lorasink --help)",
+                     ls_setting_quote(arg, q, sizeof q));
+            return LS_CONFIG_ERROR;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        bool is_config = len == 6 && !memcmp(name, "config", 6);
+        const ls_setting *s = is_config ? NULL : ls_setting_find_flag(name, len);
+        if (!is_config && !s) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+            snprintf(err, errlen, "unknown flag --%s (see lorasink --help)", ls_setting_quote(nm, q, sizeof q));
+            return LS_CONFIG_ERROR;
+        }
+        const char *value;
+        if (eq) value = eq + 1;
+        else if (s && s->type == LS_SET_BOOL) value = "true";
+        else if (i + 1 < argc) value = argv[++i];
+        else {
+            snprintf(err, errlen, "--%s needs a value", is_config ? "config" : s->name);
+            return LS_CONFIG_ERROR;
+        }
+        if (is_config) *config = value;
+        else vals[(*nvals)++] = (flag_value){s, value};
+    }
+    return LS_CONFIG_RUN;
+}
+
+/* cfg is the caller's (plain values, nothing to free); argv and envp are only
+ * read, and no pointer into them is kept. --help / --version go to out
+ * (stdout when NULL); an error is one line in errbuf. */
+ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                                size_t errlen) {
+    if (!out) out = stdout;
+    if (!ls_setting_defaults(cfg, errbuf, errlen)) return LS_CONFIG_ERROR;
+    flag_value *vals = calloc(argc > 0 ? (size_t)argc : 1, sizeof *vals);
+    if (!vals) {
+        snprintf(errbuf, errlen, "out of memory");
+        return LS_CONFIG_ERROR;
+    }
+    const char *config = NULL, *origin = "--config";
+    int nvals = 0;
+    bool seen[LS_SETTINGS_MAX] = {0};
+    ls_config_result res = scan_flags(argc, argv, vals, &nvals, &config, out, errbuf, errlen);
+    if (res != LS_CONFIG_RUN) goto done;
+
+    res = LS_CONFIG_ERROR;
+    if (!config) {
+        config = env_lookup(envp, "LORASINK_CONFIG");
+        origin = "LORASINK_CONFIG";
+    }
+    if (config && config[0]) {
+        if (strlen(config) >= sizeof cfg->config_file) {
+            snprintf(errbuf, errlen, "%s: value is longer than %zu bytes", origin, sizeof cfg->config_file - 1);
+            goto done;
+        }
+        strcpy(cfg->config_file, config);
+        if (!load_file(cfg, cfg->config_file, errbuf, errlen)) goto done;
+    }
+    if (!load_env(cfg, envp, errbuf, errlen)) goto done;
+
+    for (int i = 0; i < nvals; i++) {
+        char o[80];
+        if (!apply(vals[i].s, vals[i].value, cfg, origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o), seen, errbuf,
+                   errlen))
+            goto done;
+    }
+    if (!finish_source(cfg, seen, SRC_FLAG, NULL, errbuf, errlen)) goto done;
+    if (!cfg->demo && !cfg->weights[0]) {
+        snprintf(errbuf, errlen, "demo is off but no weights file is given (--weights FILE)");
+        goto done;
+    }
+    res = LS_CONFIG_RUN;
+done:
+    free(vals);
+    return res;
+}
+

@@ -1,0 +1,349 @@
+/* The settings table (SPEC §6: name, type, bounds, default, help) and what
+ * it drives directly: parsing one value, the defaults, --help and the dump
+ * of the effective configuration. The sources are read in config.c. */
+#include "config/settings.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const dtype_names[] = {"auto", "bf16", "f16", "f32", NULL};
+static const char *const w13_names[] = {"interleaved", "contiguous", NULL};
+static const char *const lora_names[] = {"shared", "per-expert", NULL};
+static const char *const log_names[] = {"debug", "info", "warn", "error", NULL};
+
+#define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
+#define INT(n, f, lo, hi, d, h)                                                                    \
+    { .name = n, .type = LS_SET_INT, FIELD(f), .min = lo, .max = hi, .def = d, .meta = "N", .help = h }
+#define U64(n, f, d, h) { .name = n, .type = LS_SET_U64, FIELD(f), .def = d, .meta = "N", .help = h }
+#define BOOL(n, f, d, h) { .name = n, .type = LS_SET_BOOL, FIELD(f), .def = d, .meta = "", .help = h }
+#define STR(n, f, minlen, d, m, h)                                                                 \
+    { .name = n, .type = LS_SET_STR, FIELD(f), .min = minlen, .def = d, .meta = m, .help = h }
+/* An enum field holds the index of its name in ch. */
+#define ENUM(n, f, ch, d, h)                                                                       \
+    { .name = n, .type = LS_SET_ENUM, FIELD(f), .choices = ch, .def = d, .meta = "NAME", .help = h }
+
+const ls_setting ls_settings[] = {
+    STR("host", host, 1, "127.0.0.1", "ADDR", "address to listen on"),
+    INT("port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
+    ENUM("device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
+    INT("threads", threads, 0, 1024, "0", "CPU threads; 0 = all cores"),
+    STR("weights", weights, 0, "", "FILE", "base weights (safetensors); turns --demo off"),
+    BOOL("demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
+    INT("experts", experts, 1, 64, "2", "demo model: shared experts n"),
+    INT("hidden", hidden, 1, 65536, "1024", "demo model: hidden size H"),
+    INT("intermediate", intermediate, 1, 65536, "512", "demo model: intermediate size F per expert"),
+    INT("layers", layers, 1, 1024, "2", "demo model: layers L"),
+    U64("seed", seed, "42", "demo model: random seed"),
+    {.name = "w13-layout", .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
+     .meta = "NAME", .help = "row layout of W13; when given, overrides the weights file's metadata",
+     .marks = true, .mark_offset = offsetof(ls_config, w13_layout_set)},
+    ENUM("dtype", dtype, dtype_names, "auto", "weight dtype; auto = the file's, bf16 for the demo model"),
+    INT("slots", slots, 1, 1024, "8", "adapter slots in the pool (S)"),
+    INT("max-rank", max_rank, 1, 1024, "64", "largest adapter rank a slot holds (R)"),
+    ENUM("lora-layout", lora_layout, lora_names, "shared", "pool layout of the outer LoRA factors"),
+    INT("host-cache", host_cache, 1, 100000, "64", "adapters kept in host memory"),
+    STR("adapter-dir", adapter_dir, 0, "", "DIR", "root of adapter paths; \"\" = the working directory"),
+    BOOL("strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
+    INT("max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
+    {.name = "api-key", .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
+     .help = "require Authorization: Bearer KEY; \"\" = no auth", .secret = true},
+    INT("max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
+    INT("batch-wait-us", batch_wait_us, 0, 1000000, "200", "longest wait to fill a batch, microseconds"),
+    INT("max-queue-tokens", max_queue_tokens, 1, 16777216, "65536", "tokens waiting in the batch queue"),
+    INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
+    INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
+    INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
+    {.name = "log-level", .type = LS_SET_STR, FIELD(log_level), .min = 1, .choices = log_names, .def = "info",
+     .meta = "NAME", .help = "least severe level logged"},
+};
+
+const size_t ls_settings_count = sizeof ls_settings / sizeof ls_settings[0];
+_Static_assert(sizeof ls_settings / sizeof ls_settings[0] <= LS_SETTINGS_MAX, "raise LS_SETTINGS_MAX");
+
+/* Static strings, never freed. */
+const char *ls_device_kind_name(ls_device_kind d) {
+    return (unsigned)d <= (unsigned)LS_DEVICE_CUDA ? device_names[d] : "unknown";
+}
+
+const char *ls_weight_dtype_name(ls_weight_dtype d) {
+    return (unsigned)d <= (unsigned)LS_WDTYPE_F32 ? dtype_names[d] : "unknown";
+}
+
+/* ---- names derived from the table ---------------------------------------- */
+
+/* "LORASINK_MAX_RANK" for "max-rank", into the caller's buf (truncated to len). */
+void ls_setting_env_name(const ls_setting *s, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "LORASINK_%s", s->name);
+    for (size_t i = 0; i < n && i < len; i++)
+        buf[i] = buf[i] == '-' ? '_' : (char)toupper((unsigned char)buf[i]);
+}
+
+/* Likewise: "max_rank" for "max-rank". */
+void ls_setting_json_key(const ls_setting *s, char *buf, size_t len) {
+    snprintf(buf, len, "%s", s->name);
+    for (char *p = buf; *p; p++)
+        if (*p == '-') *p = '_';
+}
+
+/* By flag name (len bytes, not NUL-terminated); the entry is static, NULL
+ * when nothing matches. */
+const ls_setting *ls_setting_find_flag(const char *name, size_t len) {
+    for (size_t i = 0; i < ls_settings_count; i++)
+        if (strlen(ls_settings[i].name) == len && !memcmp(ls_settings[i].name, name, len)) return &ls_settings[i];
+    return NULL;
+}
+
+/* By JSON key; the entry is static, NULL when nothing matches. */
+const ls_setting *ls_setting_find_key(const char *key) {
+    char k[64];
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        ls_setting_json_key(&ls_settings[i], k, sizeof k);
+        if (!strcmp(k, key)) return &ls_settings[i];
+    }
+    return NULL;
+}
+
+/* A user's text quoted in an error: short and on one line whatever it holds,
+ * so the error stays the promised single line. */
+const char *ls_setting_quote(const char *text, char *buf, size_t len) {
+    size_t keep = len - 4, i = 0;
+    for (; text[i] && i < keep; i++)
+        buf[i] = isprint((unsigned char)text[i]) ? text[i] : '?';
+    buf[i] = '\0';
+    if (text[i]) strcat(buf, "...");
+    return buf;
+}
+
+/* ---- values --------------------------------------------------------------- */
+
+static int load_int(const ls_config *cfg, const ls_setting *s) {
+    int v;
+    memcpy(&v, (const char *)cfg + s->offset, sizeof v);
+    return v;
+}
+
+static void store_int(ls_config *cfg, const ls_setting *s, int v) {
+    memcpy((char *)cfg + s->offset, &v, sizeof v);
+}
+
+/* Decimal digits and nothing else (an optional '-' when sign is true):
+ * strto* alone would skip leading blanks, stop early at "12abc" and take
+ * "+" and, with base 0, hex. */
+static bool all_digits(const char *t, bool sign) {
+    if (sign && *t == '-') t++;
+    if (!*t) return false;
+    for (; *t; t++)
+        if (!isdigit((unsigned char)*t)) return false;
+    return true;
+}
+
+static bool parse_bool(const char *t, bool *out) {
+    if (!strcmp(t, "true") || !strcmp(t, "1")) *out = true;
+    else if (!strcmp(t, "false") || !strcmp(t, "0")) *out = false;
+    else return false;
+    return true;
+}
+
+static int choice_index(const char *const *choices, const char *t) {
+    for (int i = 0; choices[i]; i++)
+        if (!strcmp(choices[i], t)) return i;
+    return -1;
+}
+
+static void choice_list(const char *const *choices, const char *sep, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int i = 0; choices[i]; i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", i ? sep : "", choices[i]);
+    }
+}
+
+/* Parses text for setting s into its field of cfg (the caller's); origin names where it came from
+ * ("--slots", "LORASINK_SLOTS", "file.json: slots") in the error. */
+bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, char *err,
+                      size_t errlen) {
+    char q[48], list[96];
+    const char *shown = ls_setting_quote(text, q, sizeof q);
+    char *field = (char *)cfg + s->offset;
+    switch (s->type) {
+    case LS_SET_INT: {
+        if (!all_digits(text, true)) {
+            snprintf(err, errlen, "%s: \"%s\" is not an integer", origin, shown);
+            return false;
+        }
+        errno = 0;
+        long long v = strtoll(text, NULL, 10);
+        if (errno == ERANGE || v < s->min || v > s->max) {
+            snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", origin, shown, s->min, s->max);
+            return false;
+        }
+        store_int(cfg, s, (int)v);
+        return true;
+    }
+    case LS_SET_U64: {
+        if (!all_digits(text, false)) {
+            snprintf(err, errlen, "%s: \"%s\" is not an unsigned integer", origin, shown);
+            return false;
+        }
+        errno = 0;
+        unsigned long long v = strtoull(text, NULL, 10);
+        if (errno == ERANGE) {
+            snprintf(err, errlen, "%s: %s is out of range [0, %llu]", origin, shown,
+                     (unsigned long long)UINT64_MAX);
+            return false;
+        }
+        uint64_t u = v;
+        memcpy(field, &u, sizeof u);
+        return true;
+    }
+    case LS_SET_BOOL: {
+        bool b;
+        if (!parse_bool(text, &b)) {
+            snprintf(err, errlen, "%s: \"%s\" is not a boolean (true, false, 1 or 0)", origin, shown);
+            return false;
+        }
+        memcpy(field, &b, sizeof b);
+        return true;
+    }
+    case LS_SET_ENUM: {
+        int i = choice_index(s->choices, text);
+        if (i < 0) {
+            choice_list(s->choices, ", ", list, sizeof list);
+            snprintf(err, errlen, "%s: \"%s\" is not one of %s", origin, shown, list);
+            return false;
+        }
+        store_int(cfg, s, i);
+        return true;
+    }
+    case LS_SET_STR: {
+        size_t n = strlen(text);
+        if (s->choices && choice_index(s->choices, text) < 0) {
+            choice_list(s->choices, ", ", list, sizeof list);
+            snprintf(err, errlen, "%s: \"%s\" is not one of %s", origin, shown, list);
+            return false;
+        }
+        /* The value itself stays out of these two: it may be the API key. */
+        if (n >= s->size) {
+            snprintf(err, errlen, "%s: value is longer than %zu bytes", origin, s->size - 1);
+            return false;
+        }
+        if ((long long)n < s->min) {
+            snprintf(err, errlen, "%s: value must not be empty", origin);
+            return false;
+        }
+        memcpy(field, text, n + 1);
+        return true;
+    }
+    }
+    return false;
+}
+
+static size_t field_size_of(ls_setting_type t) {
+    switch (t) {
+    case LS_SET_INT:
+    case LS_SET_ENUM: return sizeof(int);
+    case LS_SET_U64: return sizeof(uint64_t);
+    case LS_SET_BOOL: return sizeof(bool);
+    case LS_SET_STR: return 0;
+    }
+    return 0;
+}
+
+/* The defaults go through the same parser as user values, so a default
+ * outside its own bounds, or a field whose size does not fit its type, is
+ * caught by the first load (and by the unit test of the defaults). */
+/* cfg is the caller's, zeroed first. */
+bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        const ls_setting *s = &ls_settings[i];
+        char origin[80];
+        snprintf(origin, sizeof origin, "internal: default of --%s", s->name);
+        size_t want = field_size_of(s->type);
+        if (want && want != s->size) {
+            snprintf(err, errlen, "%s: field size %zu does not fit its type", origin, s->size);
+            return false;
+        }
+        if (!ls_setting_parse(s, s->def, cfg, origin, err, errlen)) return false;
+    }
+    return true;
+}
+
+/* ---- help and dump -------------------------------------------------------- */
+
+/* Writes to out; nothing to free. */
+void ls_settings_help(FILE *out) {
+    fprintf(out, "usage: lorasink [--config FILE.json] [--NAME VALUE | --NAME=VALUE]...\n\n"
+                 "Every setting is a flag, an environment variable and a key of the JSON config file\n"
+                 "(the flag's name with '_' for '-'). Precedence: flag > environment > file > default.\n\n");
+    fprintf(out, "  %-24s %-29s %s\n", "--config FILE.json", "LORASINK_CONFIG", "JSON config file (an object)");
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        const ls_setting *s = &ls_settings[i];
+        char flag[64], env[64], def[64], range[96];
+        snprintf(flag, sizeof flag, "--%s%s%s", s->name, s->meta[0] ? " " : "", s->meta);
+        ls_setting_env_name(s, env, sizeof env);
+        snprintf(def, sizeof def, s->def[0] ? "%s" : "\"%s\"", s->def);
+        switch (s->type) {
+        case LS_SET_INT: snprintf(range, sizeof range, "[%lld, %lld]", s->min, s->max); break;
+        case LS_SET_U64: snprintf(range, sizeof range, "[0, 2^64-1]"); break;
+        case LS_SET_BOOL: snprintf(range, sizeof range, "true|false"); break;
+        case LS_SET_ENUM: choice_list(s->choices, "|", range, sizeof range); break;
+        case LS_SET_STR:
+            if (s->choices) choice_list(s->choices, "|", range, sizeof range);
+            else snprintf(range, sizeof range, "<= %zu bytes", s->size - 1);
+            break;
+        }
+        fprintf(out, "  %-24s %-29s default %-11s %-22s %s\n", flag, env, def, range, s->help);
+    }
+    fprintf(out, "  %-24s %-29s %s\n  %-24s %-29s %s\n", "--help, -h", "", "print this and exit", "--version", "",
+            "print the version and exit");
+}
+
+/* cfg is only read; one line goes to out. Only the table's settings, so the
+ * dump has the shape of a config file. */
+void ls_config_dump(const ls_config *cfg, FILE *out) {
+    json_t *o = json_object();
+    if (!o) return;
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        const ls_setting *s = &ls_settings[i];
+        const char *field = (const char *)cfg + s->offset;
+        char k[64];
+        ls_setting_json_key(s, k, sizeof k);
+        json_t *v = NULL;
+        switch (s->type) {
+        case LS_SET_INT: v = json_integer(load_int(cfg, s)); break;
+        case LS_SET_U64: {
+            uint64_t u;
+            memcpy(&u, field, sizeof u);
+            char num[32];
+            snprintf(num, sizeof num, "%llu", (unsigned long long)u);
+            /* Above 2^63-1 as a string, the form the file loader accepts. */
+            v = u <= (uint64_t)INT64_MAX ? json_integer((json_int_t)u) : json_string(num);
+            break;
+        }
+        case LS_SET_BOOL: {
+            bool b;
+            memcpy(&b, field, sizeof b);
+            v = json_boolean(b);
+            break;
+        }
+        case LS_SET_ENUM: {
+            int e = load_int(cfg, s), n = 0;
+            while (s->choices[n]) n++;
+            v = json_string(e >= 0 && e < n ? s->choices[e] : "unknown");
+            break;
+        }
+        case LS_SET_STR: v = json_string(s->secret && field[0] ? "***" : field); break;
+        }
+        if (!v) v = json_string("<not UTF-8>"); /* a path may be any bytes; JSON strings may not */
+        json_object_set_new(o, k, v);
+    }
+    json_dumpf(o, out, JSON_PRESERVE_ORDER);
+    fputc('\n', out);
+    json_decref(o);
+}
+

@@ -1,0 +1,53 @@
+/* Internal to config/: the settings table that drives every source, and
+ * the per-value parsing shared by the flag, environment and file loaders. */
+#ifndef LS_CONFIG_SETTINGS_H
+#define LS_CONFIG_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "config/config.h"
+
+/* Bound of the per-source "seen" arrays; settings.c checks the table fits. */
+#define LS_SETTINGS_MAX 64
+
+typedef enum { LS_SET_INT, LS_SET_U64, LS_SET_BOOL, LS_SET_STR, LS_SET_ENUM } ls_setting_type;
+
+typedef struct {
+    const char *name; /* the flag without "--"; the JSON key and env var derive from it */
+    ls_setting_type type;
+    size_t offset, size;        /* the field in ls_config */
+    long long min, max;         /* LS_SET_INT: bounds; LS_SET_STR: min length */
+    const char *const *choices; /* LS_SET_ENUM: names by enum value; LS_SET_STR: allowed values or NULL */
+    const char *def;            /* the default, as the text a flag would carry */
+    const char *meta;           /* the value's placeholder in --help */
+    const char *help;
+    bool secret;      /* masked in the dump */
+    bool marks;       /* raises the bool at mark_offset when any source gives it */
+    size_t mark_offset;
+} ls_setting;
+
+extern const ls_setting ls_settings[];
+extern const size_t ls_settings_count;
+
+/* "LORASINK_MAX_RANK" and "max_rank" for "max-rank", written into buf. */
+void ls_setting_env_name(const ls_setting *s, char *buf, size_t len);
+void ls_setting_json_key(const ls_setting *s, char *buf, size_t len);
+/* Lookups by flag name (len bytes of name, not NUL-terminated) and by JSON
+ * key; NULL when no setting has that name. Entries are static. */
+const ls_setting *ls_setting_find_flag(const char *name, size_t len);
+const ls_setting *ls_setting_find_key(const char *key);
+/* A user's text made fit to quote in a one-line error, written into buf
+ * (len >= 8), which is returned. */
+const char *ls_setting_quote(const char *text, char *buf, size_t len);
+/* Parses text for s into its field of cfg. origin names the source in the
+ * error ("--slots", "LORASINK_SLOTS", "file.json: slots"). */
+bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, char *err,
+                      size_t errlen);
+/* Zeroes cfg and sets every default. False only for a broken table. */
+bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen);
+/* The --help text: usage and one line per setting. */
+void ls_settings_help(FILE *out);
+
+#endif

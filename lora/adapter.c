@@ -1,0 +1,473 @@
+/* Adapter normalisation, the driver: sorts the uploaded names (SPEC §3),
+ * runs the format's checks (adapter_peft.c, adapter_pool.c), the checks
+ * common to both formats, and on success builds the compact host copy,
+ * its digest and the padding into pool slots (ls_adapter_expand). */
+#include "lora/adapter.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sha256.h"
+#include "lora/adapter_internal.h"
+
+/* Static string; never freed. */
+const char *ls_adapter_format_name(ls_adapter_format f) {
+    switch (f) {
+    case LS_ADAPTER_FORMAT_PEFT:
+        return "peft";
+    case LS_ADAPTER_FORMAT_POOL:
+        return "pool";
+    default:
+        return "auto";
+    }
+}
+
+/* Writes *out only on success; s is borrowed. */
+bool ls_adapter_format_parse(const char *s, ls_adapter_format *out) {
+    if (!s) return false;
+    if (!strcmp(s, "peft"))
+        *out = LS_ADAPTER_FORMAT_PEFT;
+    else if (!strcmp(s, "pool"))
+        *out = LS_ADAPTER_FORMAT_POOL;
+    else if (!strcmp(s, "auto"))
+        *out = LS_ADAPTER_FORMAT_AUTO;
+    else
+        return false;
+    return true;
+}
+
+/* Copies tensor and the message into c->err (owned by the caller). */
+void ls_adapter_violation(ls_adapter_ctx *c, ls_status code, int layer, const char *tensor, int axis, int64_t expected,
+                          int64_t got, const char *hint, const char *fmt, ...) {
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ls_error_add(c->err, code, layer, tensor, axis, expected, got, hint, "%s", msg);
+    if (!c->bad) c->first = code;
+    c->bad++;
+}
+
+/* t is borrowed; i must be below its numel. */
+float ls_adapter_value(const ls_tensor *t, size_t i) {
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case LS_DTYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    case LS_DTYPE_BF16:
+        return ls_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    case LS_DTYPE_F16:
+        return ls_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    default:
+        return 0.0f;
+    }
+}
+
+/* vals is borrowed; nothing allocated. */
+int64_t ls_adapter_mode(const int64_t *vals, size_t n) {
+    int64_t best = 0;
+    size_t best_count = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t count = 0;
+        for (size_t j = 0; j < n; j++) count += vals[j] == vals[i];
+        if (count > best_count) {
+            best = vals[i];
+            best_count = count;
+        }
+    }
+    return best;
+}
+
+static const char *ls_other_format(ls_adapter_format f) { return f == LS_ADAPTER_FORMAT_POOL ? "peft" : "pool"; }
+
+/* A name that is no factor we can take: say why, and how to fix it. */
+static void ls_adapter_unknown(ls_adapter_ctx *c, const char *name, const ls_adapter_name *nm) {
+    switch (nm->why) {
+    case LS_AN_WHY_BAD_INDEX:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "write the layer index as plain decimal digits: model.layers.{l}.mlp.shared_experts...",
+                             "%s: the layer index is not a plain non-negative integer", name);
+        break;
+    case LS_AN_WHY_UNFUSED:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "train the adapter on the fused gate_up_proj, or upload the pool format: fuse the gate "
+                             "and up A matrices along the rank axis into gate_up_lora_a [1, O, 2r, H] and stack the "
+                             "gate and up B rows per expert into gate_up_lora_b [1, n, 2F, r]",
+                             "%s is a separate gate_proj/up_proj factor; the shared experts take gate and up fused",
+                             name);
+        break;
+    case LS_AN_WHY_DORA:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "train a plain LoRA adapter (use_dora false)",
+                             "%s is a DoRA magnitude vector; DoRA adapters are not supported", name);
+        break;
+    case LS_AN_WHY_SHARED_FORM:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "name the factors model.layers.{l}.mlp.shared_experts.{gate_up_proj,down_proj}."
+                             "lora_{A,B}.weight (PEFT) or ...shared_experts.{gate_up_lora_a,gate_up_lora_b,"
+                             "down_lora_a,down_lora_b} (pool format)",
+                             "%s names the shared experts but is not one of their LoRA factors", name);
+        break;
+    default:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA, NULL,
+                             "%s is not a LoRA factor (expected model.layers.{l}.mlp.shared_experts."
+                             "{gate_up_proj,down_proj}.lora_{A,B}.weight or a pool buffer)",
+                             name);
+        break;
+    }
+}
+
+/* Which format the names follow: the one most names use; on a tie, the
+ * one the first such name uses. */
+static ls_adapter_format ls_adapter_pick_format(const ls_tensor_set *s, ls_adapter_format asked, size_t *n_peft,
+                                                size_t *n_pool) {
+    ls_adapter_format first = LS_ADAPTER_FORMAT_AUTO;
+    *n_peft = *n_pool = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        ls_adapter_name nm;
+        ls_adapter_name_parse(s->items[i].name, &nm);
+        if (nm.kind == LS_AN_PEFT)
+            (*n_peft)++;
+        else if (nm.kind == LS_AN_POOL)
+            (*n_pool)++;
+        else
+            continue;
+        if (first == LS_ADAPTER_FORMAT_AUTO)
+            first = nm.kind == LS_AN_PEFT ? LS_ADAPTER_FORMAT_PEFT : LS_ADAPTER_FORMAT_POOL;
+    }
+    if (asked != LS_ADAPTER_FORMAT_AUTO) return asked;
+    if (*n_peft != *n_pool) return *n_peft > *n_pool ? LS_ADAPTER_FORMAT_PEFT : LS_ADAPTER_FORMAT_POOL;
+    return first == LS_ADAPTER_FORMAT_AUTO ? LS_ADAPTER_FORMAT_PEFT : first;
+}
+
+/* Sorts every name: places the shared experts' factors of the chosen
+ * format in the layer table, reports the rest. Returns how many names
+ * are other modules' factors (ignored unless strict). */
+static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_peft, size_t n_pool) {
+    size_t n_other = 0;
+    const bool strict = c->params->strict;
+    const bool asked = c->params->format != LS_ADAPTER_FORMAT_AUTO;
+    const char *fname = ls_adapter_format_name(c->format);
+    for (size_t i = 0; i < s->n; i++) {
+        const char *name = s->items[i].name;
+        ls_adapter_name nm;
+        ls_adapter_name_parse(name, &nm);
+        if (nm.kind == LS_AN_UNKNOWN) {
+            ls_adapter_unknown(c, name, &nm);
+            continue;
+        }
+        if (nm.kind == LS_AN_OTHER) {
+            n_other++;
+            if (strict)
+                ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                                     "remove it, or load without strict to have it skipped and listed in ignored",
+                                     "%s is a LoRA factor of another module than the shared experts; strict mode "
+                                     "refuses it",
+                                     name);
+            continue;
+        }
+        ls_adapter_format f = nm.kind == LS_AN_PEFT ? LS_ADAPTER_FORMAT_PEFT : LS_ADAPTER_FORMAT_POOL;
+        if (f != c->format) {
+            char hint[256];
+            if (asked) {
+                snprintf(hint, sizeof hint, "drop it, or send format \"%s\" if the whole upload is in that format",
+                         ls_other_format(c->format));
+                ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA, hint,
+                                     "%s is a %s-format name, but the upload says format \"%s\"", name,
+                                     ls_adapter_format_name(f), fname);
+            } else {
+                snprintf(hint, sizeof hint,
+                         "upload one format at a time: convert the %s-format tensors to %s or "
+                         "leave them out",
+                         ls_adapter_format_name(f), fname);
+                if (n_peft != n_pool)
+                    ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA, hint,
+                                         "%s is a %s-format name in an upload that mixes formats; it is the minority "
+                                         "(%zu peft names, %zu pool names), so the upload is taken as %s",
+                                         name, ls_adapter_format_name(f), n_peft, n_pool, fname);
+                else
+                    ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA, hint,
+                                         "%s is a %s-format name in an upload that mixes formats (%zu names of "
+                                         "each); the first factor name decides, so the upload is taken as %s",
+                                         name, ls_adapter_format_name(f), n_peft, fname);
+            }
+            continue;
+        }
+        const int L = c->dims->L;
+        if (nm.layer >= L) {
+            ls_adapter_violation(c, LS_LORA_LAYER_OUT_OF_RANGE, nm.layer <= INT32_MAX ? (int)nm.layer : LS_NA, name,
+                                 LS_NA, L, nm.layer, NULL, "%s names layer %lld, but the model has %d layers (0..%d)",
+                                 name, (long long)nm.layer, L, L - 1);
+            continue;
+        }
+        ls_adapter_in *slot = ls_adapter_at(c, (int)nm.layer, nm.slot);
+        if (slot->name) {
+            ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, (int)nm.layer, name, LS_NA, LS_NA, LS_NA,
+                                 "upload each factor once, with or without the base_model.model. prefix",
+                                 "%s names the same factor as %s", name, slot->name);
+            continue;
+        }
+        slot->name = name;
+        slot->t = &s->items[i].t;
+        slot->prefixed = nm.prefixed;
+    }
+    return n_other;
+}
+
+/* dtype and byte count of every placed factor; marks the usable ones. */
+static void ls_adapter_check_data(ls_adapter_ctx *c) {
+    for (int l = 0; l < c->dims->L; l++) {
+        for (int k = 0; k < LS_AD_SLOTS; k++) {
+            const ls_adapter_in *in = ls_adapter_at(c, l, k);
+            if (!in->name) continue;
+            const ls_tensor *t = in->t;
+            bool ok = true;
+            if (!ls_dtype_is_float(t->dtype)) {
+                ls_adapter_violation(c, LS_LORA_DTYPE_UNSUPPORTED, l, in->name, LS_NA, LS_NA, LS_NA, NULL,
+                                     "layer %d: %s has dtype %s; LoRA factors must be F32, F16 or BF16", l, in->name,
+                                     ls_dtype_name(t->dtype));
+                ok = false;
+            }
+            int64_t numel = t->ndim >= 0 && t->ndim <= LS_MAX_DIMS ? ls_tensor_numel(t) : -1;
+            size_t esize = ls_dtype_size(t->dtype);
+            if (numel < 0) {
+                ls_adapter_violation(c, LS_INVALID_SHAPE, l, in->name, LS_NA, LS_NA, LS_NA, NULL,
+                                     "layer %d: %s has an invalid shape (negative or overflowing extents)", l,
+                                     in->name);
+                ok = false;
+            } else if (esize) {
+                /* need stays LS_NA when the byte count itself overflows */
+                int64_t need = numel <= INT64_MAX / (int64_t)esize ? numel * (int64_t)esize : LS_NA;
+                if (need == LS_NA || (uint64_t)need != (uint64_t)t->nbytes || (numel > 0 && !t->data)) {
+                    ls_adapter_violation(c, LS_INVALID_SHAPE, l, in->name, LS_NA, need, (int64_t)t->nbytes, NULL,
+                                         "layer %d: %s holds %zu bytes, but its shape and dtype need %lld", l, in->name,
+                                         t->nbytes, (long long)need);
+                    ok = false;
+                }
+            }
+            c->sane[(size_t)l * LS_AD_SLOTS + (size_t)k] = ok;
+        }
+    }
+}
+
+/* NaN and Inf in the uploaded values (each usable factor, first index). */
+static void ls_adapter_check_finite(ls_adapter_ctx *c) {
+    for (int l = 0; l < c->dims->L; l++) {
+        for (int k = 0; k < LS_AD_SLOTS; k++) {
+            if (!ls_adapter_is_sane(c, l, k)) continue;
+            const ls_adapter_in *in = ls_adapter_at(c, l, k);
+            size_t numel = (size_t)ls_tensor_numel(in->t), bad = 0, first = 0;
+            for (size_t i = 0; i < numel; i++) {
+                if (!isfinite(ls_adapter_value(in->t, i))) {
+                    if (!bad) first = i;
+                    bad++;
+                }
+            }
+            if (bad)
+                ls_adapter_violation(c, LS_LORA_NONFINITE, l, in->name, LS_NA, LS_NA, LS_NA, NULL,
+                                     "layer %d: %s holds %s at flat index %zu (%zu non-finite of %zu values)", l,
+                                     in->name, isnan(ls_adapter_value(in->t, first)) ? "NaN" : "Inf", first, bad,
+                                     numel);
+        }
+    }
+}
+
+/* Writes the compact factors of every layer into a; false on a value
+ * the scale pushed past the fp32 range (reported) or out of memory. */
+static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_other, ls_adapter *a) {
+    const size_t n = (size_t)c->dims->n, H = (size_t)c->dims->H, F = (size_t)c->dims->F;
+    const size_t L = (size_t)c->dims->L, r = (size_t)c->rank, O = (size_t)c->outer;
+    if (r < 1 || O < 1) {
+        ls_error_set(c->err, LS_INTERNAL, NULL, "adapter passed validation without a rank or outer layout");
+        return false;
+    }
+    const size_t lf = O * 2 * r * H + n * 2 * F * r + n * r * F + O * H * r;
+    a->format = c->format;
+    a->rank = c->rank;
+    a->outer = c->outer;
+    a->layers = (int)L;
+    a->scale = c->scale;
+    a->layer_floats = lf;
+    if (L > SIZE_MAX / sizeof(float) / lf) goto oom;
+    a->data = calloc(L * lf, sizeof(float));
+    a->layer_present = calloc(L, sizeof(bool));
+    a->ignored = calloc(n_other ? n_other : 1, sizeof(char *));
+    if (!a->data || !a->layer_present || !a->ignored) goto oom;
+
+    const size_t seg[LS_AD_SLOTS] = {O * 2 * r * H, n * 2 * F * r, n * r * F, O * H * r};
+    bool overflow = false;
+    for (size_t l = 0; l < L; l++) {
+        bool any = false;
+        for (int k = 0; k < LS_AD_SLOTS; k++) any |= ls_adapter_at(c, (int)l, k)->name != NULL;
+        if (!any) continue;
+        a->layer_present[l] = true;
+        float *dst = a->data + l * lf;
+        if (c->format == LS_ADAPTER_FORMAT_POOL)
+            ls_adapter_pool_fill(c, (int)l, dst);
+        else
+            ls_adapter_peft_fill(c, (int)l, dst);
+        /* The inputs were finite, so a value that is not came from the
+         * scale pushing a B factor past the fp32 range. */
+        for (int k = 0; k < LS_AD_SLOTS; dst += seg[k], k++) {
+            size_t i = 0;
+            while (i < seg[k] && isfinite(dst[i])) i++;
+            if (i == seg[k]) continue;
+            const char *name = ls_adapter_at(c, (int)l, k)->name;
+            ls_adapter_violation(c, LS_LORA_NONFINITE, (int)l, name, LS_NA, LS_NA, LS_NA,
+                                 "lower lora_alpha (or scale), or the magnitude of the B factors",
+                                 "layer %zu: %s overflows fp32 once scaled by %g", l, name, c->scale);
+            overflow = true;
+        }
+    }
+    if (overflow) return false;
+
+    for (size_t i = 0; i < s->n; i++) {
+        ls_adapter_name nm;
+        ls_adapter_name_parse(s->items[i].name, &nm);
+        if (nm.kind != LS_AN_OTHER) continue;
+        char *copy = strdup(s->items[i].name);
+        if (!copy) goto oom;
+        a->ignored[a->n_ignored++] = copy;
+        a->bytes += strlen(copy) + 1;
+    }
+
+    /* The digest covers the data array as little-endian fp32 bytes, layer
+     * after layer in the compact layout, so two uploads that normalise to
+     * the same factors (PEFT or pool, any dtype) share a digest. */
+    ls_sha256_ctx h;
+    ls_sha256_init(&h);
+    uint8_t buf[1024];
+    size_t total = L * lf, used = 0;
+    for (size_t i = 0; i < total; i++) {
+        uint32_t u;
+        memcpy(&u, &a->data[i], 4);
+        buf[used++] = (uint8_t)u;
+        buf[used++] = (uint8_t)(u >> 8);
+        buf[used++] = (uint8_t)(u >> 16);
+        buf[used++] = (uint8_t)(u >> 24);
+        if (used == sizeof buf) {
+            ls_sha256_update(&h, buf, used);
+            used = 0;
+        }
+    }
+    ls_sha256_update(&h, buf, used);
+    uint8_t digest[32];
+    ls_sha256_final(&h, digest);
+    ls_sha256_hex_digest(digest, a->sha256);
+    a->bytes += total * sizeof(float) + L * sizeof(bool) + (n_other ? n_other : 1) * sizeof(char *);
+    return true;
+
+oom:
+    ls_error_set(c->err, LS_INTERNAL, NULL, "out of memory normalising an adapter of %zu layers", L);
+    return false;
+}
+
+/* tensors, params, dims and pool are borrowed and not kept: out owns copies
+ * of everything it needs (free with ls_adapter_free); err is the caller's. */
+ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_params *params, const ls_dims *dims,
+                               const ls_pool_dims *pool, ls_adapter *out, ls_error *err) {
+    if (out) memset(out, 0, sizeof *out);
+    if (!tensors || !dims || !pool || !out)
+        return ls_error_set(err, LS_INTERNAL, NULL, "ls_adapter_normalise: missing argument");
+    if (dims->n < 1 || dims->H < 1 || dims->F < 1 || dims->L < 1 || pool->max_rank < 1)
+        return ls_error_set(err, LS_INTERNAL, NULL, "ls_adapter_normalise: invalid model or pool dimensions");
+    const ls_adapter_params defaults = {0};
+    if (!params) params = &defaults;
+
+    ls_adapter_ctx c = {.params = params, .dims = dims, .pool = pool, .err = err};
+    if (params->r < 0)
+        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, params->r, NULL,
+                             "r is %d; it must be a positive integer", params->r);
+    if (params->has_alpha && !isfinite(params->lora_alpha))
+        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
+                             "lora_alpha is not a finite number");
+    if (params->has_scale && !isfinite(params->scale))
+        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "give scale as a finite number, or leave it out for factors already scaled",
+                             "scale is not a finite number");
+
+    c.in = calloc((size_t)dims->L * LS_AD_SLOTS, sizeof *c.in);
+    c.sane = calloc((size_t)dims->L * LS_AD_SLOTS, sizeof *c.sane);
+    if (!c.in || !c.sane) {
+        free(c.in);
+        free(c.sane);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory validating an adapter");
+    }
+
+    size_t n_peft, n_pool;
+    c.format = ls_adapter_pick_format(tensors, params->format, &n_peft, &n_pool);
+    size_t n_other = ls_adapter_place(&c, tensors, n_peft, n_pool);
+    if (c.format == LS_ADAPTER_FORMAT_POOL)
+        ls_adapter_pool_check(&c);
+    else
+        ls_adapter_peft_check(&c);
+    ls_adapter_check_data(&c);
+    ls_adapter_check_finite(&c);
+    if (n_peft + n_pool == 0)
+        ls_adapter_violation(&c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "upload factors named model.layers.{l}.mlp.shared_experts.gate_up_proj.lora_A.weight "
+                             "(and lora_B, down_proj) or the four pool buffers of a layer",
+                             "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu factors of "
+                             "other modules%s)",
+                             tensors->n, n_other, n_other && !params->strict ? ", skipped" : "");
+
+    ls_status st = LS_OK;
+    if (c.bad || !ls_adapter_build(&c, tensors, n_other, out)) {
+        st = c.bad ? c.first : LS_INTERNAL;
+        ls_adapter_free(out);
+    }
+    free(c.in);
+    free(c.sane);
+    return st;
+}
+
+/* a is borrowed; the caller owns the four buffers, each fully written
+ * (zeros past the adapter's rank and for absent layers). */
+void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, const ls_pool_dims *pool, float *gu_a,
+                       float *gu_b, float *d_a, float *d_b) {
+    memset(gu_a, 0, ls_pool_gu_a_len(dims, pool) * sizeof(float));
+    memset(gu_b, 0, ls_pool_gu_b_len(dims, pool) * sizeof(float));
+    memset(d_a, 0, ls_pool_d_a_len(dims, pool) * sizeof(float));
+    memset(d_b, 0, ls_pool_d_b_len(dims, pool) * sizeof(float));
+    const size_t R = (size_t)pool->max_rank, O = (size_t)ls_pool_outer(dims, pool);
+    assert(!a || a->rank <= pool->max_rank);
+    assert(!a || a->outer <= 1 || (size_t)a->outer == O);
+    if (!a || !a->data || layer < 0 || layer >= a->layers || a->rank < 1 || (size_t)a->rank > R) return;
+
+    const size_t n = (size_t)dims->n, H = (size_t)dims->H, F = (size_t)dims->F;
+    const size_t r = (size_t)a->rank, Os = (size_t)a->outer;
+    const float *s_gu_a = a->data + (size_t)layer * a->layer_floats;
+    const float *s_gu_b = s_gu_a + Os * 2 * r * H;
+    const float *s_d_a = s_gu_b + n * 2 * F * r;
+    const float *s_d_b = s_d_a + n * r * F;
+
+    for (size_t o = 0; o < O; o++) {
+        /* Shared outer factors (O' = 1) are broadcast to every expert. */
+        size_t so = Os == 1 ? 0 : (o < Os ? o : Os - 1);
+        for (size_t k = 0; k < r; k++) {
+            memcpy(gu_a + (o * 2 * R + k) * H, s_gu_a + (so * 2 * r + k) * H, H * sizeof(float));
+            memcpy(gu_a + (o * 2 * R + R + k) * H, s_gu_a + (so * 2 * r + r + k) * H, H * sizeof(float));
+        }
+        for (size_t h = 0; h < H; h++) memcpy(d_b + (o * H + h) * R, s_d_b + (so * H + h) * r, r * sizeof(float));
+    }
+    for (size_t row = 0; row < n * 2 * F; row++) memcpy(gu_b + row * R, s_gu_b + row * r, r * sizeof(float));
+    for (size_t e = 0; e < n; e++) memcpy(d_a + e * R * F, s_d_a + e * r * F, r * F * sizeof(float));
+}
+
+/* Frees what a owns and zeroes it; safe on a zeroed or freed adapter. */
+void ls_adapter_free(ls_adapter *a) {
+    if (!a) return;
+    free(a->data);
+    free(a->layer_present);
+    for (size_t i = 0; i < a->n_ignored; i++) free(a->ignored[i]);
+    free(a->ignored);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,121 @@
+/* The tensor-name grammar of SPEC §3: which uploaded names are factors of
+ * the shared experts (PEFT or pool format), which belong to other modules,
+ * and which are nothing we know. */
+#include <stdio.h>
+#include <string.h>
+
+#include "lora/adapter_internal.h"
+
+static const char *const ls_peft_suffix[LS_AD_SLOTS] = {
+    "gate_up_proj.lora_A.weight",
+    "gate_up_proj.lora_B.weight",
+    "down_proj.lora_A.weight",
+    "down_proj.lora_B.weight",
+};
+static const char *const ls_pool_suffix[LS_AD_SLOTS] = {
+    "gate_up_lora_a",
+    "gate_up_lora_b",
+    "down_lora_a",
+    "down_lora_b",
+};
+static const char *const ls_peft_label[LS_AD_SLOTS] = {
+    "gate_up_proj.lora_A",
+    "gate_up_proj.lora_B",
+    "down_proj.lora_A",
+    "down_proj.lora_B",
+};
+
+#define LS_SHARED_INFIX "mlp.shared_experts."
+
+static bool ls_starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+static bool ls_ends(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/* PEFT spells factors lora_A/lora_B (lora_embedding_A/B for embeddings);
+ * any such name is a LoRA factor of some module. */
+static bool ls_is_lora_factor(const char *s) {
+    return strstr(s, ".lora_A.") || strstr(s, ".lora_B.") || ls_ends(s, ".lora_A") || ls_ends(s, ".lora_B") ||
+           strstr(s, "lora_embedding_A") || strstr(s, "lora_embedding_B");
+}
+
+/* Digits only, no sign, no leading zero (PyTorch never writes one, and
+ * "01" next to "1" would name one layer twice), at most 18 so it fits. */
+static bool ls_parse_index(const char *s, size_t len, int64_t *out) {
+    if (len == 0 || len > 18) return false;
+    if (len > 1 && s[0] == '0') return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* name is borrowed; out holds no pointers into it. */
+void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = LS_AN_UNKNOWN;
+    out->why = LS_AN_WHY_NOT_LORA;
+    out->slot = -1;
+
+    const char *s = name;
+    if (ls_starts(s, LS_ADAPTER_PREFIX)) {
+        s += strlen(LS_ADAPTER_PREFIX);
+        out->prefixed = true;
+    }
+    bool shared = strstr(s, "shared_experts") != NULL;
+
+    if (ls_starts(s, "model.layers.")) {
+        const char *idx = s + strlen("model.layers.");
+        const char *dot = strchr(idx, '.');
+        if (dot && ls_starts(dot + 1, LS_SHARED_INFIX)) {
+            const char *rest = dot + 1 + strlen(LS_SHARED_INFIX);
+            int64_t layer;
+            if (!ls_parse_index(idx, (size_t)(dot - idx), &layer)) {
+                out->why = LS_AN_WHY_BAD_INDEX;
+                return;
+            }
+            out->layer = layer;
+            for (int k = 0; k < LS_AD_SLOTS; k++) {
+                if (!strcmp(rest, ls_peft_suffix[k])) {
+                    out->kind = LS_AN_PEFT;
+                    out->slot = k;
+                    return;
+                }
+                if (!strcmp(rest, ls_pool_suffix[k])) {
+                    out->kind = LS_AN_POOL;
+                    out->slot = k;
+                    return;
+                }
+            }
+        }
+    }
+    if (shared) {
+        /* Never skip a factor of the shared experts silently: serving the
+         * adapter without it would change its output. */
+        if (strstr(s, "lora_magnitude_vector"))
+            out->why = LS_AN_WHY_DORA;
+        else if ((strstr(s, "gate_proj.lora_") || strstr(s, "up_proj.lora_")) && !strstr(s, "gate_up_proj"))
+            out->why = LS_AN_WHY_UNFUSED;
+        else
+            out->why = LS_AN_WHY_SHARED_FORM;
+        return;
+    }
+    if (ls_is_lora_factor(s)) out->kind = LS_AN_OTHER;
+}
+
+/* Writes into the caller's buf (truncated to len). */
+void ls_adapter_name_build(char *buf, size_t len, ls_adapter_format format, bool prefixed, int layer, int slot) {
+    const char *suffix = format == LS_ADAPTER_FORMAT_POOL ? ls_pool_suffix[slot] : ls_peft_suffix[slot];
+    snprintf(buf, len, "%smodel.layers.%d." LS_SHARED_INFIX "%s", prefixed ? LS_ADAPTER_PREFIX : "", layer, suffix);
+}
+
+/* Static string; never freed. */
+const char *ls_adapter_slot_label(ls_adapter_format format, int slot) {
+    if (slot < 0 || slot >= LS_AD_SLOTS) return "?";
+    return format == LS_ADAPTER_FORMAT_POOL ? ls_pool_suffix[slot] : ls_peft_label[slot];
+}

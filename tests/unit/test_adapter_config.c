@@ -1,0 +1,160 @@
+/* adapter_config.json parsing: r, lora_alpha, use_rslora; every bad key
+ * reported by name with what was found; bad JSON with its line; the
+ * parameters untouched on failure. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/adapter_config.h"
+
+/* Parses text; returns the status, err keeps the details. */
+static ls_status parse(const char *text, ls_adapter_params *p, ls_error *err) {
+    ls_error_init(err);
+    return ls_adapter_config_parse_text(text, p, err);
+}
+
+static bool has_message(const ls_error *err, const char *a, const char *b) {
+    for (size_t i = 0; i < err->n_violations; i++) {
+        const ls_violation *v = &err->violations[i];
+        if (v->code == LS_ADAPTER_CONFIG_INVALID && strstr(v->message, a) && (!b || strstr(v->message, b)) &&
+            v->hint[0])
+            return true;
+    }
+    for (size_t i = 0; i < err->n_violations; i++) print_message("  %s\n", err->violations[i].message);
+    return false;
+}
+
+static void test_peft_config(void **state) {
+    (void)state;
+    /* A real PEFT config carries many keys besides the three we read. */
+    const char *text = "{\"alpha_pattern\": {}, \"base_model_name_or_path\": \"m\", \"bias\": \"none\", "
+                       "\"lora_alpha\": 16, \"lora_dropout\": 0.05, \"peft_type\": \"LORA\", \"r\": 8, "
+                       "\"target_modules\": [\"gate_up_proj\", \"down_proj\"], \"task_type\": \"CAUSAL_LM\", "
+                       "\"use_rslora\": true}";
+    ls_adapter_params p = {.format = LS_ADAPTER_FORMAT_POOL, .strict = true};
+    ls_error err;
+    assert_int_equal(parse(text, &p, &err), LS_OK);
+    assert_int_equal(p.r, 8);
+    assert_true(p.has_alpha);
+    assert_true(p.lora_alpha == 16.0);
+    assert_true(p.use_rslora);
+    /* fields the config does not speak for are left alone */
+    assert_int_equal(p.format, LS_ADAPTER_FORMAT_POOL);
+    assert_true(p.strict);
+    ls_error_free(&err);
+
+    assert_int_equal(parse("{\"r\": 4, \"lora_alpha\": 2.5}", &p, &err), LS_OK);
+    assert_true(p.lora_alpha == 2.5);
+    assert_false(p.use_rslora);
+    ls_error_free(&err);
+}
+
+static void test_r_must_be_positive_integer(void **state) {
+    (void)state;
+    const char *cases[][2] = {
+        {"{\"r\": 8.0, \"lora_alpha\": 16}", "8.0"},
+        {"{\"r\": \"8\", \"lora_alpha\": 16}", "a string"},
+        {"{\"r\": 0, \"lora_alpha\": 16}", "0"},
+        {"{\"r\": -4, \"lora_alpha\": 16}", "-4"},
+        {"{\"r\": 99999999999, \"lora_alpha\": 16}", "99999999999"},
+        {"{\"r\": true, \"lora_alpha\": 16}", "a boolean"},
+        {"{\"lora_alpha\": 16}", "missing"},
+        {"{\"r\": null, \"lora_alpha\": 16}", "missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ls_adapter_params p = {.r = 77};
+        ls_error err;
+        assert_int_equal(parse(cases[i][0], &p, &err), LS_ADAPTER_CONFIG_INVALID);
+        assert_int_equal(err.code, LS_ADAPTER_CONFIG_INVALID);
+        assert_int_equal(err.n_violations, 1);
+        assert_true(has_message(&err, "\"r\"", cases[i][1]));
+        assert_int_equal(p.r, 77); /* untouched on failure */
+        ls_error_free(&err);
+    }
+}
+
+static void test_alpha(void **state) {
+    (void)state;
+    ls_adapter_params p = {0};
+    ls_error err;
+    assert_int_equal(parse("{\"r\": 8}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_true(has_message(&err, "\"lora_alpha\"", "missing"));
+    ls_error_free(&err);
+    assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": \"16\"}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_true(has_message(&err, "\"lora_alpha\"", "a string"));
+    ls_error_free(&err);
+
+    /* Inline configs may leave alpha out: the scale is then 1. */
+    json_t *obj = json_pack("{s:i}", "r", 4);
+    ls_error_init(&err);
+    p.has_alpha = true;
+    assert_int_equal(ls_adapter_config_parse(obj, false, &p, &err), LS_OK);
+    assert_int_equal(p.r, 4);
+    assert_false(p.has_alpha);
+    json_decref(obj);
+    obj = json_pack("{s:i,s:n}", "r", 4, "lora_alpha");
+    assert_int_equal(ls_adapter_config_parse(obj, false, &p, &err), LS_OK);
+    assert_false(p.has_alpha);
+    assert_int_equal(ls_adapter_config_parse(obj, true, &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    json_decref(obj);
+    ls_error_free(&err);
+}
+
+static void test_rslora_must_be_bool(void **state) {
+    (void)state;
+    ls_adapter_params p = {0};
+    ls_error err;
+    assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": 16, \"use_rslora\": \"yes\"}", &p, &err),
+                     LS_ADAPTER_CONFIG_INVALID);
+    assert_true(has_message(&err, "\"use_rslora\"", "\"yes\""));
+    ls_error_free(&err);
+}
+
+static void test_every_bad_key_reported(void **state) {
+    (void)state;
+    ls_adapter_params p = {0};
+    ls_error err;
+    assert_int_equal(parse("{\"r\": 1.5, \"lora_alpha\": [16], \"use_rslora\": 1}", &p, &err),
+                     LS_ADAPTER_CONFIG_INVALID);
+    assert_int_equal(err.n_violations, 3);
+    assert_true(has_message(&err, "\"r\"", "1.5"));
+    assert_true(has_message(&err, "\"lora_alpha\"", "an array"));
+    assert_true(has_message(&err, "\"use_rslora\"", "an integer"));
+    ls_error_free(&err);
+}
+
+static void test_bad_json(void **state) {
+    (void)state;
+    ls_adapter_params p = {0};
+    ls_error err;
+    assert_int_equal(parse("{\n  \"r\": 8,\n  \"lora_alpha\": 16,,\n}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.message, "adapter_config.json is not valid JSON: "));
+    assert_non_null(strstr(err.message, " at line 3"));
+    ls_error_free(&err);
+
+    assert_int_equal(parse("[1, 2]", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.message, "JSON object"));
+    ls_error_free(&err);
+
+    assert_int_equal(parse("{\"r\": 8, \"r\": 4, \"lora_alpha\": 1}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    ls_error_free(&err);
+
+    assert_int_equal(parse(NULL, &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    ls_error_free(&err);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peft_config),
+        cmocka_unit_test(test_r_must_be_positive_integer),
+        cmocka_unit_test(test_alpha),
+        cmocka_unit_test(test_rslora_must_be_bool),
+        cmocka_unit_test(test_every_bad_key_reported),
+        cmocka_unit_test(test_bad_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

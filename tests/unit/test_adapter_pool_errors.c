@@ -1,0 +1,263 @@
+/* Adapter validation, pool format: sglang's checks in its order (four
+ * buffers, 4D, outer dim, layout, expert count, ranks; the seed error's
+ * hint), the slot axis, model axes, rank and layout across layers, max
+ * rank and per-expert outer factors into a shared pool; no noise from
+ * checks that depend on a failed one. */
+#include <math.h>
+
+#include "test_adapter_util.h"
+
+typedef struct {
+    ls_dims d;
+    ls_pool_dims p;
+    ls_tensor_set s;
+    ls_error err;
+    char name[192];
+} fx;
+
+static int fx_setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    f->d = tu_tiny_dims(2);
+    f->p = tu_pool(4, LS_LORA_SHARED);
+    ls_tensor_set_init(&f->s);
+    ls_error_init(&f->err);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state) {
+    fx *f = *state;
+    ls_tensor_set_free(&f->s);
+    ls_error_free(&f->err);
+    free(f);
+    return 0;
+}
+
+/* Full name of buffer buf ("gate_up_lora_a", ...) of layer l. */
+static const char *B(fx *f, const char *buf, int l) {
+    snprintf(f->name, sizeof f->name, "model.layers.%d.mlp.shared_experts.%s", l, buf);
+    return f->name;
+}
+
+static void set_shape(fx *f, const char *buf, int l, int64_t a0, int64_t a1, int64_t a2, int64_t a3) {
+    const int64_t shape[4] = {a0, a1, a2, a3};
+    tu_replace(&f->s, B(f, buf, l), LS_DTYPE_F32, shape, 4);
+}
+
+static void test_valid_baseline(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    ls_adapter a;
+    assert_int_equal(ls_adapter_normalise(&f->s, NULL, &f->d, &f->p, &a, &f->err), LS_OK);
+    assert_int_equal(a.format, LS_ADAPTER_FORMAT_POOL);
+    ls_adapter_free(&a);
+}
+
+static void test_missing_buffer(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 8);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    set_shape(f, "down_lora_a", 1, 1, 2, 2, 5); /* layer 1 is still checked */
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_MISSING_TENSOR, &f->err);
+    tu_expect(&f->err, LS_LORA_MISSING_TENSOR, 0, B(f, "down_lora_b", 0), LS_NA, LS_NA, LS_NA);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 1, B(f, "down_lora_a", 1), 3, 3, 5);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+static void test_not_4d(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    const int64_t shape[3] = {2, 6, 2};
+    tu_replace(&f->s, B(f, "gate_up_lora_b", 0), LS_DTYPE_F32, shape, 3);
+    set_shape(f, "gate_up_lora_a", 1, 1, 1, 4, 7);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 0, B(f, "gate_up_lora_b", 0), LS_NA, 4, 3);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 1, B(f, "gate_up_lora_a", 1), 3, 4, 7);
+    /* nothing else from layer 0: its rank and axes depend on the 4D shape */
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+static void test_slot_axis(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "down_lora_a", 0, 3, 2, 2, 3);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_SLOT_AXIS_INVALID, &f->err);
+    tu_expect(&f->err, LS_LORA_SLOT_AXIS_INVALID, 0, B(f, "down_lora_a", 0), 0, 1, 3);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_outer_dim_invalid(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "gate_up_lora_a", 0, 1, 3, 4, 4);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_OUTER_DIM_INVALID, &f->err);
+    tu_expect(&f->err, LS_LORA_OUTER_DIM_INVALID, 0, B(f, "gate_up_lora_a", 0), 1, 2, 3);
+    assert_int_equal(f->err.n_violations, 1); /* no layout mismatch on top */
+}
+
+static void test_expert_layout_mismatch(void **state) {
+    fx *f = *state;
+    f->p.layout = LS_LORA_PER_EXPERT;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "down_lora_b", 0, 1, 2, 4, 2);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EXPERT_LAYOUT_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_EXPERT_LAYOUT_MISMATCH, 0, B(f, "down_lora_b", 0), 1, 1, 2);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_layout_across_layers(void **state) {
+    fx *f = *state;
+    f->d.L = 3;
+    f->p.layout = LS_LORA_PER_EXPERT;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 2, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 2, 1, 2, 0);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EXPERT_LAYOUT_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_EXPERT_LAYOUT_MISMATCH, 1, B(f, "gate_up_lora_a", 1), 1, 1, 2);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_expert_count(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "gate_up_lora_b", 0, 1, 3, 6, 2);
+    set_shape(f, "down_lora_a", 0, 1, 1, 2, 3);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EXPERT_COUNT_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_EXPERT_COUNT_MISMATCH, 0, B(f, "gate_up_lora_b", 0), 1, 2, 3);
+    tu_expect(&f->err, LS_LORA_EXPERT_COUNT_MISMATCH, 0, B(f, "down_lora_a", 0), 1, 2, 1);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+/* The seed error (shared/seeds): gate and up A not fused, so
+ * gate_up_lora_a has r rows on its rank axis instead of 2r. */
+static void test_seed_rank_mismatch(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "gate_up_lora_a", 0, 1, 1, 2, 4);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    const ls_violation *v = tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 0, B(f, "gate_up_lora_a", 0), 2, 4, 2);
+    assert_string_equal(v->message,
+                        "layer 0: gate_up_lora_a rank axis is 2, expected 2*r = 4 (r = 2 from gate_up_lora_b)");
+    assert_non_null(strstr(v->hint, "fuse the gate and up A matrices along the rank axis"));
+    assert_non_null(strstr(v->hint, "2*r"));
+    assert_string_equal(f->err.hint, v->hint);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_down_rank_mismatch(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "down_lora_a", 0, 1, 2, 3, 3);
+    set_shape(f, "down_lora_b", 0, 1, 1, 4, 1);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 0, B(f, "down_lora_a", 0), 2, 2, 3);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 0, B(f, "down_lora_b", 0), 3, 2, 1);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+static void test_model_axes(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "gate_up_lora_a", 0, 1, 1, 4, 5);
+    set_shape(f, "gate_up_lora_b", 0, 1, 2, 5, 2);
+    set_shape(f, "down_lora_a", 0, 1, 2, 2, 4);
+    set_shape(f, "down_lora_b", 0, 1, 1, 6, 2);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_HIDDEN_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, B(f, "gate_up_lora_a", 0), 3, 4, 5);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, B(f, "gate_up_lora_b", 0), 2, 6, 5);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, B(f, "down_lora_a", 0), 3, 3, 4);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, B(f, "down_lora_b", 0), 2, 4, 6);
+    assert_int_equal(f->err.n_violations, 4);
+}
+
+/* A zero extent elsewhere lets a shape carry an absurd rank axis with no
+ * data; it must be refused, not overflow 2*r. */
+static void test_absurd_rank_axis(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    set_shape(f, "gate_up_lora_b", 0, 1, 2, 0, INT64_C(1) << 62);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect(&f->err, LS_INVALID_SHAPE, 0, B(f, "gate_up_lora_b", 0), 3, LS_NA, INT64_C(1) << 62);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, B(f, "gate_up_lora_b", 0), 2, 6, 0);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+static void test_rank_across_layers(void **state) {
+    fx *f = *state;
+    f->d.L = 3;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 2, 1, 3, 0);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 2, B(f, "gate_up_lora_b", 2), 3, 2, 3);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_rank_too_large(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 6, 0);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_TOO_LARGE, &f->err);
+    const ls_violation *v = tu_expect(&f->err, LS_LORA_RANK_TOO_LARGE, LS_NA, B(f, "gate_up_lora_b", 0), 3, 4, 6);
+    assert_non_null(strstr(v->hint, "--max-rank 6"));
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_config_rank(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    ls_adapter_params p = {.r = 3};
+    tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, LS_NA, B(f, "gate_up_lora_b", 0), 3, 3, 2);
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_layout_unsupported(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 2, 2, 0);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_LAYOUT_UNSUPPORTED, &f->err);
+    const ls_violation *v = tu_expect(&f->err, LS_LORA_LAYOUT_UNSUPPORTED, 0, B(f, "gate_up_lora_a", 0), 1, 1, 2);
+    assert_non_null(strstr(v->hint, "--lora-layout per-expert"));
+    assert_int_equal(f->err.n_violations, 1);
+}
+
+static void test_pool_dtype_and_nonfinite(void **state) {
+    fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    const int64_t shape[4] = {1, 2, 2, 3};
+    tu_replace(&f->s, B(f, "down_lora_a", 0), LS_DTYPE_U8, shape, 4);
+    tu_f32_data(&f->s, B(f, "down_lora_b", 1))[6] = -INFINITY;
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_DTYPE_UNSUPPORTED, &f->err);
+    tu_expect(&f->err, LS_LORA_DTYPE_UNSUPPORTED, 0, B(f, "down_lora_a", 0), LS_NA, LS_NA, LS_NA);
+    const ls_violation *v = tu_expect(&f->err, LS_LORA_NONFINITE, 1, B(f, "down_lora_b", 1), LS_NA, LS_NA, LS_NA);
+    assert_non_null(strstr(v->message, "flat index 6"));
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+int main(void) {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_valid_baseline),
+        T(test_missing_buffer),
+        T(test_not_4d),
+        T(test_slot_axis),
+        T(test_outer_dim_invalid),
+        T(test_expert_layout_mismatch),
+        T(test_layout_across_layers),
+        T(test_expert_count),
+        T(test_seed_rank_mismatch),
+        T(test_down_rank_mismatch),
+        T(test_model_axes),
+        T(test_absurd_rank_axis),
+        T(test_rank_across_layers),
+        T(test_rank_too_large),
+        T(test_config_rank),
+        T(test_layout_unsupported),
+        T(test_pool_dtype_and_nonfinite),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

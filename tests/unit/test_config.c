@@ -1,0 +1,669 @@
+/* config/: defaults, the three sources and their precedence, every kind of
+ * bad input (one-line error, LS_CONFIG_ERROR), --help / --version, the dump
+ * and the example file. Config files are written under a mkdtemp dir. */
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+
+#define ERRLEN 512
+
+static char tmpdir[] = "/tmp/ls_test_config_XXXXXX";
+
+static int group_setup(void **state) {
+    (void)state;
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+/* The tests create only plain files directly in tmpdir. */
+static int group_teardown(void **state) {
+    (void)state;
+    DIR *d = opendir(tmpdir);
+    if (!d) return -1;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    return rmdir(tmpdir);
+}
+
+/* Writes text to tmpdir/name; the path goes to buf (PATH_MAX). */
+static const char *write_file(const char *name, const char *text, char *buf) {
+    snprintf(buf, PATH_MAX, "%s/%s", tmpdir, name);
+    FILE *f = fopen(buf, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return buf;
+}
+
+/* Runs ls_config_load with argv = "lorasink" + args and envp = env (both
+ * NULL-terminated, either may be NULL). What it prints lands in *out when
+ * out is given (malloc'd, the caller frees). */
+static ls_config_result run_out(ls_config *cfg, const char *const *args, const char *const *env, char *err,
+                                char **out) {
+    char *argv[64] = {"lorasink"};
+    int argc = 1;
+    for (; args && args[argc - 1]; argc++) {
+        assert_true(argc < 63);
+        argv[argc] = (char *)args[argc - 1];
+    }
+    argv[argc] = NULL;
+    char *empty_env[] = {NULL};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    err[0] = '\0';
+    ls_config_result r = ls_config_load(cfg, argc, argv, env ? (char **)env : empty_env, f, err, ERRLEN);
+    fclose(f);
+    if (out) *out = buf;
+    else free(buf);
+    if (r == LS_CONFIG_ERROR) {
+        assert_true(err[0] != '\0');
+        assert_null(strchr(err, '\n'));
+    }
+    return r;
+}
+
+static ls_config_result run(ls_config *cfg, const char *const *args, const char *const *env, char *err) {
+    return run_out(cfg, args, env, err, NULL);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Expects LS_CONFIG_ERROR with want somewhere in the message. */
+static void expect_error(const char *const *args, const char *const *env, const char *want) {
+    ls_config cfg;
+    char err[ERRLEN];
+    assert_int_equal(run(&cfg, args, env, err), LS_CONFIG_ERROR);
+    if (!strstr(err, want)) fail_msg("error \"%s\" lacks \"%s\"", err, want);
+}
+
+/* The dump as a malloc'd string (the caller frees). Through a tmpfile:
+ * with open_memstream here GCC 12 -O2 warns of a dangling pointer. */
+static char *dump_string(const ls_config *cfg) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    ls_config_dump(cfg, f);
+    long len = ftell(f);
+    assert_true(len > 0);
+    char *buf = malloc((size_t)len + 1);
+    assert_non_null(buf);
+    rewind(f);
+    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ---- defaults and single sources ---------------------------------------- */
+
+static void test_defaults(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, NULL, NULL, err), LS_CONFIG_RUN);
+    assert_string_equal(c.config_file, "");
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.device, LS_DEVICE_AUTO);
+    assert_int_equal(c.threads, 0);
+    assert_string_equal(c.weights, "");
+    assert_true(c.demo);
+    assert_int_equal(c.experts, 2);
+    assert_int_equal(c.hidden, 1024);
+    assert_int_equal(c.intermediate, 512);
+    assert_int_equal(c.layers, 2);
+    assert_true(c.seed == 42);
+    assert_int_equal(c.w13_layout, LS_W13_INTERLEAVED);
+    assert_false(c.w13_layout_set);
+    assert_int_equal(c.dtype, LS_WDTYPE_AUTO);
+    assert_int_equal(c.slots, 8);
+    assert_int_equal(c.max_rank, 64);
+    assert_int_equal(c.lora_layout, LS_LORA_SHARED);
+    assert_int_equal(c.host_cache, 64);
+    assert_string_equal(c.adapter_dir, "");
+    assert_false(c.strict_adapters);
+    assert_int_equal(c.max_body_mb, 256);
+    assert_string_equal(c.api_key, "");
+    assert_int_equal(c.max_batch_tokens, 4096);
+    assert_int_equal(c.batch_wait_us, 200);
+    assert_int_equal(c.max_queue_tokens, 65536);
+    assert_int_equal(c.max_connections, 1024);
+    assert_int_equal(c.per_ip_connections, 256);
+    assert_int_equal(c.connection_timeout_s, 60);
+    assert_string_equal(c.log_level, "info");
+}
+
+static void test_flags_alone(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c,
+                         ARGS("--host", "0.0.0.0", "--port", "0", "--slots", "4", "--seed", "18446744073709551615",
+                              "--dtype", "f32", "--adapter-dir", "/srv/adapters", "--connection-timeout", "5"),
+                         NULL, err),
+                     LS_CONFIG_RUN);
+    assert_string_equal(c.host, "0.0.0.0");
+    assert_int_equal(c.port, 0);
+    assert_int_equal(c.slots, 4);
+    assert_true(c.seed == UINT64_MAX);
+    assert_int_equal(c.dtype, LS_WDTYPE_F32);
+    assert_string_equal(c.adapter_dir, "/srv/adapters");
+    assert_int_equal(c.connection_timeout_s, 5);
+    assert_int_equal(c.max_rank, 64); /* untouched */
+}
+
+static void test_env_alone(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, NULL,
+                         ARGS("PATH=/bin", "LORASINK_SLOTS=5", "LORASINK_MAX_RANK=16", "LORASINK_HOST=::1",
+                              "LORASINK_LORA_LAYOUT=per-expert", "LORASINK_API_KEY=k3y", "LORASINK_UNRELATED=1",
+                              "LORASINK_SLOTS=7"),
+                         err),
+                     LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 5); /* the first entry counts, as with getenv */
+    assert_int_equal(c.max_rank, 16);
+    assert_string_equal(c.host, "::1");
+    assert_int_equal(c.lora_layout, LS_LORA_PER_EXPERT);
+    assert_string_equal(c.api_key, "k3y");
+}
+
+static void test_file_alone(void **state) {
+    (void)state;
+    char path[PATH_MAX], env[PATH_MAX + 32];
+    write_file("alone.json",
+               "{\"slots\": 6, \"max_batch_tokens\": 100, \"log_level\": \"debug\", \"strict_adapters\": true,"
+               " \"seed\": \"18446744073709551615\", \"w13_layout\": null}",
+               path);
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_string_equal(c.config_file, path);
+    assert_int_equal(c.slots, 6);
+    assert_int_equal(c.max_batch_tokens, 100);
+    assert_string_equal(c.log_level, "debug");
+    assert_true(c.strict_adapters);
+    assert_true(c.seed == UINT64_MAX);
+    assert_false(c.w13_layout_set); /* null leaves the setting as it was */
+
+    /* The same file through LORASINK_CONFIG, and --config= (empty) for none. */
+    snprintf(env, sizeof env, "LORASINK_CONFIG=%s", path);
+    assert_int_equal(run(&c, NULL, ARGS(env), err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 6);
+    assert_int_equal(run(&c, ARGS("--config="), ARGS(env), err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 8);
+    assert_string_equal(c.config_file, "");
+}
+
+static void test_precedence(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    write_file("prec.json", "{\"slots\": 6, \"host\": \"file\", \"port\": 1}", path);
+    ls_config c;
+    char err[ERRLEN];
+    const char *const *env = ARGS("LORASINK_SLOTS=5", "LORASINK_HOST=env");
+    assert_int_equal(run(&c, ARGS("--config", path, "--slots", "4"), env, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 4);               /* flag > env > file */
+    assert_string_equal(c.host, "env");         /* env > file */
+    assert_int_equal(c.port, 1);                /* file > default */
+    assert_int_equal(run(&c, ARGS("--config", path), env, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 5);
+    /* A flag given twice: the last one counts. */
+    assert_int_equal(run(&c, ARGS("--slots", "3", "--slots=2"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 2);
+}
+
+static void test_equals_form(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--max-rank=128", "--api-key=a=b", "--weights=/w.safetensors"), NULL, err),
+                     LS_CONFIG_RUN);
+    assert_int_equal(c.max_rank, 128);
+    assert_string_equal(c.api_key, "a=b"); /* only the first '=' splits */
+    assert_string_equal(c.weights, "/w.safetensors");
+    assert_false(c.demo);
+}
+
+static void test_bools(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--strict-adapters"), NULL, err), LS_CONFIG_RUN);
+    assert_true(c.strict_adapters);
+    const char *yes[] = {"true", "1"}, *no[] = {"false", "0"};
+    for (int i = 0; i < 2; i++) {
+        char flag[64], env[64];
+        snprintf(flag, sizeof flag, "--strict-adapters=%s", yes[i]);
+        assert_int_equal(run(&c, ARGS(flag), NULL, err), LS_CONFIG_RUN);
+        assert_true(c.strict_adapters);
+        snprintf(env, sizeof env, "LORASINK_STRICT_ADAPTERS=%s", yes[i]);
+        assert_int_equal(run(&c, NULL, ARGS(env), err), LS_CONFIG_RUN);
+        assert_true(c.strict_adapters);
+        /* false from the flag beats true from the environment */
+        snprintf(flag, sizeof flag, "--strict-adapters=%s", no[i]);
+        assert_int_equal(run(&c, ARGS(flag), ARGS(env), err), LS_CONFIG_RUN);
+        assert_false(c.strict_adapters);
+    }
+    /* A bool flag never takes the next argument as its value. */
+    expect_error(ARGS("--strict-adapters", "true"), NULL, "unexpected argument \"true\"");
+    expect_error(ARGS("--strict-adapters=yes"), NULL, "--strict-adapters: \"yes\" is not a boolean");
+    expect_error(NULL, ARGS("LORASINK_DEMO=on"), "LORASINK_DEMO: \"on\" is not a boolean");
+    char path[PATH_MAX];
+    write_file("bool.json", "{\"strict_adapters\": true}", path);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_true(c.strict_adapters);
+}
+
+/* The dump names the value the flag set. */
+static void check_enum(const char *flag, const char *name) {
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS(flag, name), NULL, err), LS_CONFIG_RUN);
+    char *d = dump_string(&c);
+    json_t *j = json_loads(d, 0, NULL);
+    assert_non_null(j);
+    char key[64];
+    snprintf(key, sizeof key, "%s", flag + 2);
+    for (char *p = key; *p; p++)
+        if (*p == '-') *p = '_';
+    assert_string_equal(json_string_value(json_object_get(j, key)), name);
+    json_decref(j);
+    free(d);
+}
+
+static void test_enums(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    const struct {
+        const char *name;
+        int value;
+    } devices[] = {{"auto", LS_DEVICE_AUTO}, {"cpu", LS_DEVICE_CPU}, {"cuda", LS_DEVICE_CUDA}},
+      dtypes[] = {{"auto", LS_WDTYPE_AUTO}, {"bf16", LS_WDTYPE_BF16}, {"f16", LS_WDTYPE_F16}, {"f32", LS_WDTYPE_F32}},
+      w13[] = {{"interleaved", LS_W13_INTERLEAVED}, {"contiguous", LS_W13_CONTIGUOUS}},
+      lora[] = {{"shared", LS_LORA_SHARED}, {"per-expert", LS_LORA_PER_EXPERT}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(run(&c, ARGS("--device", devices[i].name), NULL, err), LS_CONFIG_RUN);
+        assert_int_equal(c.device, devices[i].value);
+        assert_string_equal(ls_device_kind_name(c.device), devices[i].name);
+        check_enum("--device", devices[i].name);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(run(&c, ARGS("--dtype", dtypes[i].name), NULL, err), LS_CONFIG_RUN);
+        assert_int_equal(c.dtype, dtypes[i].value);
+        assert_string_equal(ls_weight_dtype_name(c.dtype), dtypes[i].name);
+        check_enum("--dtype", dtypes[i].name);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(run(&c, ARGS("--w13-layout", w13[i].name), NULL, err), LS_CONFIG_RUN);
+        assert_int_equal(c.w13_layout, w13[i].value);
+        assert_true(c.w13_layout_set);
+        assert_string_equal(ls_w13_layout_name(c.w13_layout), w13[i].name);
+        assert_int_equal(run(&c, ARGS("--lora-layout", lora[i].name), NULL, err), LS_CONFIG_RUN);
+        assert_int_equal(c.lora_layout, lora[i].value);
+        assert_string_equal(ls_lora_layout_name(c.lora_layout), lora[i].name);
+        check_enum("--lora-layout", lora[i].name);
+    }
+    const char *levels[] = {"debug", "info", "warn", "error"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(run(&c, ARGS("--log-level", levels[i]), NULL, err), LS_CONFIG_RUN);
+        assert_string_equal(c.log_level, levels[i]);
+    }
+    /* w13_layout_set from the environment and from the file too. */
+    assert_int_equal(run(&c, NULL, ARGS("LORASINK_W13_LAYOUT=contiguous"), err), LS_CONFIG_RUN);
+    assert_true(c.w13_layout_set);
+    assert_int_equal(c.w13_layout, LS_W13_CONTIGUOUS);
+    char path[PATH_MAX];
+    write_file("w13.json", "{\"w13_layout\": \"interleaved\"}", path);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_true(c.w13_layout_set);
+
+    expect_error(ARGS("--device", "gpu"), NULL, "--device: \"gpu\" is not one of auto, cpu, cuda");
+    expect_error(ARGS("--dtype", "fp8"), NULL, "is not one of auto, bf16, f16, f32");
+    expect_error(ARGS("--lora-layout", "per_expert"), NULL, "is not one of shared, per-expert");
+    expect_error(NULL, ARGS("LORASINK_LOG_LEVEL=trace"), "LORASINK_LOG_LEVEL: \"trace\" is not one of");
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static void test_unknown_flag_and_positionals(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--foo"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "unknown flag --foo (see lorasink --help)");
+    assert_int_equal(run(&c, ARGS("--foo=1"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "unknown flag --foo (see lorasink --help)");
+    expect_error(ARGS("--max_rank", "8"), NULL, "unknown flag --max_rank");
+    expect_error(ARGS("serve"), NULL, "unexpected argument \"serve\"");
+    expect_error(ARGS("-p", "80"), NULL, "unexpected argument \"-p\"");
+    expect_error(ARGS("--"), NULL, "unexpected argument \"--\"");
+    /* A control character in the text cannot break the one-line error. */
+    expect_error(ARGS("--a\nb"), NULL, "unknown flag --a?b");
+}
+
+static void test_bad_numbers(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, NULL, ARGS("LORASINK_SLOTS=abc"), err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "LORASINK_SLOTS: \"abc\" is not an integer");
+    const char *junk[] = {"12abc", " 12", "12 ", "+12", "0x10", "", "1.5", "1e3", "--1"};
+    for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "--slots: \"%s\" is not an integer", junk[i]);
+        expect_error(ARGS("--slots", junk[i]), NULL, want);
+    }
+    expect_error(ARGS("--seed", "-1"), NULL, "--seed: \"-1\" is not an unsigned integer");
+    expect_error(ARGS("--seed", "18446744073709551616"), NULL, "--seed: 18446744073709551616 is out of range");
+}
+
+static void test_out_of_range(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--max-rank", "0"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "--max-rank: 0 is out of range [1, 1024]");
+    assert_int_equal(run(&c, ARGS("--max-rank", "1025"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "--max-rank: 1025 is out of range [1, 1024]");
+    assert_int_equal(run(&c, ARGS("--max-rank", "1"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.max_rank, 1);
+    assert_int_equal(run(&c, ARGS("--max-rank", "1024"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.max_rank, 1024);
+    expect_error(ARGS("--port", "-1"), NULL, "--port: -1 is out of range [0, 65535]");
+    expect_error(ARGS("--port", "65536"), NULL, "--port: 65536 is out of range [0, 65535]");
+    expect_error(ARGS("--threads", "99999999999999999999"), NULL, "out of range [0, 1024]");
+    expect_error(ARGS("--batch-wait-us", "1000001"), NULL, "out of range [0, 1000000]");
+    expect_error(NULL, ARGS("LORASINK_PER_IP_CONNECTIONS=-5"), "LORASINK_PER_IP_CONNECTIONS: -5 is out of range");
+    assert_int_equal(run(&c, ARGS("--per-ip-connections", "0", "--batch-wait-us", "0"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.per_ip_connections, 0);
+    assert_int_equal(c.batch_wait_us, 0);
+}
+
+static void test_missing_value(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--port", "1", "--slots"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "--slots needs a value");
+    expect_error(ARGS("--config"), NULL, "--config needs a value");
+}
+
+static void test_strings(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    char *longest = malloc(LS_CONFIG_PATH_MAX + 1);
+    assert_non_null(longest);
+    memset(longest, 'a', LS_CONFIG_PATH_MAX - 1);
+    longest[LS_CONFIG_PATH_MAX - 1] = '\0';
+    assert_int_equal(run(&c, ARGS("--adapter-dir", longest), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(strlen(c.adapter_dir), LS_CONFIG_PATH_MAX - 1);
+    strcat(longest, "a");
+    expect_error(ARGS("--adapter-dir", longest), NULL, "--adapter-dir: value is longer than 4095 bytes");
+    expect_error(ARGS("--config", longest), NULL, "--config: value is longer than 4095 bytes");
+    free(longest);
+    char host[300];
+    memset(host, 'h', 256);
+    host[256] = '\0';
+    expect_error(ARGS("--host", host), NULL, "--host: value is longer than 255 bytes");
+    expect_error(ARGS("--host", ""), NULL, "--host: value must not be empty");
+    /* A too-long key is refused without being echoed. */
+    char key[600];
+    memset(key, 'k', 599);
+    key[599] = '\0';
+    assert_int_equal(run(&c, ARGS("--api-key", key), NULL, err), LS_CONFIG_ERROR);
+    assert_null(strstr(err, "kkkk"));
+}
+
+static void test_demo_and_weights(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN], path[PATH_MAX];
+    assert_int_equal(run(&c, ARGS("--weights", "/m.safetensors"), NULL, err), LS_CONFIG_RUN);
+    assert_false(c.demo);
+    assert_int_equal(run(&c, ARGS("--demo", "--weights", "/m.safetensors"), NULL, err), LS_CONFIG_ERROR);
+    assert_string_equal(err, "--demo and --weights exclude each other");
+    expect_error(NULL, ARGS("LORASINK_WEIGHTS=/m", "LORASINK_DEMO=true"),
+                 "LORASINK_DEMO and LORASINK_WEIGHTS exclude each other");
+    write_file("both.json", "{\"weights\": \"/m\", \"demo\": true}", path);
+    expect_error(ARGS("--config", path), NULL, "demo and weights exclude each other");
+    /* Across sources the higher one wins. */
+    write_file("weights.json", "{\"weights\": \"/m\"}", path);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_false(c.demo);
+    assert_string_equal(c.weights, "/m");
+    assert_int_equal(run(&c, ARGS("--config", path, "--demo"), NULL, err), LS_CONFIG_RUN);
+    assert_true(c.demo);
+    assert_string_equal(c.weights, "");
+    assert_int_equal(run(&c, ARGS("--weights", "/f"), ARGS("LORASINK_DEMO=1"), err), LS_CONFIG_RUN);
+    assert_false(c.demo);
+    assert_string_equal(c.weights, "/f");
+    /* Same source, demo=false with weights: consistent. */
+    assert_int_equal(run(&c, ARGS("--demo=false", "--weights", "/f"), NULL, err), LS_CONFIG_RUN);
+    assert_false(c.demo);
+    /* No demo and no weights: nothing to serve. */
+    expect_error(ARGS("--demo=false"), NULL, "demo is off but no weights file is given");
+}
+
+static void test_file_errors(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN], path[PATH_MAX], want[PATH_MAX + 64];
+    write_file("slotz.json", "{\"slots\": 3, \"slotz\": 3}", path);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    snprintf(want, sizeof want, "%s: unknown key \"slotz\"", path);
+    assert_string_equal(err, want);
+    expect_error(ARGS("--config", write_file("dash.json", "{\"max-rank\": 8}", path)), NULL,
+                 "unknown key \"max-rank\"");
+
+    struct {
+        const char *json, *want;
+    } wrong[] = {
+        {"{\"slots\": \"8\"}", "slots: expected an integer, got a string"},
+        {"{\"slots\": 8.0}", "slots: expected an integer, got a real"},
+        {"{\"demo\": 1}", "demo: expected true or false, got an integer"},
+        {"{\"host\": 5}", "host: expected a string, got an integer"},
+        {"{\"dtype\": [\"f32\"]}", "dtype: expected a string, got an array"},
+        {"{\"seed\": -1}", "seed: \"-1\" is not an unsigned integer"},
+        {"{\"max_rank\": 0}", "max_rank: 0 is out of range [1, 1024]"},
+        {"{\"max_rank\": 99999999999}", "max_rank: 99999999999 is out of range [1, 1024]"},
+        {"{\"device\": \"gpu\"}", "device: \"gpu\" is not one of auto, cpu, cuda"},
+        {"[1, 2]", "the config file must hold a JSON object"},
+        {"{\"slots\": 3,}", path},
+        {"{\"slots\": 3, \"slots\": 4}", "duplicate"},
+        {"", path},
+    };
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "wrong%zu.json", i);
+        write_file(name, wrong[i].json, path);
+        assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+        if (!strstr(err, wrong[i].want) || strncmp(err, path, strlen(path)))
+            fail_msg("%s: error \"%s\" lacks \"%s\" or the path", wrong[i].json, err, wrong[i].want);
+    }
+
+    snprintf(path, sizeof path, "%s/missing.json", tmpdir);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    snprintf(want, sizeof want, "%s: cannot open: ", path);
+    assert_memory_equal(err, want, strlen(want));
+    char env[PATH_MAX + 32];
+    snprintf(env, sizeof env, "LORASINK_CONFIG=%s", path);
+    expect_error(NULL, ARGS(env), "missing.json: cannot open");
+    expect_error(ARGS("--config", tmpdir), NULL, tmpdir); /* a directory */
+}
+
+/* ---- help, version, dump, example ------------------------------------------ */
+
+static void test_help(void **state) {
+    (void)state;
+    ls_config c, defaults;
+    char err[ERRLEN];
+    char *out = NULL;
+    assert_int_equal(run(&defaults, NULL, NULL, err), LS_CONFIG_RUN);
+    /* --help wins even when later arguments are bad. */
+    assert_int_equal(run_out(&c, ARGS("--port", "1", "--help", "--bogus"), NULL, err, &out), LS_CONFIG_EXIT);
+    assert_non_null(strstr(out, "usage: lorasink"));
+    assert_non_null(strstr(out, "LORASINK_CONFIG"));
+    assert_non_null(strstr(out, "--version"));
+
+    /* Every setting the dump lists has a help line with its flag, its
+     * environment variable and its default. */
+    char *d = dump_string(&defaults);
+    json_t *j = json_loads(d, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_object_size(j) >= 28);
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+        char flag[64], env[64], def[64];
+        snprintf(flag, sizeof flag, "  --%s", key);
+        snprintf(env, sizeof env, "LORASINK_%s", key);
+        for (char *p = flag; *p; p++)
+            if (*p == '_') *p = '-';
+        for (char *p = env; *p; p++)
+            *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            snprintf(def, sizeof def, s[0] ? "default %s " : "default \"%s\"", s);
+        } else if (json_is_integer(v)) {
+            snprintf(def, sizeof def, "default %" JSON_INTEGER_FORMAT " ", json_integer_value(v));
+        } else {
+            snprintf(def, sizeof def, "default %s ", json_is_true(v) ? "true" : "false");
+        }
+        char *line = strstr(out, flag);
+        if (!line) fail_msg("--help lacks %s", flag);
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        *end = '\0';
+        if (line[strlen(flag)] != ' ' || !strstr(line, env) || !strstr(line, def))
+            fail_msg("help line \"%s\" lacks %s or \"%s\"", line, env, def);
+        *end = '\n';
+    }
+    json_decref(j);
+    free(d);
+    /* A few by hand, independent of the dump. */
+    assert_non_null(strstr(out, "LORASINK_MAX_RANK"));
+    assert_non_null(strstr(out, "default 64"));
+    assert_non_null(strstr(out, "[1, 1024]"));
+    assert_non_null(strstr(out, "auto|cpu|cuda"));
+    assert_non_null(strstr(out, "LORASINK_W13_LAYOUT"));
+    assert_non_null(strstr(out, "default interleaved"));
+    free(out);
+
+    assert_int_equal(run_out(&c, ARGS("-h"), NULL, err, &out), LS_CONFIG_EXIT);
+    assert_non_null(strstr(out, "usage: lorasink"));
+    free(out);
+}
+
+static void test_version(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    char *out = NULL;
+    assert_int_equal(run_out(&c, ARGS("--version"), NULL, err, &out), LS_CONFIG_EXIT);
+    assert_string_equal(out, "lorasink 0.1.0\n");
+    free(out);
+}
+
+static void test_dump_masks_key(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--api-key", "s3cret-value", "--slots", "3"), NULL, err), LS_CONFIG_RUN);
+    char *d = dump_string(&c);
+    assert_null(strstr(d, "s3cret"));
+    assert_int_equal(strchr(d, '\n') - d, (long)strlen(d) - 1); /* one line */
+    json_t *j = json_loads(d, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "api_key")), "***");
+    assert_int_equal(json_integer_value(json_object_get(j, "slots")), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "host")), "127.0.0.1");
+    assert_true(json_is_true(json_object_get(j, "demo")));
+    assert_null(json_object_get(j, "config_file"));
+    json_decref(j);
+    free(d);
+    /* No key: shown as "", so a reader can tell auth is off. */
+    assert_int_equal(run(&c, NULL, NULL, err), LS_CONFIG_RUN);
+    d = dump_string(&c);
+    j = json_loads(d, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "api_key")), "");
+    json_decref(j);
+    free(d);
+}
+
+static void test_example_file(void **state) {
+    (void)state;
+    const char *example = LS_TEST_DATA "/../../config/lorasink.example.json";
+    ls_config loaded, defaults;
+    char err[ERRLEN];
+    assert_int_equal(run(&defaults, NULL, NULL, err), LS_CONFIG_RUN);
+    if (run(&loaded, ARGS("--config", example), NULL, err) != LS_CONFIG_RUN) fail_msg("%s", err);
+    char *a = dump_string(&loaded), *b = dump_string(&defaults);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    assert_string_equal(loaded.config_file, example);
+    memset(loaded.config_file, 0, sizeof loaded.config_file);
+    assert_memory_equal(&loaded, &defaults, sizeof loaded); /* w13_layout_set included */
+
+    /* It lists every setting: the same keys as the dump. */
+    json_t *ex = json_load_file(example, 0, NULL);
+    assert_non_null(ex);
+    char *d = dump_string(&defaults);
+    json_t *dj = json_loads(d, 0, NULL);
+    assert_int_equal(json_object_size(ex), json_object_size(dj));
+    const char *key;
+    json_t *v;
+    json_object_foreach(dj, key, v) {
+        if (!json_object_get(ex, key)) fail_msg("the example lacks %s", key);
+    }
+    json_decref(ex);
+    json_decref(dj);
+    free(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_flags_alone),
+        cmocka_unit_test(test_env_alone),
+        cmocka_unit_test(test_file_alone),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_equals_form),
+        cmocka_unit_test(test_bools),
+        cmocka_unit_test(test_enums),
+        cmocka_unit_test(test_unknown_flag_and_positionals),
+        cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_missing_value),
+        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_demo_and_weights),
+        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_dump_masks_key),
+        cmocka_unit_test(test_example_file),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
