@@ -1,0 +1,496 @@
+/* safetensors read and write. The reader treats every byte as hostile: the
+ * header length, each offset and each shape product is checked against the
+ * buffer (with overflow-checked arithmetic) before anything relies on it.
+ * The rules are listed in docs/safetensors.md. */
+#include "api/safetensors.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LS_ST_LEN_FIELD 8
+#define LS_ST_META "__metadata__"
+
+/* One header entry once its fields have been checked; name is borrowed
+ * from the JSON tree. */
+typedef struct {
+    const char *name;
+    ls_dtype dtype;
+    int ndim;
+    int64_t shape[LS_MAX_DIMS];
+    int64_t begin, end;
+} ls_st_entry;
+
+static void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t expected, int64_t got,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Appends one LS_SAFETENSORS_INVALID violation, prefixed with the tensor's
+ * name when the problem belongs to one. */
+static void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t expected, int64_t got,
+                            const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (tensor)
+        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, tensor, axis, expected, got, NULL,
+                     "safetensors: tensor \"%.96s\": %s", tensor, what);
+    else
+        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, axis, expected, got, NULL, "safetensors: %s", what);
+}
+
+static const char *ls_st_json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* safetensors spells dtypes in upper case only; ls_dtype_parse is lenient
+ * for the JSON API, so the spelling is compared exactly here. */
+static bool ls_st_dtype_parse(const char *s, ls_dtype *dt) {
+    return ls_dtype_parse(s, dt) && strcmp(s, ls_dtype_name(*dt)) == 0;
+}
+
+/* __metadata__ must be an object of string to string. */
+static bool ls_st_check_meta(const json_t *meta, ls_error *err) {
+    if (!json_is_object(meta)) {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ is %s, expected an object of strings",
+                        ls_st_json_kind(meta));
+        return false;
+    }
+    bool ok = true;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)meta, key, v) {
+        if (!json_is_string(v)) {
+            ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ value of \"%.64s\" is %s, expected a string",
+                            key, ls_st_json_kind(v));
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* Reads a JSON integer that must be >= 0 into *out. */
+static bool ls_st_nonneg_int(const json_t *v, int64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+    *out = (int64_t)json_integer_value(v);
+    return true;
+}
+
+/* Checks one tensor entry on its own (fields, dtype, shape, offsets, byte
+ * count, end within the data section) and fills *e. Reports every problem
+ * of the entry; returns false when there was any. */
+static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len, ls_st_entry *e, ls_error *err) {
+    if (!json_is_object(v)) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
+                        "entry is %s, expected an object with dtype, shape and data_offsets", ls_st_json_kind(v));
+        return false;
+    }
+    bool ok = true;
+    const char *key;
+    json_t *field;
+    json_object_foreach((json_t *)v, key, field) {
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
+            ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
+                            "unknown field \"%.64s\" (an entry holds exactly dtype, shape and data_offsets)", key);
+            ok = false;
+        }
+    }
+
+    e->name = name;
+    const json_t *jd = json_object_get(v, "dtype");
+    if (!jd) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing dtype");
+        ok = false;
+    } else if (!json_is_string(jd)) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "dtype is %s, expected a string such as \"F32\"",
+                        ls_st_json_kind(jd));
+        ok = false;
+    } else if (!ls_st_dtype_parse(json_string_value(jd), &e->dtype)) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
+                        "unknown dtype \"%.32s\" (expected F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, "
+                        "U8, BOOL, F8_E4M3 or F8_E5M2)",
+                        json_string_value(jd));
+        ok = false;
+    }
+
+    const json_t *js = json_object_get(v, "shape");
+    if (!js) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing shape");
+        ok = false;
+    } else if (!json_is_array(js)) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape is %s, expected an array of integers",
+                        ls_st_json_kind(js));
+        ok = false;
+    } else if (json_array_size(js) > LS_MAX_DIMS) {
+        ls_st_violation(err, name, LS_NA, LS_MAX_DIMS, (int64_t)json_array_size(js),
+                        "shape has %zu dimensions, at most %d are supported", json_array_size(js), LS_MAX_DIMS);
+        ok = false;
+    } else {
+        e->ndim = (int)json_array_size(js);
+        for (int i = 0; i < e->ndim; i++) {
+            const json_t *d = json_array_get(js, (size_t)i);
+            if (!ls_st_nonneg_int(d, &e->shape[i])) {
+                if (json_is_integer(d))
+                    ls_st_violation(err, name, i, LS_NA, (int64_t)json_integer_value(d), "shape axis %d is %lld, "
+                                    "expected a non-negative integer", i, (long long)json_integer_value(d));
+                else
+                    ls_st_violation(err, name, i, LS_NA, LS_NA,
+                                    "shape axis %d is %s, expected a non-negative integer", i, ls_st_json_kind(d));
+                ok = false;
+            }
+        }
+    }
+
+    const json_t *jo = json_object_get(v, "data_offsets");
+    if (!jo) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing data_offsets");
+        ok = false;
+    } else if (!json_is_array(jo) || json_array_size(jo) != 2 || !ls_st_nonneg_int(json_array_get(jo, 0), &e->begin) ||
+               !ls_st_nonneg_int(json_array_get(jo, 1), &e->end)) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
+                        "data_offsets must be an array of two non-negative integers [begin, end]");
+        ok = false;
+    } else if (e->end < e->begin) {
+        ls_st_violation(err, name, LS_NA, e->begin, e->end, "data_offsets [%lld, %lld] end before they begin",
+                        (long long)e->begin, (long long)e->end);
+        ok = false;
+    } else if ((uint64_t)e->end > (uint64_t)body_len) {
+        ls_st_violation(err, name, LS_NA, (int64_t)body_len, e->end,
+                        "data_offsets [%lld, %lld] run past the %zu-byte data section", (long long)e->begin,
+                        (long long)e->end, body_len);
+        ok = false;
+    }
+    if (!ok) return false;
+
+    /* Everything parsed: now the byte count, each product checked. */
+    char sbuf[LS_MAX_DIMS * 24 + 4];
+    ls_shape_str(e->shape, e->ndim, sbuf, sizeof sbuf);
+    int64_t numel = ls_shape_numel(e->shape, e->ndim);
+    int64_t size = (int64_t)ls_dtype_size(e->dtype);
+    if (numel < 0) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape %s has more elements than int64 can count", sbuf);
+        return false;
+    }
+    if (numel > INT64_MAX / size) {
+        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape %s of %s needs more bytes than int64 can count", sbuf,
+                        ls_dtype_name(e->dtype));
+        return false;
+    }
+    int64_t need = numel * size, held = e->end - e->begin;
+    if (need != held) {
+        ls_st_violation(err, name, LS_NA, need, held,
+                        "data_offsets [%lld, %lld] hold %lld bytes, shape %s of %s needs %lld", (long long)e->begin,
+                        (long long)e->end, (long long)held, sbuf, ls_dtype_name(e->dtype), (long long)need);
+        return false;
+    }
+    return true;
+}
+
+/* Byte order of the data section: by begin, then end, so a zero-size
+ * tensor sits before a tensor that starts at the same offset. */
+static int ls_st_cmp(const void *a, const void *b) {
+    const ls_st_entry *x = *(const ls_st_entry *const *)a, *y = *(const ls_st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* The tensors, sorted by offset, must tile the data section exactly: the
+ * first starts at 0, each starts where the previous ended, the last ends at
+ * the end of the buffer. */
+static ls_status ls_st_check_layout(ls_st_entry *ents, size_t n, size_t body_len, ls_error *err) {
+    if (n == 0) {
+        if (body_len == 0) return LS_OK;
+        ls_st_violation(err, NULL, LS_NA, 0, (int64_t)body_len,
+                        "no tensors, yet %zu bytes follow the header (trailing bytes)", body_len);
+        return LS_SAFETENSORS_INVALID;
+    }
+    ls_st_entry **order = malloc(n * sizeof *order);
+    if (!order) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory sorting %zu tensors", n);
+    for (size_t i = 0; i < n; i++) order[i] = &ents[i];
+    qsort(order, n, sizeof *order, ls_st_cmp);
+
+    bool ok = true;
+    const ls_st_entry *prev = NULL;
+    int64_t at = 0; /* where the next tensor must begin */
+    for (size_t i = 0; i < n; i++) {
+        const ls_st_entry *e = order[i];
+        if (e->begin > at) {
+            if (prev)
+                ls_st_violation(err, e->name, LS_NA, at, e->begin,
+                                "data_offsets begin at %lld, leaving a gap of %lld bytes after tensor \"%.64s\" "
+                                "(which ends at %lld)",
+                                (long long)e->begin, (long long)(e->begin - at), prev->name, (long long)at);
+            else
+                ls_st_violation(err, e->name, LS_NA, 0, e->begin,
+                                "the first tensor of the data section begins at %lld, not 0", (long long)e->begin);
+            ok = false;
+        } else if (e->begin < at) {
+            ls_st_violation(err, e->name, LS_NA, at, e->begin,
+                            "data_offsets [%lld, %lld] overlap tensor \"%.64s\" (which ends at %lld)",
+                            (long long)e->begin, (long long)e->end, prev->name, (long long)at);
+            ok = false;
+        }
+        if (e->end >= at) {
+            at = e->end;
+            prev = e;
+        }
+    }
+    /* Every end was checked against body_len, so at <= body_len here. */
+    if ((uint64_t)at != (uint64_t)body_len) {
+        ls_st_violation(err, NULL, LS_NA, at, (int64_t)body_len,
+                        "the tensors end at byte %lld of a %zu-byte data section (%lld trailing bytes)", (long long)at,
+                        body_len, (long long)((int64_t)body_len - at));
+        ok = false;
+    }
+    free(order);
+    return ok ? LS_OK : LS_SAFETENSORS_INVALID;
+}
+
+/* Checks the length field and the header's framing; on success *root is a
+ * new reference to the header object (caller decrefs) and *body_off the
+ * offset of the data section. */
+static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, size_t *body_off, ls_error *err) {
+    *root = NULL;
+    if (len < LS_ST_LEN_FIELD) {
+        ls_st_violation(err, NULL, LS_NA, LS_ST_LEN_FIELD, (int64_t)len,
+                        "the file is %zu bytes, shorter than the 8-byte header length field", len);
+        return false;
+    }
+    uint64_t n = 0;
+    for (int i = 0; i < LS_ST_LEN_FIELD; i++) n |= (uint64_t)buf[i] << (8 * i);
+    size_t avail = len - LS_ST_LEN_FIELD;
+    if (n > LS_SAFETENSORS_MAX_HEADER) {
+        ls_st_violation(err, NULL, LS_NA, LS_SAFETENSORS_MAX_HEADER, LS_NA,
+                        "header length %llu exceeds the limit of %u bytes", (unsigned long long)n,
+                        LS_SAFETENSORS_MAX_HEADER);
+        return false;
+    }
+    if (n > avail) {
+        ls_st_violation(err, NULL, LS_NA, (int64_t)avail, (int64_t)n,
+                        "header length %llu runs past the end of the file (%zu bytes follow the length field)",
+                        (unsigned long long)n, avail);
+        return false;
+    }
+    if (n == 0) {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, 0, "header length is 0; the header must be a JSON object");
+        return false;
+    }
+    /* n is now bounded by the buffer: it is safe to read and parse. */
+    const char *h = (const char *)buf + LS_ST_LEN_FIELD;
+    if (h[0] != '{') {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{' (first byte 0x%02x)",
+                        (unsigned)(uint8_t)h[0]);
+        return false;
+    }
+    const char *nul = memchr(h, '\0', (size_t)n);
+    if (nul) {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header holds a NUL byte at offset %zu",
+                        (size_t)(nul - h));
+        return false;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(h, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)", je.text,
+                        je.position);
+        return false;
+    }
+    if (!json_is_object(j)) {
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is %s, expected a JSON object",
+                        ls_st_json_kind(j));
+        json_decref(j);
+        return false;
+    }
+    *root = j;
+    *body_off = LS_ST_LEN_FIELD + (size_t)n;
+    return true;
+}
+
+/* See safetensors.h. out borrows from buf; on failure out is freed (empty)
+ * and err holds every violation found. */
+ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
+    json_t *root;
+    size_t body_off;
+    if (!ls_st_load_header(buf, len, &root, &body_off, err)) {
+        ls_tensor_set_free(out);
+        return LS_SAFETENSORS_INVALID;
+    }
+    const uint8_t *body = buf + body_off;
+    size_t body_len = len - body_off;
+
+    /* Bounded by the header's size, which the buffer already holds. */
+    size_t cap = json_object_size(root);
+    ls_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
+    if (!ents) {
+        json_decref(root);
+        ls_tensor_set_free(out);
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", cap);
+    }
+    size_t n = 0;
+    bool ok = true;
+    const json_t *meta = NULL;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, LS_ST_META)) {
+            meta = v;
+            ok &= ls_st_check_meta(v, err);
+        } else if (ls_st_check_entry(key, v, body_len, &ents[n], err)) {
+            n++;
+        } else {
+            ok = false;
+        }
+    }
+    /* The layout is only meaningful once every entry is sound. */
+    ls_status st = ok ? ls_st_check_layout(ents, n, body_len, err) : LS_SAFETENSORS_INVALID;
+    if (st == LS_OK && meta) {
+        json_object_foreach((json_t *)meta, key, v) {
+            if (!ls_tensor_set_add_meta(out, key, json_string_value(v))) {
+                st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for metadata");
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; st == LS_OK && i < n; i++) {
+        const ls_st_entry *e = &ents[i];
+        ls_tensor t = {0};
+        t.dtype = e->dtype;
+        t.ndim = e->ndim;
+        memcpy(t.shape, e->shape, sizeof t.shape);
+        t.data = (void *)(body + e->begin); /* borrowed: the caller keeps buf alive */
+        t.nbytes = (size_t)(e->end - e->begin);
+        t.owned = false;
+        if (!ls_tensor_set_add(out, e->name, &t))
+            st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for tensor \"%.96s\"", e->name);
+    }
+    free(ents);
+    json_decref(root);
+    if (st != LS_OK) ls_tensor_set_free(out);
+    return st;
+}
+
+/* Builds the header object: __metadata__ first, then each tensor with
+ * consecutive offsets. Returns NULL with err set on a malformed set. */
+static json_t *ls_st_build_header(const ls_tensor_set *s, uint64_t *data_len, ls_error *err) {
+    json_t *root = json_object();
+    if (!root) goto oom;
+    if (s->n_meta) {
+        json_t *m = json_object();
+        if (!m || json_object_set_new(root, LS_ST_META, m)) goto oom;
+        for (size_t i = 0; i < s->n_meta; i++) {
+            if (json_object_get(m, s->meta[i].key)) {
+                ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: metadata key \"%.64s\" appears twice",
+                             s->meta[i].key);
+                goto fail;
+            }
+            json_t *val = json_string(s->meta[i].value);
+            if (!val || json_object_set_new(m, s->meta[i].key, val)) {
+                ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: metadata \"%.64s\" is not valid UTF-8",
+                             s->meta[i].key);
+                goto fail;
+            }
+        }
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const char *name = s->items[i].name;
+        const ls_tensor *t = &s->items[i].t;
+        if (!strcmp(name, LS_ST_META) || json_object_get(root, name)) {
+            ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: tensor name \"%.96s\" is reserved or repeated",
+                         name);
+            goto fail;
+        }
+        int64_t numel = (unsigned)t->dtype < LS_DTYPE_COUNT && t->ndim >= 0 && t->ndim <= LS_MAX_DIMS
+                            ? ls_shape_numel(t->shape, t->ndim)
+                            : -1;
+        size_t size = ls_dtype_size(t->dtype);
+        if (numel < 0 || (uint64_t)numel > INT64_MAX / size || (size_t)numel * size != t->nbytes ||
+            (t->nbytes && !t->data) || t->nbytes > INT64_MAX - off) {
+            ls_error_set(err, LS_INTERNAL, NULL,
+                         "safetensors write: tensor \"%.96s\" has an inconsistent dtype, shape or byte count", name);
+            goto fail;
+        }
+        json_t *e = json_object(), *shape = json_array(), *offs = json_array();
+        if (!e || !shape || !offs) {
+            json_decref(e);
+            json_decref(shape);
+            json_decref(offs);
+            goto oom;
+        }
+        bool bad = json_object_set_new(e, "dtype", json_string(ls_dtype_name(t->dtype))) ||
+                   json_object_set_new(e, "shape", shape) || json_object_set_new(e, "data_offsets", offs);
+        for (int d = 0; !bad && d < t->ndim; d++) bad = json_array_append_new(shape, json_integer(t->shape[d]));
+        bad = bad || json_array_append_new(offs, json_integer((json_int_t)off)) ||
+              json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes)));
+        if (bad) {
+            json_decref(e);
+            goto oom;
+        }
+        if (json_object_set_new(root, name, e)) {
+            ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: tensor name \"%.96s\" is not valid UTF-8", name);
+            goto fail;
+        }
+        off += t->nbytes;
+    }
+    *data_len = off;
+    return root;
+oom:
+    ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: out of memory building the header");
+fail:
+    json_decref(root);
+    return NULL;
+}
+
+/* See safetensors.h. *out is malloc'd and owned by the caller; on failure
+ * it is NULL and *len 0. */
+ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *len, ls_error *err) {
+    *out = NULL;
+    *len = 0;
+    uint64_t data_len = 0;
+    json_t *root = ls_st_build_header(s, &data_len, err);
+    if (!root) return LS_INTERNAL;
+    char *h = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!h) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: cannot serialise the header");
+
+    /* Spaces pad the header so the data section starts 8-byte aligned,
+     * as the safetensors library does. */
+    size_t hlen = strlen(h);
+    size_t padded = (hlen + 7) & ~(size_t)7;
+    if (padded > LS_SAFETENSORS_MAX_HEADER || data_len > SIZE_MAX - LS_ST_LEN_FIELD - padded) {
+        free(h);
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: the header or data is too large");
+    }
+    size_t total = LS_ST_LEN_FIELD + padded + (size_t)data_len;
+    uint8_t *b = malloc(total);
+    if (!b) {
+        free(h);
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: out of memory for %zu bytes", total);
+    }
+    for (int i = 0; i < LS_ST_LEN_FIELD; i++) b[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(b + LS_ST_LEN_FIELD, h, hlen);
+    memset(b + LS_ST_LEN_FIELD + hlen, ' ', padded - hlen);
+    free(h);
+    size_t at = LS_ST_LEN_FIELD + padded;
+    for (size_t i = 0; i < s->n; i++) {
+        const ls_tensor *t = &s->items[i].t;
+        if (t->nbytes) memcpy(b + at, t->data, t->nbytes);
+        at += t->nbytes;
+    }
+    *out = b;
+    *len = total;
+    return LS_OK;
+}
