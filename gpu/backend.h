@@ -47,6 +47,10 @@ typedef struct {
     ls_status (*forward)(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                          const int *slot_of_token, float *y, ls_error *err);
     ls_status (*synchronize)(ls_backend *be, ls_error *err);
+    /* Optional (NULL = never): true once an error has poisoned the device
+     * context for good (illegal address, launch failure); /ready then
+     * answers 503. */
+    int (*poisoned)(ls_backend *be);
 } ls_backend_ops;
 
 struct ls_backend {
@@ -76,6 +80,10 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
 ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
 /* True when the build has CUDA and a device answers. */
 int ls_backend_cuda_available(void);
+
+static inline int ls_backend_poisoned(ls_backend *be) {
+    return be && be->ops->poisoned ? be->ops->poisoned(be) : 0;
+}
 
 static inline void ls_backend_free(ls_backend *be) {
     if (be) be->ops->free(be);

@@ -1,0 +1,56 @@
+/* The /forward request and response (SPEC §5): JSON (nested arrays or
+ * base64) or a safetensors body, checked against the model's shapes. */
+#ifndef LS_API_FORWARD_H
+#define LS_API_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dims.h"
+#include "common/error.h"
+
+typedef struct {
+    int layer;
+    int T;
+    float *x;      /* owned [T, H] */
+    float *gammas; /* owned [T, n]; NULL = all ones */
+    char **names;  /* owned; NULL = all base; else T entries, NULL = base */
+    bool base64;   /* answer y as a base64 tensor */
+} ls_forward_req;
+
+/* A distinct adapter of the response. */
+typedef struct {
+    const char *name;
+    uint64_t version;
+    int slot;
+} ls_forward_used;
+
+/* Parses a JSON body. On failure req is empty and err says why:
+ * invalid_json, invalid_request (unknown key, bad layer, bad names),
+ * invalid_shape (x or gammas of the wrong width). */
+ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, ls_forward_req *req,
+                                    ls_error *err);
+
+/* Parses a safetensors body holding x [T, H] (and optionally gammas
+ * [T, n]); layer and adapter come from the query (NULL = absent). */
+ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,
+                                           const char *q_adapter, const ls_dims *dims, ls_forward_req *req,
+                                           ls_error *err);
+
+void ls_forward_req_free(ls_forward_req *req);
+
+/* The JSON response body (malloc'd string, caller frees). */
+char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
+                           int n_used);
+
+/* The safetensors response body holding y (malloc'd, caller frees); the
+ * adapters used go to __metadata__ "adapters" as JSON text. */
+ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
+                                      int n_used, uint8_t **out, size_t *len, ls_error *err);
+
+/* Checks an adapter name (SPEC §5: 1-128 of [A-Za-z0-9._-], not starting
+ * with '.'). */
+bool ls_adapter_name_valid(const char *name);
+
+#endif

@@ -1,0 +1,22 @@
+/* Tensors in JSON (SPEC §5): nested arrays of numbers, or
+ * {"dtype": "f32"|"f16"|"bf16", "shape": [...], "data": "<base64>"}. */
+#ifndef LS_API_JSON_TENSOR_H
+#define LS_API_JSON_TENSOR_H
+
+#include <jansson.h>
+
+#include "common/error.h"
+#include "common/tensor.h"
+
+/* Parses j into an owned tensor (*out, free with ls_tensor_free): nested
+ * arrays become F32, base64 keeps its dtype. what names the field in
+ * errors ("x", "tensors[\"...\"]"). Ragged arrays and non-numbers are
+ * LS_INVALID_REQUEST (LS_INVALID_SHAPE for a ragged array); a base64
+ * payload whose size disagrees with its shape is LS_INVALID_SHAPE. */
+ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out, ls_error *err);
+
+/* New reference: rows x cols fp32 as nested arrays, or as a base64 object
+ * when base64. NULL on OOM. */
+json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64);
+
+#endif

@@ -1,0 +1,19 @@
+/* JSON descriptions of adapters and the pool for the handlers. */
+#ifndef LS_SERVER_DESCRIBE_H
+#define LS_SERVER_DESCRIBE_H
+
+#include <jansson.h>
+
+#include "lora/pool.h"
+#include "server/server.h"
+
+/* Dumps j compactly and drops the reference; NULL when j is NULL. */
+char *ls_json_take_text(json_t *j);
+/* New reference describing one adapter (SPEC §5 GET /adapters). */
+json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *info);
+/* New reference for GET /pool, or NULL with err set. */
+json_t *ls_describe_pool(ls_server *srv, ls_error *err);
+/* ISO 8601 UTC of unix ms into buf ("" for 0). */
+const char *ls_describe_time(int64_t ms, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,156 @@
+/* POST /adapters, POST /adapters/validate, GET /adapters[/{name}],
+ * DELETE /adapters/{name}: parse the upload (api/), validate and
+ * normalise it (lora/adapter), register it (lora/pool). A rejected upload
+ * changes nothing: the pool is touched only by a complete, valid adapter. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "api/adapter_upload.h"
+#include "common/log.h"
+#include "server/describe.h"
+#include "server/request.h"
+
+static const char *ls_query_mhd(void *ctx, const char *key) {
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* Counts a rejected upload once per distinct code among its violations. */
+static void ls_count_validation_failure(ls_server *srv, const ls_error *err) {
+    bool seen[LS_STATUS_COUNT] = {false};
+    if (err->n_violations == 0 && (unsigned)err->code < LS_STATUS_COUNT) seen[err->code] = true;
+    for (size_t i = 0; i < err->n_violations; i++)
+        if ((unsigned)err->violations[i].code < LS_STATUS_COUNT) seen[err->violations[i].code] = true;
+    for (int c = 0; c < LS_STATUS_COUNT; c++)
+        if (seen[c] && ls_status_http((ls_status)c) == 422) ls_metrics_validation_failure(&srv->metrics, (ls_status)c);
+}
+
+/* Parses and normalises an upload. On success *up and *a are the
+ * caller's to free; on failure both are empty. */
+static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls_adapter_upload *up, ls_adapter *a,
+                                    ls_error *err) {
+    ls_server *srv = req->srv;
+    ls_status st;
+    if (req->kind == LS_BODY_SAFETENSORS)
+        st = ls_adapter_upload_parse_raw(req->body, req->len, ls_query_mhd, req->conn, srv->cfg.strict_adapters,
+                                         require_name, up, err);
+    else
+        st = ls_adapter_upload_parse_json((const char *)req->body, req->len, srv->cfg.adapter_dir,
+                                          srv->cfg.strict_adapters, require_name, up, err);
+    if (st != LS_OK) {
+        ls_count_validation_failure(srv, err);
+        return st;
+    }
+    st = ls_adapter_normalise(&up->tensors, &up->params, &srv->dims, &srv->pool_dims, a, err);
+    if (st != LS_OK) {
+        ls_count_validation_failure(srv, err);
+        ls_adapter_upload_free(up);
+    }
+    return st;
+}
+
+static json_t *ls_ignored_json(const ls_adapter *a) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < a->n_ignored; i++) json_array_append_new(arr, json_string(a->ignored[i]));
+    return arr;
+}
+
+void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
+    ls_server *srv = req->srv;
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_upload up;
+    ls_adapter a;
+    ls_status st = ls_adapter_prepare(req, true, &up, &a, &err);
+    if (st == LS_OK) {
+        json_t *ignored = ls_ignored_json(&a);
+        ls_pool_load_opts opts = {.pinned = up.pinned,
+                                  .replace = up.replace,
+                                  .source_path = up.source_path[0] ? up.source_path : NULL,
+                                  .params = up.params};
+        ls_adapter_info info;
+        st = ls_pool_load(srv->pool, up.name, &a, &opts, &info, &err);
+        if (st == LS_OK) {
+            json_t *j = ls_describe_adapter(srv, &info);
+            if (j) json_object_set_new(j, "ignored", ignored);
+            else json_decref(ignored);
+            ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
+                        info.rank, ls_adapter_format_name(info.format), info.slot >= 0 ? "resident" : "host tier");
+            ls_reply_json(r, 201, ls_json_take_text(j));
+        } else {
+            json_decref(ignored);
+            ls_adapter_free(&a);
+        }
+        ls_adapter_upload_free(&up);
+    }
+    if (st != LS_OK) ls_reply_error(r, &err);
+    ls_error_free(&err);
+}
+
+void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_upload up;
+    ls_adapter a;
+    ls_status st = ls_adapter_prepare(req, false, &up, &a, &err);
+    if (st == LS_OK) {
+        json_t *layers = json_array();
+        for (int l = 0; layers && l < a.layers; l++)
+            if (a.layer_present[l]) json_array_append_new(layers, json_integer(l));
+        json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:s, s:I}", "valid", 1, "format",
+                              ls_adapter_format_name(a.format), "rank", a.rank, "scale", a.scale, "layout",
+                              a.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
+                              "sha256", a.sha256, "bytes", (json_int_t)a.bytes);
+        if (j && up.name[0]) json_object_set_new(j, "name", json_string(up.name));
+        ls_reply_json(r, 200, ls_json_take_text(j));
+        ls_adapter_free(&a);
+        ls_adapter_upload_free(&up);
+    } else {
+        ls_reply_error(r, &err);
+    }
+    ls_error_free(&err);
+}
+
+void ls_handle_adapter_list(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_info *infos = NULL;
+    size_t n = 0;
+    if (ls_pool_list(req->srv->pool, &infos, &n, &err) != LS_OK) {
+        ls_reply_error(r, &err);
+    } else {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, ls_describe_adapter(req->srv, &infos[i]));
+        ls_reply_json(r, 200, ls_json_take_text(json_pack("{s:o}", "adapters", arr)));
+    }
+    free(infos);
+    ls_error_free(&err);
+}
+
+void ls_handle_adapter_get(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_info info;
+    if (ls_pool_describe(req->srv->pool, req->param, &info, &err) != LS_OK) ls_reply_error(r, &err);
+    else ls_reply_json(r, 200, ls_json_take_text(ls_describe_adapter(req->srv, &info)));
+    ls_error_free(&err);
+}
+
+void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_info info;
+    ls_status st = ls_pool_describe(req->srv->pool, req->param, &info, &err);
+    if (st == LS_OK) st = ls_pool_delete(req->srv->pool, req->param, &err);
+    if (st != LS_OK) {
+        ls_reply_error(r, &err);
+    } else {
+        ls_log_info("adapter %s v%llu deleted", info.name, (unsigned long long)info.version);
+        ls_reply_json(r, 200,
+                      ls_json_take_text(json_pack("{s:s, s:I, s:b}", "deleted", info.name, "version",
+                                                  (json_int_t)info.version, "in_flight", info.in_flight > 0)));
+    }
+    ls_error_free(&err);
+}

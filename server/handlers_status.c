@@ -1,0 +1,40 @@
+/* GET /health, /ready, /metrics and /pool. */
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "server/describe.h"
+#include "server/request.h"
+
+void ls_handle_health(const ls_request *req, ls_reply *r) {
+    (void)req;
+    ls_reply_json(r, 200, ls_json_take_text(json_pack("{s:s}", "status", "ok")));
+}
+
+void ls_handle_ready(const ls_request *req, ls_reply *r) {
+    if (atomic_load(&req->srv->poisoned)) {
+        ls_reply_fail(r, LS_DEVICE_ERROR, "restart the server; the device error is in the log",
+                      "the %s backend hit an unrecoverable device error", req->srv->backend->ops->name);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", req->srv->backend->ops->name);
+    ls_reply_json(r, 200, ls_json_take_text(j));
+}
+
+void ls_handle_metrics(const ls_request *req, ls_reply *r) {
+    char *text = ls_metrics_render(&req->srv->metrics, req->srv->pool);
+    if (!text) {
+        ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory rendering metrics");
+        return;
+    }
+    ls_reply_json(r, 200, text);
+    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+void ls_handle_pool(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    json_t *j = ls_describe_pool(req->srv, &err);
+    if (!j) ls_reply_error(r, &err);
+    else ls_reply_json(r, 200, ls_json_take_text(j));
+    ls_error_free(&err);
+}

@@ -1,0 +1,316 @@
+/* The libmicrohttpd daemon: the three-phase request handler (allocate
+ * state and check route, auth, size and media type; consume the body
+ * under the size cap; dispatch and reply), the routing table, and the one
+ * place where responses are created, queued and destroyed. */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "common/log.h"
+#include "server/request.h"
+
+typedef void (*ls_handler_fn)(const ls_request *req, ls_reply *r);
+
+typedef struct {
+    const char *method;
+    const char *pattern; /* "/adapters/{name}" matches one non-empty segment */
+    ls_handler_fn fn;
+    bool open;       /* served without the API key */
+    bool has_body;   /* POST with a JSON or safetensors body */
+} ls_route;
+
+static const ls_route ls_routes[] = {
+    {"GET", "/health", ls_handle_health, true, false},
+    {"GET", "/ready", ls_handle_ready, true, false},
+    {"GET", "/metrics", ls_handle_metrics, false, false},
+    {"GET", "/pool", ls_handle_pool, false, false},
+    {"POST", "/forward", ls_handle_forward, false, true},
+    {"POST", "/adapters", ls_handle_adapter_load, false, true},
+    {"GET", "/adapters", ls_handle_adapter_list, false, false},
+    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true},
+    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false},
+    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false},
+};
+#define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
+
+typedef struct {
+    const ls_route *route;
+    const char *label; /* metrics label: the route pattern or "other" */
+    char param[256];
+    char allow[64]; /* Allow header of a 405 */
+    ls_body_kind kind;
+    uint8_t *body;
+    size_t len, cap;
+    bool too_large;
+    bool replied; /* a response was queued in the first phase */
+    struct timespec t0;
+} ls_conn_state;
+
+static double ls_elapsed_s(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Matches path against a pattern; copies the {name} segment into param. */
+static bool ls_route_match(const char *pattern, const char *path, char *param, size_t plen) {
+    const char *brace = strchr(pattern, '{');
+    if (!brace) return !strcmp(pattern, path);
+    size_t prefix = (size_t)(brace - pattern);
+    if (strncmp(pattern, path, prefix)) return false;
+    const char *seg = path + prefix;
+    if (!*seg || strchr(seg, '/') || strlen(seg) >= plen) return false;
+    snprintf(param, plen, "%s", seg);
+    return true;
+}
+
+/* Finds the route; on a path known under other methods fills allow. */
+static const ls_route *ls_route_find(const char *method, const char *path, char *param, size_t plen, char *allow,
+                                     size_t alen) {
+    const ls_route *found = NULL;
+    allow[0] = '\0';
+    bool head = !strcmp(method, "HEAD");
+    for (size_t i = 0; i < LS_N_ROUTES; i++) {
+        char p[256];
+        if (!ls_route_match(ls_routes[i].pattern, path, p, sizeof p)) continue;
+        /* /adapters/validate is a route of its own only for POST */
+        if (!strcmp(path, "/adapters/validate") && ls_routes[i].pattern[10] == '{' && !strcmp(method, "POST"))
+            continue;
+        if (!strcmp(ls_routes[i].method, method) || (head && !strcmp(ls_routes[i].method, "GET"))) {
+            if (!found) {
+                found = &ls_routes[i];
+                snprintf(param, plen, "%s", p);
+            }
+        } else if (!strstr(allow, ls_routes[i].method)) {
+            size_t l = strlen(allow);
+            snprintf(allow + l, alen - l, "%s%s", l ? ", " : "", ls_routes[i].method);
+        }
+    }
+    return found;
+}
+
+/* Creates, decorates, queues and destroys the response; frees r->body. */
+static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
+                                                                                          : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(r->body);
+        return MHD_NO;
+    }
+    r->body = NULL;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
+    MHD_add_response_header(resp, "X-Lorasink-Version", LS_VERSION);
+    if (r->retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", r->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    ls_metrics_observe_request(&srv->metrics, st->label, r->status, ls_elapsed_s(&st->t0));
+    st->replied = true;
+    return ret;
+}
+
+/* Constant-time comparison of the bearer token with the key. */
+static bool ls_http_authorized(struct MHD_Connection *conn, const char *key) {
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    const char *tok = h + 7;
+    size_t tl = strlen(tok), kl = strlen(key);
+    unsigned char diff = (unsigned char)(tl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ (i < tl ? tok[i] : 0));
+    return diff == 0;
+}
+
+/* Decides how to read the body from Content-Type; false = unsupported. */
+static bool ls_http_body_kind(struct MHD_Connection *conn, ls_body_kind *kind) {
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    /* curl -d sends form-urlencoded by default; the body is still JSON. */
+    if (!ct || !*ct || !strncasecmp(ct, "application/json", 16) || !strncasecmp(ct, "text/plain", 10) ||
+        !strncasecmp(ct, "application/x-www-form-urlencoded", 33)) {
+        *kind = LS_BODY_JSON;
+        return true;
+    }
+    if (!strncasecmp(ct, "application/octet-stream", 24)) {
+        *kind = LS_BODY_SAFETENSORS;
+        return true;
+    }
+    return false;
+}
+
+/* First call of a request: route, auth, size and media type. Returns
+ * true when a reply was queued already. */
+static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
+                          ls_conn_state *st, enum MHD_Result *ret) {
+    char allow[64];
+    ls_reply r = {0};
+    st->route = ls_route_find(method, url, st->param, sizeof st->param, allow, sizeof allow);
+    st->label = st->route ? st->route->pattern : "other";
+    if (!st->route && allow[0]) {
+        char unused[256];
+        for (size_t i = 0; i < LS_N_ROUTES; i++)
+            if (ls_route_match(ls_routes[i].pattern, url, unused, sizeof unused)) {
+                st->label = ls_routes[i].pattern;
+                break;
+            }
+        snprintf(st->allow, sizeof st->allow, "%s", allow);
+        r.allow = st->allow;
+        ls_reply_fail(&r, LS_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url, allow);
+    } else if (!st->route) {
+        ls_reply_fail(&r, LS_NOT_FOUND, NULL, "no route %s %s", method, url);
+    } else if (srv->cfg.api_key[0] && !st->route->open && !ls_http_authorized(conn, srv->cfg.api_key)) {
+        ls_reply_fail(&r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
+    } else if (st->route->has_body) {
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        unsigned long long max = (unsigned long long)srv->cfg.max_body_mb << 20;
+        if (!ls_http_body_kind(conn, &st->kind))
+            ls_reply_fail(&r, LS_UNSUPPORTED_MEDIA_TYPE, NULL, "Content-Type %s is not supported",
+                          MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE));
+        else if (cl && strtoull(cl, NULL, 10) > max)
+            ls_reply_fail(&r, LS_PAYLOAD_TOO_LARGE, NULL, "the body of %s bytes is over the limit of %d MiB", cl,
+                          srv->cfg.max_body_mb);
+        else return false;
+    } else {
+        return false;
+    }
+    *ret = ls_http_send(conn, srv, st, &r);
+    return true;
+}
+
+static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
+                             ls_conn_state *st, ls_reply *r) {
+    if (st->too_large) {
+        ls_reply_fail(r, LS_PAYLOAD_TOO_LARGE, NULL, "the body is over the limit of %d MiB", srv->cfg.max_body_mb);
+        return;
+    }
+    ls_request req = {.srv = srv,
+                      .conn = conn,
+                      .method = method,
+                      .path = url,
+                      .param = st->param[0] ? st->param : NULL,
+                      .body = st->body,
+                      .len = st->len,
+                      .kind = st->kind};
+    st->route->fn(&req, r);
+}
+
+static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                       const char *version, const char *upload_data, size_t *upload_data_size,
+                                       void **con_cls) {
+    (void)version;
+    ls_server *srv = cls;
+    ls_conn_state *st = *con_cls;
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st) return MHD_NO;
+        clock_gettime(CLOCK_MONOTONIC, &st->t0);
+        *con_cls = st;
+        atomic_fetch_add(&srv->active, 1);
+        enum MHD_Result ret;
+        if (ls_http_begin(srv, conn, url, method, st, &ret)) return ret;
+        return MHD_YES;
+    }
+    if (st->replied) {
+        *upload_data_size = 0; /* discard the rest of a refused body */
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t max = (size_t)srv->cfg.max_body_mb << 20;
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (st->too_large || n > max - st->len) {
+            st->too_large = true;
+            return MHD_YES;
+        }
+        if (st->len + n > st->cap) {
+            size_t cap = st->cap ? st->cap : 4096;
+            while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
+            uint8_t *b = realloc(st->body, cap);
+            if (!b) return MHD_NO;
+            st->body = b;
+            st->cap = cap;
+        }
+        memcpy(st->body + st->len, upload_data, n);
+        st->len += n;
+        return MHD_YES;
+    }
+    ls_reply r = {0};
+    ls_http_dispatch(srv, conn, url, method, st, &r);
+    if (r.status >= 400 && r.code == LS_DEVICE_ERROR) ls_log_error("%s %s: %s", method, url, "device error");
+    return ls_http_send(conn, srv, st, &r);
+}
+
+static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    (void)toe;
+    ls_server *srv = cls;
+    ls_conn_state *st = *con_cls;
+    if (!st) return;
+    free(st->body);
+    free(st);
+    *con_cls = NULL;
+    atomic_fetch_sub(&srv->active, 1);
+}
+
+static void ls_http_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t l = strlen(msg);
+    while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
+    ls_log_warn("microhttpd: %s", msg);
+}
+
+bool ls_http_start(ls_server *srv) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv->cfg.port);
+    int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
+    if (gai) {
+        ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
+        return false;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    unsigned pool = 8;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED, ls_http_completed, srv,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.connection_timeout_s,
+        MHD_OPTION_EXTERNAL_LOGGER, ls_http_log, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!srv->daemon) {
+        ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
+        return false;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : srv->cfg.port;
+    return true;
+}
+
+void ls_http_stop(ls_server *srv) {
+    if (!srv->daemon) return;
+    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    /* Let requests in flight finish (bounded, so a stuck client cannot
+     * hold shutdown forever). */
+    for (int i = 0; i < 3000 && atomic_load(&srv->active) > 0; i++) usleep(10000);
+    if (atomic_load(&srv->active) > 0)
+        ls_log_warn("shutdown: %d request(s) still open after 30 s, closing them", atomic_load(&srv->active));
+    MHD_stop_daemon(srv->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    srv->daemon = NULL;
+}

@@ -1,0 +1,59 @@
+/* lorasink's entry point: settings, start-up, serve until SIGTERM or
+ * SIGINT, then a graceful shutdown (stop accepting, finish requests in
+ * flight, free everything, exit 0). Exit 2 for bad settings, 1 when the
+ * server cannot start. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "config/config.h"
+#include "server/server.h"
+
+extern char **environ;
+
+static ls_log_level ls_main_log_level(const char *s) {
+    if (!strcmp(s, "debug")) return LS_LOG_DEBUG;
+    if (!strcmp(s, "warn")) return LS_LOG_WARN;
+    if (!strcmp(s, "error")) return LS_LOG_ERROR;
+    return LS_LOG_INFO;
+}
+
+int main(int argc, char **argv) {
+    static ls_config cfg;
+    char errbuf[512];
+    switch (ls_config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf)) {
+    case LS_CONFIG_EXIT: return 0;
+    case LS_CONFIG_ERROR: fprintf(stderr, "lorasink: %s\n", errbuf); return 2;
+    case LS_CONFIG_RUN: break;
+    }
+    ls_log_set_level(ls_main_log_level(cfg.log_level));
+
+    /* Block the stop signals in every thread (MHD's included) so that
+     * sigwait below is the only place they are taken. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static ls_server srv;
+    if (!ls_server_init(&srv, &cfg)) return 1;
+    if (!ls_http_start(&srv)) {
+        ls_server_free(&srv);
+        return 1;
+    }
+    if (strchr(cfg.host, ':')) printf("listening on http://[%s]:%d\n", cfg.host, srv.port);
+    else printf("listening on http://%s:%d\n", cfg.host, srv.port);
+    fflush(stdout);
+    ls_log_info("listening on %s:%d%s", cfg.host, srv.port, cfg.api_key[0] ? " (API key required)" : "");
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    ls_log_info("%s: stopping: no new connections, finishing requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    ls_http_stop(&srv);
+    ls_server_free(&srv);
+    ls_log_info("stopped");
+    return 0;
+}

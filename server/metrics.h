@@ -1,0 +1,52 @@
+/* Prometheus metrics: requests and latency histograms per route and
+ * status, tokens served, validation failures per code, batch sizes; the
+ * pool's gauges and counters are read from the pool when rendered. */
+#ifndef LS_SERVER_METRICS_H
+#define LS_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define LS_METRICS_MAX_SERIES 128
+#define LS_METRICS_LATENCY_BUCKETS 14
+#define LS_METRICS_BATCH_BUCKETS 12
+
+typedef struct {
+    const char *route; /* static string */
+    int status;
+    uint64_t count;
+    double sum_s;
+    uint64_t buckets[LS_METRICS_LATENCY_BUCKETS]; /* cumulative at render */
+} ls_metrics_series;
+
+typedef struct {
+    pthread_mutex_t lock;
+    ls_metrics_series series[LS_METRICS_MAX_SERIES];
+    int n_series;
+    uint64_t tokens;
+    uint64_t forwards_base, forwards_adapter;
+    uint64_t validation_failures[LS_STATUS_COUNT];
+    uint64_t batches, batch_tokens_sum, batch_requests_sum;
+    uint64_t batch_size_buckets[LS_METRICS_BATCH_BUCKETS]; /* requests per backend call */
+    uint64_t rejected_overload;
+    int64_t queue_depth; /* gauge, set by the batcher */
+} ls_metrics;
+
+void ls_metrics_init(ls_metrics *m);
+void ls_metrics_free(ls_metrics *m);
+void ls_metrics_observe_request(ls_metrics *m, const char *route, int status, double seconds);
+void ls_metrics_add_tokens(ls_metrics *m, uint64_t tokens);
+void ls_metrics_validation_failure(ls_metrics *m, ls_status code);
+void ls_metrics_observe_batch(ls_metrics *m, int requests, int tokens);
+void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
+void ls_metrics_overload(ls_metrics *m);
+
+struct ls_pool;
+/* Renders everything as Prometheus text into a malloc'd string (caller
+ * frees). */
+char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool);
+
+#endif

@@ -1,0 +1,52 @@
+/* Building replies: JSON bodies and the one way errors are answered. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "api/error_body.h"
+#include "server/request.h"
+
+const char *ls_request_query(const ls_request *req, const char *key) {
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+void ls_reply_json(ls_reply *r, int status, char *text) {
+    if (!text) {
+        ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory building the response");
+        return;
+    }
+    r->status = status;
+    r->body = text;
+    r->len = strlen(text);
+    r->content_type = "application/json";
+    r->code = LS_OK;
+}
+
+void ls_reply_error(ls_reply *r, const ls_error *err) {
+    ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
+    free(r->body);
+    r->body = ls_error_body_text(err);
+    r->len = r->body ? strlen(r->body) : 0;
+    r->status = ls_status_http(code);
+    r->content_type = "application/json";
+    r->code = code;
+    /* Retry-After where waiting helps: a full pool or queue. */
+    if (code == LS_POOL_EXHAUSTED || code == LS_OVERLOADED) r->retry_after = 1;
+    if (code == LS_UNAUTHORIZED) r->www_authenticate = true;
+}
+
+void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ls_error err;
+    ls_error_init(&err);
+    ls_error_set(&err, code, hint, "%s", msg);
+    ls_reply_error(r, &err);
+    ls_error_free(&err);
+}

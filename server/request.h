@@ -1,0 +1,63 @@
+/* One HTTP request as the handlers see it (body already read whole) and
+ * the reply they fill; server/http.c turns the reply into a response. */
+#ifndef LS_SERVER_REQUEST_H
+#define LS_SERVER_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "server/server.h"
+
+struct MHD_Connection;
+
+typedef enum { LS_BODY_NONE, LS_BODY_JSON, LS_BODY_SAFETENSORS } ls_body_kind;
+
+typedef struct {
+    ls_server *srv;
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *path;  /* without the query string */
+    const char *param; /* the {name} of /adapters/{name}, else NULL */
+    const uint8_t *body;
+    size_t len;
+    ls_body_kind kind;
+} ls_request;
+
+typedef struct {
+    int status;
+    char *body; /* owned (malloc) */
+    size_t len;
+    const char *content_type; /* static */
+    int retry_after;          /* seconds; 0 = no header */
+    const char *allow;        /* static; Allow header for 405 */
+    bool www_authenticate;
+    ls_status code; /* the error code when status >= 400 */
+} ls_reply;
+
+/* Query-string value (borrowed from MHD) or NULL. */
+const char *ls_request_query(const ls_request *req, const char *key);
+
+/* Fills r with a JSON body (takes ownership of text; NULL = out of
+ * memory, answered as 500). */
+void ls_reply_json(ls_reply *r, int status, char *text);
+/* Fills r with the error body of err (and its Retry-After etc.). */
+void ls_reply_error(ls_reply *r, const ls_error *err);
+/* Shortcut: one error with a formatted message. */
+void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Handlers: each reads req and fills r. */
+void ls_handle_health(const ls_request *req, ls_reply *r);
+void ls_handle_ready(const ls_request *req, ls_reply *r);
+void ls_handle_metrics(const ls_request *req, ls_reply *r);
+void ls_handle_pool(const ls_request *req, ls_reply *r);
+void ls_handle_forward(const ls_request *req, ls_reply *r);
+void ls_handle_adapter_load(const ls_request *req, ls_reply *r);
+void ls_handle_adapter_validate(const ls_request *req, ls_reply *r);
+void ls_handle_adapter_list(const ls_request *req, ls_reply *r);
+void ls_handle_adapter_get(const ls_request *req, ls_reply *r);
+void ls_handle_adapter_delete(const ls_request *req, ls_reply *r);
+
+#endif

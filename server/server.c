@@ -1,0 +1,107 @@
+/* Server start-up and tear-down: device choice, model, backend, pool. */
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/adapter_upload.h"
+#include "common/log.h"
+#include "model/model.h"
+
+/* Reloads an adapter dropped from the host tier (ls_pool_reload_fn). */
+static ls_status ls_server_reload(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
+                                  ls_error *err) {
+    ls_server *srv = ctx;
+    ls_adapter_params p = *params;
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    ls_file_map map = {0};
+    ls_status st = ls_adapter_read_path(path, &p, &set, &map, err);
+    if (st != LS_OK) return st;
+    /* What the upload said inline wins over the file, as at load time. */
+    p.format = params->format;
+    p.r = params->r;
+    p.has_alpha = params->has_alpha;
+    p.lora_alpha = params->lora_alpha;
+    p.use_rslora = params->use_rslora;
+    p.has_scale = params->has_scale;
+    p.scale = params->scale;
+    st = ls_adapter_normalise(&set, &p, &srv->dims, &srv->pool_dims, out, err);
+    ls_tensor_set_free(&set);
+    ls_file_map_close(&map);
+    return st;
+}
+
+static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
+    switch (d) {
+    case LS_WDTYPE_BF16: return LS_DTYPE_BF16;
+    case LS_WDTYPE_F16: return LS_DTYPE_F16;
+    case LS_WDTYPE_F32: return LS_DTYPE_F32;
+    default: return file_dtype;
+    }
+}
+
+bool ls_server_init(ls_server *srv, const ls_config *cfg) {
+    memset(srv, 0, sizeof *srv);
+    srv->cfg = *cfg;
+    ls_metrics_init(&srv->metrics);
+    ls_error err;
+    ls_error_init(&err);
+    ls_model model = {0};
+    bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
+    ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
+                ls_device_kind_name(cfg->device),
+                cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
+
+    ls_status st;
+    if (cfg->weights[0]) {
+        st = ls_model_load(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, &model, &err);
+    } else {
+        ls_dims d = {.n = cfg->experts, .H = cfg->hidden, .F = cfg->intermediate, .L = cfg->layers,
+                     .w13_layout = cfg->w13_layout};
+        st = ls_model_demo(&d, cfg->seed, ls_server_dtype(cfg->dtype, LS_DTYPE_BF16), &model, &err);
+    }
+    if (st != LS_OK) {
+        ls_log_error("model: %s", err.message);
+        goto fail;
+    }
+    srv->dims = model.dims;
+    srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
+                                    .max_tokens = cfg->max_batch_tokens};
+    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model.dtype),
+                            .threads = cfg->threads, .device_id = 0};
+    st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, &err) : ls_backend_cpu_create(&bc, &srv->backend, &err);
+    if (st != LS_OK) {
+        ls_log_error("%s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
+        goto fail;
+    }
+    if ((st = ls_model_upload(&model, srv->backend, &err)) != LS_OK) {
+        ls_log_error("uploading the base weights: %s", err.message);
+        goto fail;
+    }
+    ls_log_info("model: %s, n=%d H=%d F=%d L=%d, w13 %s, %s weights; pool: %d slots, max rank %d, %s layout, %.1f MiB",
+                cfg->weights[0] ? cfg->weights : "demo", srv->dims.n, srv->dims.H, srv->dims.F, srv->dims.L,
+                ls_w13_layout_name(srv->dims.w13_layout), ls_dtype_name(bc.dtype), cfg->slots, cfg->max_rank,
+                ls_lora_layout_name(cfg->lora_layout), (double)srv->backend->pool_bytes / (1 << 20));
+    ls_model_free(&model);
+    ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_server_reload, .reload_ctx = srv};
+    if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {
+        ls_log_error("pool: %s", err.message);
+        goto fail;
+    }
+    ls_error_free(&err);
+    return true;
+fail:
+    ls_model_free(&model);
+    ls_error_free(&err);
+    ls_server_free(srv);
+    return false;
+}
+
+void ls_server_free(ls_server *srv) {
+    ls_pool_free(srv->pool);
+    srv->pool = NULL;
+    ls_backend_free(srv->backend);
+    srv->backend = NULL;
+    ls_metrics_free(&srv->metrics);
+}

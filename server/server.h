@@ -1,0 +1,43 @@
+/* The running server: configuration, model, backend, pool and metrics,
+ * shared by the HTTP layer and the handlers. */
+#ifndef LS_SERVER_SERVER_H
+#define LS_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dims.h"
+#include "config/config.h"
+#include "gpu/backend.h"
+#include "lora/pool.h"
+#include "server/metrics.h"
+
+struct MHD_Daemon;
+
+typedef struct ls_server {
+    ls_config cfg;
+    ls_dims dims;
+    ls_pool_dims pool_dims;
+    ls_backend *backend; /* owned */
+    ls_pool *pool;       /* owned */
+    ls_metrics metrics;
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_bool poisoned; /* a device error poisoned the backend: /ready says 503 */
+    atomic_int active;    /* requests being handled, for graceful shutdown */
+} ls_server;
+
+/* Builds the model, backend and pool from cfg (cfg is copied). Errors are
+ * logged; returns false and leaves nothing allocated. */
+bool ls_server_init(ls_server *srv, const ls_config *cfg);
+void ls_server_free(ls_server *srv);
+
+/* Starts listening (port 0 = ephemeral; srv->port gets the real one). */
+bool ls_http_start(ls_server *srv);
+/* Stops accepting, waits for the requests in flight, stops the daemon. */
+void ls_http_stop(ls_server *srv);
+
+#endif

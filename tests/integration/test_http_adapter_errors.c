@@ -1,0 +1,263 @@
+/* Every validation code of SPEC §4 through HTTP, from the input it
+ * describes: status 422, the code, a message, a hint and the list of
+ * violations; the pool and the registry unchanged after each. Then the
+ * hostile safetensors corpus as raw uploads. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/base64.h"
+#include "tests/util/tiny_server.h"
+
+static tiny_server ts;
+
+#define P "model.layers.0.mlp.shared_experts."
+
+static int setup(void **state) {
+    (void)state;
+    if (!tiny_server_start(&ts, "interleaved", NULL)) return -1;
+    /* one adapter present, so "unchanged" is checked against a non-empty pool */
+    json_t *a = tiny_adapter_inline(&ts, "resident", NULL);
+    json_decref(tiny_post_json(&ts, "/adapters", a, 201));
+    json_decref(a);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tiny_server_stop(&ts);
+    return 0;
+}
+
+/* A zero-filled nested array of the given shape (values v). */
+static json_t *filled(const int *shape, int nd, double v) {
+    json_t *a = json_array();
+    for (int i = 0; i < shape[0]; i++)
+        json_array_append_new(a, nd == 1 ? json_real(v + 0.0625 * (i % 3)) : filled(shape + 1, nd - 1, v));
+    return a;
+}
+
+#define T(...) (int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
+
+/* PEFT upload with the four tensors of the given shapes (n=2, H=4, F=3). */
+static json_t *peft(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
+    json_t *t = json_object();
+    json_object_set_new(t, P "gate_up_proj.lora_A.weight", filled(ga, nga, 0.125));
+    json_object_set_new(t, P "gate_up_proj.lora_B.weight", filled(gb, ngb, 0.25));
+    json_object_set_new(t, P "down_proj.lora_A.weight", filled(da, nda, 0.125));
+    json_object_set_new(t, P "down_proj.lora_B.weight", filled(db, ndb, 0.25));
+    return json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", "bad", "config", "r", 2, "lora_alpha", 4, "tensors", t);
+}
+
+static json_t *pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
+    json_t *t = json_object();
+    json_object_set_new(t, P "gate_up_lora_a", filled(ga, nga, 0.125));
+    json_object_set_new(t, P "gate_up_lora_b", filled(gb, ngb, 0.25));
+    json_object_set_new(t, P "down_lora_a", filled(da, nda, 0.125));
+    json_object_set_new(t, P "down_lora_b", filled(db, ndb, 0.25));
+    return json_pack("{s:s, s:s, s:o}", "name", "bad", "format", "pool", "tensors", t);
+}
+
+/* Posts body to /adapters and /adapters/validate; both must answer the
+ * code with a complete error body, and nothing may change. Returns the
+ * first violation (borrowed from the returned root, which the caller
+ * frees) for further checks. */
+static json_t *expect_code(json_t *body, const char *code, json_t **first) {
+    char *before = tiny_state_snapshot(&ts);
+    json_t *e = tiny_post_json(&ts, "/adapters/validate", body, 422);
+    assert_string_equal(ls_test_error_code(e), code);
+    json_decref(e);
+    e = tiny_post_json(&ts, "/adapters", body, 422);
+    json_t *err = json_object_get(e, "error");
+    if (strcmp(ls_test_error_code(e), code)) fprintf(stderr, "wanted %s, got %s\n", code, json_dumps(e, 0));
+    assert_string_equal(ls_test_error_code(e), code);
+    assert_int_equal(json_integer_value(json_object_get(err, "status")), 422);
+    assert_true(strlen(json_string_value(json_object_get(err, "message"))) > 0);
+    assert_true(strlen(json_string_value(json_object_get(err, "hint"))) > 0);
+    json_t *v = json_object_get(err, "violations");
+    assert_true(json_array_size(v) >= 1);
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *vi = json_array_get(v, i);
+        assert_true(strlen(json_string_value(json_object_get(vi, "hint"))) > 0);
+        if (!strcmp(json_string_value(json_object_get(vi, "code")), code)) found = true;
+    }
+    assert_true(found);
+    *first = json_array_get(v, 0);
+    char *after = tiny_state_snapshot(&ts);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+    json_decref(body);
+    return e;
+}
+
+static void check(json_t *body, const char *code) {
+    json_t *first;
+    json_decref(expect_code(body, code, &first));
+}
+
+static void test_pool_format_codes(void **state) {
+    (void)state;
+    check(pool(T(1, 1, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_not_4d");
+    check(pool(T(1, 3, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 3, 4, 2)), "lora_outer_dim_invalid");
+    check(pool(T(1, 1, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 2, 4, 2)), "lora_expert_layout_mismatch");
+    check(pool(T(1, 1, 4, 4), T(1, 3, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_expert_count_mismatch");
+    check(pool(T(2, 1, 4, 4), T(2, 2, 6, 2), T(2, 2, 2, 3), T(2, 1, 4, 2)), "lora_slot_axis_invalid");
+    check(pool(T(1, 2, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 2, 4, 2)), "lora_layout_unsupported");
+    check(pool(T(1, 1, 4, 5), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_hidden_mismatch");
+    check(pool(T(1, 1, 4, 4), T(1, 2, 8, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_intermediate_mismatch");
+}
+
+/* The seed's error: gate and up A not fused along the rank axis. */
+static void test_rank_mismatch_seed_error(void **state) {
+    (void)state;
+    json_t *first;
+    json_t *e = expect_code(pool(T(1, 1, 2, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_rank_mismatch",
+                            &first);
+    assert_int_equal(json_integer_value(json_object_get(first, "layer")), 0);
+    assert_int_equal(json_integer_value(json_object_get(first, "axis")), 2);
+    assert_int_equal(json_integer_value(json_object_get(first, "expected")), 4);
+    assert_int_equal(json_integer_value(json_object_get(first, "got")), 2);
+    assert_non_null(strstr(json_string_value(json_object_get(first, "tensor")), "gate_up_lora_a"));
+    assert_non_null(strstr(json_string_value(json_object_get(first, "hint")), "rank axis"));
+    json_decref(e);
+}
+
+static void test_peft_codes(void **state) {
+    (void)state;
+    json_t *first;
+    json_t *b = peft(T(5, 4), T(12, 5), T(5, 6), T(4, 5));
+    json_object_set_new(json_object_get(b, "config"), "r", json_integer(5));
+    json_t *e = expect_code(b, "lora_rank_too_large", &first);
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(e, "error"), "hint")), "--max-rank"));
+    json_decref(e);
+    check(peft(T(2, 5), T(12, 2), T(2, 6), T(4, 2)), "lora_hidden_mismatch");
+    check(peft(T(2, 4), T(16, 2), T(2, 6), T(4, 2)), "lora_intermediate_mismatch");
+    check(peft(T(2, 4), T(13, 2), T(2, 6), T(4, 2)), "lora_extent_not_divisible");
+    check(peft(T(2, 4), T(12, 3), T(2, 6), T(4, 2)), "lora_rank_mismatch");
+
+    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    json_object_del(json_object_get(b, "tensors"), P "down_proj.lora_B.weight");
+    check(b, "lora_missing_tensor");
+
+    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    json_object_set_new(json_object_get(b, "tensors"), "lm_head.weight", filled(T(2, 2), 0.5));
+    check(b, "lora_unknown_tensor");
+
+    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    json_object_set_new(json_object_get(b, "tensors"), "model.layers.1.mlp.shared_experts.down_proj.lora_A.weight",
+                        filled(T(2, 6), 0.5));
+    json_object_set_new(json_object_get(b, "tensors"), "model.layers.1.mlp.shared_experts.down_proj.lora_B.weight",
+                        filled(T(4, 2), 0.5));
+    check(b, "lora_layer_out_of_range");
+
+    json_t *t = json_object();
+    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_A.weight", filled(T(2, 4), 0.5));
+    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_B.weight", filled(T(4, 2), 0.5));
+    check(json_pack("{s:s, s:o}", "name", "bad", "tensors", t), "lora_empty");
+
+    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    json_object_set_new(json_object_get(b, "config"), "r", json_integer(0));
+    check(b, "adapter_config_invalid");
+}
+
+static void test_dtype_and_nonfinite(void **state) {
+    (void)state;
+    json_t *b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    int32_t ints[8] = {0};
+    char *b64 = ls_base64_encode((const uint8_t *)ints, sizeof ints);
+    json_object_set_new(json_object_get(b, "tensors"), P "gate_up_proj.lora_A.weight",
+                        json_pack("{s:s, s:[i, i], s:s}", "dtype", "I32", "shape", 2, 4, "data", b64));
+    free(b64);
+    check(b, "lora_dtype_unsupported");
+
+    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    float vals[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    uint32_t nan_bits = 0x7fc00000u;
+    memcpy(&vals[5], &nan_bits, 4);
+    b64 = ls_base64_encode((const uint8_t *)vals, sizeof vals);
+    json_object_set_new(json_object_get(b, "tensors"), P "gate_up_proj.lora_A.weight",
+                        json_pack("{s:s, s:[i, i], s:s}", "dtype", "f32", "shape", 2, 4, "data", b64));
+    free(b64);
+    check(b, "lora_nonfinite");
+}
+
+static void test_every_violation_listed(void **state) {
+    (void)state;
+    /* a wrong hidden size and a rank too large at once: both reported */
+    json_t *b = peft(T(5, 5), T(12, 5), T(5, 6), T(5, 5));
+    json_t *e = tiny_post_json(&ts, "/adapters", b, 422);
+    json_t *v = json_object_get(json_object_get(e, "error"), "violations");
+    bool rank = false, hidden = false;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const char *c = json_string_value(json_object_get(json_array_get(v, i), "code"));
+        rank |= !strcmp(c, "lora_rank_too_large");
+        hidden |= !strcmp(c, "lora_hidden_mismatch");
+    }
+    assert_true(json_array_size(v) >= 3); /* A's H, B's H, the rank */
+    assert_true(rank && hidden);
+    assert_string_equal(ls_test_error_code(e), json_string_value(json_object_get(json_array_get(v, 0), "code")));
+    json_decref(e);
+    json_decref(b);
+}
+
+static void test_hostile_corpus(void **state) {
+    (void)state;
+    char dir[1024];
+    ls_test_data_path("hostile", dir, sizeof dir);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int seen = 0;
+    struct dirent *de;
+    char *before = tiny_state_snapshot(&ts);
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".safetensors")) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static uint8_t buf[1 << 16];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        ls_test_response r;
+        assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=hostile", "application/octet-stream", buf, len,
+                                      NULL, &r),
+                         0);
+        if (r.status != 422) fprintf(stderr, "%s -> %ld %s\n", de->d_name, r.status, r.body);
+        assert_int_equal(r.status, 422);
+        json_t *j = ls_test_response_json(&r);
+        assert_string_equal(ls_test_error_code(j), "safetensors_invalid");
+        json_decref(j);
+        ls_test_response_free(&r);
+        seen++;
+    }
+    closedir(d);
+    assert_true(seen >= 25);
+    char *after = tiny_state_snapshot(&ts);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+    json_t *h = NULL;
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/health", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    json_decref(h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_format_codes),      cmocka_unit_test(test_rank_mismatch_seed_error),
+        cmocka_unit_test(test_peft_codes),             cmocka_unit_test(test_dtype_and_nonfinite),
+        cmocka_unit_test(test_every_violation_listed), cmocka_unit_test(test_hostile_corpus),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

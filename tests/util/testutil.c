@@ -1,0 +1,252 @@
+/* Test helpers: the conformance example, temp dirs, and a real lorasink
+ * process on an ephemeral port driven over HTTP with libcurl. */
+#include "tests/util/testutil.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *ls_test_data_path(const char *name, char *buf, size_t len) {
+    snprintf(buf, len, "%s/%s", LS_TEST_DATA, name);
+    return buf;
+}
+
+json_t *ls_test_load_tiny(void) {
+    char path[1024];
+    json_error_t jerr;
+    json_t *j = json_load_file(ls_test_data_path("tiny.json", path, sizeof path), 0, &jerr);
+    if (!j) {
+        fprintf(stderr, "cannot load %s: %s\n", path, jerr.text);
+        abort();
+    }
+    return j;
+}
+
+static void ls_test_collect(const json_t *j, double *out, long *n) {
+    if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j); i++) ls_test_collect(json_array_get(j, i), out, n);
+    } else {
+        if (out) out[*n] = json_number_value(j);
+        (*n)++;
+    }
+}
+
+double *ls_test_json_doubles(const json_t *nested, long *count) {
+    long n = 0;
+    ls_test_collect(nested, NULL, &n);
+    double *v = calloc(n ? (size_t)n : 1, sizeof *v);
+    long k = 0;
+    ls_test_collect(nested, v, &k);
+    *count = n;
+    return v;
+}
+
+char *ls_test_mkdtemp(void) {
+    char tmpl[] = "/tmp/lorasink-test-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+static int ls_test_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void ls_test_rmtree(const char *path) {
+    if (path) nftw(path, ls_test_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+struct ls_test_server {
+    pid_t pid;
+    int port;
+    int out_fd; /* the server's stdout+stderr */
+};
+
+int ls_test_server_port(const ls_test_server *s) { return s->port; }
+
+/* Reads what the server printed so far (non-blocking) and echoes it. */
+static void ls_test_server_drain(ls_test_server *s, char *acc, size_t cap, size_t *len) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(s->out_fd, buf, sizeof buf)) > 0) {
+        if (*len + (size_t)n < cap) {
+            memcpy(acc + *len, buf, (size_t)n);
+            *len += (size_t)n;
+            acc[*len] = '\0';
+        }
+    }
+}
+
+ls_test_server *ls_test_server_start_env(const char *const *args, const char *const *env) {
+    int fds[2];
+    if (pipe(fds)) return NULL;
+    pid_t pid = fork();
+    if (pid < 0) return NULL;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        const char *argv[64];
+        int a = 0;
+        argv[a++] = LS_SERVER_BIN;
+        argv[a++] = "--port";
+        argv[a++] = "0";
+        argv[a++] = "--host";
+        argv[a++] = "127.0.0.1";
+        for (int i = 0; args && args[i] && a < 62; i++) argv[a++] = args[i];
+        argv[a] = NULL;
+        execv(LS_SERVER_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    ls_test_server *s = calloc(1, sizeof *s);
+    s->pid = pid;
+    s->out_fd = fds[0];
+    static char acc[1 << 16];
+    size_t len = 0;
+    acc[0] = '\0';
+    for (int waited = 0; waited < 60000; waited += 20) {
+        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
+        poll(&p, 1, 20);
+        ls_test_server_drain(s, acc, sizeof acc, &len);
+        const char *m = strstr(acc, "listening on http://127.0.0.1:");
+        if (m) {
+            s->port = atoi(m + strlen("listening on http://127.0.0.1:"));
+            return s;
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            ls_test_server_drain(s, acc, sizeof acc, &len);
+            fprintf(stderr, "server exited early (status %d):\n%s\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                    acc);
+            close(s->out_fd);
+            free(s);
+            return NULL;
+        }
+    }
+    fprintf(stderr, "server did not start in 60 s:\n%s\n", acc);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(s->out_fd);
+    free(s);
+    return NULL;
+}
+
+ls_test_server *ls_test_server_start(const char *const *args) { return ls_test_server_start_env(args, NULL); }
+
+int ls_test_server_stop(ls_test_server *s) {
+    if (!s) return -1;
+    kill(s->pid, SIGTERM);
+    int status = -1;
+    for (int i = 0; i < 3000; i++) {
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) break;
+        /* keep the pipe drained so the server never blocks on its log */
+        char buf[4096];
+        while (read(s->out_fd, buf, sizeof buf) > 0) {
+        }
+        usleep(10000);
+        if (i == 2999) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, &status, 0);
+            status = -1;
+        }
+    }
+    close(s->out_fd);
+    free(s);
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} ls_test_buf;
+
+static size_t ls_test_write(char *ptr, size_t size, size_t nmemb, void *ud) {
+    ls_test_buf *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        b->data = realloc(b->data, cap);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+int ls_test_http(const ls_test_server *s, const char *method, const char *path, const char *content_type,
+                 const void *body, size_t len, const char *const *extra_headers, ls_test_response *out) {
+    memset(out, 0, sizeof *out);
+    CURL *c = curl_easy_init();
+    if (!c) return -1;
+    char url[1024];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
+    ls_test_buf bb = {0}, hb = {0};
+    struct curl_slist *h = NULL;
+    char ct[256];
+    if (body) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
+        h = curl_slist_append(h, ct);
+    }
+    h = curl_slist_append(h, "Expect:");
+    for (int i = 0; extra_headers && extra_headers[i]; i++) h = curl_slist_append(h, extra_headers[i]);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ls_test_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &bb);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ls_test_write);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &hb);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+        char *ctype = NULL;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ctype);
+        out->content_type = strdup(ctype ? ctype : "");
+    }
+    out->body = bb.data ? bb.data : strdup("");
+    out->len = bb.len;
+    out->headers = hb.data ? hb.data : strdup("");
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return rc == CURLE_OK ? 0 : -1;
+}
+
+void ls_test_response_free(ls_test_response *r) {
+    free(r->body);
+    free(r->headers);
+    free(r->content_type);
+    memset(r, 0, sizeof *r);
+}
+
+json_t *ls_test_response_json(const ls_test_response *r) {
+    json_error_t jerr;
+    return json_loadb(r->body, r->len, 0, &jerr);
+}
+
+const char *ls_test_error_code(const json_t *j) {
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    return c ? c : "";
+}

@@ -1,0 +1,49 @@
+/* A lorasink server on the conformance example's model (tests/data/
+ * tiny.json: n=2, H=4, F=3, one layer, pool max rank 4), with an adapter
+ * directory, and the example's adapter in every upload form. */
+#ifndef LS_TESTS_TINY_SERVER_H
+#define LS_TESTS_TINY_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tests/util/testutil.h"
+
+typedef struct {
+    ls_test_server *srv;
+    char *dir; /* temp dir: weights file and --adapter-dir */
+    json_t *tiny;
+} tiny_server;
+
+/* Starts the server with the given W13 layout and extra arguments
+ * (NULL-terminated, may be NULL). */
+bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *extra);
+void tiny_server_stop(tiny_server *ts);
+
+/* The example adapter as an inline JSON upload (PEFT, config r=2 alpha=4):
+ * dtype NULL = nested f32 arrays, "bf16"/"f16"/"f32" = base64 objects. */
+json_t *tiny_adapter_inline(tiny_server *ts, const char *name, const char *dtype);
+/* The example adapter in pool format (scaled factors at rank 2). */
+json_t *tiny_adapter_pool_format(tiny_server *ts, const char *name);
+/* The example adapter's PEFT tensors as a safetensors body (malloc'd);
+ * alpha_meta non-NULL puts lora_alpha into __metadata__. */
+uint8_t *tiny_adapter_safetensors(tiny_server *ts, const char *alpha_meta, size_t *len);
+/* Writes sub/adapter_config.json (config_json) and
+ * sub/adapter_model.safetensors under the adapter dir. */
+void tiny_write_peft_dir(tiny_server *ts, const char *sub, const char *config_json);
+/* Writes a bare .safetensors adapter file under the adapter dir. */
+void tiny_write_adapter_file(tiny_server *ts, const char *file, const char *alpha_meta);
+/* A symlink under the adapter dir that points outside it. */
+void tiny_make_escape_link(tiny_server *ts, const char *name);
+
+/* POSTs body and asserts the status; returns the response JSON. */
+json_t *tiny_post_json(tiny_server *ts, const char *path, const json_t *body, long want_status);
+/* Forward of the example's x and gammas with adapters [name, null, name];
+ * asserts y matches the example's expected y for layout (rel 1e-5). */
+void tiny_check_forward(tiny_server *ts, const char *name, const char *layout);
+/* GET /pool and GET /adapters as one string (malloc'd), to compare. */
+char *tiny_state_snapshot(tiny_server *ts);
+
+#endif
