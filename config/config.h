@@ -45,6 +45,8 @@ typedef struct {
     int max_batch_tokens;
     int batch_wait_us;
     int max_queue_tokens; /* bound of the batcher's queue */
+    bool batching;        /* false: each /forward runs alone */
+    int http_threads;
 
     int max_connections;
     int per_ip_connections;

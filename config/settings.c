@@ -54,6 +54,8 @@ const ls_setting ls_settings[] = {
     INT("max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
     INT("batch-wait-us", batch_wait_us, 0, 1000000, "200", "longest wait to fill a batch, microseconds"),
     INT("max-queue-tokens", max_queue_tokens, 1, 16777216, "65536", "tokens waiting in the batch queue"),
+    BOOL("batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
+    INT("http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections"),
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),

@@ -1,75 +1,115 @@
 /* POST /forward: parse, run through the batcher (or the pool directly),
- * answer in the encoding the request came in. */
+ * answer in the encoding the request came in. With the batcher, http.c
+ * suspends the connection between ls_forward_prepare and
+ * ls_forward_complete so no HTTP thread waits on a batch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/forward.h"
 #include "common/log.h"
+#include "server/batcher.h"
 #include "server/request.h"
 
-/* Runs the forward; owns nothing. */
-static ls_status ls_forward_run(ls_server *srv, const ls_forward_req *fr, float *y, ls_pool_used *used, int *n_used,
-                                ls_error *err) {
-    return ls_pool_forward(srv->pool, fr->layer, fr->T, fr->x, fr->gammas, (const char *const *)fr->names, y, used,
-                           n_used, err);
+struct ls_forward_job {
+    ls_forward_req fr;
+    ls_body_kind kind;
+    float *y;
+    ls_pool_used *used;
+    ls_batch_job job;
+};
+
+void ls_forward_job_free(ls_forward_job *fj) {
+    if (!fj) return;
+    ls_forward_req_free(&fj->fr);
+    ls_error_free(&fj->job.err);
+    free(fj->y);
+    free(fj->used);
+    free(fj);
 }
 
-void ls_handle_forward(const ls_request *req, ls_reply *r) {
+ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
     ls_server *srv = req->srv;
     ls_error err;
     ls_error_init(&err);
-    ls_forward_req fr;
-    float *y = NULL;
-    ls_pool_used *used = NULL;
-    ls_forward_used *wire = NULL;
-    ls_status st;
-    if (req->kind == LS_BODY_SAFETENSORS)
-        st = ls_forward_req_parse_safetensors(req->body, req->len, ls_request_query(req, "layer"),
-                                              ls_request_query(req, "adapter"), &srv->dims, &fr, &err);
-    else
-        st = ls_forward_req_parse_json((const char *)req->body, req->len, &srv->dims, &fr, &err);
-    if (st != LS_OK) goto done_noreq;
-
-    y = malloc((size_t)fr.T * (size_t)srv->dims.H * sizeof *y);
-    used = calloc((size_t)fr.T, sizeof *used);
-    if (!y || !used) {
-        st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fr.T);
-        goto done;
+    ls_forward_job *fj = calloc(1, sizeof *fj);
+    ls_status st = fj ? LS_OK : ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
+    if (st == LS_OK) {
+        fj->kind = req->kind;
+        if (req->kind == LS_BODY_SAFETENSORS)
+            st = ls_forward_req_parse_safetensors(req->body, req->len, ls_request_query(req, "layer"),
+                                                  ls_request_query(req, "adapter"), &srv->dims, &fj->fr, &err);
+        else
+            st = ls_forward_req_parse_json((const char *)req->body, req->len, &srv->dims, &fj->fr, &err);
     }
-    int n_used = 0;
-    st = ls_forward_run(srv, &fr, y, used, &n_used, &err);
+    if (st == LS_OK) {
+        fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
+        fj->used = calloc((size_t)fj->fr.T, sizeof *fj->used);
+        if (!fj->y || !fj->used) st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fj->fr.T);
+    }
+    if (st != LS_OK) {
+        ls_reply_error(r, &err);
+        ls_error_free(&err);
+        ls_forward_job_free(fj);
+        return NULL;
+    }
+    fj->job = (ls_batch_job){.layer = fj->fr.layer, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
+                             .names = (const char *const *)fj->fr.names, .y = fj->y, .used = fj->used};
+    ls_error_init(&fj->job.err);
+    ls_error_free(&err);
+    return fj;
+}
+
+ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
+
+void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
+    ls_batch_job *job = &fj->job;
+    ls_status st = job->status;
     if (st == LS_DEVICE_ERROR && ls_backend_poisoned(srv->backend)) {
         atomic_store(&srv->poisoned, true);
-        ls_log_error("device error poisoned the backend: %s; /ready now answers 503", err.message);
+        ls_log_error("device error poisoned the backend: %s; /ready now answers 503", job->err.message);
     }
-    if (st != LS_OK) goto done;
-    ls_metrics_add_tokens(&srv->metrics, (uint64_t)fr.T);
-
-    wire = calloc((size_t)(n_used ? n_used : 1), sizeof *wire);
+    if (st != LS_OK) {
+        ls_reply_error(r, &job->err);
+        return;
+    }
+    ls_metrics_add_tokens(&srv->metrics, (uint64_t)fj->fr.T);
+    ls_forward_used *wire = calloc((size_t)(job->n_used ? job->n_used : 1), sizeof *wire);
     if (!wire) {
-        st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
-        goto done;
+        ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
+        return;
     }
-    for (int i = 0; i < n_used; i++) wire[i] = (ls_forward_used){used[i].name, used[i].version, used[i].slot};
-    if (req->kind == LS_BODY_SAFETENSORS) {
+    for (int i = 0; i < job->n_used; i++)
+        wire[i] = (ls_forward_used){job->used[i].name, job->used[i].version, job->used[i].slot};
+    if (fj->kind == LS_BODY_SAFETENSORS) {
+        ls_error err;
+        ls_error_init(&err);
         uint8_t *out = NULL;
         size_t len = 0;
-        st = ls_forward_resp_safetensors(&fr, srv->dims.H, y, wire, n_used, &out, &len, &err);
-        if (st == LS_OK) {
+        if (ls_forward_resp_safetensors(&fj->fr, srv->dims.H, fj->y, wire, job->n_used, &out, &len, &err) == LS_OK) {
             r->status = 200;
             r->body = (char *)out;
             r->len = len;
             r->content_type = "application/octet-stream";
+        } else {
+            ls_reply_error(r, &err);
         }
+        ls_error_free(&err);
     } else {
-        ls_reply_json(r, 200, ls_forward_resp_json(&fr, srv->dims.H, y, wire, n_used));
+        ls_reply_json(r, 200, ls_forward_resp_json(&fj->fr, srv->dims.H, fj->y, wire, job->n_used));
     }
-done:
-    ls_forward_req_free(&fr);
-done_noreq:
-    if (st != LS_OK) ls_reply_error(r, &err);
     free(wire);
-    free(used);
-    free(y);
-    ls_error_free(&err);
+}
+
+/* The blocking form, for a server without the batcher. */
+void ls_handle_forward(const ls_request *req, ls_reply *r) {
+    ls_server *srv = req->srv;
+    ls_forward_job *fj = ls_forward_prepare(req, r);
+    if (!fj) return;
+    ls_batch_job *job = &fj->job;
+    if (srv->batcher) job->status = ls_batcher_run(srv->batcher, job);
+    else
+        job->status = ls_pool_forward(srv->pool, job->layer, job->T, job->x, job->gammas, job->names, job->y, job->used,
+                                      &job->n_used, &job->err);
+    ls_forward_complete(srv, fj, r);
+    ls_forward_job_free(fj);
 }

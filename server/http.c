@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "common/log.h"
+#include "server/batcher.h"
 #include "server/request.h"
 
 typedef void (*ls_handler_fn)(const ls_request *req, ls_reply *r);
@@ -50,6 +51,7 @@ typedef struct {
     size_t len, cap;
     bool too_large;
     bool replied; /* a response was queued in the first phase */
+    ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
     struct timespec t0;
 } ls_conn_state;
 
@@ -205,6 +207,30 @@ static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, const 
     st->route->fn(&req, r);
 }
 
+static void ls_http_resume(void *conn) { MHD_resume_connection(conn); }
+
+/* Parses the forward, suspends the connection and hands the job to the
+ * batcher, whose worker resumes the connection when the batch has run. */
+static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, const char *url,
+                                             const char *method, ls_conn_state *st) {
+    ls_reply r = {0};
+    ls_request req = {.srv = srv, .conn = conn, .method = method, .path = url, .body = st->body, .len = st->len,
+                      .kind = st->kind};
+    st->fjob = ls_forward_prepare(&req, &r);
+    if (!st->fjob) return ls_http_send(conn, srv, st, &r);
+    ls_batch_job *job = ls_forward_batch_job(st->fjob);
+    job->done = ls_http_resume;
+    job->done_ctx = conn;
+    /* Suspend before submitting: the worker may resume at once. */
+    MHD_suspend_connection(conn);
+    ls_status s = ls_batcher_submit(srv->batcher, job, &job->err);
+    if (s != LS_OK) {
+        job->status = s;
+        MHD_resume_connection(conn);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                        const char *version, const char *upload_data, size_t *upload_data_size,
                                        void **con_cls) {
@@ -246,6 +272,12 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         return MHD_YES;
     }
     ls_reply r = {0};
+    if (st->fjob) { /* resumed: the batch has run */
+        ls_forward_complete(srv, st->fjob, &r);
+        return ls_http_send(conn, srv, st, &r);
+    }
+    if (srv->batcher && st->route->fn == ls_handle_forward && !st->too_large)
+        return ls_http_forward_async(srv, conn, url, method, st);
     ls_http_dispatch(srv, conn, url, method, st, &r);
     if (r.status >= 400 && r.code == LS_DEVICE_ERROR) ls_log_error("%s %s: %s", method, url, "device error");
     return ls_http_send(conn, srv, st, &r);
@@ -258,6 +290,7 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
     if (!st) return;
+    ls_forward_job_free(st->fjob);
     free(st->body);
     free(st);
     *con_cls = NULL;
@@ -283,9 +316,9 @@ bool ls_http_start(ls_server *srv) {
         ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
         return false;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    unsigned pool = 8;
+    unsigned pool = (unsigned)srv->cfg.http_threads;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED, ls_http_completed, srv,

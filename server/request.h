@@ -48,6 +48,16 @@ void ls_reply_error(ls_reply *r, const ls_error *err);
 void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The asynchronous form of /forward used with the batcher: prepare parses
+ * (NULL with r filled on error), the batch job runs, complete fills r.
+ * The job is owned by the caller until ls_forward_job_free. */
+typedef struct ls_forward_job ls_forward_job;
+struct ls_batch_job;
+ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r);
+struct ls_batch_job *ls_forward_batch_job(ls_forward_job *fj);
+void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r);
+void ls_forward_job_free(ls_forward_job *fj);
+
 /* Handlers: each reads req and fills r. */
 void ls_handle_health(const ls_request *req, ls_reply *r);
 void ls_handle_ready(const ls_request *req, ls_reply *r);

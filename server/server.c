@@ -7,6 +7,7 @@
 #include "api/adapter_upload.h"
 #include "common/log.h"
 #include "model/model.h"
+#include "server/batcher.h"
 
 /* Reloads an adapter dropped from the host tier (ls_pool_reload_fn). */
 static ls_status ls_server_reload(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
@@ -89,6 +90,12 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         ls_log_error("pool: %s", err.message);
         goto fail;
     }
+    if (cfg->batching &&
+        (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
+                                cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
+        ls_log_error("batcher: %s", err.message);
+        goto fail;
+    }
     ls_error_free(&err);
     return true;
 fail:
@@ -99,6 +106,8 @@ fail:
 }
 
 void ls_server_free(ls_server *srv) {
+    ls_batcher_free(srv->batcher);
+    srv->batcher = NULL;
     ls_pool_free(srv->pool);
     srv->pool = NULL;
     ls_backend_free(srv->backend);

@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 
 struct MHD_Daemon;
+struct ls_batcher;
 
 typedef struct ls_server {
     ls_config cfg;
@@ -23,6 +24,7 @@ typedef struct ls_server {
     ls_pool_dims pool_dims;
     ls_backend *backend; /* owned */
     ls_pool *pool;       /* owned */
+    struct ls_batcher *batcher; /* owned; NULL with --batching false */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     int port;

@@ -1,0 +1,275 @@
+/* The batcher's worker: take the oldest job, wait until the batch is full
+ * or the oldest job has waited --batch-wait-us, gather every queued job of
+ * that layer (FIFO) up to the token cap into one call of ls_pool_forward,
+ * and scatter the results. The CPU backend is batch-invariant, so a
+ * token's y is bitwise what it would be served alone. */
+#include "server/batcher.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+struct ls_batcher {
+    ls_pool *pool;
+    ls_metrics *metrics;
+    int H, n, max_tokens, wait_us, max_queue_tokens;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    ls_batch_job *head, *tail;
+    int queued_tokens, queued_jobs;
+    bool stop;
+    pthread_t worker;
+    /* scratch for one merged call, allocated once (max_tokens rows) */
+    float *x, *gammas, *y;
+    const char **names;
+    ls_pool_used *used;
+    ls_batch_job **batch;
+};
+
+static void ls_batcher_finish(ls_batch_job *job, ls_status st) {
+    job->status = st;
+    atomic_store(&job->finished, true);
+    job->done(job->done_ctx); /* last touch: the job may be freed by done() */
+}
+
+/* Runs one job on its own buffers (a job over the cap, a lone job, or the
+ * fall-back when a merged call failed for one job's sake). */
+static void ls_batcher_run_alone(ls_batcher *b, ls_batch_job *job) {
+    ls_status st = ls_pool_forward(b->pool, job->layer, job->T, job->x, job->gammas, job->names, job->y, job->used,
+                                   &job->n_used, &job->err);
+    ls_metrics_observe_batch(b->metrics, 1, job->T);
+    ls_batcher_finish(job, st);
+}
+
+/* The entries of the merged call's used[] that job named, in the order
+ * its tokens first name them (as a call of its own would list them). */
+static void ls_batcher_used_of(const ls_batch_job *job, const ls_pool_used *used, int n_used, ls_batch_job *out) {
+    out->n_used = 0;
+    if (!job->names) return;
+    for (int t = 0; t < job->T; t++) {
+        const char *name = job->names[t];
+        if (!name) continue;
+        bool have = false;
+        for (int k = 0; k < out->n_used && !have; k++) have = !strcmp(out->used[k].name, name);
+        for (int u = 0; u < n_used && !have; u++) {
+            if (!strcmp(used[u].name, name)) {
+                out->used[out->n_used++] = used[u];
+                have = true;
+            }
+        }
+    }
+}
+
+static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count) {
+    const int H = b->H, n = b->n;
+    int T = 0;
+    bool any_names = false, any_gammas = false;
+    for (int j = 0; j < count; j++) {
+        any_names |= jobs[j]->names != NULL;
+        any_gammas |= jobs[j]->gammas != NULL;
+    }
+    for (int j = 0; j < count; j++) {
+        ls_batch_job *job = jobs[j];
+        memcpy(b->x + (size_t)T * H, job->x, sizeof(float) * (size_t)job->T * H);
+        if (any_gammas) {
+            if (job->gammas) memcpy(b->gammas + (size_t)T * n, job->gammas, sizeof(float) * (size_t)job->T * n);
+            else
+                for (size_t i = 0; i < (size_t)job->T * n; i++) b->gammas[(size_t)T * n + i] = 1.0f;
+        }
+        for (int t = 0; t < job->T; t++) b->names[T + t] = job->names ? job->names[t] : NULL;
+        T += job->T;
+    }
+    ls_error err;
+    ls_error_init(&err);
+    int n_used = 0;
+    ls_status st = ls_pool_forward(b->pool, jobs[0]->layer, T, b->x, any_gammas ? b->gammas : NULL,
+                                   any_names ? b->names : NULL, b->y, b->used, &n_used, &err);
+    if (st == LS_ADAPTER_NOT_FOUND) {
+        /* One job named an adapter that is gone: serve each alone so only
+         * that job gets the 404. */
+        ls_error_free(&err);
+        for (int j = 0; j < count; j++) ls_batcher_run_alone(b, jobs[j]);
+        return;
+    }
+    ls_metrics_observe_batch(b->metrics, count, T);
+    int off = 0;
+    for (int j = 0; j < count; j++) {
+        ls_batch_job *job = jobs[j];
+        if (st == LS_OK) {
+            memcpy(job->y, b->y + (size_t)off * H, sizeof(float) * (size_t)job->T * H);
+            ls_batcher_used_of(job, b->used, n_used, job);
+        } else {
+            ls_error_set(&job->err, err.code, err.hint, "%s", err.message);
+        }
+        off += job->T;
+        ls_batcher_finish(job, st);
+    }
+    ls_error_free(&err);
+}
+
+static double ls_batcher_age_us(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e6 + (double)(now.tv_nsec - t0->tv_nsec) / 1e3;
+}
+
+/* Tokens queued for layer (the batch the head job would lead). */
+static int ls_batcher_tokens_for(const ls_batcher *b, int layer) {
+    int tokens = 0;
+    for (const ls_batch_job *j = b->head; j; j = j->next)
+        if (j->layer == layer) tokens += j->T;
+    return tokens;
+}
+
+static void *ls_batcher_main(void *arg) {
+    ls_batcher *b = arg;
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        while (!b->head && !b->stop) pthread_cond_wait(&b->cond, &b->lock);
+        if (!b->head) break; /* stopping with an empty queue */
+        /* Fill the batch until the cap or the head's deadline. */
+        while (!b->stop && ls_batcher_tokens_for(b, b->head->layer) < b->max_tokens) {
+            double left = b->wait_us - ls_batcher_age_us(&b->head->enqueued);
+            if (left <= 0) break;
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            long long ns = until.tv_nsec + (long long)(left * 1e3);
+            until.tv_sec += (time_t)(ns / 1000000000LL);
+            until.tv_nsec = (long)(ns % 1000000000LL);
+            pthread_cond_timedwait(&b->cond, &b->lock, &until);
+        }
+        /* Take the head's layer, FIFO, up to the cap. */
+        int layer = b->head->layer, count = 0, tokens = 0;
+        ls_batch_job **link = &b->head, *prev = NULL;
+        while (*link) {
+            ls_batch_job *j = *link;
+            if (j->layer == layer && (count == 0 || tokens + j->T <= b->max_tokens)) {
+                *link = j->next;
+                if (b->tail == j) b->tail = prev;
+                b->batch[count++] = j;
+                tokens += j->T;
+                b->queued_tokens -= j->T;
+                b->queued_jobs--;
+                if (tokens >= b->max_tokens) break;
+            } else {
+                prev = j;
+                link = &j->next;
+            }
+        }
+        ls_metrics_set_queue_depth(b->metrics, b->queued_jobs);
+        pthread_mutex_unlock(&b->lock);
+        if (count == 1) ls_batcher_run_alone(b, b->batch[0]);
+        else ls_batcher_run_merged(b, b->batch, count);
+        pthread_mutex_lock(&b->lock);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, int H, int n, int max_batch_tokens, int wait_us,
+                            int max_queue_tokens, ls_batcher **out, ls_error *err) {
+    ls_batcher *b = calloc(1, sizeof *b);
+    if (!b) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the batcher");
+    *b = (ls_batcher){.pool = pool, .metrics = metrics, .H = H, .n = n, .max_tokens = max_batch_tokens,
+                      .wait_us = wait_us, .max_queue_tokens = max_queue_tokens};
+    size_t T = (size_t)max_batch_tokens;
+    b->x = malloc(sizeof(float) * T * (size_t)H);
+    b->y = malloc(sizeof(float) * T * (size_t)H);
+    b->gammas = malloc(sizeof(float) * T * (size_t)n);
+    b->names = malloc(sizeof(char *) * T);
+    b->used = malloc(sizeof(ls_pool_used) * T);
+    b->batch = malloc(sizeof(ls_batch_job *) * T);
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->cond, NULL);
+    if (!b->x || !b->y || !b->gammas || !b->names || !b->used || !b->batch ||
+        pthread_create(&b->worker, NULL, ls_batcher_main, b)) {
+        b->stop = true; /* no worker to join */
+        free(b->x), free(b->y), free(b->gammas), free(b->names), free(b->used), free(b->batch);
+        pthread_mutex_destroy(&b->lock);
+        pthread_cond_destroy(&b->cond);
+        free(b);
+        return ls_error_set(err, LS_INTERNAL, NULL, "cannot start the batcher (%d-token buffers)", max_batch_tokens);
+    }
+    *out = b;
+    return LS_OK;
+}
+
+void ls_batcher_free(ls_batcher *b) {
+    if (!b) return;
+    pthread_mutex_lock(&b->lock);
+    b->stop = true;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    pthread_join(b->worker, NULL);
+    free(b->x);
+    free(b->y);
+    free(b->gammas);
+    free(b->names);
+    free(b->used);
+    free(b->batch);
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->cond);
+    free(b);
+}
+
+ls_status ls_batcher_submit(ls_batcher *b, ls_batch_job *job, ls_error *err) {
+    ls_error_init(&job->err);
+    atomic_store(&job->finished, false);
+    job->n_used = 0;
+    job->next = NULL;
+    clock_gettime(CLOCK_MONOTONIC, &job->enqueued);
+    pthread_mutex_lock(&b->lock);
+    /* A request bigger than the whole queue still runs when it is alone. */
+    if (b->stop || (b->queued_tokens > 0 && b->queued_tokens + job->T > b->max_queue_tokens)) {
+        int queued = b->queued_tokens;
+        pthread_mutex_unlock(&b->lock);
+        ls_metrics_overload(b->metrics);
+        return ls_error_set(err, LS_OVERLOADED, NULL, "the forward queue is full (%d tokens waiting, limit %d)",
+                            queued, b->max_queue_tokens);
+    }
+    if (b->tail) b->tail->next = job;
+    else b->head = job;
+    b->tail = job;
+    b->queued_tokens += job->T;
+    b->queued_jobs++;
+    ls_metrics_set_queue_depth(b->metrics, b->queued_jobs);
+    pthread_cond_signal(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    return LS_OK;
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+} ls_batcher_waiter;
+
+static void ls_batcher_wake(void *ctx) {
+    ls_batcher_waiter *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+ls_status ls_batcher_run(ls_batcher *b, ls_batch_job *job) {
+    ls_batcher_waiter w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    job->done = ls_batcher_wake;
+    job->done_ctx = &w;
+    ls_status st = ls_batcher_submit(b, job, &job->err);
+    if (st == LS_OK) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done) pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        st = job->status;
+    } else {
+        job->status = st;
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    return st;
+}

@@ -1,0 +1,51 @@
+/* The forward batcher: concurrent /forward requests for the same layer
+ * are coalesced into one pool forward (up to --max-batch-tokens, waiting
+ * at most --batch-wait-us after the first arrives), every token keeping
+ * its own adapter. One worker thread; a bounded queue (429 when full). */
+#ifndef LS_SERVER_BATCHER_H
+#define LS_SERVER_BATCHER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "lora/pool.h"
+#include "server/metrics.h"
+
+typedef struct ls_batcher ls_batcher;
+
+/* One request's forward. The caller owns the job and every buffer in it,
+ * and keeps them alive until done() has been called. */
+typedef struct ls_batch_job {
+    int layer, T;
+    const float *x;            /* [T, H] */
+    const float *gammas;       /* [T, n] or NULL */
+    const char *const *names;  /* T entries or NULL */
+    float *y;                  /* [T, H], filled */
+    ls_pool_used *used;        /* capacity T, filled */
+    int n_used;
+    ls_status status; /* the outcome, set before done() */
+    ls_error err;     /* initialised by submit; the caller frees it */
+    void (*done)(void *ctx); /* called once, from the worker (or submit) */
+    void *done_ctx;
+    atomic_bool finished;
+    /* queue bookkeeping */
+    struct ls_batch_job *next;
+    struct timespec enqueued;
+} ls_batch_job;
+
+/* Starts the worker. pool and metrics are borrowed. */
+ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, int H, int n, int max_batch_tokens, int wait_us,
+                            int max_queue_tokens, ls_batcher **out, ls_error *err);
+/* Runs what is queued, stops the worker, frees everything. */
+void ls_batcher_free(ls_batcher *b);
+
+/* Queues job. On LS_OVERLOADED (queue full) the job is not queued and
+ * done() is not called; otherwise done() is called once the job has run. */
+ls_status ls_batcher_submit(ls_batcher *b, ls_batch_job *job, ls_error *err);
+
+/* Submits and waits: for callers that may block (tests, benchmarks). */
+ls_status ls_batcher_run(ls_batcher *b, ls_batch_job *job);
+
+#endif

@@ -1,0 +1,191 @@
+/* The batcher through HTTP: concurrent /forward requests are answered from
+ * fewer backend calls than requests (the batch histogram in /metrics says
+ * so), each result bit-identical to the same request served alone; a full
+ * queue answers 429 with Retry-After and loses nothing else. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/util/testutil.h"
+
+#define H 48
+#define NREQ 24
+
+static ls_test_server *srv;
+
+static const char *adapter_body(const char *name, int seed) {
+    static char buf[1 << 16];
+    json_t *t = json_object();
+    const char *p = "model.layers.0.mlp.shared_experts.";
+    int shapes[4][2] = {{4, H}, {2 * 2 * 16, 4}, {4, 2 * 16}, {H, 4}};
+    const char *names[4] = {"gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight",
+                            "down_proj.lora_B.weight"};
+    for (int k = 0; k < 4; k++) {
+        json_t *m = json_array();
+        for (int i = 0; i < shapes[k][0]; i++) {
+            json_t *row = json_array();
+            for (int j = 0; j < shapes[k][1]; j++)
+                json_array_append_new(row, json_real(((i * 5 + j * 3 + seed * 7 + k) % 11 - 5) / 64.0));
+            json_array_append_new(m, row);
+        }
+        char full[128];
+        snprintf(full, sizeof full, "%s%s", p, names[k]);
+        json_object_set_new(t, full, m);
+    }
+    json_t *j = json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", name, "config", "r", 4, "lora_alpha", 8, "tensors", t);
+    char *s = json_dumps(j, JSON_COMPACT);
+    snprintf(buf, sizeof buf, "%s", s);
+    free(s);
+    json_decref(j);
+    return buf;
+}
+
+/* Request i: T in 1..3 tokens, adapters cycling through none, a, b. */
+static char *request_body(int i) {
+    int T = 1 + i % 3;
+    json_t *x = json_array(), *names = json_array();
+    for (int t = 0; t < T; t++) {
+        json_t *row = json_array();
+        for (int h = 0; h < H; h++) json_array_append_new(row, json_real(((i * 13 + t * 7 + h) % 17 - 8) / 16.0));
+        json_array_append_new(x, row);
+        int a = (i + t) % 3;
+        json_array_append_new(names, a == 0 ? json_null() : json_string(a == 1 ? "a" : "b"));
+    }
+    json_t *j = json_pack("{s:o, s:o}", "x", x, "adapters", names);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static json_t *post(const char *path, const char *body, long want) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "POST", path, NULL, body, strlen(body), NULL, &r), 0);
+    if (r.status != want) fprintf(stderr, "%s -> %ld %s\n", path, r.status, r.body);
+    assert_int_equal(r.status, want);
+    json_t *j = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    return j;
+}
+
+/* Scrapes one sample value from /metrics. */
+static double metric(const char *line_prefix) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "GET", "/metrics", NULL, NULL, 0, NULL, &r), 0);
+    const char *p = strstr(r.body, line_prefix);
+    assert_non_null(p);
+    double v = strtod(p + strlen(line_prefix), NULL);
+    ls_test_response_free(&r);
+    return v;
+}
+
+typedef struct {
+    int i;
+    json_t *result;
+    long status;
+} worker_arg;
+
+static void *worker(void *arg) {
+    worker_arg *w = arg;
+    char *body = request_body(w->i);
+    ls_test_response r;
+    if (ls_test_http(srv, "POST", "/forward", NULL, body, strlen(body), NULL, &r) == 0) {
+        w->status = r.status;
+        w->result = ls_test_response_json(&r);
+        ls_test_response_free(&r);
+    }
+    free(body);
+    return NULL;
+}
+
+static void test_batched_equals_alone(void **state) {
+    (void)state;
+    const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1", "--slots", "3",
+                          "--max-rank", "8", "--batch-wait-us", "300000", "--http-threads", "2", NULL};
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    json_decref(post("/adapters", adapter_body("a", 1), 201));
+    json_decref(post("/adapters", adapter_body("b", 2), 201));
+
+    json_t *alone[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        char *body = request_body(i);
+        alone[i] = post("/forward", body, 200);
+        free(body);
+    }
+    double calls0 = metric("\nlorasink_batch_requests_count "), reqs0 = metric("\nlorasink_batch_requests_sum ");
+    assert_true(calls0 == NREQ); /* served one at a time: one call each */
+
+    pthread_t th[NREQ];
+    worker_arg w[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        w[i] = (worker_arg){.i = i};
+        pthread_create(&th[i], NULL, worker, &w[i]);
+    }
+    for (int i = 0; i < NREQ; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NREQ; i++) {
+        assert_int_equal(w[i].status, 200);
+        /* bit for bit: JSON reals print every double exactly */
+        assert_true(json_equal(json_object_get(w[i].result, "y"), json_object_get(alone[i], "y")));
+        assert_true(json_equal(json_object_get(w[i].result, "adapters"), json_object_get(alone[i], "adapters")));
+        json_decref(w[i].result);
+        json_decref(alone[i]);
+    }
+    double calls = metric("\nlorasink_batch_requests_count ") - calls0;
+    double reqs = metric("\nlorasink_batch_requests_sum ") - reqs0;
+    printf("%d concurrent requests served by %.0f backend calls\n", NREQ, calls);
+    assert_true(reqs == NREQ);
+    assert_true(calls < NREQ);
+    assert_int_equal(ls_test_server_stop(srv), 0);
+}
+
+static void test_queue_full_is_429(void **state) {
+    (void)state;
+    const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1",
+                          "--batch-wait-us", "500000", "--max-queue-tokens", "4", "--http-threads", "2", NULL};
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    json_decref(post("/adapters", adapter_body("a", 1), 201));
+    json_decref(post("/adapters", adapter_body("b", 2), 201));
+    pthread_t th[6];
+    worker_arg w[6];
+    for (int i = 0; i < 6; i++) {
+        w[i] = (worker_arg){.i = 2 + 3 * i}; /* T = 3 each: only one fits in the queue at a time */
+        pthread_create(&th[i], NULL, worker, &w[i]);
+    }
+    int ok = 0, overloaded = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].status == 200) ok++;
+        if (w[i].status == 429) {
+            overloaded++;
+            assert_string_equal(ls_test_error_code(w[i].result), "overloaded");
+        }
+        json_decref(w[i].result);
+    }
+    assert_true(ok >= 1);
+    assert_true(overloaded >= 1);
+    assert_int_equal(ok + overloaded, 6);
+    assert_true(metric("\nlorasink_rejected_overload_total ") == overloaded);
+    ls_test_response r;
+    char *body = request_body(0);
+    assert_int_equal(ls_test_http(srv, "POST", "/forward", NULL, body, strlen(body), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    free(body);
+    assert_int_equal(ls_test_server_stop(srv), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_equals_alone),
+        cmocka_unit_test(test_queue_full_is_429),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
