@@ -1,0 +1,380 @@
+/* The pool's entry points: create and free, load (register, possibly
+ * replacing, and make resident), delete, describe, list and snapshot. The
+ * forward lives in pool_forward.c, the policy in pool_policy.c.
+ *
+ * Design:
+ * - Each registered (name, version) is an immutable entry (the normalised
+ *   ls_adapter plus metadata) with a reference count. The name table maps a
+ *   name to its current entry. A forward resolves its names and counts its
+ *   references under the pool mutex in one critical section, so a version
+ *   cannot vanish between lookup and use. DELETE unlinks the name at once;
+ *   the entry and its slot are freed at the last release. A replace writes
+ *   the new version (version + 1) into a slot first and then switches the
+ *   name in one critical section; the old entry lives on while references
+ *   hold it (in its slot unless evicted like any held adapter, below). No
+ *   request sees a mix of versions because a request runs each version it
+ *   resolved, and a slot is only rewritten when the entry in it is evicted
+ *   or freed, never while a group that uses it runs.
+ * - Locks: be_mu serialises every backend call (the CPU backend is not
+ *   re-entrant) and every change of slot assignment; mu guards all
+ *   bookkeeping. Order: be_mu, then mu; a thread holding mu never waits
+ *   for be_mu, and mu is never held across a backend call or a file read.
+ *   Delete, describe, list, snapshot and a forward's lookup and release
+ *   take mu only, so they answer at once even while a slot is written.
+ * - Residency: a slot is FREE, LOADING (written now, under be_mu) or
+ *   RESIDENT. To make an adapter resident the pool takes a free slot, else
+ *   evicts the least recently used resident adapter that is neither pinned
+ *   nor part of the group about to run; idle adapters go before those held
+ *   by waiting requests (which get made resident again, same version, when
+ *   they run). A deleted or replaced version that requests still hold is
+ *   such a held adapter too, as long as it keeps its host copy: refusing
+ *   its slot would answer 503 under replace churn although the pool could
+ *   serve (without a host copy it stays, since its file may have changed).
+ *   When nothing qualifies: LS_POOL_EXHAUSTED (the server adds
+ *   Retry-After). LRU follows a logical clock stamped at load and at every
+ *   forward use, ties broken by registration order; last_used_ms (wall
+ *   clock) is for display. A load counts as a use so that a fresh adapter
+ *   is not the first one evicted.
+ * - Load: a taken name without replace is LS_ADAPTER_EXISTS. A replace
+ *   writes the new version into the old one's slot when the old one is
+ *   idle (it goes away at the switch), else into a slot taken by the rule
+ *   above. A failed slot write clears and frees the slot and undoes the
+ *   registration; the caller keeps its adapter (an old version whose slot
+ *   was being reused stays registered, not resident).
+ * - At most S-1 adapters may be pinned, so one slot always remains for
+ *   everything else. A pinned adapter must get a slot at load, else the
+ *   load fails and nothing changes; it is never evicted. A deleted or
+ *   replaced version is no longer pinned.
+ * - Host tier: host_cache adapters keep their factors on the host. Past
+ *   that, the least recently used live, unpinned, idle adapter loses its
+ *   host copy: with a source path it stays registered (serving from its
+ *   slot if resident, reloaded and checked against its sha256 when it must
+ *   be made resident again); without one it is unregistered with a warning.
+ *   When nothing can be dropped the tier goes over: it is a soft cap.
+ * - Counters: hits (a forward found the adapter resident), misses (it had
+ *   to be loaded), loads (slot writes of an adapter, at load or forward),
+ *   evictions (a resident adapter displaced), host_drops (host copies
+ *   dropped, whether the adapter stayed registered or not). */
+#include "lora/pool_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "lora/pool_debug.h"
+
+/* Creates the pool; *out owned by the caller (ls_pool_free). */
+ls_status ls_pool_create(ls_backend *be, const ls_pool_config *cfg, ls_pool **out, ls_error *err) {
+    *out = NULL;
+    if (!be || !cfg || be->pool.slots < 1 || be->pool.max_tokens < 1 || be->dims.L < 1)
+        return ls_error_set(err, LS_INTERNAL, NULL, "pool: a backend with slots, layers and max_tokens is required");
+    ls_pool *p = calloc(1, sizeof *p);
+    if (!p) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool");
+    p->be = be;
+    p->dims = be->dims;
+    p->pd = be->pool;
+    p->S = be->pool.slots;
+    p->cfg = *cfg;
+    pthread_mutex_init(&p->be_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+
+    size_t T = (size_t)p->pd.max_tokens, H = (size_t)p->dims.H, n = (size_t)p->dims.n;
+    p->slots = calloc((size_t)p->S, sizeof *p->slots);
+    p->w_gu_a = malloc(ls_pool_gu_a_len(&p->dims, &p->pd) * sizeof(float));
+    p->w_gu_b = malloc(ls_pool_gu_b_len(&p->dims, &p->pd) * sizeof(float));
+    p->w_d_a = malloc(ls_pool_d_a_len(&p->dims, &p->pd) * sizeof(float));
+    p->w_d_b = malloc(ls_pool_d_b_len(&p->dims, &p->pd) * sizeof(float));
+    p->g_x = malloc(T * H * sizeof(float));
+    p->g_y = malloc(T * H * sizeof(float));
+    p->g_gam = malloc(T * n * sizeof(float));
+    p->g_slot = malloc(T * sizeof(int));
+    p->g_rows = malloc(T * sizeof(int));
+    if (!p->slots || !p->w_gu_a || !p->w_gu_b || !p->w_d_a || !p->w_d_b || !p->g_x || !p->g_y || !p->g_gam ||
+        !p->g_slot || !p->g_rows || !ls_registry_init(p)) {
+        ls_pool_free(p);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool's scratch buffers");
+    }
+    *out = p;
+    return LS_OK;
+}
+
+/* Frees every entry (live or not) and the pool; no request may run. */
+void ls_pool_free(ls_pool *p) {
+    if (!p) return;
+    while (p->all) ls_registry_destroy(p, p->all);
+    free(p->buckets);
+    free(p->slots);
+    free(p->w_gu_a);
+    free(p->w_gu_b);
+    free(p->w_d_a);
+    free(p->w_d_b);
+    free(p->g_x);
+    free(p->g_y);
+    free(p->g_gam);
+    free(p->g_slot);
+    free(p->g_rows);
+    pthread_mutex_destroy(&p->be_mu);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* The adapter must have been normalised for this pool's shapes; anything
+ * else is a caller bug that would make ls_adapter_expand read out of
+ * bounds. */
+static ls_status ls_pool_check_adapter(const ls_pool *p, const ls_adapter *a, ls_error *err) {
+    const ls_dims *d = &p->dims;
+    size_t r = (size_t)a->rank, o = (size_t)a->outer, n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
+    size_t want = o * 2 * r * H + n * 2 * F * r + n * r * F + o * H * r;
+    bool outer_ok = a->outer == 1 || (a->outer == d->n && p->pd.layout == LS_LORA_PER_EXPERT);
+    if (!a->data || !a->layer_present || a->rank < 1 || a->rank > p->pd.max_rank || !outer_ok ||
+        a->layers != d->L || a->layer_floats != want)
+        return ls_error_set(err, LS_INTERNAL, NULL,
+                            "adapter does not fit the pool (rank %d of max %d, outer %d, %d layers of %d, "
+                            "%zu floats per layer of %zu)",
+                            a->rank, p->pd.max_rank, a->outer, a->layers, d->L, a->layer_floats, want);
+    return LS_OK;
+}
+
+/* An entry for a, not yet published; it borrows a's buffers until the
+ * load commits. NULL when out of memory. */
+static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, const ls_pool_load_opts *opts) {
+    ls_pool_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->a = *a;
+    e->host_data = true;
+    e->rank = a->rank;
+    e->outer = a->outer;
+    e->scale = a->scale;
+    e->format = a->format;
+    e->bytes = a->bytes;
+    snprintf(e->sha256, sizeof e->sha256, "%s", a->sha256);
+    e->n_ignored = (int)a->n_ignored;
+    e->params = opts->params;
+    e->pinned = opts->pinned;
+    e->slot = -1;
+    if (opts->source_path && !(e->source_path = strdup(opts->source_path))) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Frees an entry that was never published, leaving a's buffers to the
+ * caller. */
+static void ls_pool_entry_discard(ls_pool_entry *e) {
+    free(e->source_path);
+    free(e);
+}
+
+/* Registers a under name (SPEC §2); see pool.h. On success *a is zeroed
+ * and its buffers belong to the pool; on failure they stay the caller's. */
+ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
+                       ls_adapter_info *info, ls_error *err) {
+    static const ls_pool_load_opts no_opts;
+    if (!opts) opts = &no_opts;
+    size_t len = name ? strlen(name) : 0;
+    if (len < 1 || len > 128)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "adapter names have 1 to 128 characters");
+    if (!a) return ls_error_set(err, LS_INTERNAL, NULL, "pool: no adapter given");
+    ls_status st = ls_pool_check_adapter(p, a, err);
+    if (st != LS_OK) return st;
+    ls_pool_entry *e = ls_pool_entry_new(name, a, opts);
+    if (!e) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory registering adapter '%s'", name);
+
+    pthread_mutex_lock(&p->be_mu);
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
+    int pins = p->pinned - (old && old->pinned ? 1 : 0);
+    int slot = -1;
+    if (old && !opts->replace) {
+        st = ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
+                          old->version);
+    } else if (opts->pinned && pins >= p->S - 1) {
+        st = ls_error_set(err, LS_POOL_EXHAUSTED, "delete a pinned adapter or load this one unpinned",
+                          "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1, pins);
+    } else {
+        e->version = old ? old->version + 1 : 1;
+        e->seq = ++p->seq;
+        ls_policy_touch(p, e);
+        /* An idle old version goes away at the switch: its slot is the
+         * natural home of the new one. Nothing runs while we hold be_mu;
+         * until the switch the old version keeps its slot index (so a
+         * pinned one is never seen unpinned from its slot) and one
+         * reference, so that a delete meanwhile cannot free it and a
+         * request that grabs it meanwhile finds it not resident after the
+         * switch and loads it again. */
+        if (old && old->slot >= 0 && old->refs == 0 && p->slots[old->slot].state == LS_SLOT_RESIDENT) {
+            slot = old->slot;
+            p->slots[slot].state = LS_SLOT_LOADING;
+            p->slots[slot].entry = e;
+            e->slot = slot;
+            reused = old;
+            reused->refs++;
+        } else {
+            slot = ls_policy_take_slot(p, e, 0);
+        }
+        if (slot < 0 && opts->pinned)
+            st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
+                              "no slot for pinned adapter '%s' now: every slot is pinned or holds a deleted or "
+                              "replaced version still in use",
+                              name);
+    }
+    pthread_mutex_unlock(&p->mu);
+
+    if (st == LS_OK && slot >= 0) st = ls_policy_fill_slot(p, e, slot, err);
+    if (st != LS_OK) {
+        pthread_mutex_lock(&p->mu);
+        if (slot >= 0) {
+            p->slots[slot].state = LS_SLOT_FREE;
+            p->slots[slot].entry = NULL;
+        }
+        if (reused) {
+            reused->slot = -1; /* its factors were overwritten */
+            ls_registry_release(p, reused);
+        }
+        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_unlock(&p->be_mu);
+        ls_pool_entry_discard(e);
+        return st;
+    }
+
+    pthread_mutex_lock(&p->mu);
+    if (slot >= 0) {
+        p->slots[slot].state = LS_SLOT_RESIDENT;
+        p->loads++;
+    }
+    if (reused) reused->slot = -1;
+    old = ls_registry_find(p, name); /* a delete may have raced the write */
+    if (old) {
+        ls_registry_unlink(p, old);
+        if (old != reused && old->refs == 0) ls_registry_destroy(p, old);
+    }
+    if (reused) ls_registry_release(p, reused);
+    ls_registry_insert(p, e);
+    ls_policy_trim_host(p, e);
+    if (info) ls_registry_info(p, e, info);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->be_mu);
+    memset(a, 0, sizeof *a);
+    ls_log_debug("pool: registered adapter '%s' version %" PRIu64 " in slot %d", name, e->version, slot);
+    return LS_OK;
+}
+
+static ls_status ls_pool_not_found(const char *name, ls_error *err) {
+    return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered", name ? name : "");
+}
+
+/* Unregisters name; its weights live on while requests hold them. */
+ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
+    if (e) {
+        ls_registry_unlink(p, e);
+        if (e->refs == 0) ls_registry_destroy(p, e);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return e ? LS_OK : ls_pool_not_found(name, err);
+}
+
+/* Fills *info (caller's struct) with a snapshot of name. */
+ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err) {
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
+    if (e) ls_registry_info(p, e, info);
+    pthread_mutex_unlock(&p->mu);
+    return e ? LS_OK : ls_pool_not_found(name, err);
+}
+
+static int ls_pool_info_cmp(const void *a, const void *b) {
+    return strcmp(((const ls_adapter_info *)a)->name, ((const ls_adapter_info *)b)->name);
+}
+
+/* *out: malloc'd array of *n snapshots sorted by name (caller frees; NULL
+ * when none). */
+ls_status ls_pool_list(ls_pool *p, ls_adapter_info **out, size_t *n, ls_error *err) {
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&p->mu);
+    size_t count = (size_t)p->registered;
+    ls_adapter_info *v = count ? malloc(count * sizeof *v) : NULL;
+    if (count && !v) {
+        pthread_mutex_unlock(&p->mu);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory listing adapters");
+    }
+    size_t i = 0;
+    for (ls_pool_entry *e = p->all; e && i < count; e = e->next)
+        if (e->live) ls_registry_info(p, e, &v[i++]);
+    pthread_mutex_unlock(&p->mu);
+    if (i) qsort(v, i, sizeof *v, ls_pool_info_cmp);
+    *out = v;
+    *n = i;
+    return LS_OK;
+}
+
+/* *out: malloc'd array of S slot snapshots (caller frees); stats filled. */
+ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats, ls_error *err) {
+    *out = NULL;
+    ls_slot_info *v = calloc((size_t)p->S, sizeof *v);
+    if (!v) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool snapshot");
+    size_t per_layer = ls_pool_gu_a_len(&p->dims, &p->pd) + ls_pool_gu_b_len(&p->dims, &p->pd) +
+                       ls_pool_d_a_len(&p->dims, &p->pd) + ls_pool_d_b_len(&p->dims, &p->pd);
+    size_t total = p->be->pool_bytes ? p->be->pool_bytes : per_layer * sizeof(float) * p->dims.L * p->S;
+
+    pthread_mutex_lock(&p->mu);
+    for (int s = 0; s < p->S; s++) {
+        const ls_pool_slot *sl = &p->slots[s];
+        v[s].index = s;
+        v[s].state = sl->state;
+        const ls_pool_entry *e = sl->entry;
+        if (sl->state == LS_SLOT_FREE || !e) continue;
+        snprintf(v[s].adapter, sizeof v[s].adapter, "%s", e->name);
+        v[s].version = e->version;
+        v[s].rank = e->rank;
+        v[s].pinned = e->pinned;
+        v[s].in_flight = e->refs;
+        v[s].last_used_ms = e->last_used_ms;
+        v[s].hits = e->hits;
+    }
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->slots = p->S;
+        stats->max_rank = p->pd.max_rank;
+        stats->layers = p->dims.L;
+        stats->layout = p->pd.layout;
+        stats->bytes_total = total;
+        stats->bytes_per_slot = total / (size_t)p->S;
+        stats->host_capacity = p->cfg.host_cache;
+        stats->host_used = p->host_used;
+        stats->host_bytes = p->host_bytes;
+        stats->registered = p->registered;
+        stats->pinned = p->pinned;
+        stats->loads = p->loads;
+        stats->evictions = p->evictions;
+        stats->hits = p->hits;
+        stats->misses = p->misses;
+        stats->host_drops = p->host_drops;
+    }
+    pthread_mutex_unlock(&p->mu);
+    *out = v;
+    return LS_OK;
+}
+
+/* Test hook: a reference exactly as a forward takes one (see pool_debug.h). */
+ls_status ls_pool_debug_hold(ls_pool *p, const char *name, ls_pool_hold **out, ls_error *err) {
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
+    if (e) e->refs++;
+    pthread_mutex_unlock(&p->mu);
+    *out = e;
+    return e ? LS_OK : ls_pool_not_found(name, err);
+}
+
+void ls_pool_debug_release(ls_pool *p, ls_pool_hold *h) {
+    if (!h) return;
+    pthread_mutex_lock(&p->mu);
+    ls_registry_release(p, h);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,129 @@
+/* The adapter registry and the slot pool policy (SPEC §2): names ->
+ * immutable adapter versions held in a host tier, residency in the
+ * backend's S slots with LRU eviction, pins, reference counts that keep a
+ * version alive while a request uses it, and the forward over any mix of
+ * adapters (served in groups when they do not all fit at once).
+ * Thread-safe: every entry point may be called from any thread. */
+#ifndef LS_LORA_POOL_H
+#define LS_LORA_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dims.h"
+#include "common/error.h"
+#include "gpu/backend.h"
+#include "lora/adapter.h"
+
+typedef struct ls_pool ls_pool;
+
+/* Re-reads an adapter dropped from the host tier from its source path.
+ * Fills out (owned by the pool afterwards) or err. Called with the pool's
+ * backend lock held: it must not call back into the pool. */
+typedef ls_status (*ls_pool_reload_fn)(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
+                                       ls_error *err);
+
+typedef struct {
+    int host_cache;              /* adapters kept in the host tier */
+    ls_pool_reload_fn reload;    /* NULL: adapters dropped from the host tier are unregistered */
+    void *reload_ctx;
+} ls_pool_config;
+
+/* Creates the pool over be (borrowed: must outlive the pool). The pool
+ * serialises every call it makes into the backend. */
+ls_status ls_pool_create(ls_backend *be, const ls_pool_config *cfg, ls_pool **out, ls_error *err);
+/* Frees every adapter; requests must have ended. */
+void ls_pool_free(ls_pool *p);
+
+typedef struct {
+    bool pinned;
+    bool replace;              /* swap an existing name atomically, version + 1 */
+    const char *source_path;   /* NULL for inline uploads; else copied */
+    ls_adapter_params params;  /* kept to reload from source_path */
+} ls_pool_load_opts;
+
+typedef enum { LS_SLOT_FREE, LS_SLOT_LOADING, LS_SLOT_RESIDENT } ls_slot_state;
+
+/* A snapshot of one registered adapter (strings copied into the struct). */
+typedef struct {
+    char name[129];
+    uint64_t version;
+    int rank;
+    double scale;
+    ls_adapter_format format;
+    int outer; /* 1 shared, n per-expert outer factors */
+    bool pinned;
+    int slot;       /* -1 when not resident */
+    bool host_data; /* normalised factors held in the host tier */
+    size_t bytes;
+    char sha256[65];
+    int in_flight;      /* requests holding this version now */
+    int64_t last_used_ms; /* unix ms of the last forward, 0 = never */
+    uint64_t hits;
+    char source_path[4096]; /* "" for inline uploads */
+    int n_ignored;
+} ls_adapter_info;
+
+/* Registers a (validated, normalised) adapter under name and tries to make
+ * it resident. On success takes ownership of *a (zeroing it) and fills
+ * info; on failure *a stays the caller's and nothing changed. Errors:
+ * LS_ADAPTER_EXISTS (name taken, no replace), LS_POOL_EXHAUSTED (a pin
+ * over S-1, or pinned and no slot can be had now), LS_DEVICE_ERROR (slot
+ * write failed: rolled back). An unpinned adapter that finds no slot now
+ * stays registered in the host tier. */
+ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
+                       ls_adapter_info *info, ls_error *err);
+
+/* Unregisters name: unknown at once to new requests; the slot is freed at
+ * the last release. LS_ADAPTER_NOT_FOUND when unknown. */
+ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
+
+/* Snapshot of one adapter; LS_ADAPTER_NOT_FOUND when unknown. */
+ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);
+/* Snapshot of every registered adapter, by name; *out malloc'd (caller
+ * frees), *n set. */
+ls_status ls_pool_list(ls_pool *p, ls_adapter_info **out, size_t *n, ls_error *err);
+
+typedef struct {
+    int index;
+    ls_slot_state state;
+    char adapter[129]; /* "" when free */
+    uint64_t version;
+    int rank;
+    bool pinned;
+    int in_flight;
+    int64_t last_used_ms;
+    uint64_t hits;
+} ls_slot_info;
+
+typedef struct {
+    int slots, max_rank, layers;
+    ls_lora_layout layout;
+    size_t bytes_per_slot, bytes_total;
+    int host_capacity, host_used; /* adapters with factors in the host tier */
+    size_t host_bytes;
+    int registered, pinned;
+    uint64_t loads, evictions, hits, misses, host_drops;
+} ls_pool_stats;
+
+/* Snapshot of every slot (*out malloc'd, S entries) and the counters. */
+ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats, ls_error *err);
+
+/* One distinct adapter a forward used. */
+typedef struct {
+    char name[129];
+    uint64_t version;
+    int slot;
+} ls_pool_used;
+
+/* y[T, H] for tokens whose adapter is names[t] (NULL = base). names
+ * itself NULL = all base. Resolves every name first (LS_ADAPTER_NOT_FOUND
+ * for an unknown one, nothing run), holds each version for the whole call,
+ * makes them resident (evicting as SPEC §2 says), in groups when they do
+ * not fit at once, and runs the backend forward per group. used receives
+ * one entry per distinct adapter (capacity T entries; *n_used set). */
+ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
+                          const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err);
+
+#endif

@@ -1,0 +1,249 @@
+/* ls_pool_forward: a forward over any mix of adapters. Names are resolved
+ * and held in one critical section, the distinct adapters are served in
+ * groups that fit into the slots, and each group's tokens go through the
+ * backend in chunks of at most max_tokens rows. */
+#include "lora/pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { LS_FWD_PENDING, LS_FWD_IN_GROUP, LS_FWD_DONE };
+
+/* One forward call's view of its distinct adapters, local to the call. */
+typedef struct {
+    int T, D;
+    const int *tok;      /* [T] distinct index per token, -1 = base */
+    ls_pool_entry **ent; /* [D] held entries */
+    int *state;          /* [D] LS_FWD_* */
+    int *slot;           /* [D] the slot each ran in */
+    unsigned char *hit;  /* [D] found resident in its group */
+    unsigned char *load; /* [D] to be written for its group */
+} ls_fwd;
+
+static bool ls_fwd_member(const ls_fwd *f, int t, bool with_base) {
+    return f->tok[t] < 0 ? with_base : f->state[f->tok[t]] == LS_FWD_IN_GROUP;
+}
+
+static ls_status ls_fwd_backend(ls_pool *p, int layer, int c, const float *x, const float *g, const int *slots,
+                                float *y, ls_error *err) {
+    ls_status st = p->be->ops->forward(p->be, layer, c, x, g, slots, y, err);
+    if (st != LS_OK && err && err->code == LS_OK)
+        ls_error_set(err, st, NULL, "backend forward of %d tokens failed", c);
+    return st;
+}
+
+/* Under be_mu, without mu: runs the tokens of the current group (and the
+ * base-only ones when with_base). When the group is every token, x and y
+ * are used in place; else rows are gathered into the pool's scratch and
+ * scattered back. */
+static ls_status ls_fwd_run(ls_pool *p, const ls_fwd *f, int layer, const float *x, const float *gammas,
+                            bool with_base, bool all, float *y, ls_error *err) {
+    const size_t H = (size_t)p->dims.H, n = (size_t)p->dims.n;
+    const int cap = p->pd.max_tokens;
+    ls_status st = LS_OK;
+    if (all) {
+        for (int off = 0; off < f->T && st == LS_OK; off += cap) {
+            int c = f->T - off < cap ? f->T - off : cap;
+            for (int i = 0; i < c; i++) p->g_slot[i] = f->tok[off + i] < 0 ? -1 : f->slot[f->tok[off + i]];
+            st = ls_fwd_backend(p, layer, c, x + (size_t)off * H, gammas ? gammas + (size_t)off * n : NULL,
+                                p->g_slot, y + (size_t)off * H, err);
+        }
+        return st;
+    }
+    int c = 0;
+    for (int t = 0; t <= f->T && st == LS_OK; t++) {
+        if (t < f->T && ls_fwd_member(f, t, with_base)) {
+            p->g_rows[c] = t;
+            memcpy(p->g_x + (size_t)c * H, x + (size_t)t * H, H * sizeof(float));
+            if (gammas) memcpy(p->g_gam + (size_t)c * n, gammas + (size_t)t * n, n * sizeof(float));
+            p->g_slot[c] = f->tok[t] < 0 ? -1 : f->slot[f->tok[t]];
+            c++;
+        }
+        if (c > 0 && (c == cap || t == f->T)) {
+            st = ls_fwd_backend(p, layer, c, p->g_x, gammas ? p->g_gam : NULL, p->g_slot, p->g_y, err);
+            for (int i = 0; st == LS_OK && i < c; i++)
+                memcpy(y + (size_t)p->g_rows[i] * H, p->g_y + (size_t)i * H, H * sizeof(float));
+            c = 0;
+        }
+    }
+    return st;
+}
+
+/* Under be_mu and mu: picks the next group. Pending adapters already
+ * resident join first (so none of them is evicted for another), then as
+ * many others as slots can be had for, in order of first appearance.
+ * Returns the group's size. */
+static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
+    uint64_t group = ++p->marks;
+    int size = 0;
+    for (int d = 0; d < f->D; d++) {
+        ls_pool_entry *e = f->ent[d];
+        f->hit[d] = f->load[d] = 0;
+        if (f->state[d] != LS_FWD_PENDING || e->slot < 0 || p->slots[e->slot].state != LS_SLOT_RESIDENT) continue;
+        f->state[d] = LS_FWD_IN_GROUP;
+        f->slot[d] = e->slot;
+        f->hit[d] = 1;
+        e->mark = group;
+        size++;
+    }
+    for (int d = 0; d < f->D; d++) {
+        ls_pool_entry *e = f->ent[d];
+        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0) continue;
+        int s = ls_policy_take_slot(p, e, group);
+        if (s < 0) break;
+        f->state[d] = LS_FWD_IN_GROUP;
+        f->slot[d] = s;
+        f->load[d] = 1;
+        e->mark = group;
+        size++;
+    }
+    int64_t now = ls_policy_now_ms();
+    for (int d = 0; d < f->D; d++) {
+        if (f->state[d] != LS_FWD_IN_GROUP) continue;
+        ls_pool_entry *e = f->ent[d];
+        ls_policy_touch(p, e);
+        e->last_used_ms = now;
+        if (f->hit[d]) {
+            p->hits++;
+            e->hits++;
+        } else {
+            p->misses++;
+        }
+    }
+    return size;
+}
+
+/* Under be_mu: writes the slots of the group's adapters that were not
+ * resident. On a failure that slot and the ones not yet written are freed
+ * (their adapters stay registered, not resident). */
+static ls_status ls_fwd_load(ls_pool *p, ls_fwd *f, ls_error *err) {
+    ls_status st = LS_OK;
+    int failed = -1;
+    for (int d = 0; d < f->D && st == LS_OK; d++) {
+        if (!f->load[d]) continue;
+        st = ls_policy_fill_slot(p, f->ent[d], f->slot[d], err);
+        if (st != LS_OK) failed = d;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (int d = 0; d < f->D; d++) {
+        if (!f->load[d]) continue;
+        ls_pool_slot *sl = &p->slots[f->slot[d]];
+        if (failed < 0 || d < failed) {
+            sl->state = LS_SLOT_RESIDENT;
+            p->loads++;
+        } else {
+            sl->state = LS_SLOT_FREE;
+            sl->entry = NULL;
+            f->ent[d]->slot = -1;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+/* Resolves every name and takes one reference per distinct adapter, all
+ * under mu. On an unknown name nothing stays held. */
+static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, int *tok, const char *const *names, bool *any_base,
+                                ls_error *err) {
+    const char *unknown = NULL;
+    *any_base = false;
+    pthread_mutex_lock(&p->mu);
+    uint64_t call = ++p->marks;
+    for (int t = 0; t < f->T && !unknown; t++) {
+        tok[t] = -1;
+        if (!names || !names[t]) {
+            *any_base = true;
+            continue;
+        }
+        ls_pool_entry *e = ls_registry_find(p, names[t]);
+        if (!e) {
+            unknown = names[t];
+            break;
+        }
+        if (e->mark != call) {
+            e->mark = call;
+            e->mark_index = f->D;
+            f->ent[f->D++] = e;
+        }
+        tok[t] = e->mark_index;
+    }
+    if (!unknown)
+        for (int d = 0; d < f->D; d++) f->ent[d]->refs++;
+    pthread_mutex_unlock(&p->mu);
+    if (unknown) {
+        f->D = 0;
+        return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered", unknown);
+    }
+    return LS_OK;
+}
+
+/* See pool.h. x, gammas, names borrowed; y and used written by the call. */
+ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
+                          const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err) {
+    if (n_used) *n_used = 0;
+    if (layer < 0 || layer >= p->dims.L)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "layer %d is out of range 0..%d", layer, p->dims.L - 1);
+    if (T < 0 || (T > 0 && (!x || !y)))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "forward needs T >= 0 tokens and x, y buffers");
+    if (T == 0) return LS_OK;
+
+    ls_fwd f = {.T = T};
+    int *tok = malloc((size_t)T * sizeof *tok);
+    f.ent = malloc((size_t)T * sizeof *f.ent);
+    f.state = calloc((size_t)T, sizeof *f.state);
+    f.slot = malloc((size_t)T * sizeof *f.slot);
+    f.hit = malloc((size_t)T);
+    f.load = malloc((size_t)T);
+    f.tok = tok;
+    ls_status st = LS_OK;
+    bool base_pending = false;
+    if (!tok || !f.ent || !f.state || !f.slot || !f.hit || !f.load)
+        st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory for a forward of %d tokens", T);
+    else
+        st = ls_fwd_resolve(p, &f, tok, names, &base_pending, err);
+
+    int pending = f.D;
+    while (st == LS_OK && (pending > 0 || base_pending)) {
+        pthread_mutex_lock(&p->be_mu);
+        pthread_mutex_lock(&p->mu);
+        int size = ls_fwd_plan(p, &f);
+        pthread_mutex_unlock(&p->mu);
+        if (pending > 0 && size == 0) {
+            int d = 0;
+            while (f.state[d] != LS_FWD_PENDING) d++;
+            st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
+                              "no slot for adapter '%s' now: every slot is pinned or holds a deleted or replaced "
+                              "version still in use",
+                              f.ent[d]->name);
+        }
+        if (st == LS_OK) st = ls_fwd_load(p, &f, err);
+        /* A group holding every distinct adapter is the first one, which
+         * also carries the base-only tokens: every token, in place. */
+        if (st == LS_OK) st = ls_fwd_run(p, &f, layer, x, gammas, base_pending, size == f.D, y, err);
+        pthread_mutex_unlock(&p->be_mu);
+        base_pending = false;
+        for (int d = 0; d < f.D; d++)
+            if (f.state[d] == LS_FWD_IN_GROUP) f.state[d] = LS_FWD_DONE;
+        pending -= size;
+    }
+
+    pthread_mutex_lock(&p->mu);
+    if (st == LS_OK && used) {
+        for (int d = 0; d < f.D; d++) {
+            snprintf(used[d].name, sizeof used[d].name, "%s", f.ent[d]->name);
+            used[d].version = f.ent[d]->version;
+            used[d].slot = f.slot[d];
+        }
+    }
+    if (st == LS_OK && n_used) *n_used = f.D;
+    for (int d = 0; d < f.D; d++) ls_registry_release(p, f.ent[d]);
+    pthread_mutex_unlock(&p->mu);
+    free(tok);
+    free(f.ent);
+    free(f.state);
+    free(f.slot);
+    free(f.hit);
+    free(f.load);
+    return st;
+}

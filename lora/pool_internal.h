@@ -1,0 +1,99 @@
+/* The pool's private state, shared by lora/pool.c (entry points),
+ * lora/registry.c (names and entry lifetimes), lora/pool_policy.c (slots,
+ * eviction, the host tier) and lora/pool_forward.c (the grouped forward).
+ * Nothing outside lora/ includes this file. */
+#ifndef LS_LORA_POOL_INTERNAL_H
+#define LS_LORA_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lora/pool.h"
+
+/* One registered (name, version): immutable weights plus the mutable
+ * bookkeeping, all of it guarded by ls_pool.mu. */
+typedef struct ls_pool_entry {
+    char name[129];
+    uint64_t version;
+    ls_adapter a;   /* host copy; a.data NULL once dropped from the host tier */
+    bool host_data; /* a holds the factors */
+    /* What describes the adapter even while its host copy is dropped. */
+    int rank, outer;
+    double scale;
+    ls_adapter_format format;
+    size_t bytes;
+    char sha256[65];
+    int n_ignored;
+    char *source_path; /* owned; NULL for inline uploads */
+    ls_adapter_params params;
+
+    bool live;   /* the name table points here; false once deleted or replaced */
+    bool pinned;
+    int refs;    /* requests holding this version */
+    int slot;    /* -1 when not in a slot (LOADING or RESIDENT otherwise) */
+    uint64_t seq;  /* registration order: the LRU tie-break */
+    uint64_t tick; /* logical clock of the last use (load or forward) */
+    int64_t last_used_ms;
+    uint64_t hits;
+    uint64_t mark;  /* id of the forward call or group that last marked it */
+    int mark_index; /* that call's index for it (distinct adapters) */
+
+    struct ls_pool_entry *hnext;      /* name-table chain (live entries only) */
+    struct ls_pool_entry *prev, *next; /* every entry, live or still referenced */
+} ls_pool_entry;
+
+typedef struct {
+    ls_slot_state state;
+    ls_pool_entry *entry; /* occupant when LOADING or RESIDENT */
+} ls_pool_slot;
+
+struct ls_pool {
+    ls_backend *be; /* borrowed */
+    ls_dims dims;
+    ls_pool_dims pd;
+    int S;
+    ls_pool_config cfg;
+
+    /* Lock order: be_mu before mu, never the reverse. be_mu serialises
+     * every backend call and every change of slot assignment; mu guards
+     * all the state below and is only held for short bookkeeping. */
+    pthread_mutex_t be_mu;
+    pthread_mutex_t mu;
+
+    ls_pool_slot *slots; /* S */
+    ls_pool_entry **buckets;
+    size_t n_buckets;
+    int registered; /* live entries */
+    int pinned;     /* live pinned entries */
+    ls_pool_entry *all;
+    int host_used; /* entries holding host factors, live or not */
+    size_t host_bytes;
+
+    uint64_t clock, seq, marks;
+    uint64_t loads, evictions, hits, misses, host_drops;
+
+    /* Scratch, used only under be_mu: one layer of expanded factors for a
+     * slot write, and max_tokens rows for gathered groups. */
+    float *w_gu_a, *w_gu_b, *w_d_a, *w_d_b;
+    float *g_x, *g_gam, *g_y;
+    int *g_slot, *g_rows;
+};
+
+/* registry.c: all of these but init run under mu. */
+bool ls_registry_init(ls_pool *p);
+ls_pool_entry *ls_registry_find(ls_pool *p, const char *name);
+void ls_registry_insert(ls_pool *p, ls_pool_entry *e);
+void ls_registry_unlink(ls_pool *p, ls_pool_entry *e);
+void ls_registry_release(ls_pool *p, ls_pool_entry *e);
+void ls_registry_destroy(ls_pool *p, ls_pool_entry *e);
+void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info *info);
+
+/* pool_policy.c */
+int64_t ls_policy_now_ms(void);
+void ls_policy_touch(ls_pool *p, ls_pool_entry *e);
+int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group);
+void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep);
+ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err);
+
+#endif

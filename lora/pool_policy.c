@@ -1,0 +1,150 @@
+/* The slot and host-tier policy: which slot an adapter gets (a free one,
+ * else the least recently used evictable occupant), which host copy is
+ * dropped when the host tier is over its size, and the slot write itself
+ * (reloading a dropped adapter from its path first). */
+#include "lora/pool_internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+int64_t ls_policy_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Marks e as used now on the logical clock that orders LRU (under mu). */
+void ls_policy_touch(ls_pool *p, ls_pool_entry *e) { e->tick = ++p->clock; }
+
+/* True when a is less recently used than b (ties: registered earlier). */
+static bool ls_policy_older(const ls_pool_entry *a, const ls_pool_entry *b) {
+    if (a->tick != b->tick) return a->tick < b->tick;
+    return a->seq < b->seq;
+}
+
+/* Under be_mu and mu: claims a slot for e and marks it LOADING, or returns
+ * -1 when none can be had now. A free slot (lowest index) first; else the
+ * resident adapter to evict: never a pinned one, never one marked with
+ * `group` (the group about to run), never a deleted or replaced version
+ * that waiting requests hold unless it keeps its host copy (then it can be
+ * written back, same weights, when they run; going back to its file could
+ * find it changed). Among the rest, idle adapters go before ones that
+ * waiting requests hold (those are made resident again, same version, when
+ * they run), and within each kind the least recently used goes first. */
+int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
+    int slot = -1;
+    for (int s = 0; s < p->S && slot < 0; s++)
+        if (p->slots[s].state == LS_SLOT_FREE) slot = s;
+    if (slot < 0) {
+        ls_pool_entry *victim = NULL;
+        for (int s = 0; s < p->S; s++) {
+            ls_pool_entry *v = p->slots[s].entry;
+            if (p->slots[s].state != LS_SLOT_RESIDENT || !v) continue;
+            if (v->pinned || (group && v->mark == group) || (!v->live && !v->host_data)) continue;
+            if (!victim || (v->refs == 0) > (victim->refs == 0) ||
+                ((v->refs == 0) == (victim->refs == 0) && ls_policy_older(v, victim)))
+                victim = v;
+        }
+        if (!victim) return -1;
+        slot = victim->slot;
+        victim->slot = -1;
+        p->evictions++;
+        ls_log_debug("pool: evicting adapter '%s' version %" PRIu64 " from slot %d", victim->name, victim->version,
+                     slot);
+    }
+    p->slots[slot].state = LS_SLOT_LOADING;
+    p->slots[slot].entry = e;
+    e->slot = slot;
+    return slot;
+}
+
+/* Under mu: while more adapters hold host copies than the tier allows,
+ * drops the least recently used one that is live, unpinned, idle and not
+ * keep. One with a source path (and a reload function) stays registered
+ * and is read again when it must be made resident; one without is
+ * unregistered. When nothing qualifies the tier stays over its size: it is
+ * a soft cap, because refusing a load or dropping weights that a request
+ * holds would be worse than using the memory. */
+void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
+    while (p->host_used > p->cfg.host_cache) {
+        ls_pool_entry *victim = NULL;
+        for (ls_pool_entry *e = p->all; e; e = e->next) {
+            if (e == keep || !e->live || e->pinned || e->refs > 0 || !e->host_data) continue;
+            if (!victim || ls_policy_older(e, victim)) victim = e;
+        }
+        if (!victim) return;
+        p->host_drops++;
+        if (victim->source_path && p->cfg.reload) {
+            ls_log_debug("pool: host tier full, dropping the host copy of '%s' (reloads from %s)", victim->name,
+                         victim->source_path);
+            ls_adapter_free(&victim->a);
+            victim->host_data = false;
+            p->host_used--;
+            p->host_bytes -= victim->bytes;
+        } else {
+            ls_log_warn("pool: host cache full (%d adapters): unregistered adapter '%s' version %" PRIu64
+                        ", which has no source path to reload from",
+                        p->cfg.host_cache, victim->name, victim->version);
+            ls_registry_destroy(p, victim);
+        }
+    }
+}
+
+/* Under be_mu, without mu: reads e's factors back from its source path
+ * and, when they are still the ones registered, installs them as its host
+ * copy. e is held (a reference or not yet published), so nothing else
+ * touches its factors meanwhile. */
+static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
+    if (!e->source_path || !p->cfg.reload)
+        return ls_error_set(err, LS_INTERNAL, NULL, "adapter '%s' has no host copy and no path to reload from",
+                            e->name);
+    ls_adapter tmp;
+    memset(&tmp, 0, sizeof tmp);
+    ls_status st = p->cfg.reload(p->cfg.reload_ctx, e->source_path, &e->params, &tmp, err);
+    if (st != LS_OK) {
+        if (err && err->code == LS_OK)
+            ls_error_set(err, st, NULL, "adapter '%s': reloading %s failed", e->name, e->source_path);
+        return st;
+    }
+    if (strcmp(tmp.sha256, e->sha256) != 0 || tmp.rank != e->rank || tmp.outer != e->outer ||
+        tmp.layers != p->dims.L || !tmp.data) {
+        ls_adapter_free(&tmp);
+        return ls_error_set(err, LS_INTERNAL, "load it again (replace: true) to serve the new file",
+                            "adapter '%s' version %" PRIu64 ": adapter file changed on disk since it was loaded (%s)",
+                            e->name, e->version, e->source_path);
+    }
+    pthread_mutex_lock(&p->mu);
+    e->a = tmp;
+    e->host_data = true;
+    p->host_used++;
+    p->host_bytes += e->bytes;
+    ls_policy_trim_host(p, e);
+    pthread_mutex_unlock(&p->mu);
+    return LS_OK;
+}
+
+/* Under be_mu, without mu: writes every layer of e into slot (which the
+ * caller claimed as LOADING for e). On failure the slot is cleared so no
+ * half-written adapter remains; the caller frees it. */
+ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err) {
+    ls_status st = LS_OK;
+    if (!e->host_data) st = ls_policy_reload(p, e, err);
+    ls_backend *be = p->be;
+    for (int l = 0; st == LS_OK && l < p->dims.L; l++) {
+        ls_adapter_expand(&e->a, l, &p->dims, &p->pd, p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b);
+        ls_slot_factors f = {p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b};
+        st = be->ops->slot_write(be, slot, l, &f, err);
+        if (st != LS_OK) {
+            if (err && err->code == LS_OK) ls_error_set(err, st, NULL, "slot %d: write of layer %d failed", slot, l);
+            ls_error ignored;
+            ls_error_init(&ignored);
+            if (be->ops->slot_clear(be, slot, &ignored) != LS_OK)
+                ls_log_error("pool: slot %d could not be cleared after a failed write: %s", slot, ignored.message);
+            ls_error_free(&ignored);
+        }
+    }
+    return st;
+}

@@ -1,0 +1,309 @@
+/* lora/pool under concurrency: threads forwarding random mixes of adapters
+ * while others replace, delete and re-load them (more adapters than slots,
+ * a host tier smaller than the registry, so evictions and reloads never
+ * stop) and a pinned one comes and goes. Every forward must either fail
+ * with 404 (a name deleted meanwhile) or 503 (no slot now), or return, for
+ * every token, exactly the result of the version it reports in used[]
+ * run alone. Built to run clean under TSan and ASan+UBSan. */
+#include "tests/unit/test_pool_util.h"
+
+#include <inttypes.h>
+#include <time.h>
+
+#include "common/log.h"
+
+#define TMAX 8
+static const ls_dims D = {.n = 2, .H = 8, .F = 4, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+static const char *NAMES[] = {"c0", "c1", "c2", "c3", "c4", "c5", "pin"};
+#define NNAMES 7
+#define RMAX 4
+
+/* cmocka's asserts may only fail on the main thread: workers report and
+ * abort instead. */
+#define W_REQUIRE(cond, ...)                                                   \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);         \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+/* The factors of (name, version): rank and seed follow from both, so any
+ * thread can rebuild the adapter a result claims to come from. */
+static uint64_t seed_of(const char *name, uint64_t version) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h ^ (version * 0x9E3779B97F4A7C15ull);
+}
+static int rank_of(const char *name, uint64_t version) { return 1 + (int)(seed_of(name, version) % RMAX); }
+static void adapter_of(const char *name, uint64_t version, ls_adapter *a) {
+    pt_adapter(&D, rank_of(name, version), seed_of(name, version), a);
+}
+
+/* Paths are "name@version": reloading rebuilds the same factors. */
+static ls_status reload_fn(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
+                           ls_error *err) {
+    (void)ctx, (void)params;
+    char name[32];
+    unsigned long long v;
+    if (sscanf(path, "%31[^@]@%llu", name, &v) != 2) return ls_error_set(err, LS_INTERNAL, NULL, "bad path");
+    adapter_of(name, v, out);
+    return LS_OK;
+}
+
+/* The expected y of one token run alone. On the fake backend: its formula
+ * on the adapter's compact factors. On the CPU backend: one token through
+ * a second CPU backend with the same base weights and the adapter written
+ * into its only slot. */
+typedef struct {
+    ls_backend *be; /* NULL: the fake's formula */
+    pthread_mutex_t mu;
+    char in_slot[64]; /* "name@version" now in slot 0 */
+    float *buf[4];
+} oracle;
+
+static void oracle_expect(oracle *o, const char *name, uint64_t version, int layer, const float *x, const float *g,
+                          float *y) {
+    ls_adapter a;
+    if (name) adapter_of(name, version, &a);
+    if (!o->be) {
+        pt_expect_token(&D, name ? &a : NULL, layer, x, g, y);
+    } else {
+        pthread_mutex_lock(&o->mu);
+        char key[64];
+        snprintf(key, sizeof key, "%s@%" PRIu64, name ? name : "", version);
+        if (name && strcmp(key, o->in_slot) != 0) {
+            for (int l = 0; l < D.L; l++) {
+                ls_adapter_expand(&a, l, &D, &o->be->pool, o->buf[0], o->buf[1], o->buf[2], o->buf[3]);
+                ls_slot_factors f = {o->buf[0], o->buf[1], o->buf[2], o->buf[3]};
+                W_REQUIRE(o->be->ops->slot_write(o->be, 0, l, &f, NULL) == LS_OK, "oracle slot write");
+            }
+            snprintf(o->in_slot, sizeof o->in_slot, "%s", key);
+        }
+        int slot = name ? 0 : -1;
+        W_REQUIRE(o->be->ops->forward(o->be, layer, 1, x, g, &slot, y, NULL) == LS_OK, "oracle forward");
+        pthread_mutex_unlock(&o->mu);
+    }
+    if (name) ls_adapter_free(&a);
+}
+
+typedef struct {
+    ls_pool *p;
+    oracle *o;
+    atomic_bool *stop;
+    uint64_t rng;
+    int first, count; /* mutators: the names they own */
+    long ok, not_found, exhausted, tokens, replaces, deletes, loads;
+} worker;
+
+static void *forward_worker(void *arg) {
+    worker *w = arg;
+    float x[TMAX * 8], g[TMAX * 2], y[TMAX * 8], want[8];
+    const char *names[TMAX];
+    ls_pool_used used[TMAX];
+    ls_error err;
+    ls_error_init(&err);
+    while (!atomic_load(&w->stop[0])) {
+        int T = 1 + pt_rand(&w->rng, TMAX), layer = pt_rand(&w->rng, D.L);
+        for (int t = 0; t < T; t++) {
+            int k = pt_rand(&w->rng, NNAMES + 1);
+            names[t] = k < NNAMES ? NAMES[k] : NULL;
+        }
+        for (int i = 0; i < T * D.H; i++) x[i] = pt_uniform(&w->rng, 1.0f);
+        for (int i = 0; i < T * D.n; i++) g[i] = 1.0f + pt_uniform(&w->rng, 0.5f);
+        int n_used = -1;
+        ls_error_clear(&err);
+        ls_status st = ls_pool_forward(w->p, layer, T, x, g, names, y, used, &n_used, &err);
+        if (st == LS_ADAPTER_NOT_FOUND) {
+            w->not_found++;
+            continue;
+        }
+        if (st == LS_POOL_EXHAUSTED) {
+            w->exhausted++;
+            continue;
+        }
+        W_REQUIRE(st == LS_OK, "forward: %s: %s", ls_status_code(st), err.message);
+        w->ok++;
+        int distinct = 0;
+        for (int t = 0; t < T; t++) {
+            bool first = names[t] != NULL;
+            for (int u = 0; first && u < t; u++) first = !(names[u] && !strcmp(names[u], names[t]));
+            distinct += first;
+        }
+        W_REQUIRE(n_used == distinct, "n_used %d, distinct %d", n_used, distinct);
+        for (int t = 0; t < T; t++) {
+            uint64_t version = 0;
+            for (int i = 0; names[t] && i < n_used; i++)
+                if (!strcmp(used[i].name, names[t])) version = used[i].version;
+            W_REQUIRE(!names[t] || version, "token %d: %s missing from used[]", t, names[t]);
+            oracle_expect(w->o, names[t], version, layer, x + t * D.H, g + t * D.n, want);
+            W_REQUIRE(!memcmp(want, y + t * D.H, sizeof(float) * D.H),
+                      "token %d of %d: %s version %" PRIu64 " differs from that version alone", t, T,
+                      names[t] ? names[t] : "(base)", version);
+            w->tokens++;
+        }
+    }
+    ls_error_free(&err);
+    return NULL;
+}
+
+/* Replaces, deletes and re-loads the names it owns, tracking their
+ * versions exactly (nobody else touches them). The last name of the list
+ * is loaded pinned. */
+static void *mutate_worker(void *arg) {
+    worker *w = arg;
+    uint64_t version[NNAMES] = {0}; /* 0: not registered (the pool starts empty) */
+    ls_error err;
+    ls_error_init(&err);
+    while (!atomic_load(&w->stop[0])) {
+        int k = pt_rand(&w->rng, w->count);
+        const char *name = NAMES[w->first + k];
+        bool pinned = !strcmp(name, "pin");
+        int op = pt_rand(&w->rng, 4);
+        ls_error_clear(&err);
+        if (version[k] && op == 0) {
+            W_REQUIRE(ls_pool_delete(w->p, name, &err) == LS_OK, "delete %s: %s", name, err.message);
+            version[k] = 0;
+            w->deletes++;
+        } else {
+            uint64_t v = version[k] + 1;
+            char path[64];
+            snprintf(path, sizeof path, "%s@%" PRIu64, name, v);
+            ls_adapter a;
+            adapter_of(name, v, &a);
+            ls_pool_load_opts o = {.pinned = pinned, .replace = version[k] != 0, .source_path = path};
+            ls_adapter_info info;
+            ls_status st = ls_pool_load(w->p, name, &a, &o, &info, &err);
+            if (st == LS_OK) {
+                W_REQUIRE(info.version == v, "%s: version %" PRIu64 ", expected %" PRIu64, name, info.version, v);
+                version[k] = v;
+                if (v > 1) w->replaces++;
+                else w->loads++;
+            } else {
+                W_REQUIRE(pinned && st == LS_POOL_EXHAUSTED, "load %s v%" PRIu64 ": %s: %s", name, v,
+                          ls_status_code(st), err.message);
+            }
+            ls_adapter_free(&a);
+        }
+        usleep((useconds_t)pt_rand(&w->rng, 300));
+    }
+    ls_error_free(&err);
+    return NULL;
+}
+
+/* Watches the pool's snapshots for broken invariants while all this runs. */
+static void *watch_worker(void *arg) {
+    worker *w = arg;
+    while (!atomic_load(&w->stop[0])) {
+        ls_slot_info *s;
+        ls_pool_stats st;
+        W_REQUIRE(ls_pool_snapshot(w->p, &s, &st, NULL) == LS_OK, "snapshot");
+        int pins = 0;
+        for (int i = 0; i < st.slots; i++) {
+            W_REQUIRE(s[i].in_flight >= 0, "slot %d", i);
+            W_REQUIRE(s[i].state == LS_SLOT_FREE || s[i].adapter[0], "slot %d", i);
+            pins += s[i].pinned;
+        }
+        W_REQUIRE(st.pinned <= st.slots - 1, "%d pinned", st.pinned);
+        W_REQUIRE(pins <= st.slots - 1, "%d pinned slots", pins);
+        free(s);
+        ls_adapter_info *list;
+        size_t n;
+        W_REQUIRE(ls_pool_list(w->p, &list, &n, NULL) == LS_OK, "list");
+        for (size_t i = 0; i < n; i++)
+            W_REQUIRE(!list[i].pinned || list[i].slot >= 0, "%s pinned, not resident", list[i].name);
+        free(list);
+        w->ok++;
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void stress(bool cpu, int millis) {
+    const int S = 3;
+    double *w13 = NULL, *w2 = NULL, *r13 = NULL, *r2 = NULL;
+    pt_fake *fk = NULL;
+    ls_backend *be;
+    oracle o = {0};
+    pthread_mutex_init(&o.mu, NULL);
+    if (cpu) {
+        be = pt_cpu_create(D, S, RMAX, 6, 11, &w13, &w2);
+        o.be = pt_cpu_create(D, 1, RMAX, 1, 11, &r13, &r2); /* same seed: same base */
+        size_t len[4] = {ls_pool_gu_a_len(&D, &o.be->pool), ls_pool_gu_b_len(&D, &o.be->pool),
+                         ls_pool_d_a_len(&D, &o.be->pool), ls_pool_d_b_len(&D, &o.be->pool)};
+        for (int b = 0; b < 4; b++) assert_non_null(o.buf[b] = malloc(len[b] * sizeof(float)));
+    } else {
+        fk = pt_fake_create(D, S, RMAX, 6);
+        fk->delay_us = 20;
+        be = &fk->be;
+    }
+    ls_pool *p = pt_pool(be, 4, reload_fn, NULL);
+    atomic_bool stop = false;
+
+    enum { NFWD = 4, NMUTW = 2 };
+    worker fw[NFWD], mw[NMUTW], watch;
+    pthread_t tf[NFWD], tm[NMUTW], tw;
+    for (int i = 0; i < NFWD; i++) {
+        fw[i] = (worker){.p = p, .o = &o, .stop = &stop, .rng = 1000 + (uint64_t)i};
+        assert_int_equal(pthread_create(&tf[i], NULL, forward_worker, &fw[i]), 0);
+    }
+    /* One mutator owns c0..c2, the other c3..c5 and the pinned one. */
+    mw[0] = (worker){.p = p, .o = &o, .stop = &stop, .rng = 77, .first = 0, .count = 3};
+    mw[1] = (worker){.p = p, .o = &o, .stop = &stop, .rng = 78, .first = 3, .count = 4};
+    for (int i = 0; i < NMUTW; i++) assert_int_equal(pthread_create(&tm[i], NULL, mutate_worker, &mw[i]), 0);
+    watch = (worker){.p = p, .stop = &stop};
+    assert_int_equal(pthread_create(&tw, NULL, watch_worker, &watch), 0);
+
+    struct timespec ts = {.tv_sec = millis / 1000, .tv_nsec = (long)(millis % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop, true);
+    for (int i = 0; i < NFWD; i++) pthread_join(tf[i], NULL);
+    for (int i = 0; i < NMUTW; i++) pthread_join(tm[i], NULL);
+    pthread_join(tw, NULL);
+
+    long ok = 0, nf = 0, ex = 0, tok = 0, rep = 0, del = 0, lo = 0;
+    for (int i = 0; i < NFWD; i++) ok += fw[i].ok, nf += fw[i].not_found, ex += fw[i].exhausted, tok += fw[i].tokens;
+    for (int i = 0; i < NMUTW; i++) rep += mw[i].replaces, del += mw[i].deletes, lo += mw[i].loads;
+    ls_slot_info *s;
+    ls_pool_stats st;
+    assert_int_equal(ls_pool_snapshot(p, &s, &st, NULL), LS_OK);
+    for (int i = 0; i < S; i++) assert_int_equal(s[i].in_flight, 0);
+    free(s);
+    print_message("%s: %ld forwards ok (%ld tokens checked), %ld 404, %ld 503; %ld replaces, %ld deletes, %ld loads; "
+                  "evictions %" PRIu64 ", pool loads %" PRIu64 ", host drops %" PRIu64 ", %ld snapshots\n",
+                  cpu ? "cpu" : "fake", ok, tok, nf, ex, rep, del, lo, st.evictions, st.loads, st.host_drops,
+                  watch.ok);
+    assert_true(ok > 20);
+    assert_true(rep > 5 && del > 2);
+    assert_true(st.evictions > 0);
+    if (fk) {
+        assert_int_equal(atomic_load(&fk->overlaps), 0);
+        assert_int_equal(atomic_load(&fk->bad_slots), 0);
+    }
+    ls_pool_free(p);
+    ls_backend_free(be);
+    if (o.be) ls_backend_free(o.be);
+    for (int b = 0; b < 4; b++) free(o.buf[b]);
+    pthread_mutex_destroy(&o.mu);
+    free(w13), free(w2), free(r13), free(r2);
+}
+
+static void test_concurrency_fake(void **state) {
+    (void)state;
+    stress(false, 2500);
+}
+static void test_concurrency_cpu(void **state) {
+    (void)state;
+    stress(true, 1500);
+}
+
+int main(void) {
+    ls_log_set_level(LS_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrency_fake),
+        cmocka_unit_test(test_concurrency_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,388 @@
+/* Fixtures shared by the test_pool*.c programs: adapters built by hand from
+ * a seed in the compact layout of lora/adapter.h, a fake backend whose
+ * output identifies the factors in the slot it ran with (and which records
+ * slot writes, fails on demand, can block a forward and detects concurrent
+ * calls), and a CPU backend with random base weights for the real math. */
+#ifndef LS_TESTS_POOL_UTIL_H
+#define LS_TESTS_POOL_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/sha256.h"
+#include "gpu/backend.h"
+#include "lora/pool.h"
+#include "lora/pool_debug.h"
+#include "tests/util/reference.h"
+
+static inline uint64_t pt_mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* Uniform in [-scale, scale). */
+static inline float pt_uniform(uint64_t *s, float scale) {
+    return (float)(((double)(pt_mix(s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0) * scale);
+}
+static inline int pt_rand(uint64_t *s, int n) { return (int)(pt_mix(s) % (uint64_t)n); }
+
+static inline size_t pt_layer_floats(const ls_dims *d, int r) {
+    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, R = (size_t)r;
+    return 2 * R * H + n * 2 * F * R + n * R * F + H * R; /* outer = 1 */
+}
+
+/* A normalised adapter of rank r (outer 1) whose factors follow from seed
+ * alone, as ls_adapter_normalise would leave it. Owned by the caller
+ * (ls_adapter_free). */
+static inline void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter *a) {
+    memset(a, 0, sizeof *a);
+    a->format = LS_ADAPTER_FORMAT_POOL;
+    a->rank = r;
+    a->outer = 1;
+    a->layers = d->L;
+    a->scale = 1.0;
+    a->layer_floats = pt_layer_floats(d, r);
+    size_t count = a->layer_floats * (size_t)d->L;
+    a->data = malloc(count * sizeof(float));
+    a->layer_present = calloc((size_t)d->L, sizeof(bool));
+    assert_non_null(a->data);
+    assert_non_null(a->layer_present);
+    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 17;
+    for (size_t i = 0; i < count; i++) a->data[i] = pt_uniform(&s, 0.5f);
+    for (int l = 0; l < d->L; l++) a->layer_present[l] = true;
+    a->bytes = count * sizeof(float);
+    ls_sha256_hex(a->data, a->bytes, a->sha256);
+}
+
+/* The compact factors of one layer of a. */
+typedef struct {
+    const float *gu_a, *gu_b, *d_a, *d_b;
+} pt_layer;
+static inline pt_layer pt_layer_of(const ls_dims *d, const ls_adapter *a, int layer) {
+    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->rank;
+    pt_layer f;
+    f.gu_a = a->data + (size_t)layer * a->layer_floats;
+    f.gu_b = f.gu_a + 2 * r * H;
+    f.d_a = f.gu_b + n * 2 * F * r;
+    f.d_b = f.d_a + n * r * F;
+    return f;
+}
+
+/* The fake backend's signature of one layer's factors at output index h,
+ * from factors padded to rank R (the slot) or compact at rank r (R = r
+ * and the up half of gu_a right after the gate half). The padding rows
+ * and columns are zeros, which leave a sum unchanged, so both give the
+ * same bits: gu_a column h, d_b row h, gu_b row h mod n*2F and the d_a
+ * column h mod F over every expert. */
+static inline float pt_sig(const ls_dims *d, int R, int r, int up_row, const float *gu_a, const float *gu_b,
+                           const float *d_a, const float *d_b, int h) {
+    const int H = d->H, F = d->F, n = d->n;
+    double s = 0;
+    for (int k = 0; k < r; k++) s += gu_a[(size_t)k * H + h];
+    for (int k = 0; k < r; k++) s += gu_a[(size_t)(up_row + k) * H + h];
+    for (int k = 0; k < r; k++) s += d_b[(size_t)h * R + k];
+    for (int k = 0; k < r; k++) s += gu_b[(size_t)(h % (n * 2 * F)) * R + k];
+    for (int e = 0; e < n; e++)
+        for (int k = 0; k < r; k++) s += d_a[((size_t)e * R + k) * F + h % F];
+    return (float)s;
+}
+
+/* What the fake backend returns for one token: x * sum(gammas) + the
+ * signature of the adapter's layer (a NULL: base, no signature). */
+static inline void pt_expect_token(const ls_dims *d, const ls_adapter *a, int layer, const float *x,
+                                   const float *gam, float *y) {
+    float g = 0;
+    for (int e = 0; e < d->n; e++) g += gam ? gam[e] : 1.0f;
+    pt_layer f = a ? pt_layer_of(d, a, layer) : (pt_layer){0};
+    for (int h = 0; h < d->H; h++) {
+        float sig = a ? pt_sig(d, a->rank, a->rank, a->rank, f.gu_a, f.gu_b, f.d_a, f.d_b, h) : 0.0f;
+        y[h] = x[h] * g + sig;
+    }
+}
+
+typedef struct {
+    ls_backend be;
+    size_t len[4], per_layer;
+    float *store;      /* [S][L][per_layer]: gu_a, gu_b, d_a, d_b */
+    int *layers_ok;    /* [S] layers written since the last clear */
+    atomic_int in_call;
+    atomic_int overlaps;   /* backend calls that found another one running */
+    atomic_int bad_slots;  /* forwards naming a slot not fully written */
+    atomic_int slot_writes, clears, forwards;
+    atomic_int fail_write_in; /* > 0: the write that brings it to 0 fails */
+    atomic_int max_distinct;  /* most distinct slots seen in one forward */
+    int delay_us;             /* sleep inside every forward */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    bool gate_closed; /* forwards wait inside the backend while closed */
+    int waiting;
+} pt_fake;
+
+static inline void pt_fake_enter(pt_fake *f) {
+    if (atomic_fetch_add(&f->in_call, 1) != 0) atomic_fetch_add(&f->overlaps, 1);
+}
+static inline void pt_fake_leave(pt_fake *f) { atomic_fetch_sub(&f->in_call, 1); }
+
+static inline float *pt_fake_at(pt_fake *f, int slot, int layer) {
+    return f->store + ((size_t)slot * f->be.dims.L + (size_t)layer) * f->per_layer;
+}
+
+static inline void pt_fake_free(ls_backend *be) {
+    pt_fake *f = (pt_fake *)be;
+    free(f->store);
+    free(f->layers_ok);
+    pthread_mutex_destroy(&f->gate_mu);
+    pthread_cond_destroy(&f->gate_cv);
+    free(f);
+}
+
+static inline ls_status pt_fake_memory(ls_backend *be, size_t *fr, size_t *total, ls_error *err) {
+    (void)err;
+    *fr = *total = be->pool_bytes;
+    return LS_OK;
+}
+
+static inline ls_status pt_fake_upload(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+    (void)be, (void)layer, (void)w13, (void)w2, (void)err;
+    return LS_OK;
+}
+
+static inline ls_status pt_fake_write(ls_backend *be, int slot, int layer, const ls_slot_factors *sf, ls_error *err) {
+    pt_fake *f = (pt_fake *)be;
+    pt_fake_enter(f);
+    atomic_fetch_add(&f->slot_writes, 1);
+    ls_status st = LS_OK;
+    if (atomic_load(&f->fail_write_in) > 0 && atomic_fetch_sub(&f->fail_write_in, 1) == 1) {
+        st = ls_error_set(err, LS_DEVICE_ERROR, NULL, "fake: injected slot write failure");
+        float *dst = pt_fake_at(f, slot, layer);
+        for (size_t i = 0; i < f->per_layer; i++) dst[i] = 1e30f; /* a half-written slot */
+    } else {
+        float *dst = pt_fake_at(f, slot, layer);
+        const float *src[4] = {sf->gu_a, sf->gu_b, sf->d_a, sf->d_b};
+        for (int b = 0; b < 4; b++) {
+            memcpy(dst, src[b], f->len[b] * sizeof(float));
+            dst += f->len[b];
+        }
+        if (layer == f->layers_ok[slot]) f->layers_ok[slot]++;
+    }
+    pt_fake_leave(f);
+    return st;
+}
+
+static inline ls_status pt_fake_clear(ls_backend *be, int slot, ls_error *err) {
+    (void)err;
+    pt_fake *f = (pt_fake *)be;
+    pt_fake_enter(f);
+    atomic_fetch_add(&f->clears, 1);
+    memset(pt_fake_at(f, slot, 0), 0, f->per_layer * (size_t)be->dims.L * sizeof(float));
+    f->layers_ok[slot] = 0;
+    pt_fake_leave(f);
+    return LS_OK;
+}
+
+static inline ls_status pt_fake_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
+                                     float *d_b, ls_error *err) {
+    (void)err;
+    pt_fake *f = (pt_fake *)be;
+    const float *src = pt_fake_at(f, slot, layer);
+    float *dst[4] = {gu_a, gu_b, d_a, d_b};
+    for (int b = 0; b < 4; b++) {
+        memcpy(dst[b], src, f->len[b] * sizeof(float));
+        src += f->len[b];
+    }
+    return LS_OK;
+}
+
+static inline ls_status pt_fake_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                                        const int *slot_of_token, float *y, ls_error *err) {
+    pt_fake *f = (pt_fake *)be;
+    const ls_dims *d = &be->dims;
+    const int R = be->pool.max_rank, S = be->pool.slots;
+    if (T > be->pool.max_tokens) return ls_error_set(err, LS_INTERNAL, NULL, "fake: T %d > max_tokens", T);
+    pthread_mutex_lock(&f->gate_mu);
+    f->waiting++;
+    pthread_cond_broadcast(&f->gate_cv);
+    while (f->gate_closed) pthread_cond_wait(&f->gate_cv, &f->gate_mu);
+    f->waiting--;
+    pthread_mutex_unlock(&f->gate_mu);
+    pt_fake_enter(f);
+    atomic_fetch_add(&f->forwards, 1);
+    if (f->delay_us) usleep((useconds_t)f->delay_us);
+    int seen[64], n_seen = 0;
+    for (int t = 0; t < T; t++) {
+        int s = slot_of_token ? slot_of_token[t] : -1;
+        const float *xt = x + (size_t)t * d->H;
+        float g = 0;
+        for (int e = 0; e < d->n; e++) g += gammas ? gammas[(size_t)t * d->n + e] : 1.0f;
+        if (s < -1 || s >= S || (s >= 0 && f->layers_ok[s] != d->L)) {
+            atomic_fetch_add(&f->bad_slots, 1);
+            s = -1;
+        }
+        if (s >= 0) {
+            int i = 0;
+            while (i < n_seen && seen[i] != s) i++;
+            if (i == n_seen && n_seen < 64) seen[n_seen++] = s;
+        }
+        const float *base = s >= 0 ? pt_fake_at(f, s, layer) : NULL;
+        for (int h = 0; h < d->H; h++) {
+            float sig = 0;
+            if (base) {
+                const float *gu_a = base, *gu_b = gu_a + f->len[0], *d_a = gu_b + f->len[1], *d_b = d_a + f->len[2];
+                sig = pt_sig(d, R, R, R, gu_a, gu_b, d_a, d_b, h);
+            }
+            y[(size_t)t * d->H + h] = xt[h] * g + sig;
+        }
+    }
+    int m = atomic_load(&f->max_distinct);
+    while (n_seen > m && !atomic_compare_exchange_weak(&f->max_distinct, &m, n_seen)) {
+    }
+    pt_fake_leave(f);
+    return LS_OK;
+}
+
+static inline ls_status pt_fake_sync(ls_backend *be, ls_error *err) {
+    (void)be, (void)err;
+    return LS_OK;
+}
+
+/* Designated initialisers: optional hooks added later stay NULL. */
+static const ls_backend_ops pt_fake_ops = {
+    .name = "fake",
+    .free = pt_fake_free,
+    .memory = pt_fake_memory,
+    .upload_base = pt_fake_upload,
+    .slot_write = pt_fake_write,
+    .slot_clear = pt_fake_clear,
+    .slot_read = pt_fake_read,
+    .forward = pt_fake_forward,
+    .synchronize = pt_fake_sync,
+};
+
+/* A fake backend for the shared pool layout; freed with ls_backend_free. */
+static inline pt_fake *pt_fake_create(ls_dims d, int S, int R, int max_tokens) {
+    pt_fake *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->be.ops = &pt_fake_ops;
+    f->be.ctx = f;
+    f->be.dims = d;
+    f->be.pool = (ls_pool_dims){.slots = S, .max_rank = R, .layout = LS_LORA_SHARED, .max_tokens = max_tokens};
+    f->be.dtype = LS_DTYPE_F32;
+    f->len[0] = ls_pool_gu_a_len(&d, &f->be.pool);
+    f->len[1] = ls_pool_gu_b_len(&d, &f->be.pool);
+    f->len[2] = ls_pool_d_a_len(&d, &f->be.pool);
+    f->len[3] = ls_pool_d_b_len(&d, &f->be.pool);
+    f->per_layer = f->len[0] + f->len[1] + f->len[2] + f->len[3];
+    f->be.pool_bytes = f->per_layer * sizeof(float) * (size_t)S * (size_t)d.L;
+    f->store = calloc(f->per_layer * (size_t)S * (size_t)d.L, sizeof(float));
+    f->layers_ok = calloc((size_t)S, sizeof(int));
+    assert_non_null(f->store);
+    assert_non_null(f->layers_ok);
+    pthread_mutex_init(&f->gate_mu, NULL);
+    pthread_cond_init(&f->gate_cv, NULL);
+    return f;
+}
+
+static inline void pt_fake_gate(pt_fake *f, bool closed) {
+    pthread_mutex_lock(&f->gate_mu);
+    f->gate_closed = closed;
+    pthread_cond_broadcast(&f->gate_cv);
+    pthread_mutex_unlock(&f->gate_mu);
+}
+
+/* Waits until `count` forwards wait at the closed gate. */
+static inline void pt_fake_wait_blocked(pt_fake *f, int count) {
+    pthread_mutex_lock(&f->gate_mu);
+    while (f->waiting < count) pthread_cond_wait(&f->gate_cv, &f->gate_mu);
+    pthread_mutex_unlock(&f->gate_mu);
+}
+
+static inline ls_pool *pt_pool(ls_backend *be, int host_cache, ls_pool_reload_fn reload, void *ctx) {
+    ls_pool_config cfg = {.host_cache = host_cache, .reload = reload, .reload_ctx = ctx};
+    ls_pool *p = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_pool_create(be, &cfg, &p, &err);
+    if (st != LS_OK) fail_msg("ls_pool_create: %s", err.message);
+    ls_error_free(&err);
+    return p;
+}
+
+/* Loads pt_adapter(d, r, seed) under name with the given options. The
+ * adapter goes to the pool on success and is freed here on failure. */
+static inline ls_status pt_load(ls_pool *p, const ls_dims *d, const char *name, int r, uint64_t seed, bool pinned,
+                                bool replace, const char *path, ls_adapter_info *info, ls_error *err) {
+    ls_adapter a;
+    pt_adapter(d, r, seed, &a);
+    ls_pool_load_opts o = {.pinned = pinned, .replace = replace, .source_path = path};
+    ls_status st = ls_pool_load(p, name, &a, &o, info, err);
+    if (st == LS_OK) assert_null(a.data); /* the pool took it */
+    else assert_non_null(a.data);         /* still ours */
+    ls_adapter_free(&a);
+    return st;
+}
+
+/* A CPU backend (f32) with random base weights; *w13 and *w2 receive the
+ * same weights in double for ls_ref_forward, [L][n*2F*H] and [L][n*H*F]
+ * (caller frees). */
+static inline ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens, uint64_t seed, double **w13,
+                                        double **w2) {
+    ls_backend_config cfg = {.dims = d,
+                             .pool = {.slots = S, .max_rank = R, .layout = LS_LORA_SHARED, .max_tokens = max_tokens},
+                             .dtype = LS_DTYPE_F32,
+                             .threads = 1};
+    ls_backend *be = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) fail_msg("cpu backend: %s", err.message);
+    size_t n13 = (size_t)d.n * 2 * d.F * d.H, n2 = (size_t)d.n * d.H * d.F;
+    *w13 = malloc(n13 * (size_t)d.L * sizeof(double));
+    *w2 = malloc(n2 * (size_t)d.L * sizeof(double));
+    float *f13 = malloc(n13 * sizeof(float)), *f2 = malloc(n2 * sizeof(float));
+    assert_true(*w13 && *w2 && f13 && f2);
+    uint64_t s = seed;
+    for (int l = 0; l < d.L; l++) {
+        for (size_t i = 0; i < n13; i++) (*w13)[l * n13 + i] = f13[i] = pt_uniform(&s, 0.5f);
+        for (size_t i = 0; i < n2; i++) (*w2)[l * n2 + i] = f2[i] = pt_uniform(&s, 0.5f);
+        if (be->ops->upload_base(be, l, f13, f2, &err) != LS_OK) fail_msg("upload_base: %s", err.message);
+    }
+    free(f13);
+    free(f2);
+    ls_error_free(&err);
+    return be;
+}
+
+/* One layer of a as the reference wants it (double; arrays malloc'd,
+ * released with pt_ref_lora_free). */
+static inline ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int layer) {
+    pt_layer f = pt_layer_of(d, a, layer);
+    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->rank;
+    size_t len[4] = {2 * r * H, n * 2 * F * r, n * r * F, H * r};
+    const float *src[4] = {f.gu_a, f.gu_b, f.d_a, f.d_b};
+    double *dst[4];
+    for (int b = 0; b < 4; b++) {
+        dst[b] = malloc(len[b] * sizeof(double));
+        assert_non_null(dst[b]);
+        for (size_t i = 0; i < len[b]; i++) dst[b][i] = src[b][i];
+    }
+    return (ls_ref_lora){.r = a->rank, .outer = 1, .gu_a = dst[0], .gu_b = dst[1], .d_a = dst[2], .d_b = dst[3]};
+}
+static inline void pt_ref_lora_free(ls_ref_lora *l) {
+    free((void *)l->gu_a);
+    free((void *)l->gu_b);
+    free((void *)l->d_a);
+    free((void *)l->d_b);
+}
+
+#endif
