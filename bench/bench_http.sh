@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# HTTP benchmark (issue 6): requests/s and p50/p99 latency of T=1 /forward
+# requests on the demo model at concurrency 1, 8 and 64, with batching on
+# and off (wrk, Debian package); prints tokens/s on / off and /forward T=1
+# requests/s as a fraction of /health requests/s. One summary line per
+# ratio; never passes or fails on time.
+#   bench/bench_http.sh [build dir] [seconds per run]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+SECS=${2:-5}
+BIN=$BUILD/lorasink
+command -v wrk >/dev/null || { echo "bench_http: skipped: wrk is not installed (apt-get install wrk)"; exit 0; }
+[ -x "$BIN" ] || { echo "bench_http: build first (bash scripts/build.sh)"; exit 1; }
+tmp=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+H=1024
+python3 - "$tmp" "$H" <<'PY'
+import json, sys
+out, H = sys.argv[1], int(sys.argv[2])
+body = json.dumps({"x": [[((i * 7) % 13 - 6) / 8.0 for i in range(H)]]})
+open(out + "/forward.lua", "w").write(
+    'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = %s\n' % json.dumps(body))
+PY
+
+start() { # args: extra server flags
+  "$BIN" --demo --port 0 --http-threads 4 "$@" >"$tmp/server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do
+    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/server.log" | grep -o '[0-9]*$' || true)
+    [ -n "$port" ] && return 0
+    sleep 0.05
+  done
+  echo "server did not start"; cat "$tmp/server.log"; exit 1
+}
+stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
+
+# wrk → "rps p50_ms p99_ms"
+run_wrk() { # conns path [script]
+  local c=$1 path=$2 script=${3:-}
+  local t=$(( c < 2 ? 1 : 2 ))
+  local out
+  out=$(wrk -t"$t" -c"$c" -d"${SECS}s" --latency ${script:+-s "$script"} "http://127.0.0.1:$port$path" 2>&1)
+  local rps p50 p99
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
+}
+to_ms() { # wrk prints 812.00us, 1.23ms, 2.01s
+  local v=$1
+  case $v in
+    *us) awk -v x="${v%us}" 'BEGIN{printf "%.3f", x/1000}' ;;
+    *ms) awk -v x="${v%ms}" 'BEGIN{printf "%.3f", x}' ;;
+    *s) awk -v x="${v%s}" 'BEGIN{printf "%.3f", x*1000}' ;;
+    *) echo "nan" ;;
+  esac
+}
+
+echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=512), T=1 forwards, ${SECS}s per run, $(nproc) cores"
+echo "| batching | concurrency | requests/s | p50 ms | p99 ms |"
+echo "|---|---|---|---|---|"
+declare -A RPS
+for mode in on off; do
+  if [ $mode = on ]; then start --batching=true --batch-wait-us 200; else start --batching=false; fi
+  for c in 1 8 64; do
+    read -r rps p50 p99 < <(run_wrk "$c" /forward "$tmp/forward.lua")
+    RPS[$mode,$c]=$rps
+    echo "| $mode | $c | $rps | $p50 | $p99 |"
+  done
+  if [ $mode = on ]; then read -r HEALTH _ _ < <(run_wrk 8 /health); fi
+  stop
+done
+echo "| /health | 8 | $HEALTH | | |"
+for c in 1 8 64; do
+  awk -v a="${RPS[on,$c]}" -v b="${RPS[off,$c]}" -v c="$c" \
+    'BEGIN{printf "http: concurrency %d tokens/s batching on / off = %.2f\n", c, a/b}'
+done
+awk -v a="${RPS[on,8]}" -v b="$HEALTH" 'BEGIN{printf "http: /forward T=1 requests/s / /health requests/s (concurrency 8) = %.3f\n", a/b}'
