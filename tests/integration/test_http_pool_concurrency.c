@@ -111,7 +111,9 @@ static void test_five_adapters_three_slots(void **state) {
         }
     }
     json_t *c = pool_counters();
-    printf("counters: %s\n", json_dumps(c, JSON_COMPACT));
+    char *text = json_dumps(c, JSON_COMPACT);
+    printf("counters: %s\n", text);
+    free(text);
     assert_true(json_integer_value(json_object_get(c, "evictions")) >= 10);
     assert_true(json_integer_value(json_object_get(c, "misses")) >= 10);
     json_decref(c);
