@@ -1,0 +1,513 @@
+/* The CPU backend against the conformance example (tests/data/tiny.json)
+ * and against the independent fp64 reference (tests/util/reference.c) on
+ * random models and adapters written straight into slots; its error
+ * statuses; slot write, read and clear. */
+#include <jansson.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gpu/backend.h"
+#include "tests/util/reference.h"
+
+/* ---- helpers -------------------------------------------------------- */
+
+static void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size);
+    assert_non_null(p);
+    return p;
+}
+
+/* Uniform doubles that are exact floats, so the backend (fp32) and the
+ * reference (fp64) see the very same inputs. */
+static void fill_exact(double *v, long count, double scale, unsigned long long *state) {
+    ls_ref_fill_uniform(v, count, scale, state);
+    for (long i = 0; i < count; i++) v[i] = (double)(float)v[i];
+}
+
+static float *to_float(const double *v, long count) {
+    float *f = xcalloc((size_t)count, sizeof *f);
+    for (long i = 0; i < count; i++) f[i] = (float)v[i];
+    return f;
+}
+
+static ls_backend *make_backend(const ls_dims *d, ls_lora_layout layout, int S, int R, int max_tokens) {
+    ls_backend_config cfg = {.dims = *d,
+                             .pool = {.slots = S, .max_rank = R, .layout = layout, .max_tokens = max_tokens},
+                             .dtype = LS_DTYPE_F32};
+    ls_backend *be = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_backend_cpu_create(&cfg, &be, &err);
+    if (st != LS_OK) fprintf(stderr, "create: %s\n", err.message);
+    assert_int_equal(st, LS_OK);
+    assert_non_null(be);
+    assert_string_equal(be->ops->name, "cpu");
+    ls_error_free(&err);
+    return be;
+}
+
+/* One adapter of rank r with `outer` outer blocks, as compact doubles. */
+typedef struct {
+    ls_ref_lora ref;
+    double *buf;
+} rand_lora;
+
+static void rand_lora_make(rand_lora *a, const ls_dims *d, int r, int outer, unsigned long long *state) {
+    const long n = d->n, H = d->H, F = d->F;
+    long ga = (long)outer * 2 * r * H, gb = n * 2 * F * r, da = n * r * F, db = (long)outer * H * r;
+    a->buf = xcalloc((size_t)(ga + gb + da + db), sizeof(double));
+    /* A ~ 1/sqrt(H) and B ~ 1/sqrt(r) make the delta as large as the base,
+     * so a mistake in any LoRA term shows far above fp32 noise. */
+    fill_exact(a->buf, ga, 1.0 / sqrt((double)H), state);
+    fill_exact(a->buf + ga, gb, 1.0 / sqrt((double)r), state);
+    fill_exact(a->buf + ga + gb, da, 1.0 / sqrt((double)F), state);
+    fill_exact(a->buf + ga + gb + da, db, 1.0 / sqrt((double)r), state);
+    a->ref = (ls_ref_lora){.r = r,
+                           .outer = outer,
+                           .gu_a = a->buf,
+                           .gu_b = a->buf + ga,
+                           .d_a = a->buf + ga + gb,
+                           .d_b = a->buf + ga + gb + da};
+}
+
+/* Pads a compact adapter to the pool's R and O (broadcasting outer 1 into
+ * a per-expert pool) and writes it into slot `slot` of layer `layer`. */
+static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a) {
+    const ls_dims *d = &be->dims;
+    const ls_pool_dims *p = &be->pool;
+    const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
+    float *ga = xcalloc(ls_pool_gu_a_len(d, p), sizeof(float));
+    float *gb = xcalloc(ls_pool_gu_b_len(d, p), sizeof(float));
+    float *da = xcalloc(ls_pool_d_a_len(d, p), sizeof(float));
+    float *db = xcalloc(ls_pool_d_b_len(d, p), sizeof(float));
+    for (long o = 0; o < O; o++) {
+        long src = a->outer == 1 ? 0 : o;
+        for (long k = 0; k < r; k++)
+            for (long h = 0; h < H; h++) {
+                ga[(o * 2 * R + k) * H + h] = (float)a->gu_a[(src * 2 * r + k) * H + h];
+                ga[(o * 2 * R + R + k) * H + h] = (float)a->gu_a[(src * 2 * r + r + k) * H + h];
+            }
+        for (long h = 0; h < H; h++)
+            for (long k = 0; k < r; k++) db[(o * H + h) * R + k] = (float)a->d_b[(src * H + h) * r + k];
+    }
+    for (long e = 0; e < n; e++) {
+        for (long i = 0; i < 2 * F; i++)
+            for (long k = 0; k < r; k++) gb[(e * 2 * F + i) * R + k] = (float)a->gu_b[(e * 2 * F + i) * r + k];
+        for (long k = 0; k < r; k++)
+            for (long j = 0; j < F; j++) da[(e * R + k) * F + j] = (float)a->d_a[(e * r + k) * F + j];
+    }
+    ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(be->ops->slot_write(be, slot, layer, &f, &err), LS_OK);
+    ls_error_free(&err);
+    free(ga);
+    free(gb);
+    free(da);
+    free(db);
+}
+
+static void upload(ls_backend *be, int layer, const double *w13, const double *w2) {
+    const ls_dims *d = &be->dims;
+    long c13 = (long)d->n * 2 * d->F * d->H, c2 = (long)d->n * d->H * d->F;
+    float *f13 = to_float(w13, c13), *f2 = to_float(w2, c2);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(be->ops->upload_base(be, layer, f13, f2, &err), LS_OK);
+    ls_error_free(&err);
+    free(f13);
+    free(f2);
+}
+
+/* ---- (a) conformance: tiny.json ------------------------------------- */
+
+/* Appends every number of a nested JSON array to v[*k...]. */
+static void json_flatten(const json_t *j, double *v, long cap, long *k) {
+    if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j); i++) json_flatten(json_array_get(j, i), v, cap, k);
+        return;
+    }
+    assert_true(json_is_number(j));
+    assert_true(*k < cap);
+    v[(*k)++] = json_number_value(j);
+}
+
+static double *json_doubles(const json_t *root, const char *path1, const char *path2, long want) {
+    const json_t *j = json_object_get(root, path1);
+    if (path2) j = json_object_get(j, path2);
+    assert_non_null(j);
+    double *v = xcalloc((size_t)want, sizeof *v);
+    long k = 0;
+    json_flatten(j, v, want, &k);
+    assert_int_equal(k, want);
+    return v;
+}
+
+static void test_tiny_conformance(void **state) {
+    (void)state;
+    json_error_t jerr;
+    json_t *root = json_load_file(LS_TEST_DATA "/tiny.json", 0, &jerr);
+    if (!root) fprintf(stderr, "tiny.json: %s\n", jerr.text);
+    assert_non_null(root);
+    const int n = 2, H = 4, F = 3, R = 4, T = 3;
+    double *w13 = json_doubles(root, "w13_weight", NULL, n * 2 * F * H);
+    double *w2 = json_doubles(root, "w2_weight", NULL, n * H * F);
+    double *x = json_doubles(root, "x", NULL, T * H);
+    double *gam = json_doubles(root, "gammas", NULL, T * n);
+    double *pga = json_doubles(root, "pool", "gate_up_lora_a", 2 * R * H);
+    double *pgb = json_doubles(root, "pool", "gate_up_lora_b", n * 2 * F * R);
+    double *pda = json_doubles(root, "pool", "down_lora_a", n * R * F);
+    double *pdb = json_doubles(root, "pool", "down_lora_b", H * R);
+    assert_int_equal(json_integer_value(json_object_get(root, "max_rank")), R);
+    float *xf = to_float(x, T * H), *gf = to_float(gam, T * n);
+    float *fga = to_float(pga, 2 * R * H), *fgb = to_float(pgb, n * 2 * F * R);
+    float *fda = to_float(pda, n * R * F), *fdb = to_float(pdb, H * R);
+    const char *layouts[2] = {"interleaved", "contiguous"};
+
+    for (int li = 0; li < 2; li++) {
+        ls_dims d = {.n = n, .H = H, .F = F, .L = 1, .w13_layout = li ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED};
+        ls_backend *be = make_backend(&d, LS_LORA_SHARED, 2, R, 8);
+        upload(be, 0, w13, w2);
+        ls_slot_factors f = {.gu_a = fga, .gu_b = fgb, .d_a = fda, .d_b = fdb};
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(be->ops->slot_write(be, 1, 0, &f, &err), LS_OK);
+        const int slots[3] = {1, -1, 1};
+        float y[12];
+        assert_int_equal(be->ops->forward(be, 0, T, xf, gf, slots, y, &err), LS_OK);
+        double *want = json_doubles(root, "y", layouts[li], T * H);
+        for (int i = 0; i < T * H; i++) {
+            if (fabs(y[i] - want[i]) > 1e-6 * fabs(want[i]) + 1e-9)
+                fprintf(stderr, "%s y[%d] = %.12g, expected %.12g\n", layouts[li], i, y[i], want[i]);
+            assert_true(fabs(y[i] - want[i]) <= 1e-6 * fabs(want[i]) + 1e-9);
+        }
+
+        /* The reference, fed the adapter in its PEFT form (rank 2, scale
+         * alpha/r = 2 folded into B), must agree with the file too: it
+         * checks the reference the other tests trust. */
+        const int r = 2;
+        double *A = json_doubles(json_object_get(json_object_get(root, "adapter"), "tensors"),
+                                 "model.layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight", NULL, r * H);
+        double *B = json_doubles(json_object_get(json_object_get(root, "adapter"), "tensors"),
+                                 "model.layers.0.mlp.shared_experts.gate_up_proj.lora_B.weight", NULL, n * 2 * F * r);
+        double *Ad = json_doubles(json_object_get(json_object_get(root, "adapter"), "tensors"),
+                                  "model.layers.0.mlp.shared_experts.down_proj.lora_A.weight", NULL, r * n * F);
+        double *Bd = json_doubles(json_object_get(json_object_get(root, "adapter"), "tensors"),
+                                  "model.layers.0.mlp.shared_experts.down_proj.lora_B.weight", NULL, H * r);
+        double gu_a[2 * 2 * 4], d_a[2 * 2 * 3], gu_b[2 * 6 * 2], d_b[4 * 2];
+        for (int k = 0; k < r; k++)
+            for (int h = 0; h < H; h++) gu_a[k * H + h] = gu_a[(r + k) * H + h] = A[k * H + h];
+        for (int i = 0; i < n * 2 * F * r; i++) gu_b[i] = 2.0 * B[i];
+        for (int e = 0; e < n; e++)
+            for (int k = 0; k < r; k++)
+                for (int j = 0; j < F; j++) d_a[(e * r + k) * F + j] = Ad[k * n * F + e * F + j];
+        for (int i = 0; i < H * r; i++) d_b[i] = 2.0 * Bd[i];
+        ls_ref_lora a = {.r = r, .outer = 1, .gu_a = gu_a, .gu_b = gu_b, .d_a = d_a, .d_b = d_b};
+        const ls_ref_lora *per_tok[3] = {&a, NULL, &a};
+        double yref[12];
+        ls_ref_forward(&d, w13, w2, T, x, gam, per_tok, yref);
+        assert_true(ls_ref_rel_err_d(yref, want, T * H) < 1e-10);
+        for (int i = 0; i < T * H; i++) assert_true(fabs(yref[i] - want[i]) < 1e-11);
+        free(A);
+        free(B);
+        free(Ad);
+        free(Bd);
+        free(want);
+        ls_error_free(&err);
+        ls_backend_free(be);
+    }
+    free(w13), free(w2), free(x), free(gam), free(pga), free(pgb), free(pda), free(pdb);
+    free(xf), free(gf), free(fga), free(fgb), free(fda), free(fdb);
+    json_decref(root);
+}
+
+/* ---- (b) random cases against the fp64 reference -------------------- */
+
+static void run_random_case(ls_w13_layout w13l, ls_lora_layout pl, unsigned long long seed) {
+    const int n = 3, H = 48, F = 40, L = 2, R = 8, S = 4, MAXT = 300;
+    ls_dims d = {.n = n, .H = H, .F = F, .L = L, .w13_layout = w13l};
+    ls_backend *be = make_backend(&d, pl, S, R, MAXT);
+    unsigned long long st = seed;
+    const long c13 = (long)n * 2 * F * H, c2 = (long)n * H * F;
+    double *w13 = xcalloc((size_t)(L * c13), sizeof(double));
+    double *w2 = xcalloc((size_t)(L * c2), sizeof(double));
+    fill_exact(w13, L * c13, 1.0 / sqrt((double)H), &st);
+    fill_exact(w2, L * c2, 1.0 / sqrt((double)(n * F)), &st);
+    for (int l = 0; l < L; l++) upload(be, l, w13 + l * c13, w2 + l * c2);
+
+    /* Slots 0..2: ranks 1, R/2, R (two layers each); slot 3 stays empty.
+     * In a per-expert pool slot 1's adapter has one outer block,
+     * broadcast by write_slot, the others one per expert. */
+    const int ranks[3] = {1, R / 2, R};
+    rand_lora ad[3][2];
+    for (int s = 0; s < 3; s++) {
+        for (int l = 0; l < L; l++) {
+            int outer = pl == LS_LORA_PER_EXPERT && s != 1 ? n : 1;
+            rand_lora_make(&ad[s][l], &d, ranks[s], outer, &st);
+            write_slot(be, s, l, &ad[s][l].ref);
+        }
+    }
+
+    const int Ts[4] = {1, 7, 33, 300};
+    for (int ti = 0; ti < 4; ti++) {
+        for (int with_gam = 0; with_gam < 2; with_gam++) {
+            const int T = Ts[ti], layer = (ti + with_gam) % L;
+            double *x = xcalloc((size_t)T * H, sizeof(double));
+            double *gam = xcalloc((size_t)T * n, sizeof(double));
+            fill_exact(x, (long)T * H, 1.0, &st);
+            fill_exact(gam, (long)T * n, 1.0, &st);
+            for (long i = 0; i < (long)T * n; i++) gam[i] += 1.0; /* [0, 2] */
+            int *slots = xcalloc((size_t)T, sizeof(int));
+            const ls_ref_lora **per_tok = xcalloc((size_t)T, sizeof *per_tok);
+            double pick[300];
+            ls_ref_fill_uniform(pick, T, 1.0, &st);
+            for (int t = 0; t < T; t++) {
+                int s = (int)floor((pick[t] + 1.0) * 2.5) - 1; /* -1 .. 3 */
+                if (s > 3) s = 3;
+                if (T == 1) s = 2; /* the lone token takes the full-rank adapter */
+                slots[t] = s;
+                per_tok[t] = s >= 0 && s < 3 ? &ad[s][layer].ref : NULL;
+            }
+            float *xf = to_float(x, (long)T * H), *gf = to_float(gam, (long)T * n);
+            float *y = xcalloc((size_t)T * H, sizeof(float));
+            double *yref = xcalloc((size_t)T * H, sizeof(double));
+            ls_error err;
+            ls_error_init(&err);
+            assert_int_equal(be->ops->forward(be, layer, T, xf, with_gam ? gf : NULL, slots, y, &err), LS_OK);
+            ls_ref_forward(&d, w13 + layer * c13, w2 + layer * c2, T, x, with_gam ? gam : NULL, per_tok, yref);
+            double rel = ls_ref_rel_err_f(y, yref, (long)T * H);
+            /* Per token too, so one wrong token among 300 cannot hide. */
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                double r1 = ls_ref_rel_err_f(y + (long)t * H, yref + (long)t * H, H);
+                if (r1 > worst) worst = r1;
+            }
+            if (rel > 1e-5 || worst > 1e-5)
+                fprintf(stderr, "%s/%s T=%d gammas=%d: rel %.3g, worst token %.3g\n", ls_w13_layout_name(w13l),
+                        ls_lora_layout_name(pl), T, with_gam, rel, worst);
+            assert_true(rel <= 1e-5);
+            assert_true(worst <= 1e-5);
+            ls_error_free(&err);
+            free(x), free(gam), free(slots), free(per_tok), free(xf), free(gf), free(y), free(yref);
+        }
+    }
+    for (int s = 0; s < 3; s++)
+        for (int l = 0; l < L; l++) free(ad[s][l].buf);
+    free(w13);
+    free(w2);
+    ls_backend_free(be);
+}
+
+static void test_random_interleaved_shared(void **state) {
+    (void)state;
+    run_random_case(LS_W13_INTERLEAVED, LS_LORA_SHARED, 11);
+}
+static void test_random_interleaved_per_expert(void **state) {
+    (void)state;
+    run_random_case(LS_W13_INTERLEAVED, LS_LORA_PER_EXPERT, 12);
+}
+static void test_random_contiguous_shared(void **state) {
+    (void)state;
+    run_random_case(LS_W13_CONTIGUOUS, LS_LORA_SHARED, 13);
+}
+static void test_random_contiguous_per_expert(void **state) {
+    (void)state;
+    run_random_case(LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 14);
+}
+
+/* bf16 storage: the backend rounds what it is given; the reference fed
+ * the rounded values agrees to fp32 accuracy. */
+static void test_bf16_storage_rounds(void **state) {
+    (void)state;
+    ls_dims d = {.n = 2, .H = 16, .F = 8, .L = 1, .w13_layout = LS_W13_INTERLEAVED};
+    ls_backend_config cfg = {.dims = d, .pool = {.slots = 1, .max_rank = 2, .max_tokens = 4}, .dtype = LS_DTYPE_BF16};
+    ls_backend *be = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(be->dtype, LS_DTYPE_BF16);
+    unsigned long long st = 5;
+    const long c13 = 2 * 2 * 8 * 16, c2 = 2 * 16 * 8;
+    double w13[512], w2[256], x[4 * 16];
+    fill_exact(w13, c13, 0.25, &st);
+    fill_exact(w2, c2, 0.25, &st);
+    fill_exact(x, 4 * 16, 1.0, &st);
+    upload(be, 0, w13, w2);
+    float xf[64], y[64];
+    for (int i = 0; i < 64; i++) xf[i] = (float)x[i];
+    for (long i = 0; i < c13; i++) w13[i] = ls_bf16_to_f32(ls_f32_to_bf16((float)w13[i]));
+    for (long i = 0; i < c2; i++) w2[i] = ls_bf16_to_f32(ls_f32_to_bf16((float)w2[i]));
+    double yref[64];
+    assert_int_equal(be->ops->forward(be, 0, 4, xf, NULL, NULL, y, &err), LS_OK);
+    ls_ref_forward(&d, w13, w2, 4, x, NULL, NULL, yref);
+    assert_true(ls_ref_rel_err_f(y, yref, 64) <= 1e-5);
+    ls_error_free(&err);
+    ls_backend_free(be);
+}
+
+/* ---- (c) errors ----------------------------------------------------- */
+
+static void test_errors(void **state) {
+    (void)state;
+    ls_dims d = {.n = 2, .H = 8, .F = 4, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    ls_backend *be = make_backend(&d, LS_LORA_SHARED, 2, 4, 16);
+    double w13[2 * 8 * 8], w2[2 * 8 * 4];
+    unsigned long long st = 3;
+    fill_exact(w13, 128, 0.3, &st);
+    fill_exact(w2, 64, 0.3, &st);
+    upload(be, 0, w13, w2);
+    float x[17 * 8] = {0}, y[17 * 8];
+    for (int i = 0; i < 17 * 8; i++) y[i] = 42.0f;
+    ls_error err;
+    ls_error_init(&err);
+
+    int bad_hi[3] = {0, 2, -1}, bad_lo[3] = {-2, 0, 0};
+    assert_int_equal(be->ops->forward(be, 0, 3, x, NULL, bad_hi, y, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "slot 2"));
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->forward(be, 0, 3, x, NULL, bad_lo, y, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->forward(be, 0, 17, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->forward(be, 0, -1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->forward(be, 2, 1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->forward(be, -1, 1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    /* Layer 1 exists but never got weights. */
+    assert_int_equal(be->ops->forward(be, 1, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
+    ls_error_clear(&err);
+    /* A rejected call leaves y alone. */
+    for (int i = 0; i < 17 * 8; i++) assert_true(y[i] == 42.0f);
+    /* T = 0 is a valid empty call; T = max_tokens is fine. */
+    assert_int_equal(be->ops->forward(be, 0, 0, NULL, NULL, NULL, NULL, &err), LS_OK);
+    assert_int_equal(be->ops->forward(be, 0, 16, x, NULL, NULL, y, &err), LS_OK);
+
+    float buf[256] = {0};
+    ls_slot_factors f = {.gu_a = buf, .gu_b = buf, .d_a = buf, .d_b = buf};
+    assert_int_equal(be->ops->slot_write(be, 2, 0, &f, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->slot_write(be, -1, 0, &f, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->slot_write(be, 0, 2, &f, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    ls_slot_factors half = {.gu_a = buf};
+    assert_int_equal(be->ops->slot_write(be, 0, 0, &half, &err), LS_INTERNAL);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->slot_clear(be, 5, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->slot_read(be, 0, 7, buf, NULL, NULL, NULL, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->upload_base(be, 3, buf, buf, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+    assert_int_equal(be->ops->synchronize(be, &err), LS_OK);
+
+    size_t fr = 0, tot = 0;
+    assert_int_equal(be->ops->memory(be, &fr, &tot, &err), LS_OK);
+    assert_true(tot > 0 && fr <= tot);
+    /* pool_bytes covers S * L * (gu_a + gu_b + d_a + d_b) floats. */
+    assert_int_equal(be->pool_bytes, 2 * 2 * (2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 4 + 8 * 4) * sizeof(float));
+
+    /* Bad configurations fail cleanly. */
+    ls_backend *nb = (ls_backend *)0x1;
+    ls_backend_config cfg = {.dims = d, .pool = {.slots = 1, .max_rank = 0, .max_tokens = 4}, .dtype = LS_DTYPE_F32};
+    assert_int_equal(ls_backend_cpu_create(&cfg, &nb, &err), LS_INVALID_REQUEST);
+    assert_null(nb);
+    ls_error_clear(&err);
+    cfg.pool.max_rank = 4;
+    cfg.dtype = LS_DTYPE_I32;
+    assert_int_equal(ls_backend_cpu_create(&cfg, &nb, &err), LS_INVALID_REQUEST);
+    ls_error_clear(&err);
+
+#ifndef LS_HAVE_CUDA
+    assert_int_equal(ls_backend_cuda_create(&cfg, &nb, &err), LS_DEVICE_ERROR);
+    assert_non_null(strstr(err.message, "no CUDA backend"));
+    assert_false(ls_backend_cuda_available());
+#endif
+    ls_error_free(&err);
+    ls_backend_free(be);
+}
+
+/* ---- (d) slot write, read back, clear -------------------------------- */
+
+static void test_slot_clear_is_base(void **state) {
+    (void)state;
+    ls_dims d = {.n = 2, .H = 24, .F = 12, .L = 2, .w13_layout = LS_W13_CONTIGUOUS};
+    ls_backend *be = make_backend(&d, LS_LORA_PER_EXPERT, 3, 4, 40);
+    unsigned long long st = 99;
+    const long c13 = 2 * 2 * 12 * 24, c2 = 2 * 24 * 12;
+    double *w13 = xcalloc(2 * c13, sizeof(double)), *w2 = xcalloc(2 * c2, sizeof(double));
+    fill_exact(w13, 2 * c13, 0.2, &st);
+    fill_exact(w2, 2 * c2, 0.2, &st);
+    upload(be, 0, w13, w2);
+    upload(be, 1, w13 + c13, w2 + c2);
+    rand_lora a0, a1;
+    rand_lora_make(&a0, &d, 3, 2, &st);
+    rand_lora_make(&a1, &d, 4, 2, &st);
+    write_slot(be, 1, 0, &a0.ref);
+    write_slot(be, 1, 1, &a1.ref);
+
+    /* Read back what was written: the padding is zero, the rest exact. */
+    size_t lga = ls_pool_gu_a_len(&be->dims, &be->pool), lgb = ls_pool_gu_b_len(&be->dims, &be->pool);
+    size_t lda = ls_pool_d_a_len(&be->dims, &be->pool), ldb = ls_pool_d_b_len(&be->dims, &be->pool);
+    float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(be->ops->slot_read(be, 1, 0, ga, gb, da, db, &err), LS_OK);
+    assert_true(ga[0] == (float)a0.ref.gu_a[0]);
+    assert_true(ga[(4 + 1) * 24 + 5] == (float)a0.ref.gu_a[(3 + 1) * 24 + 5]); /* up row 1 sits at R + 1 */
+    assert_true(ga[3 * 24 + 5] == 0.0f);                                      /* rank row 3 >= r is padding */
+    assert_true(gb[3] == 0.0f && gb[2] == (float)a0.ref.gu_b[2]);
+    assert_true(db[(24 + 7) * 4 + 1] == (float)a0.ref.d_b[(24 + 7) * 3 + 1]);
+
+    const int T = 40;
+    float *x = xcalloc(T * 24, 4), *y_base = xcalloc(T * 24, 4), *y_slot = xcalloc(T * 24, 4);
+    double *xd = xcalloc(T * 24, sizeof(double));
+    fill_exact(xd, T * 24, 1.0, &st);
+    for (int i = 0; i < T * 24; i++) x[i] = (float)xd[i];
+    int *on1 = xcalloc(T, sizeof(int));
+    for (int t = 0; t < T; t++) on1[t] = 1;
+    for (int layer = 0; layer < 2; layer++) {
+        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
+        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
+        assert_true(memcmp(y_base, y_slot, T * 24 * sizeof(float)) != 0);
+    }
+    assert_int_equal(be->ops->slot_clear(be, 1, &err), LS_OK);
+    assert_int_equal(be->ops->slot_read(be, 1, 1, ga, gb, da, db, &err), LS_OK);
+    for (size_t i = 0; i < lga; i++) assert_true(ga[i] == 0.0f);
+    for (size_t i = 0; i < lgb; i++) assert_true(gb[i] == 0.0f);
+    for (size_t i = 0; i < lda; i++) assert_true(da[i] == 0.0f);
+    for (size_t i = 0; i < ldb; i++) assert_true(db[i] == 0.0f);
+    for (int layer = 0; layer < 2; layer++) {
+        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
+        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
+        for (int i = 0; i < T * 24; i++) assert_true(y_base[i] == y_slot[i]);
+    }
+    ls_error_free(&err);
+    free(a0.buf), free(a1.buf), free(ga), free(gb), free(da), free(db);
+    free(x), free(y_base), free(y_slot), free(xd), free(on1), free(w13), free(w2);
+    ls_backend_free(be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_conformance),
+        cmocka_unit_test(test_random_interleaved_shared),
+        cmocka_unit_test(test_random_interleaved_per_expert),
+        cmocka_unit_test(test_random_contiguous_shared),
+        cmocka_unit_test(test_random_contiguous_per_expert),
+        cmocka_unit_test(test_bf16_storage_rounds),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_slot_clear_is_base),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
