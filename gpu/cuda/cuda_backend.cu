@@ -1,0 +1,488 @@
+/* The CUDA backend's lifecycle and memory: create (every device buffer in
+ * one allocation, pinned staging, stream, cuBLAS), base weight upload into
+ * the GEMM layouts, slot writes with their derived operands, reads, clears
+ * and free. The forward lives in cuda_forward.cu. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda/cuda_internal.h"
+
+extern "C" {
+#include "common/log.h"
+}
+
+#define MIB(b) ((double)(b) / (1024.0 * 1024.0))
+#define BLAS_WS_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper */
+#define CHUNK_BYTES (16u << 20)
+
+static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+/* ---- locking and the common prologue ----------------------------------------- */
+
+/* Every operation: refuse once poisoned, take the lock, select the device.
+ * On LS_OK the caller holds the lock and releases it with op_end. */
+ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err) {
+    if (ls_cuda_poisoned_flag())
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "CUDA context is unusable after an earlier error: %s",
+                            ls_cuda_poison_message());
+    pthread_mutex_lock(&c->mu);
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) {
+        pthread_mutex_unlock(&c->mu);
+        return ls_cuda_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
+    }
+    return LS_OK;
+}
+
+static ls_status op_end(ls_cuda *c, ls_status st) {
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* ---- free --------------------------------------------------------------------- */
+
+/* Releases whatever create managed to set up; errors are ignored since the
+ * context may already be poisoned. */
+static void cuda_free(ls_backend *be) {
+    if (!be) return;
+    ls_cuda *c = ls_cuda_of(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->ev_start) cudaEventDestroy(c->ev_start);
+        if (c->ev_stop) cudaEventDestroy(c->ev_stop);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        for (int i = 0; i < c->n_parts; i++) cudaFree(c->d_parts[i]);
+        if (c->h_io) cudaFreeHost(c->h_io);
+        if (c->h_gam) cudaFreeHost(c->h_gam);
+        if (c->h_tasks) cudaFreeHost(c->h_tasks);
+        if (c->h_slot) cudaFreeHost(c->h_slot);
+        if (c->h_chunk) cudaFreeHost(c->h_chunk);
+        (void)cudaGetLastError();
+        free(c->perm);
+        free(c->counts);
+        if (c->mu_ready) pthread_mutex_destroy(&c->mu);
+        free(c);
+    }
+    free(be);
+}
+
+/* ---- create ------------------------------------------------------------------- */
+
+typedef struct {
+    void **dst;
+    size_t bytes;
+} dev_part;
+
+static ls_status check_config(const ls_backend_config *cfg, ls_error *err) {
+    const ls_dims *d = &cfg->dims;
+    const ls_pool_dims *p = &cfg->pool;
+    if (d->n < 1 || d->H < 1 || d->F < 1 || d->L < 1 || p->slots < 0 || p->max_rank < 1 || p->max_tokens < 1)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                            "cuda backend: need positive dimensions and slots >= 0 (n=%d H=%d F=%d L=%d "
+                            "slots=%d max_rank=%d max_tokens=%d)",
+                            d->n, d->H, d->F, d->L, p->slots, p->max_rank, p->max_tokens);
+    if ((d->w13_layout != LS_W13_INTERLEAVED && d->w13_layout != LS_W13_CONTIGUOUS) ||
+        (p->layout != LS_LORA_SHARED && p->layout != LS_LORA_PER_EXPERT))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: unknown W13 or pool layout");
+    if (cfg->dtype != LS_DTYPE_F32 && cfg->dtype != LS_DTYPE_BF16 && cfg->dtype != LS_DTYPE_F16)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: weight dtype %s is not F32, F16 or BF16",
+                            ls_dtype_name(cfg->dtype));
+    /* cuBLAS takes int extents and leading dimensions. */
+    if ((long long)d->n * 2 * d->F > INT_MAX || (long long)d->n * 2 * p->max_rank > INT_MAX ||
+        (long long)d->H * p->max_rank > INT_MAX)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: dimensions exceed the int range of cuBLAS");
+    return LS_OK;
+}
+
+static ls_status pinned(void **dst, size_t bytes, ls_error *err) {
+    cudaError_t e = cudaMallocHost(dst, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        *dst = NULL;
+        (void)cudaGetLastError();
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: cannot pin %.1f MiB of host staging memory (%s)",
+                            MIB(bytes), cudaGetErrorString(e));
+    }
+    return LS_OK;
+}
+
+static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    const ls_dims *d = &cfg->dims;
+    const ls_pool_dims *p = &cfg->pool;
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: no CUDA device (%s)",
+                            ce != cudaSuccess ? cudaGetErrorString(ce) : "device count is 0");
+    }
+    if (cfg->device_id < 0 || cfg->device_id >= count)
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: device %d does not exist (%d device(s))",
+                            cfg->device_id, count);
+    c->device = cfg->device_id;
+    LS_CUDA_TRY(err, cudaSetDevice(c->device));
+    cudaDeviceProp prop;
+    LS_CUDA_TRY(err, cudaGetDeviceProperties(&prop, c->device));
+    snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    c->num_sms = prop.multiProcessorCount;
+
+    c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
+    c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p), c->max_tokens = p->max_tokens;
+    c->w13_layout = d->w13_layout;
+    c->dt = cfg->dtype;
+    c->esz = ls_dtype_size(c->dt);
+    c->cdt = c->dt == LS_DTYPE_BF16 ? CUDA_R_16BF : c->dt == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    c->ct = c->dt == LS_DTYPE_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    c->sgmv_mode = LS_CUDA_SGMV_AUTO;
+
+    const size_t n = c->n, H = c->H, F = c->F, L = c->L, S = c->S, R = c->R, O = c->O, Tm = c->max_tokens;
+    c->gu_a_len = ls_pool_gu_a_len(d, p);
+    c->gu_b_len = ls_pool_gu_b_len(d, p);
+    c->d_a_len = ls_pool_d_a_len(d, p);
+    c->d_b_len = ls_pool_d_b_len(d, p);
+    c->canon_len = c->gu_a_len + c->gu_b_len + c->d_a_len + c->d_b_len;
+    c->der_agu = 0;
+    c->der_b13 = pad8(O * 2 * R * H);
+    c->der_ad = c->der_b13 + pad8(n * 2 * F * 2 * R);
+    c->der_bd = c->der_ad + pad8(R * n * F);
+    c->der_len = c->der_bd + pad8(H * O * R);
+    c->max_tasks = (int)(Tm / LS_SGMV_BM + S + 1);
+    c->blas_ws_bytes = BLAS_WS_BYTES;
+    const size_t esz = c->esz;
+    const int f32 = c->dt == LS_DTYPE_F32;
+
+    LS_CUDA_TRY(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    LS_CUDA_TRY(err, cudaEventCreate(&c->ev_start));
+    LS_CUDA_TRY(err, cudaEventCreate(&c->ev_stop));
+    LS_CUBLAS_TRY(err, cublasCreate(&c->blas));
+    LS_CUBLAS_TRY(err, cublasSetStream(c->blas, c->stream));
+    /* No TF32 anywhere: f32 weights must agree with the CPU to 1e-5. */
+    LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas, f32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+
+    dev_part parts[LS_CUDA_MAX_PARTS] = {
+        {&c->d_w13, L * n * 2 * F * H * esz},
+        {&c->d_w2, L * H * n * F * esz},
+        {(void **)&c->d_canon, S * L * c->canon_len * sizeof(float)},
+        {&c->d_der, S * L * c->der_len * esz},
+        {(void **)&c->d_x32, Tm * H * sizeof(float)},
+        {&c->d_xc, f32 ? 0 : Tm * H * esz},
+        {(void **)&c->d_gam, Tm * n * sizeof(float)},
+        {(void **)&c->d_z, Tm * n * 2 * F * sizeof(float)},
+        {&c->d_a, Tm * n * F * esz},
+        {(void **)&c->d_v32, Tm * O * 2 * R * sizeof(float)},
+        {&c->d_vc, Tm * O * 2 * R * esz},
+        {(void **)&c->d_w32, Tm * O * R * sizeof(float)},
+        {&c->d_wc, Tm * O * R * esz},
+        {(void **)&c->d_y, Tm * H * sizeof(float)},
+        {(void **)&c->d_tasks, (size_t)c->max_tasks * sizeof(int4)},
+        {&c->d_blas_ws, c->blas_ws_bytes},
+    };
+    size_t total = 0;
+    for (int i = 0; i < LS_CUDA_MAX_PARTS; i++) total += parts[i].bytes;
+    c->device_bytes = total;
+    const size_t weights = parts[0].bytes + parts[1].bytes, pool = parts[2].bytes + parts[3].bytes;
+
+    /* Everything is allocated here, once; say what did not fit. */
+    size_t free_b = 0, total_b = 0;
+    LS_CUDA_TRY(err, cudaMemGetInfo(&free_b, &total_b));
+    ce = total <= free_b ? cudaSuccess : cudaErrorMemoryAllocation;
+    for (int i = 0; i < LS_CUDA_MAX_PARTS && ce == cudaSuccess; i++) {
+        if (!parts[i].bytes) continue;
+        ce = cudaMalloc(parts[i].dst, parts[i].bytes);
+        if (ce == cudaSuccess) c->d_parts[c->n_parts++] = *parts[i].dst;
+    }
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ls_error_set(err, LS_DEVICE_ERROR,
+                            "lower --max-batch-tokens, --slots, --max-rank or --layers, or use a larger device",
+                            "cuda backend: device %d (%s) needs %.1f MiB (weights %.1f, LoRA pool %.1f, scratch "
+                            "%.1f) but only %.1f MiB of %.1f MiB are free (%s)",
+                            c->device, c->device_name, MIB(total), MIB(weights), MIB(pool),
+                            MIB(total - weights - pool), MIB(free_b), MIB(total_b), cudaGetErrorName(ce));
+    }
+    if (f32) c->d_xc = c->d_x32;
+    /* Zero weights and pool: an empty slot must add nothing. */
+    for (int i = 0; i < LS_CUDA_MAX_PARTS; i++)
+        if (parts[i].bytes) LS_CUDA_TRY(err, cudaMemsetAsync(*parts[i].dst, 0, parts[i].bytes, c->stream));
+    LS_CUBLAS_TRY(err, cublasSetWorkspace(c->blas, c->d_blas_ws, c->blas_ws_bytes));
+
+    /* A chunk holds at least one row of either weight matrix. */
+    c->chunk_bytes = CHUNK_BYTES;
+    if (c->chunk_bytes < H * esz) c->chunk_bytes = H * esz;
+    if (c->chunk_bytes < n * F * esz) c->chunk_bytes = n * F * esz;
+    LS_TRY(pinned((void **)&c->h_io, Tm * H * sizeof(float), err));
+    LS_TRY(pinned((void **)&c->h_gam, Tm * n * sizeof(float), err));
+    LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
+    LS_TRY(pinned((void **)&c->h_slot, c->canon_len * sizeof(float), err));
+    LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
+    c->perm = (int *)malloc(Tm * sizeof(int));
+    c->counts = (int *)malloc(2 * (S + 1) * sizeof(int));
+    if (!c->perm || !c->counts) return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+
+    be->pool_bytes = pool;
+    ls_log_info("cuda backend: device %d (%s, %d SMs), %s weights: %.1f MiB weights, %.1f MiB LoRA pool, %.1f MiB "
+                "scratch for %zu tokens",
+                c->device, c->device_name, c->num_sms, ls_dtype_name(c->dt), MIB(weights), MIB(pool),
+                MIB(total - weights - pool), Tm);
+    return LS_OK;
+}
+
+/* ---- operations ----------------------------------------------------------------- */
+
+static ls_status cuda_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    ls_status st = e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaMemGetInfo", __FILE__, __LINE__);
+    return op_end(c, st);
+}
+
+/* Converts `count` fp32 values to the dtype in the pinned chunk and copies
+ * them to dst; waits, since the chunk is reused at once. */
+static ls_status upload_chunk(ls_cuda *c, void *dst, size_t count, ls_error *err) {
+    LS_CUDA_TRY(err, cudaMemcpyAsync(dst, c->h_chunk, count * c->esz, cudaMemcpyHostToDevice, c->stream));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    return LS_OK;
+}
+
+static ls_status upload_base_locked(ls_cuda *c, int layer, const float *w13, const float *w2, ls_error *err) {
+    const size_t n = c->n, H = c->H, F = c->F, esz = c->esz;
+    const size_t chunk_elems = c->chunk_bytes / esz;
+    /* W13 keeps its row order: [n*2F, H] is already the GEMM's layout. */
+    const size_t n13 = n * 2 * F * H;
+    char *dst13 = (char *)c->d_w13 + (size_t)layer * n13 * esz;
+    for (size_t off = 0; off < n13; off += chunk_elems) {
+        size_t cnt = n13 - off < chunk_elems ? n13 - off : chunk_elems;
+        if (!ls_convert_from_f32(c->dt, w13 + off, cnt, c->h_chunk))
+            return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot convert to %s", ls_dtype_name(c->dt));
+        LS_TRY(upload_chunk(c, dst13 + off * esz, cnt, err));
+    }
+    /* W2 [n, H, F] becomes W2cat [H, n*F] so the down projection of every
+     * expert is one GEMM with K = n*F. */
+    const size_t nF = n * F, rows_per = chunk_elems / nF;
+    char *dst2 = (char *)c->d_w2 + (size_t)layer * H * nF * esz;
+    for (size_t h0 = 0; h0 < H; h0 += rows_per) {
+        size_t rows = H - h0 < rows_per ? H - h0 : rows_per;
+        for (size_t h = h0; h < h0 + rows; h++)
+            for (size_t e = 0; e < n; e++)
+                ls_convert_from_f32(c->dt, w2 + (e * H + h) * F, F, (char *)c->h_chunk + ((h - h0) * nF + e * F) * esz);
+        LS_TRY(upload_chunk(c, dst2 + h0 * nF * esz, rows * nF, err));
+    }
+    return LS_OK;
+}
+
+static ls_status cuda_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    if (layer < 0 || layer >= c->L || !w13 || !w2)
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: upload_base of layer %d (of %d) without weights",
+                            layer, c->L);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    return op_end(c, upload_base_locked(c, layer, w13, w2, err));
+}
+
+static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
+    float *h = c->h_slot;
+    memcpy(h, f->gu_a, c->gu_a_len * sizeof(float));
+    memcpy(h + c->gu_a_len, f->gu_b, c->gu_b_len * sizeof(float));
+    memcpy(h + c->gu_a_len + c->gu_b_len, f->d_a, c->d_a_len * sizeof(float));
+    memcpy(h + c->gu_a_len + c->gu_b_len + c->d_a_len, f->d_b, c->d_b_len * sizeof(float));
+    float *canon = ls_cuda_canon(c, slot, layer);
+    LS_CUDA_TRY(err, cudaMemcpyAsync(canon, h, c->canon_len * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    /* The derived operands are rebuilt in place from what just landed. */
+    char *der = ls_cuda_der(c, slot, layer);
+    ls_derive_params p;
+    p.n = c->n, p.H = c->H, p.F = c->F, p.R = c->R, p.O = c->O;
+    p.layout = c->w13_layout;
+    p.gu_a = canon;
+    p.gu_b = canon + c->gu_a_len;
+    p.d_a = p.gu_b + c->gu_b_len;
+    p.d_b = p.d_a + c->d_a_len;
+    p.agu = der + c->der_agu * c->esz;
+    p.b13 = der + c->der_b13 * c->esz;
+    p.adcat = der + c->der_ad * c->esz;
+    p.bdcat = der + c->der_bd * c->esz;
+    p.t = c->dt;
+    LS_CUDA_TRY(err, ls_cuda_derive(&p, c->stream));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    return LS_OK;
+}
+
+static ls_status cuda_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    if (slot < 0 || slot >= c->S || layer < 0 || layer >= c->L || !f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_write(slot %d of %d, layer %d of %d) invalid",
+                            slot, c->S, layer, c->L);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    return op_end(c, slot_write_locked(c, slot, layer, f, err));
+}
+
+static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
+    /* [S][L] order: a slot's layers are one run in both buffers. */
+    const size_t L = c->L;
+    LS_CUDA_TRY(err, cudaMemsetAsync(ls_cuda_canon(c, slot, 0), 0, L * c->canon_len * sizeof(float), c->stream));
+    LS_CUDA_TRY(err, cudaMemsetAsync(ls_cuda_der(c, slot, 0), 0, L * c->der_len * c->esz, c->stream));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    return LS_OK;
+}
+
+static ls_status cuda_slot_clear(ls_backend *be, int slot, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    if (slot < 0 || slot >= c->S)
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_clear(%d) of %d slots", slot, c->S);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    return op_end(c, slot_clear_locked(c, slot, err));
+}
+
+static ls_status slot_read_locked(ls_cuda *c, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
+                                  ls_error *err) {
+    float *h = c->h_slot;
+    LS_CUDA_TRY(err, cudaMemcpyAsync(h, ls_cuda_canon(c, slot, layer), c->canon_len * sizeof(float),
+                                     cudaMemcpyDeviceToHost, c->stream));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    if (gu_a) memcpy(gu_a, h, c->gu_a_len * sizeof(float));
+    if (gu_b) memcpy(gu_b, h + c->gu_a_len, c->gu_b_len * sizeof(float));
+    if (d_a) memcpy(d_a, h + c->gu_a_len + c->gu_b_len, c->d_a_len * sizeof(float));
+    if (d_b) memcpy(d_b, h + c->gu_a_len + c->gu_b_len + c->d_a_len, c->d_b_len * sizeof(float));
+    return LS_OK;
+}
+
+static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
+                                float *d_b, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    if (slot < 0 || slot >= c->S || layer < 0 || layer >= c->L)
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_read(slot %d of %d, layer %d of %d)", slot,
+                            c->S, layer, c->L);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    return op_end(c, slot_read_locked(c, slot, layer, gu_a, gu_b, d_a, d_b, err));
+}
+
+static ls_status cuda_synchronize(ls_backend *be, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    ls_status st = e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    return op_end(c, st);
+}
+
+static int cuda_poisoned(ls_backend *be) {
+    (void)be;
+    return ls_cuda_poisoned_flag();
+}
+
+static const ls_backend_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .free = */ cuda_free,
+    /* .memory = */ cuda_memory,
+    /* .upload_base = */ cuda_upload_base,
+    /* .slot_write = */ cuda_slot_write,
+    /* .slot_clear = */ cuda_slot_clear,
+    /* .slot_read = */ cuda_slot_read,
+    /* .forward = */ ls_cuda_forward,
+    /* .synchronize = */ cuda_synchronize,
+    /* .poisoned = */ cuda_poisoned,
+};
+
+/* ---- public entry points ------------------------------------------------------- */
+
+/* On success *out is owned by the caller (ls_backend_free); on failure
+ * *out is NULL and everything allocated so far is released. */
+ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
+    *out = NULL;
+    LS_TRY(check_config(cfg, err));
+    if (ls_cuda_poisoned_flag())
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "CUDA context is unusable after an earlier error: %s",
+                            ls_cuda_poison_message());
+    ls_backend *be = (ls_backend *)calloc(1, sizeof *be);
+    ls_cuda *c = (ls_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
+    }
+    be->ops = &cuda_ops;
+    be->ctx = c;
+    be->dims = cfg->dims;
+    be->pool = cfg->pool;
+    be->dtype = cfg->dtype;
+    if (pthread_mutex_init(&c->mu, NULL) == 0) c->mu_ready = 1;
+    ls_status st = c->mu_ready ? cuda_init(be, cfg, err)
+                               : ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot create a mutex");
+    if (st != LS_OK) {
+        cuda_free(be);
+        return st;
+    }
+    *out = be;
+    return LS_OK;
+}
+
+int ls_backend_cuda_available(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count > 0;
+}
+
+int ls_backend_cuda_poisoned(const ls_backend *be) {
+    (void)be;
+    return ls_cuda_poisoned_flag();
+}
+
+const char *ls_backend_cuda_device_name(const ls_backend *be) { return ls_cuda_of(be)->device_name; }
+
+void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode) {
+    ls_cuda *c = ls_cuda_of(be);
+    pthread_mutex_lock(&c->mu);
+    c->sgmv_mode = mode;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, double *bytes_per_s, ls_error *err) {
+    char *buf = NULL;
+    float *ms = (float *)calloc((size_t)iters, sizeof(float));
+    if (!ms) return ls_error_set(err, LS_INTERNAL, NULL, "out of host memory");
+    cudaError_t e = cudaMalloc((void **)&buf, 2 * bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(ms);
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cannot allocate 2 x %.1f MiB for the copy test", MIB(bytes));
+    }
+    ls_status st = LS_OK;
+    for (int i = -2; i < iters && st == LS_OK; i++) {
+        if ((e = cudaEventRecord(c->ev_start, c->stream)) != cudaSuccess ||
+            (e = cudaMemcpyAsync(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice, c->stream)) != cudaSuccess ||
+            (e = cudaEventRecord(c->ev_stop, c->stream)) != cudaSuccess ||
+            (e = cudaEventSynchronize(c->ev_stop)) != cudaSuccess ||
+            (i >= 0 && (e = cudaEventElapsedTime(&ms[i], c->ev_start, c->ev_stop)) != cudaSuccess))
+            st = ls_cuda_fail(err, e, "device-to-device copy", __FILE__, __LINE__);
+    }
+    cudaFree(buf);
+    if (st == LS_OK) {
+        qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+        float med = ms[iters / 2];
+        *bytes_per_s = med > 0 ? 2.0 * (double)bytes / (med * 1e-3) : 0.0;
+    }
+    free(ms);
+    return st;
+}
+
+/* A benchmark helper: allocates its scratch here (not a serving path). */
+ls_status ls_backend_cuda_copy_bandwidth(ls_backend *be, size_t bytes, int iters, double *bytes_per_s,
+                                         ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    if (bytes == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "copy_bandwidth: bytes and iters > 0");
+    LS_TRY(ls_cuda_op_begin(c, err));
+    return op_end(c, copy_bandwidth_locked(c, bytes, iters, bytes_per_s, err));
+}

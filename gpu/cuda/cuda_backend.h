@@ -1,0 +1,48 @@
+/* What the CUDA backend offers beyond gpu/backend.h: the poisoned-context
+ * flag for /ready, a switch between its LoRA kernels for tests, and the
+ * device-only timing entry points the benchmark uses. Only in builds with
+ * LS_HAVE_CUDA. */
+#ifndef LS_GPU_CUDA_CUDA_BACKEND_H
+#define LS_GPU_CUDA_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "gpu/backend.h"
+
+/* Nonzero once a CUDA error that poisons the context (illegal address,
+ * launch failure, ...) was seen in this process: every later call of every
+ * CUDA backend fails with LS_DEVICE_ERROR, and the server should answer
+ * /ready with 503. be may be NULL (the flag is process-wide). */
+int ls_backend_cuda_poisoned(const ls_backend *be);
+
+/* The device's name, e.g. "NVIDIA H200"; borrowed, lives as long as be. */
+const char *ls_backend_cuda_device_name(const ls_backend *be);
+
+/* Which kernels run the multi-adapter LoRA stages. AUTO: tensor cores
+ * (WMMA) for bf16/f16 weights, fp32 FMA for f32. SIMT forces the fp32 FMA
+ * kernels (a second implementation the parity test checks too). */
+typedef enum { LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_SIMT } ls_cuda_sgmv_mode;
+void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
+
+/* Stages x, gammas and the token grouping once, then runs the device part
+ * of forward (everything between the copy in and the copy out) 3 times
+ * untimed and `iters` times timed with CUDA events; ms[i] receives the
+ * time of run i. Arguments as for forward; ms holds iters floats. */
+ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                                       const int *slot_of_token, int iters, float *ms, ls_error *err);
+
+/* Device-to-device copy bandwidth: copies a scratch buffer of `bytes`
+ * (allocated and freed here) `iters` times and stores the median rate in
+ * bytes per second, counting the bytes read and the bytes written. */
+ls_status ls_backend_cuda_copy_bandwidth(ls_backend *be, size_t bytes, int iters, double *bytes_per_s,
+                                         ls_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,105 @@
+/* The CUDA backend's private state, shared by cuda_backend.cu (create,
+ * free, weights and slot writes) and cuda_forward.cu (the forward and its
+ * timing). Every buffer is allocated once at create. */
+#ifndef LS_GPU_CUDA_CUDA_INTERNAL_H
+#define LS_GPU_CUDA_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/kernels.cuh"
+
+#define LS_CUDA_MAX_PARTS 16
+
+typedef struct {
+    int device;
+    int num_sms;
+    char device_name[256];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t ev_start, ev_stop;
+    pthread_mutex_t mu; /* one operation at a time on the stream and staging */
+    int mu_ready;
+    ls_cuda_sgmv_mode sgmv_mode;
+
+    int n, H, F, L, S, R, O, max_tokens;
+    ls_w13_layout w13_layout;
+    ls_dtype dt;            /* compute and storage dtype of weights and activations */
+    cudaDataType_t cdt;     /* the same for cuBLAS */
+    cublasComputeType_t ct; /* fp32 accumulation; pedantic for f32 (no TF32) */
+    size_t esz;
+
+    /* Elements of one slot and layer: canonical fp32 (SPEC §2 order, the
+     * four buffers back to back) and derived (compute dtype, each part
+     * padded to 8 elements so 16-byte loads stay aligned). */
+    size_t canon_len, gu_a_len, gu_b_len, d_a_len, d_b_len;
+    size_t der_len, der_agu, der_b13, der_ad, der_bd; /* der_*: offsets */
+
+    /* Device memory, allocated at create; d_parts owns it. */
+    void *d_parts[LS_CUDA_MAX_PARTS];
+    int n_parts;
+    size_t device_bytes;
+    void *d_w13;     /* [L][n*2F, H] as given (either W13 layout) */
+    void *d_w2;      /* [L][H, n*F]: W2cat[h, e*F + j] = W2[e, h, j] */
+    float *d_canon;  /* [S][L][canon_len] what slot_write received */
+    void *d_der;     /* [S][L][der_len] derived operands */
+    float *d_x32;    /* [T, H] inputs, grouped by slot */
+    void *d_xc;      /* [T, H] inputs in the compute dtype (= d_x32 for f32) */
+    float *d_gam;    /* [T, n] */
+    float *d_z;      /* [T, n*2F] gate/up pre-activations */
+    void *d_a;       /* [T, n*F] activations, compute dtype */
+    float *d_v32;    /* [T, O*2R] gate/up shrink (SGMV) */
+    void *d_vc;      /* [T, O*2R] the same for cuBLAS, compute dtype */
+    float *d_w32;    /* [T, O*R] down shrink (SGMV) */
+    void *d_wc;      /* [T, O*R] */
+    float *d_y;      /* [T, H] */
+    int4 *d_tasks;   /* SGMV tasks */
+    void *d_blas_ws; /* cuBLAS workspace */
+    size_t blas_ws_bytes;
+
+    /* Pinned host staging. */
+    float *h_io;      /* [max_tokens, H]: x in, then y out */
+    float *h_gam;     /* [max_tokens, n] */
+    int4 *h_tasks;    /* [max_tasks] */
+    float *h_slot;    /* [canon_len] one slot and layer */
+    void *h_chunk;    /* base weight upload chunks */
+    size_t chunk_bytes;
+    int max_tasks;
+
+    /* Host scratch for grouping tokens by slot. */
+    int *perm;   /* [max_tokens]: grouped position -> token */
+    int *counts; /* [S + 1] */
+} ls_cuda;
+
+/* How one forward's tokens are grouped: positions 0..n_lora-1 hold the
+ * tokens with an adapter, slot by slot; the base-only tokens follow. */
+typedef struct {
+    int T;
+    int n_lora;
+    int n_slots;     /* distinct slots among the tokens */
+    int single_slot; /* the slot when n_slots == 1 */
+    int ntasks;
+    int has_gammas;
+} ls_cuda_plan;
+
+static inline ls_cuda *ls_cuda_of(const ls_backend *be) { return (ls_cuda *)be->ctx; }
+
+/* Derived operands of one slot and layer (compute dtype, device). */
+static inline char *ls_cuda_der(const ls_cuda *c, int slot, int layer) {
+    return (char *)c->d_der + ((size_t)slot * c->L + layer) * c->der_len * c->esz;
+}
+static inline float *ls_cuda_canon(const ls_cuda *c, int slot, int layer) {
+    return c->d_canon + ((size_t)slot * c->L + layer) * c->canon_len;
+}
+
+/* Refuses once the context is poisoned, else takes c->mu and selects the
+ * device; on LS_OK the caller unlocks c->mu. */
+ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err);
+
+ls_status ls_cuda_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                          const int *slot_of_token, float *y, ls_error *err);
+
+#endif

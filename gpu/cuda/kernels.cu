@@ -1,0 +1,384 @@
+/* The CUDA backend's kernels and their launchers: fp32 -> compute dtype,
+ * SwiGLU x gamma for both W13 layouts, the derived operands of a slot
+ * write, and the segmented LoRA GEMM (SGMV) in two variants: tensor cores
+ * through WMMA for bf16/f16 weights, fp32 FMA for every dtype. */
+#include "gpu/cuda/kernels.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+/* ---- dtype helpers ------------------------------------------------------ */
+
+template <typename T> __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+/* Grid-stride launches: enough blocks to fill the device, never more than
+ * the work needs. */
+static unsigned grid_for(long long count, int threads) {
+    long long blocks = (count + threads - 1) / threads;
+    if (blocks > 65536) blocks = 65536;
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+/* ---- conversion ---------------------------------------------------------- */
+
+template <typename T> __global__ void convert_kernel(const float *src, T *dst, long long count) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+         i += (long long)gridDim.x * blockDim.x)
+        dst[i] = from_f<T>(src[i]);
+}
+
+cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long count, cudaStream_t stream) {
+    if (count <= 0) return cudaSuccess;
+    unsigned g = grid_for(count, 256);
+    switch (t) {
+    case LS_DTYPE_BF16: convert_kernel<<<g, 256, 0, stream>>>(src, (__nv_bfloat16 *)dst, count); break;
+    case LS_DTYPE_F16: convert_kernel<<<g, 256, 0, stream>>>(src, (__half *)dst, count); break;
+    default: return cudaMemcpyAsync(dst, src, (size_t)count * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+    }
+    return cudaGetLastError();
+}
+
+/* ---- SwiGLU x gamma -------------------------------------------------------- */
+
+/* One thread per activation; both layouts read z coalesced (interleaved as
+ * one float2 per thread, contiguous as two float runs). */
+template <typename T>
+__global__ void swiglu_kernel(const float *__restrict__ z, const float *__restrict__ gam, T *__restrict__ a, int T_,
+                              int n, int F, int interleaved) {
+    const long long nF = (long long)n * F, total = (long long)T_ * nF;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long t = i / nF;
+        const int rem = (int)(i - t * nF);
+        const int e = rem / F, j = rem - e * F;
+        const float *zr = z + t * 2 * nF + (long long)e * 2 * F;
+        float g, u;
+        if (interleaved) {
+            const float2 p = *reinterpret_cast<const float2 *>(zr + 2 * j);
+            g = p.x;
+            u = p.y;
+        } else {
+            g = zr[j];
+            u = zr[F + j];
+        }
+        const float gm = gam ? gam[t * n + e] : 1.0f;
+        const float silu = g / (1.0f + expf(-g));
+        a[i] = from_f<T>(gm * silu * u);
+    }
+}
+
+cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t, int T, int n, int F,
+                           ls_w13_layout layout, cudaStream_t stream) {
+    const long long total = (long long)T * n * F;
+    if (total <= 0) return cudaSuccess;
+    unsigned g = grid_for(total, 256);
+    int il = layout == LS_W13_INTERLEAVED;
+    switch (t) {
+    case LS_DTYPE_BF16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__nv_bfloat16 *)a, T, n, F, il); break;
+    case LS_DTYPE_F16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__half *)a, T, n, F, il); break;
+    default: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (float *)a, T, n, F, il); break;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- derived operands of a slot write ------------------------------------ */
+
+enum { DERIVE_AGU, DERIVE_B13, DERIVE_ADCAT, DERIVE_BDCAT };
+
+/* Each thread writes one element of the derived operand `kind`, reading
+ * the canonical fp32 factor it comes from (see ls_derive_params). */
+template <typename T> __global__ void derive_kernel(ls_derive_params p, int kind, T *dst, long long count) {
+    const long long R = p.R, F = p.F, H = p.H, n = p.n, O = p.O;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        if (kind == DERIVE_AGU) {
+            v = p.gu_a[i];
+        } else if (kind == DERIVE_B13) {
+            const long long row = i / (2 * R), c = i - row * 2 * R;
+            const long long e = row / (2 * F), rr = row - e * 2 * F;
+            long long j;
+            int up;
+            if (p.layout == LS_W13_INTERLEAVED) {
+                j = rr >> 1;
+                up = (int)(rr & 1);
+            } else {
+                up = rr >= F;
+                j = up ? rr - F : rr;
+            }
+            const int half = c >= R;
+            if (half == up) v = p.gu_b[(e * 2 * F + up * F + j) * R + (c - half * R)];
+        } else if (kind == DERIVE_ADCAT) {
+            const long long k = i / (n * F), rem = i - k * n * F;
+            const long long e = rem / F, j = rem - e * F;
+            v = p.d_a[(e * R + k) * F + j];
+        } else {
+            const long long h = i / (O * R), rem = i - h * O * R;
+            const long long o = rem / R, k = rem - o * R;
+            v = p.d_b[(o * H + h) * R + k];
+        }
+        dst[i] = from_f<T>(v);
+    }
+}
+
+template <typename T> static cudaError_t derive_all(const ls_derive_params *p, cudaStream_t stream) {
+    const long long R = p->R, F = p->F, H = p->H, n = p->n, O = p->O;
+    const long long counts[4] = {O * 2 * R * H, n * 2 * F * 2 * R, R * n * F, H * O * R};
+    void *dsts[4] = {p->agu, p->b13, p->adcat, p->bdcat};
+    for (int k = 0; k < 4; k++) {
+        const unsigned g = grid_for(counts[k], 256);
+        derive_kernel<T><<<g, 256, 0, stream>>>(*p, k, (T *)dsts[k], counts[k]);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t ls_cuda_derive(const ls_derive_params *p, cudaStream_t stream) {
+    switch (p->t) {
+    case LS_DTYPE_BF16: return derive_all<__nv_bfloat16>(p, stream);
+    case LS_DTYPE_F16: return derive_all<__half>(p, stream);
+    default: return derive_all<float>(p, stream);
+    }
+}
+
+/* ---- SGMV ------------------------------------------------------------------ */
+
+#define SG_BM LS_SGMV_BM
+#define SG_BN 64
+#define SG_BK 32
+
+typedef struct {
+    ls_sgmv_params p;
+    int ksplit; /* blocks along K (grid.z = batch * ksplit) */
+    int kchunk; /* K per split, a multiple of SG_BK */
+    int vec_x;  /* 8-element runs of X are 16-byte aligned */
+    int vec_w;
+} sgmv_args;
+
+/* The rows, slot, batch and K range of this block. */
+struct sgmv_block {
+    int row0, rows, slot, b, n0, kbeg, kend;
+};
+
+__device__ __forceinline__ sgmv_block sgmv_where(const sgmv_args &a) {
+    sgmv_block s;
+    const int4 task = a.p.tasks[blockIdx.x];
+    s.row0 = task.x;
+    s.rows = task.y;
+    s.slot = task.z;
+    s.b = blockIdx.z / a.ksplit;
+    const int ks = blockIdx.z - s.b * a.ksplit;
+    s.n0 = blockIdx.y * SG_BN;
+    s.kbeg = ks * a.kchunk;
+    s.kend = min(a.p.K, s.kbeg + a.kchunk);
+    return s;
+}
+
+/* The block's sum for output (r, c) of its tile lands in C. */
+__device__ __forceinline__ void sgmv_store(const sgmv_args &a, const sgmv_block &s, int r, int c, float v) {
+    if (r >= s.rows || s.n0 + c >= a.p.N) return;
+    float *dst = a.p.C + (long long)(s.row0 + r) * a.p.ldc + s.b * a.p.c_bs + s.n0 + c;
+    if (a.p.atomic)
+        atomicAdd(dst, v);
+    else
+        *dst += v;
+}
+
+/* fp32 FMA variant: 256 threads, each 2 rows x 4 columns of the 32 x 64
+ * tile; operands are widened to fp32 in shared memory (row pitch 33 so the
+ * column reads of one warp hit distinct banks). */
+template <typename TX, typename TW> __global__ void __launch_bounds__(256) sgmv_simt_kernel(sgmv_args a) {
+    __shared__ float xs[SG_BM][SG_BK + 1];
+    __shared__ float ws[SG_BN][SG_BK + 1];
+    const sgmv_block s = sgmv_where(a);
+    const TX *X = (const TX *)a.p.X + (long long)s.row0 * a.p.ldx + s.b * a.p.x_bs;
+    const TW *W = (const TW *)a.p.W + s.slot * a.p.w_ss + s.b * a.p.w_bs + (long long)s.n0 * a.p.ldw;
+    const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;
+    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+
+    for (int k0 = s.kbeg; k0 < s.kend; k0 += SG_BK) {
+#pragma unroll
+        for (int i = 0; i < (SG_BM * SG_BK) / 256; i++) {
+            const int idx = tid + i * 256, r = idx / SG_BK, c = idx % SG_BK, k = k0 + c;
+            xs[r][c] = (r < s.rows && k < s.kend) ? to_f(X[(long long)r * a.p.ldx + k]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < (SG_BN * SG_BK) / 256; i++) {
+            const int idx = tid + i * 256, r = idx / SG_BK, c = idx % SG_BK, k = k0 + c;
+            ws[r][c] = (s.n0 + r < a.p.N && k < s.kend) ? to_f(W[(long long)r * a.p.ldw + k]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < SG_BK; kk++) {
+            const float x0 = xs[tm * 2][kk], x1 = xs[tm * 2 + 1][kk];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float w = ws[tn + 16 * c][kk];
+                acc[0][c] = fmaf(x0, w, acc[0][c]);
+                acc[1][c] = fmaf(x1, w, acc[1][c]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) sgmv_store(a, s, tm * 2 + i, tn + 16 * c, acc[i][c]);
+}
+
+/* Eight consecutive operand values into shared memory as TW, zeros past
+ * `valid`; one 16-byte load when aligned and whole. */
+template <typename TX, typename TW>
+__device__ __forceinline__ void load8(TW *dst, const TX *src, int valid, int vec) {
+    if (vec && valid == 8) {
+        if constexpr (std::is_same<TX, TW>::value) {
+            *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+        } else {
+            const float4 lo = reinterpret_cast<const float4 *>(src)[0];
+            const float4 hi = reinterpret_cast<const float4 *>(src)[1];
+            dst[0] = from_f<TW>(lo.x);
+            dst[1] = from_f<TW>(lo.y);
+            dst[2] = from_f<TW>(lo.z);
+            dst[3] = from_f<TW>(lo.w);
+            dst[4] = from_f<TW>(hi.x);
+            dst[5] = from_f<TW>(hi.y);
+            dst[6] = from_f<TW>(hi.z);
+            dst[7] = from_f<TW>(hi.w);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) dst[i] = from_f<TW>(i < valid ? to_f(src[i]) : 0.0f);
+    }
+}
+
+/* Tensor-core variant for 16-bit W: 4 warps in a 2 x 2 grid, each owning a
+ * 16 x 32 piece of the 32 x 64 tile as two 16x16x16 WMMA accumulators in
+ * fp32. X (fp32 or 16-bit) is rounded to W's type on its way into shared
+ * memory. Rows are padded by 8 elements (16 bytes) against bank conflicts;
+ * every fragment pointer stays 32-byte aligned as WMMA requires. */
+#define SG_LDS (SG_BK + 8)
+#define SG_LDC (SG_BN + 4)
+template <typename TX, typename TW> __global__ void __launch_bounds__(128) sgmv_wmma_kernel(sgmv_args a) {
+    using namespace nvcuda;
+    __shared__ __align__(128) TW xs[SG_BM * SG_LDS];
+    __shared__ __align__(128) TW ws[SG_BN * SG_LDS];
+    __shared__ __align__(128) float cs[SG_BM * SG_LDC];
+    const sgmv_block s = sgmv_where(a);
+    const TX *X = (const TX *)a.p.X + (long long)s.row0 * a.p.ldx + s.b * a.p.x_bs;
+    const TW *W = (const TW *)a.p.W + s.slot * a.p.w_ss + s.b * a.p.w_bs + (long long)s.n0 * a.p.ldw;
+    const int tid = threadIdx.x, warp = tid / 32, wm = warp / 2, wn = warp % 2;
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+
+    /* X tile: 32 rows x 4 runs of 8; W tile: 64 rows x 2 runs of 16. */
+    const int xr = tid / 4, xc = (tid % 4) * 8;
+    const int wr = tid / 2, wc = (tid % 2) * 16;
+    const bool x_row_ok = xr < s.rows, w_row_ok = s.n0 + wr < a.p.N;
+    const TX *xrow = X + (long long)(x_row_ok ? xr : 0) * a.p.ldx;
+    const TW *wrow = W + (long long)(w_row_ok ? wr : 0) * a.p.ldw;
+
+    for (int k0 = s.kbeg; k0 < s.kend; k0 += SG_BK) {
+        const int xk = k0 + xc, wk = k0 + wc;
+        const int xv = x_row_ok ? max(0, min(8, s.kend - xk)) : 0;
+        load8<TX, TW>(xs + xr * SG_LDS + xc, xrow + xk, xv, a.vec_x);
+        const int wv0 = w_row_ok ? max(0, min(8, s.kend - wk)) : 0;
+        const int wv1 = w_row_ok ? max(0, min(8, s.kend - wk - 8)) : 0;
+        load8<TW, TW>(ws + wr * SG_LDS + wc, wrow + wk, wv0, a.vec_w);
+        load8<TW, TW>(ws + wr * SG_LDS + wc + 8, wrow + wk + 8, wv1, a.vec_w);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < SG_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, TW, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, xs + (wm * 16) * SG_LDS + kk, SG_LDS);
+#pragma unroll
+            for (int f = 0; f < 2; f++) {
+                /* ws holds W[j][k] row-major, i.e. B[k][j] column-major. */
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, TW, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, ws + (wn * 32 + f * 16) * SG_LDS + kk, SG_LDS);
+                wmma::mma_sync(acc[f], fa, fb, acc[f]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int f = 0; f < 2; f++)
+        wmma::store_matrix_sync(cs + (wm * 16) * SG_LDC + wn * 32 + f * 16, acc[f], SG_LDC, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = tid; i < SG_BM * SG_BN; i += 128) {
+        const int r = i / SG_BN, c = i % SG_BN;
+        sgmv_store(a, s, r, c, cs[r * SG_LDC + c]);
+    }
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <typename TW> static void sgmv_launch_w(const sgmv_args &a, dim3 grid, int wmma, cudaStream_t stream) {
+    const bool x_f32 = a.p.xt == LS_DTYPE_F32;
+    if (wmma) {
+        if (x_f32)
+            sgmv_wmma_kernel<float, TW><<<grid, 128, 0, stream>>>(a);
+        else
+            sgmv_wmma_kernel<TW, TW><<<grid, 128, 0, stream>>>(a);
+    } else {
+        if (x_f32)
+            sgmv_simt_kernel<float, TW><<<grid, 256, 0, stream>>>(a);
+        else
+            sgmv_simt_kernel<TW, TW><<<grid, 256, 0, stream>>>(a);
+    }
+}
+
+cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStream_t stream) {
+    if (p->ntasks <= 0 || p->N <= 0 || p->batch <= 0) return cudaSuccess;
+    /* X is either fp32 or W's own type. */
+    if (p->xt != LS_DTYPE_F32 && p->xt != p->wt) return cudaErrorInvalidValue;
+    sgmv_args a;
+    a.p = *p;
+    const int ntiles = (p->N + SG_BN - 1) / SG_BN;
+    const int ksteps = (p->K + SG_BK - 1) / SG_BK;
+    int ksplit = 1;
+    if (p->atomic && ksteps > 0) {
+        /* Few tasks and a small N (a shrink for a handful of tokens) would
+         * leave most SMs idle with a long K loop each: split K until about
+         * two blocks per SM run, keeping at least 4 K steps per block. */
+        const long long blocks = (long long)p->ntasks * ntiles * p->batch;
+        long long want = (2LL * num_sms + blocks - 1) / blocks;
+        long long most = ksteps / 4 > 0 ? ksteps / 4 : 1;
+        if (want > most) want = most;
+        if (want < 1) want = 1;
+        ksplit = (int)want;
+    }
+    int steps_per = ksteps > 0 ? (ksteps + ksplit - 1) / ksplit : 1;
+    a.kchunk = steps_per * SG_BK;
+    a.ksplit = ksteps > 0 ? (ksteps + steps_per - 1) / steps_per : 1;
+    if ((long long)p->batch * a.ksplit > 65535) a.ksplit = 1, a.kchunk = ksteps * SG_BK;
+    if (a.kchunk <= 0) a.kchunk = SG_BK;
+    a.vec_x = aligned16(p->X) && p->ldx % 8 == 0 && p->x_bs % 8 == 0;
+    a.vec_w = aligned16(p->W) && p->ldw % 8 == 0 && p->w_bs % 8 == 0 && p->w_ss % 8 == 0;
+    dim3 grid((unsigned)p->ntasks, (unsigned)ntiles, (unsigned)(p->batch * a.ksplit));
+    const int use_wmma = wmma && p->wt != LS_DTYPE_F32;
+    switch (p->wt) {
+    case LS_DTYPE_BF16: sgmv_launch_w<__nv_bfloat16>(a, grid, use_wmma, stream); break;
+    case LS_DTYPE_F16: sgmv_launch_w<__half>(a, grid, use_wmma, stream); break;
+    case LS_DTYPE_F32:
+        if (p->xt != LS_DTYPE_F32) return cudaErrorInvalidValue;
+        sgmv_simt_kernel<float, float><<<grid, 256, 0, stream>>>(a);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
