@@ -8,22 +8,43 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+passed=0 failed=0 skipped=0
+
+# Runs ctest in a build dir (extra args passed on) and adds to the totals.
+run_ctest() {
+  local dir=$1
+  shift
+  local rc=0
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" "$@") 2>&1 | tee "$log" || rc=$?
+  local total fail skip
+  total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log" | tail -1)
+  fail=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  skip=$(grep -c '\*\*\*Skipped' "$log" || true)
+  passed=$((passed + ${total:-0} - ${fail:-0} - skip))
+  failed=$((failed + ${fail:-0}))
+  skipped=$((skipped + skip))
+  return $rc
+}
+summary() { echo "all builds: $passed passed, $failed failed, $skipped skipped"; }
 
 echo "== build (default) =="
 bash scripts/build.sh build
 echo "== tests (default build) =="
-(cd build && ctest --output-on-failure -j"$jobs")
+run_ctest build || { summary; exit 1; }
 
-if [ "${1:-}" = "--quick" ]; then exit 0; fi
+if [ "${1:-}" = "--quick" ]; then summary; exit 0; fi
 
 echo "== build (ASan+UBSan) =="
 bash scripts/build.sh build-asan -DLORASINK_CUDA=OFF -DLORASINK_SANITIZE=address,undefined
 echo "== tests (ASan+UBSan) =="
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j"$jobs" -LE gpu)
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest build-asan -LE gpu || { summary; exit 1; }
 
 echo "== build (TSan) =="
 bash scripts/build.sh build-tsan -DLORASINK_CUDA=OFF -DLORASINK_SANITIZE=thread
 echo "== tests (TSan: concurrency) =="
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  OPENBLAS_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" -L concurrency)
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 \
+  run_ctest build-tsan -L concurrency || { summary; exit 1; }
+summary

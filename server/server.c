@@ -73,7 +73,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                             .threads = cfg->threads, .device_id = 0};
     st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, &err) : ls_backend_cpu_create(&bc, &srv->backend, &err);
     if (st != LS_OK) {
-        ls_log_error("%s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
+        ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
         goto fail;
     }
     if ((st = ls_model_upload(&model, srv->backend, &err)) != LS_OK) {
