@@ -87,8 +87,11 @@ ls_status ls_adapter_resolve_path(const char *dir, const char *rel, char *out, s
     if (!realpath(dir && *dir ? dir : ".", base))
         return ls_error_set(err, LS_INTERNAL, "check --adapter-dir", "the adapter directory %.200s cannot be resolved: %s",
                             dir && *dir ? dir : ".", strerror(errno));
-    if (rel[0] == '/') snprintf(joined, sizeof joined, "%s", rel);
-    else snprintf(joined, sizeof joined, "%s/%s", base, rel);
+    /* A cut path could resolve to another file than the one named. */
+    int jl = rel[0] == '/' ? snprintf(joined, sizeof joined, "%s", rel)
+                           : snprintf(joined, sizeof joined, "%s/%s", base, rel);
+    if (jl < 0 || (size_t)jl >= sizeof joined)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s...\" is too long", rel);
     if (!realpath(joined, real))
         return ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
                             "path \"%.200s\" cannot be read: %s", rel, strerror(errno));

@@ -236,7 +236,7 @@ static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
 char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
                            int n_used) {
     json_t *jy = ls_json_tensor_f32(y, req->T, H, req->base64);
-    json_t *root = json_pack("{s:o?, s:i, s:i, s:o?}", "y", jy, "layer", req->layer, "tokens", req->T, "adapters",
+    json_t *root = json_pack("{s:o, s:i, s:i, s:o}", "y", jy, "layer", req->layer, "tokens", req->T, "adapters",
                              ls_forward_used_json(used, n_used));
     if (!root) return NULL;
     char *s = json_dumps(root, JSON_COMPACT);

@@ -22,7 +22,7 @@ static int ls_json_tensor_shape(const json_t *j, int64_t *shape) {
 }
 
 /* Copies values in row-major order, checking every sub-array has the
- * shape the first elements promised. */
+ * shape the first elements promised. With dst NULL it only checks. */
 static ls_status ls_json_tensor_fill(const json_t *j, const int64_t *shape, int nd, int depth, float **dst,
                                      const char *what, ls_error *err) {
     if (depth == nd) {
@@ -36,7 +36,7 @@ static ls_status ls_json_tensor_fill(const json_t *j, const int64_t *shape, int 
         double v = json_number_value(j);
         if (!isfinite(v) || fabs(v) > FLT_MAX)
             return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s: %g does not fit in float32", what, v);
-        *(*dst)++ = (float)v;
+        if (dst) *(*dst)++ = (float)v;
         return LS_OK;
     }
     if (!json_is_array(j) || (int64_t)json_array_size(j) != shape[depth])
@@ -56,10 +56,16 @@ static ls_status ls_json_tensor_parse_nested(const json_t *j, const char *what, 
     int nd = ls_json_tensor_shape(j, shape);
     if (nd < 0)
         return ls_error_set(err, LS_INVALID_SHAPE, NULL, "%s: more than %d nested levels", what, LS_MAX_DIMS);
+    /* Check the whole array before allocating: the first elements alone
+     * can promise a shape far larger than the body (a hostile [[1e5
+     * numbers], 0, 0, ...] would ask for gigabytes). Once checked, the
+     * element count is bounded by the numbers actually sent. */
+    ls_status st = ls_json_tensor_fill(j, shape, nd, 0, NULL, what, err);
+    if (st != LS_OK) return st;
     if (!ls_tensor_alloc_f32(out, shape, nd))
         return ls_error_set(err, LS_INTERNAL, NULL, "%s: out of memory", what);
     float *p = out->data;
-    ls_status st = ls_json_tensor_fill(j, shape, nd, 0, &p, what, err);
+    st = ls_json_tensor_fill(j, shape, nd, 0, &p, what, err);
     if (st != LS_OK) ls_tensor_free(out);
     return st;
 }

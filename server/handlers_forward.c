@@ -2,6 +2,7 @@
  * answer in the encoding the request came in. With the batcher, http.c
  * suspends the connection between ls_forward_prepare and
  * ls_forward_complete so no HTTP thread waits on a batch. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,15 @@ void ls_forward_job_free(ls_forward_job *fj) {
     free(fj->y);
     free(fj->used);
     free(fj);
+}
+
+static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at) {
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(y[i])) {
+            *at = i;
+            return true;
+        }
+    return false;
 }
 
 ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
@@ -78,6 +88,7 @@ void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
         return;
     }
+    size_t bad;
     for (int i = 0; i < job->n_used; i++)
         wire[i] = (ls_forward_used){job->used[i].name, job->used[i].version, job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
@@ -94,6 +105,12 @@ void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
             ls_reply_error(r, &err);
         }
         ls_error_free(&err);
+    } else if (!fj->fr.base64 && ls_forward_first_nonfinite(fj->y, (size_t)fj->fr.T * (size_t)srv->dims.H, &bad)) {
+        /* JSON numbers cannot carry Inf or NaN; a 200 without y would be a
+         * silent wrong answer. */
+        ls_reply_fail(r, LS_INVALID_REQUEST, "scale x or gammas down, or send \"encoding\": \"base64\" to receive them",
+                      "y[%zu][%zu] is not finite: the result overflows float32", bad / (size_t)srv->dims.H,
+                      bad % (size_t)srv->dims.H);
     } else {
         ls_reply_json(r, 200, ls_forward_resp_json(&fj->fr, srv->dims.H, fj->y, wire, job->n_used));
     }

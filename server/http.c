@@ -52,6 +52,8 @@ typedef struct {
     bool too_large;
     bool replied; /* a response was queued in the first phase */
     ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
+    ls_server *srv;               /* for the batcher's done() callback */
+    struct MHD_Connection *conn;
     struct timespec t0;
 } ls_conn_state;
 
@@ -117,6 +119,8 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     }
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
+    /* While stopping, keep-alive clients must not hold shutdown open. */
+    if (atomic_load(&srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     ls_metrics_observe_request(&srv->metrics, st->label, r->status, ls_elapsed_s(&st->t0));
@@ -207,26 +211,39 @@ static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, const 
     st->route->fn(&req, r);
 }
 
-static void ls_http_resume(void *conn) { MHD_resume_connection(conn); }
+/* The batcher's done(): resumes the connection. st may be freed as soon
+ * as the connection is resumed, so it is read before. */
+static void ls_http_resume(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_server *srv = st->srv;
+    MHD_resume_connection(st->conn);
+    atomic_fetch_sub(&srv->suspended, 1);
+}
 
 /* Parses the forward, suspends the connection and hands the job to the
- * batcher, whose worker resumes the connection when the batch has run. */
+ * batcher, whose worker resumes the connection when the batch has run.
+ * The caller counted the suspension in srv->suspended. */
 static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, const char *url,
                                              const char *method, ls_conn_state *st) {
     ls_reply r = {0};
     ls_request req = {.srv = srv, .conn = conn, .method = method, .path = url, .body = st->body, .len = st->len,
                       .kind = st->kind};
     st->fjob = ls_forward_prepare(&req, &r);
-    if (!st->fjob) return ls_http_send(conn, srv, st, &r);
+    if (!st->fjob) {
+        atomic_fetch_sub(&srv->suspended, 1);
+        return ls_http_send(conn, srv, st, &r);
+    }
     ls_batch_job *job = ls_forward_batch_job(st->fjob);
+    st->srv = srv;
+    st->conn = conn;
     job->done = ls_http_resume;
-    job->done_ctx = conn;
+    job->done_ctx = st;
     /* Suspend before submitting: the worker may resume at once. */
     MHD_suspend_connection(conn);
     ls_status s = ls_batcher_submit(srv->batcher, job, &job->err);
     if (s != LS_OK) {
         job->status = s;
-        MHD_resume_connection(conn);
+        ls_http_resume(st);
     }
     return MHD_YES;
 }
@@ -255,6 +272,9 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         size_t max = (size_t)srv->cfg.max_body_mb << 20;
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        /* A route that reads no body (the open /health and /ready among
+         * them) must not buffer one: drop it unread. */
+        if (!st->route->has_body) return MHD_YES;
         if (st->too_large || n > max - st->len) {
             st->too_large = true;
             return MHD_YES;
@@ -276,8 +296,15 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         ls_forward_complete(srv, st->fjob, &r);
         return ls_http_send(conn, srv, st, &r);
     }
-    if (srv->batcher && st->route->fn == ls_handle_forward && !st->too_large)
-        return ls_http_forward_async(srv, conn, url, method, st);
+    if (srv->batcher && st->route->fn == ls_handle_forward && !st->too_large) {
+        /* Count before looking at stopping, so ls_http_stop either sees
+         * this suspension or this request sees stopping (then it runs the
+         * blocking form below: MHD_stop_daemon must not meet a suspended
+         * connection). */
+        atomic_fetch_add(&srv->suspended, 1);
+        if (!atomic_load(&srv->stopping)) return ls_http_forward_async(srv, conn, url, method, st);
+        atomic_fetch_sub(&srv->suspended, 1);
+    }
     ls_http_dispatch(srv, conn, url, method, st, &r);
     if (r.status >= 400 && r.code == LS_DEVICE_ERROR) ls_log_error("%s %s: %s", method, url, "device error");
     return ls_http_send(conn, srv, st, &r);
@@ -319,12 +346,13 @@ bool ls_http_start(ls_server *srv) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     unsigned pool = (unsigned)srv->cfg.http_threads;
+    /* The logger first, so MHD routes every message through it. */
     srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED, ls_http_completed, srv,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.connection_timeout_s,
-        MHD_OPTION_EXTERNAL_LOGGER, ls_http_log, NULL, MHD_OPTION_END);
+        flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_EXTERNAL_LOGGER, ls_http_log, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED,
+        ls_http_completed, srv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
         ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
@@ -337,12 +365,17 @@ bool ls_http_start(ls_server *srv) {
 
 void ls_http_stop(ls_server *srv) {
     if (!srv->daemon) return;
+    atomic_store(&srv->stopping, true);
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
     /* Let requests in flight finish (bounded, so a stuck client cannot
      * hold shutdown forever). */
     for (int i = 0; i < 3000 && atomic_load(&srv->active) > 0; i++) usleep(10000);
     if (atomic_load(&srv->active) > 0)
         ls_log_warn("shutdown: %d request(s) still open after 30 s, closing them", atomic_load(&srv->active));
+    /* MHD_stop_daemon panics on a connection still suspended. No new
+     * suspension starts once stopping is set, and the batcher runs every
+     * queued job, so this ends when the jobs in the queue have run. */
+    while (atomic_load(&srv->suspended) > 0) usleep(1000);
     MHD_stop_daemon(srv->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
     srv->daemon = NULL;

@@ -1,0 +1,252 @@
+/* Hostile inputs to the api/ wire formats: error bodies quoting bytes
+ * that are not UTF-8, nested JSON tensors whose first elements promise
+ * more than the body holds, base64 payloads that disagree with their
+ * shape, and adapter paths too long to join. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "api/adapter_upload.h"
+#include "api/base64.h"
+#include "api/error_body.h"
+#include "api/json_tensor.h"
+#include "common/buf.h"
+#include "tests/util/testutil.h"
+
+/* The error body of err, parsed back (so it must be valid JSON). */
+static json_t *error_body_roundtrip(const ls_error *err) {
+    char *text = ls_error_body_text(err);
+    assert_non_null(text);
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    if (!j) fprintf(stderr, "not JSON: %s\n", text);
+    assert_non_null(j);
+    free(text);
+    return j;
+}
+
+static void test_error_body_invalid_utf8(void **state) {
+    (void)state;
+    ls_error err;
+    ls_error_init(&err);
+    /* A percent-decoded URL byte, as in "no route GET /%FF". */
+    ls_error_set(&err, LS_NOT_FOUND, "hint \xfe", "no route GET /\xff");
+    json_t *j = error_body_roundtrip(&err);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "not_found");
+    assert_int_equal(json_integer_value(json_object_get(e, "status")), 404);
+    assert_string_equal(json_string_value(json_object_get(e, "message")), "no route GET /?");
+    assert_string_equal(json_string_value(json_object_get(e, "hint")), "hint ?");
+    json_decref(j);
+    ls_error_free(&err);
+}
+
+static void test_error_body_cut_character(void **state) {
+    (void)state;
+    ls_error err;
+    ls_error_init(&err);
+    /* "%.4s" of "€€" keeps one whole euro sign and one byte of the next:
+     * the whole one stays, the cut one becomes '?'. */
+    ls_error_add(&err, LS_LORA_UNKNOWN_TENSOR, 0, "t\xe2\x82\xac\xe2\x82", LS_NA, LS_NA, LS_NA, NULL, "key %.4s",
+                 "\xe2\x82\xac\xe2\x82\xac");
+    json_t *j = error_body_roundtrip(&err);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "message")), "key \xe2\x82\xac?");
+    json_t *v = json_array_get(json_object_get(e, "violations"), 0);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "message")), "key \xe2\x82\xac?");
+    /* two bytes of a three-byte sequence: one '?' each */
+    assert_string_equal(json_string_value(json_object_get(v, "tensor")), "t\xe2\x82\xac??");
+    json_decref(j);
+    ls_error_free(&err);
+}
+
+static void test_error_body_overlong_and_surrogate(void **state) {
+    (void)state;
+    ls_error err;
+    ls_error_init(&err);
+    /* overlong '/' (C0 AF), a UTF-16 surrogate (ED A0 80), then a valid
+     * four-byte character (U+1F600) */
+    ls_error_set(&err, LS_INVALID_REQUEST, NULL, "a\xc0\xaf"
+                                                 "b\xed\xa0\x80"
+                                                 "c\xf0\x9f\x98\x80");
+    json_t *j = error_body_roundtrip(&err);
+    const char *m = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    assert_string_equal(m, "a??b???c\xf0\x9f\x98\x80");
+    json_decref(j);
+    ls_error_free(&err);
+}
+
+static json_t *load(const char *text) {
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    assert_non_null(j);
+    return j;
+}
+
+/* [[[n zeros], 0, ... n-1 zeros], 0, ... n-1 zeros] for levels levels:
+ * the first elements promise n^levels values, the body holds levels*n. */
+static char *amplifying_array(int levels, int n) {
+    ls_buf b;
+    ls_buf_init(&b);
+    for (int l = 0; l < levels; l++) ls_buf_append(&b, "[", 1);
+    ls_buf_append(&b, "0", 1);
+    for (int i = 1; i < n; i++) ls_buf_append(&b, ",0", 2);
+    ls_buf_append(&b, "]", 1);
+    for (int l = 1; l < levels; l++) {
+        for (int i = 1; i < n; i++) ls_buf_append(&b, ",0", 2);
+        ls_buf_append(&b, "]", 1);
+    }
+    char *s = ls_buf_take(&b, NULL);
+    assert_non_null(s);
+    return s;
+}
+
+static void test_nested_tensor_cannot_amplify(void **state) {
+    (void)state;
+    /* 3 levels of 100000: 1e15 promised floats from a 600 kB body. The
+     * whole array is checked before anything is allocated, so this is a
+     * ragged-array error, not an allocation of petabytes (out of memory,
+     * or an abort under ASan). */
+    char *text = amplifying_array(3, 100000);
+    json_t *j = load(text);
+    free(text);
+    ls_error err;
+    ls_error_init(&err);
+    ls_tensor t;
+    assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), LS_INVALID_SHAPE);
+    assert_null(t.data);
+    assert_non_null(strstr(err.message, "ragged"));
+    json_decref(j);
+    ls_error_free(&err);
+}
+
+static void test_nested_tensor_values_and_errors(void **state) {
+    (void)state;
+    ls_error err;
+    ls_error_init(&err);
+    ls_tensor t;
+    json_t *j = load("[[1, 2, 3], [4, 5, 6.5]]");
+    assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), LS_OK);
+    assert_int_equal(t.ndim, 2);
+    assert_int_equal(t.shape[0], 2);
+    assert_int_equal(t.shape[1], 3);
+    const float *v = t.data;
+    assert_true(v[0] == 1.0f && v[2] == 3.0f && v[5] == 6.5f);
+    ls_tensor_free(&t);
+    json_decref(j);
+
+    /* a non-number deep inside, a value past float32, a ragged row */
+    const char *bad[] = {"[[1, 2], [3, \"4\"]]", "[[1, 1e39]]", "[[1, 2], [3]]", "[[1], [[2]]]"};
+    const ls_status want[] = {LS_INVALID_REQUEST, LS_INVALID_REQUEST, LS_INVALID_SHAPE, LS_INVALID_REQUEST};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ls_error_init(&err);
+        j = load(bad[i]);
+        assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), want[i]);
+        assert_null(t.data);
+        json_decref(j);
+        ls_error_free(&err);
+    }
+}
+
+static void test_base64_tensor_sizes(void **state) {
+    (void)state;
+    ls_error err;
+    ls_tensor t;
+    /* 2 f32 = 8 bytes = 12 characters with one '=' */
+    float two[2] = {1.5f, -2.0f};
+    char *data = ls_base64_encode((const uint8_t *)two, sizeof two);
+    char text[256];
+    snprintf(text, sizeof text, "{\"dtype\": \"f32\", \"shape\": [1, 2], \"data\": \"%s\"}", data);
+    json_t *j = load(text);
+    ls_error_init(&err);
+    assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), LS_OK);
+    assert_true(((float *)t.data)[0] == 1.5f && ((float *)t.data)[1] == -2.0f);
+    ls_tensor_free(&t);
+    json_decref(j);
+    ls_error_free(&err);
+
+    /* the same data under shapes that do not fit it, one whose element
+     * count overflows, a negative axis; then bad characters and padding */
+    const char *shapes[] = {"[1, 3]", "[1, 1]", "[4294967296, 4294967296, 4]", "[-1, 2]", "[2, 0]"};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        snprintf(text, sizeof text, "{\"dtype\": \"f32\", \"shape\": %s, \"data\": \"%s\"}", shapes[i], data);
+        j = load(text);
+        ls_error_init(&err);
+        assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), LS_INVALID_SHAPE);
+        assert_null(t.data);
+        json_decref(j);
+        ls_error_free(&err);
+    }
+    free(data);
+    const char *datas[] = {"AAAA AAAAAA=", "AAAAAAAA=AA=", "AAAAAAAAAA==", "AAAAAAA!AAA="};
+    const ls_status want[] = {LS_INVALID_REQUEST, LS_INVALID_REQUEST, LS_INVALID_SHAPE, LS_INVALID_REQUEST};
+    for (size_t i = 0; i < sizeof datas / sizeof *datas; i++) {
+        snprintf(text, sizeof text, "{\"dtype\": \"f32\", \"shape\": [2], \"data\": \"%s\"}", datas[i]);
+        j = load(text);
+        ls_error_init(&err);
+        assert_int_equal(ls_json_tensor_parse(j, "x", &t, &err), want[i]);
+        assert_null(t.data);
+        json_decref(j);
+        ls_error_free(&err);
+    }
+}
+
+static void test_resolve_path_too_long(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/d", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    char out[4096];
+    ls_error err;
+
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_resolve_path(dir, "d/", out, sizeof out, &err), LS_OK);
+    assert_string_equal(out + strlen(out) - 2, "/d");
+    ls_error_free(&err);
+
+    /* "d////...////../../../../etc": the path named resolves outside the
+     * directory; cut at the join buffer's end it would have resolved to d
+     * and been accepted. */
+    size_t n = 9000;
+    char *rel = malloc(n + 32);
+    assert_non_null(rel);
+    rel[0] = 'd';
+    memset(rel + 1, '/', n);
+    strcpy(rel + 1 + n, "../../../../etc");
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_resolve_path(dir, rel, out, sizeof out, &err), LS_INVALID_REQUEST);
+    ls_error_free(&err);
+
+    /* the short form of the same escape, and the directory itself */
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_resolve_path(dir, "d/../../../../etc", out, sizeof out, &err), LS_INVALID_REQUEST);
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_resolve_path(dir, ".", out, sizeof out, &err), LS_OK);
+    ls_error_free(&err);
+    free(rel);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_body_invalid_utf8),
+        cmocka_unit_test(test_error_body_cut_character),
+        cmocka_unit_test(test_error_body_overlong_and_surrogate),
+        cmocka_unit_test(test_nested_tensor_cannot_amplify),
+        cmocka_unit_test(test_nested_tensor_values_and_errors),
+        cmocka_unit_test(test_base64_tensor_sizes),
+        cmocka_unit_test(test_resolve_path_too_long),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
