@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/json_tensor.h"
+#include "common/buf.h"
 #include "api/safetensors.h"
 
 bool ls_adapter_name_valid(const char *name) {
@@ -225,6 +226,13 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     return st;
 }
 
+/* Dumps j compactly and drops it; NULL when j is NULL or on OOM. */
+static char *ls_json_take_dump(json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
 static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
     json_t *arr = json_array();
     for (int i = 0; arr && i < n_used; i++)
@@ -235,13 +243,26 @@ static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
 
 char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
                            int n_used) {
-    json_t *jy = ls_json_tensor_f32(y, req->T, H, req->base64);
-    json_t *root = json_pack("{s:o, s:i, s:i, s:o}", "y", jy, "layer", req->layer, "tokens", req->T, "adapters",
-                             ls_forward_used_json(used, n_used));
-    if (!root) return NULL;
-    char *s = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    return s;
+    /* Written as text: y can be megabytes of numbers, and a json_t per
+     * value made formatting the dominant cost of a small forward. */
+    json_t *ju = ls_forward_used_json(used, n_used);
+    char *adapters = ju ? json_dumps(ju, JSON_COMPACT) : NULL;
+    json_decref(ju);
+    if (!adapters) return NULL;
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"y\":", 5);
+    if (req->base64) {
+        char *t = ls_json_take_dump(ls_json_tensor_f32(y, req->T, H, 1));
+        if (t) ls_buf_append(&b, t, strlen(t));
+        else b.failed = true;
+        free(t);
+    } else {
+        ls_json_tensor_f32_text(&b, y, req->T, H);
+    }
+    ls_buf_printf(&b, ",\"layer\":%d,\"tokens\":%d,\"adapters\":%s}", req->layer, req->T, adapters);
+    free(adapters);
+    return ls_buf_take(&b, NULL);
 }
 
 ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,

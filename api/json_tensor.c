@@ -4,6 +4,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +134,83 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
     if (json_is_object(j)) return ls_json_tensor_parse_base64(j, what, out, err);
     return ls_error_set(err, LS_INVALID_REQUEST, "send nested arrays or {\"dtype\", \"shape\", \"data\"}",
                         "%s: a tensor must be an array or an object", what);
+}
+
+/* 10^k for k in [-60, 60], each literal correctly rounded. */
+static const double ls_pow10_table[121] = {
+    1e-60, 1e-59, 1e-58, 1e-57, 1e-56, 1e-55, 1e-54, 1e-53, 1e-52, 1e-51, 1e-50, 1e-49, 1e-48, 1e-47, 1e-46,
+    1e-45, 1e-44, 1e-43, 1e-42, 1e-41, 1e-40, 1e-39, 1e-38, 1e-37, 1e-36, 1e-35, 1e-34, 1e-33, 1e-32, 1e-31,
+    1e-30, 1e-29, 1e-28, 1e-27, 1e-26, 1e-25, 1e-24, 1e-23, 1e-22, 1e-21, 1e-20, 1e-19, 1e-18, 1e-17, 1e-16,
+    1e-15, 1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1,
+    1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34, 1e35, 1e36, 1e37, 1e38,
+    1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52, 1e53, 1e54, 1e55, 1e56,
+    1e57, 1e58, 1e59, 1e60};
+
+static double ls_pow10(int k) { return ls_pow10_table[60 + k]; }
+
+size_t ls_json_format_f32(float v, char *buf) {
+    char *p = buf;
+    double d = v;
+    if (signbit(v)) {
+        *p++ = '-';
+        d = -d;
+    }
+    if (d == 0.0 || !isfinite(d)) { /* non-finite never reaches JSON: callers check */
+        *p++ = '0';
+        *p = '\0';
+        return (size_t)(p - buf);
+    }
+    /* nine significant digits always round-trip a float32 */
+    int e = (int)floor(log10(d));
+    long long m = llround(d * ls_pow10(8 - e));
+    if (m >= 1000000000LL) {
+        m = llround((double)m / 10.0);
+        e++;
+    } else if (m < 100000000LL) {
+        m = llround(d * ls_pow10(9 - e));
+        e--;
+    }
+    char digits[10];
+    for (int i = 8; i >= 0; i--, m /= 10) digits[i] = (char)('0' + m % 10);
+    int nd = 9;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    if (e >= 0 && e < 9) { /* 123.456 */
+        for (int i = 0; i <= e; i++) *p++ = i < nd ? digits[i] : '0';
+        if (nd > e + 1) {
+            *p++ = '.';
+            for (int i = e + 1; i < nd; i++) *p++ = digits[i];
+        }
+    } else if (e < 0 && e >= -5) { /* 0.00123 */
+        *p++ = '0';
+        *p++ = '.';
+        for (int i = -1; i > e; i--) *p++ = '0';
+        for (int i = 0; i < nd; i++) *p++ = digits[i];
+    } else { /* 1.23e-07 */
+        *p++ = digits[0];
+        if (nd > 1) {
+            *p++ = '.';
+            for (int i = 1; i < nd; i++) *p++ = digits[i];
+        }
+        p += sprintf(p, "e%d", e);
+    }
+    *p = '\0';
+    return (size_t)(p - buf);
+}
+
+bool ls_json_tensor_f32_text(ls_buf *b, const float *v, int rows, int cols) {
+    char num[32];
+    ls_buf_append(b, "[", 1);
+    for (int r = 0; r < rows; r++) {
+        ls_buf_append(b, r ? ",[" : "[", r ? 2 : 1);
+        for (int c = 0; c < cols; c++) {
+            size_t n = ls_json_format_f32(v[(size_t)r * cols + c], num + 1);
+            num[0] = ',';
+            ls_buf_append(b, c ? num : num + 1, c ? n + 1 : n);
+        }
+        ls_buf_append(b, "]", 1);
+    }
+    return ls_buf_append(b, "]", 1);
 }
 
 json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64) {

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/tensor.h"
 
@@ -18,5 +19,14 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
 /* New reference: rows x cols fp32 as nested arrays, or as a base64 object
  * when base64. NULL on OOM. */
 json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64);
+
+/* Writes v (finite) as the shortest-ish JSON number that reads back as
+ * the same float32: nine significant digits, trailing zeros dropped.
+ * buf holds at least 20 bytes; returns the length written. */
+size_t ls_json_format_f32(float v, char *buf);
+
+/* Appends rows x cols fp32 as nested JSON arrays of such numbers (much
+ * faster than building json_t values). False when b failed. */
+bool ls_json_tensor_f32_text(ls_buf *b, const float *v, int rows, int cols);
 
 #endif
