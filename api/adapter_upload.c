@@ -171,22 +171,14 @@ static ls_status ls_upload_json_tensors(json_t *jt, ls_tensor_set *set, ls_error
 
 static ls_status ls_upload_from_json(json_t *root, const char *adapter_dir, bool require_name, ls_adapter_upload *up,
                                      ls_error *err) {
-    static const char *known[] = {"name", "path", "format", "config", "tensors", "pinned", "strict", "replace", "scale"};
-    if (!json_is_object(root)) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(key, known[i])) i++;
-        if (i == sizeof known / sizeof *known)
-            return ls_error_set(err, LS_INVALID_REQUEST,
-                                "known keys: name, path, format, config, tensors, pinned, strict, replace, scale",
-                                "unknown key \"%.64s\" in the adapter upload", key);
-    }
+    static const char *const known[] = {"name", "path", "format", "config", "tensors",
+                                        "pinned", "strict", "replace", "scale", NULL};
+    ls_status st = ls_json_check_keys(root, known, "adapter upload", err);
+    if (st != LS_OK) return st;
     json_t *jname = json_object_get(root, "name");
     if (jname && !json_is_string(jname))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"name\" must be a string");
-    ls_status st = ls_upload_set_name(up, json_string_value(jname), require_name, err);
+    st = ls_upload_set_name(up, json_string_value(jname), require_name, err);
     if (st == LS_OK) st = ls_upload_json_bool(root, "pinned", &up->pinned, err);
     if (st == LS_OK) st = ls_upload_json_bool(root, "strict", &up->params.strict, err);
     if (st == LS_OK) st = ls_upload_json_bool(root, "replace", &up->replace, err);

@@ -124,19 +124,9 @@ static ls_status ls_forward_parse_names(json_t *jadapter, json_t *jadapters, ls_
 }
 
 static ls_status ls_forward_parse_json_obj(json_t *root, const ls_dims *dims, ls_forward_req *req, ls_error *err) {
-    static const char *known[] = {"layer", "x", "gammas", "adapter", "adapters", "encoding"};
-    if (!json_is_object(root))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(key, known[i])) i++;
-        if (i == sizeof known / sizeof *known)
-            return ls_error_set(err, LS_INVALID_REQUEST,
-                                "known keys: layer, x, gammas, adapter, adapters, encoding",
-                                "unknown key \"%.64s\" in the forward request", key);
-    }
+    static const char *const known[] = {"layer", "x", "gammas", "adapter", "adapters", "encoding", NULL};
+    ls_status st = ls_json_check_keys(root, known, "forward request", err);
+    if (st != LS_OK) return st;
     json_t *jlayer = json_object_get(root, "layer");
     if (jlayer && !json_is_null(jlayer)) {
         if (!json_is_integer(jlayer))
@@ -155,7 +145,7 @@ static ls_status ls_forward_parse_json_obj(json_t *root, const ls_dims *dims, ls
     json_t *jx = json_object_get(root, "x");
     if (!jx) return ls_error_set(err, LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
     ls_tensor t;
-    ls_status st = ls_json_tensor_parse(jx, "x", &t, err);
+    st = ls_json_tensor_parse(jx, "x", &t, err);
     if (st != LS_OK) return st;
     st = ls_forward_take_matrix(&t, "x", -1, dims->H, &req->x, &req->T, err);
     ls_tensor_free(&t);

@@ -136,6 +136,24 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
                         "%s: a tensor must be an array or an object", what);
 }
 
+ls_status ls_json_check_keys(const json_t *root, const char *const *known, const char *what, ls_error *err) {
+    if (!json_is_object(root)) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)root, key, val) {
+        size_t i = 0;
+        while (known[i] && strcmp(key, known[i])) i++;
+        if (known[i]) continue;
+        char hint[256] = "known keys:";
+        for (i = 0; known[i]; i++) {
+            size_t l = strlen(hint);
+            snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", known[i]);
+        }
+        return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the %s", key, what);
+    }
+    return LS_OK;
+}
+
 /* 10^k for k in [-60, 60], each literal correctly rounded. */
 static const double ls_pow10_table[121] = {
     1e-60, 1e-59, 1e-58, 1e-57, 1e-56, 1e-55, 1e-54, 1e-53, 1e-52, 1e-51, 1e-50, 1e-49, 1e-48, 1e-47, 1e-46,

@@ -20,6 +20,11 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
  * when base64. NULL on OOM. */
 json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64);
 
+/* Checks that root is an object whose keys are all in known (a NULL-
+ * terminated list); what names the body in the message. An unknown key is
+ * LS_INVALID_REQUEST whose hint lists the known ones. */
+ls_status ls_json_check_keys(const json_t *root, const char *const *known, const char *what, ls_error *err);
+
 /* Writes v (finite) as the shortest-ish JSON number that reads back as
  * the same float32: nine significant digits, trailing zeros dropped.
  * buf holds at least 20 bytes; returns the length written. */
