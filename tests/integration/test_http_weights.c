@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "api/safetensors.h"
+#include "gpu/backend.h"
 #include "tests/util/reference.h"
 #include "tests/util/testutil.h"
 
@@ -214,6 +215,18 @@ static void test_command_line(void **state) {
     assert_int_equal(run_binary(range, out, sizeof out), 2);
     const char *value[] = {"--port", "eighty", NULL};
     assert_int_equal(run_binary(value, out, sizeof out), 2);
+    /* --device cuda where no device answers: a clear error, exit 1 (on a
+     * machine with a device it would start serving, so it is not run) */
+    if (!ls_backend_cuda_available()) {
+        const char *cuda[] = {"--device", "cuda", "--port", "0", NULL};
+        assert_int_equal(run_binary(cuda, out, sizeof out), 1);
+        assert_non_null(strstr(out, "cuda"));
+        assert_non_null(strstr(out, "starting on the cuda backend"));
+    }
+    /* auto says which backend it took in its first log line */
+    const char *autod[] = {"--device", "auto", "--weights", "/nonexistent.safetensors", NULL};
+    assert_int_equal(run_binary(autod, out, sizeof out), 1);
+    assert_non_null(strstr(out, ls_backend_cuda_available() ? "starting on the cuda backend" : "starting on the cpu backend"));
 }
 
 int main(void) {
