@@ -2,15 +2,28 @@
  * SIGINT, then a graceful shutdown (stop accepting, finish requests in
  * flight, free everything, exit 0). Exit 2 for bad settings, 1 when the
  * server cannot start. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "config/config.h"
 #include "server/server.h"
 
 extern char **environ;
+
+static int ls_stop_pipe[2] = {-1, -1};
+
+/* Async-signal-safe: hands the signal number to main through the pipe. */
+static void ls_main_on_signal(int sig) {
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+    ssize_t w = write(ls_stop_pipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
 
 static ls_log_level ls_main_log_level(const char *s) {
     if (!strcmp(s, "debug")) return LS_LOG_DEBUG;
@@ -29,13 +42,18 @@ int main(int argc, char **argv) {
     }
     ls_log_set_level(ls_main_log_level(cfg.log_level));
 
-    /* Block the stop signals in every thread (MHD's included) so that
-     * sigwait below is the only place they are taken. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    /* SIGTERM and SIGINT are caught by a handler, not blocked for sigwait:
+     * libraries start threads before main (OpenBLAS does), and a blocked-
+     * signal scheme would let the kernel deliver the signal to one of
+     * those, killing the process. The handler only writes to a pipe. */
+    if (pipe(ls_stop_pipe)) {
+        perror("lorasink: pipe");
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = ls_main_on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     static ls_server srv;
@@ -49,8 +67,9 @@ int main(int argc, char **argv) {
     fflush(stdout);
     ls_log_info("listening on %s:%d%s", cfg.host, srv.port, cfg.api_key[0] ? " (API key required)" : "");
 
-    int sig = 0;
-    sigwait(&stop, &sig);
+    unsigned char sig = 0;
+    while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
     ls_log_info("%s: stopping: no new connections, finishing requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
     ls_http_stop(&srv);
     ls_server_free(&srv);

@@ -75,7 +75,9 @@ static void test_body_limits(void **state) {
     memset(body, ' ', big);
     body[big] = '\0';
     ls_test_response r;
-    assert_int_equal(status_of("POST", "/forward", auth, body, &r), 413);
+    /* as curl sends a large body: the 413 comes before the body is sent */
+    const char *expect[] = {"Authorization: Bearer s3cret", "Expect: 100-continue", NULL};
+    assert_int_equal(status_of("POST", "/forward", expect, body, &r), 413);
     json_t *j = ls_test_response_json(&r);
     assert_string_equal(ls_test_error_code(j), "payload_too_large");
     json_decref(j);

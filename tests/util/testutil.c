@@ -8,9 +8,11 @@
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,22 +154,30 @@ int ls_test_server_stop(ls_test_server *s) {
     if (!s) return -1;
     kill(s->pid, SIGTERM);
     int status = -1;
+    static char tail[1 << 16];
+    size_t len = 0;
+    tail[0] = '\0';
     for (int i = 0; i < 3000; i++) {
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) break;
         /* keep the pipe drained so the server never blocks on its log */
-        char buf[4096];
-        while (read(s->out_fd, buf, sizeof buf) > 0) {
-        }
+        ls_test_server_drain(s, tail, sizeof tail, &len);
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) break;
         usleep(10000);
         if (i == 2999) {
+            fprintf(stderr, "server did not stop in 30 s after SIGTERM; killing it\n");
             kill(s->pid, SIGKILL);
             waitpid(s->pid, &status, 0);
-            status = -1;
         }
+    }
+    ls_test_server_drain(s, tail, sizeof tail, &len);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (rc != 0) {
+        if (WIFSIGNALED(status)) fprintf(stderr, "server died of signal %d on shutdown\n", WTERMSIG(status));
+        else fprintf(stderr, "server exited with %d on shutdown\n", rc);
+        fprintf(stderr, "its last output:\n%s\n", len > 4000 ? tail + len - 4000 : tail);
     }
     close(s->out_fd);
     free(s);
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return rc;
 }
 
 typedef struct {
@@ -204,8 +214,13 @@ int ls_test_http(const ls_test_server *s, const char *method, const char *path, 
         snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
         h = curl_slist_append(h, ct);
     }
-    h = curl_slist_append(h, "Expect:");
-    for (int i = 0; extra_headers && extra_headers[i]; i++) h = curl_slist_append(h, extra_headers[i]);
+    bool expect = false;
+    for (int i = 0; extra_headers && extra_headers[i]; i++) {
+        h = curl_slist_append(h, extra_headers[i]);
+        expect |= !strncasecmp(extra_headers[i], "Expect:", 7);
+    }
+    /* no 100-continue round trip unless the test asks for one */
+    if (!expect) h = curl_slist_append(h, "Expect:");
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
