@@ -2,7 +2,7 @@
 # The device check, one script: configure and build with CUDA in build-gpu,
 # run the tests labelled gpu, then the GPU benchmark beside PyTorch eager.
 # Logs and results go to $OUT (else ./gpu-out), at most 7 files. Sized to
-# finish in under eight minutes on an H200. Exit status: nonzero when the
+
 # build or a test fails (the benchmark never fails the check).
 set -u -o pipefail
 
@@ -58,12 +58,12 @@ log "built in $((SECONDS - start)) s"
 
 log "ctest -L gpu"
 start=$SECONDS
-(cd "$BUILD" && timeout 420 ctest -L gpu --output-on-failure --verbose) >"$OUT_DIR/ctest.log" 2>&1
+(cd "$BUILD" && timeout "${TEST_TIMEOUT:-200}" ctest -L gpu --output-on-failure --verbose) >"$OUT_DIR/ctest.log" 2>&1
 rc=$?
 if grep -q "No tests were found" "$OUT_DIR/ctest.log"; then
     # The label is set in tests/CMakeLists.txt; run the program itself if not.
     log "no test labelled gpu; running backend_test_backend_parity directly"
-    timeout 420 "$BUILD/tests/backend_test_backend_parity" >>"$OUT_DIR/ctest.log" 2>&1
+    timeout "${TEST_TIMEOUT:-200}" "$BUILD/tests/backend_test_backend_parity" >>"$OUT_DIR/ctest.log" 2>&1
     rc=$?
 fi
 grep -E "SKIPPED|Skipped|checks,|tests passed|tests failed|FAIL" "$OUT_DIR/ctest.log" | head -40 | tee -a "$SUMMARY"
@@ -77,13 +77,13 @@ fi
 
 log "PyTorch eager reference"
 start=$SECONDS
-PYTHONUNBUFFERED=1 timeout 200 python3 "$ROOT/bench/torch_ref.py" >"$OUT_DIR/torch_ref.jsonl" 2>"$OUT_DIR/bench.log" ||
+PYTHONUNBUFFERED=1 timeout "${TORCH_TIMEOUT:-80}" python3 "$ROOT/bench/torch_ref.py" >"$OUT_DIR/torch_ref.jsonl" 2>"$OUT_DIR/bench.log" ||
     log "torch_ref.py failed (exit $?); the torch columns stay empty"
 log "torch_ref.py: $((SECONDS - start)) s"
 
 log "bench_gpu"
 start=$SECONDS
-timeout 200 "$BUILD/bench/bench_gpu" --torch "$OUT_DIR/torch_ref.jsonl" >"$OUT_DIR/bench.md" 2>>"$OUT_DIR/bench.log" ||
+timeout "${BENCH_TIMEOUT:-100}" "$BUILD/bench/bench_gpu" --torch "$OUT_DIR/torch_ref.jsonl" >"$OUT_DIR/bench.md" 2>>"$OUT_DIR/bench.log" ||
     log "bench_gpu failed (exit $?)"
 tee -a "$SUMMARY" <"$OUT_DIR/bench.md"
 log "bench_gpu: $((SECONDS - start)) s"
