@@ -2,8 +2,10 @@
 # The device check, one script: configure and build with CUDA in build-gpu,
 # run the tests labelled gpu, then the GPU benchmark beside PyTorch eager.
 # Logs and results go to $OUT (else ./gpu-out), at most 7 files. Sized to
-
-# build or a test fails (the benchmark never fails the check).
+# finish in under eight minutes on an H200: the build, then at most
+# TEST_TIMEOUT (200 s) + TORCH_TIMEOUT (80 s) + BENCH_TIMEOUT (100 s).
+# Exit status: nonzero when the build or a test fails (the benchmark never
+# fails the check).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
