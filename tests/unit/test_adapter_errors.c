@@ -6,34 +6,6 @@
 
 #include "test_adapter_util.h"
 
-/* n=2, H=4, F=3, two layers, pool R=4; uploads of rank 2. */
-typedef struct {
-    ls_dims d;
-    ls_pool_dims p;
-    ls_tensor_set s;
-    ls_error err;
-    char name[192];
-} fx;
-
-static int fx_setup(void **state) {
-    fx *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    f->d = tu_tiny_dims(2);
-    f->p = tu_pool(4, LS_LORA_SHARED);
-    ls_tensor_set_init(&f->s);
-    ls_error_init(&f->err);
-    *state = f;
-    return 0;
-}
-
-static int fx_teardown(void **state) {
-    fx *f = *state;
-    ls_tensor_set_free(&f->s);
-    ls_error_free(&f->err);
-    free(f);
-    return 0;
-}
-
 /* A valid two-layer PEFT upload. */
 static void fx_peft(fx *f) {
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);

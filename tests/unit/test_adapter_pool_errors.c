@@ -7,33 +7,6 @@
 
 #include "test_adapter_util.h"
 
-typedef struct {
-    ls_dims d;
-    ls_pool_dims p;
-    ls_tensor_set s;
-    ls_error err;
-    char name[192];
-} fx;
-
-static int fx_setup(void **state) {
-    fx *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    f->d = tu_tiny_dims(2);
-    f->p = tu_pool(4, LS_LORA_SHARED);
-    ls_tensor_set_init(&f->s);
-    ls_error_init(&f->err);
-    *state = f;
-    return 0;
-}
-
-static int fx_teardown(void **state) {
-    fx *f = *state;
-    ls_tensor_set_free(&f->s);
-    ls_error_free(&f->err);
-    free(f);
-    return 0;
-}
-
 /* Full name of buffer buf ("gate_up_lora_a", ...) of layer l. */
 static const char *B(fx *f, const char *buf, int l) {
     snprintf(f->name, sizeof f->name, "model.layers.%d.mlp.shared_experts.%s", l, buf);
