@@ -50,7 +50,9 @@ int main(int argc, char **argv) {
         perror("lorasink: pipe");
         return 1;
     }
-    struct sigaction sa = {.sa_handler = ls_main_on_signal, .sa_flags = SA_RESTART};
+    /* No SA_RESTART: the read below must return EINTR, which is also where
+     * ThreadSanitizer runs a handler it deferred. */
+    struct sigaction sa = {.sa_handler = ls_main_on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
