@@ -50,6 +50,7 @@ typedef struct {
     uint8_t *body;
     size_t len, cap;
     bool too_large;
+    size_t discarded; /* body bytes dropped past the limit */
     bool replied; /* a response was queued in the first phase */
     ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
     ls_server *srv;               /* for the batcher's done() callback */
@@ -276,8 +277,12 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
          * them) must not buffer one: drop it unread. */
         if (!st->route->has_body) return MHD_YES;
         if (st->too_large || n > max - st->len) {
+            /* Discard up to one more limit's worth so a client that
+             * overshoots a little still reads its 413; past that, close
+             * the connection rather than read an endless body. */
             st->too_large = true;
-            return MHD_YES;
+            st->discarded += n;
+            return st->discarded > max ? MHD_NO : MHD_YES;
         }
         if (st->len + n > st->cap) {
             size_t cap = st->cap ? st->cap : 4096;
