@@ -199,7 +199,7 @@ size_t ls_json_format_f32(float v, char *buf) {
             *p++ = '.';
             for (int i = e + 1; i < nd; i++) *p++ = digits[i];
         }
-    } else if (e < 0 && e >= -5) { /* 0.00123 */
+    } else if (e < 0 && e >= -4) { /* 0.000123, as %g would */
         *p++ = '0';
         *p++ = '.';
         for (int i = -1; i > e; i--) *p++ = '0';
