@@ -64,6 +64,7 @@ static void cuda_free(ls_backend *be) {
         (void)cudaGetLastError();
         free(c->perm);
         free(c->counts);
+        free(c->uploaded);
         if (c->mu_ready) pthread_mutex_destroy(&c->mu);
         free(c);
     }
@@ -221,7 +222,8 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
     c->perm = (int *)malloc(Tm * sizeof(int));
     c->counts = (int *)malloc(2 * (S + 1) * sizeof(int));
-    if (!c->perm || !c->counts) return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
+    c->uploaded = (unsigned char *)calloc((size_t)c->L, 1);
+    if (!c->perm || !c->counts || !c->uploaded) return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
 
     be->pool_bytes = pool;
@@ -282,7 +284,9 @@ static ls_status cuda_upload_base(ls_backend *be, int layer, const float *w13, c
         return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: upload_base of layer %d (of %d) without weights",
                             layer, c->L);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return op_end(c, upload_base_locked(c, layer, w13, w2, err));
+    ls_status st = upload_base_locked(c, layer, w13, w2, err);
+    if (st == LS_OK) c->uploaded[layer] = 1;
+    return op_end(c, st);
 }
 
 static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slot_factors *f, ls_error *err) {

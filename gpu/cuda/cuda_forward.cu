@@ -19,8 +19,8 @@ static ls_status plan_tokens(ls_cuda *c, int T, const int *slot_of_token, ls_cud
     for (int t = 0; t < T; t++) {
         int s = slot_of_token ? slot_of_token[t] : -1;
         if (s < -1 || s >= S)
-            return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: token %d names slot %d (slots are -1..%d)", t,
-                                s, S - 1);
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: token %d names slot %d (slots are -1..%d)",
+                                t, s, S - 1);
         count[s < 0 ? S : s]++;
     }
     int pos = 0;
@@ -196,6 +196,8 @@ static ls_status check_forward(const ls_cuda *c, int layer, int T, const float *
                                ls_error *err) {
     if (layer < 0 || layer >= c->L)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "layer %d is outside 0..%d", layer, c->L - 1);
+    if (!c->uploaded[layer])
+        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: forward: layer %d has no base weights uploaded", layer);
     if (T < 0 || T > c->max_tokens)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%d tokens in one call; the backend holds at most %d", T,
                             c->max_tokens);

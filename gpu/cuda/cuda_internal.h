@@ -26,6 +26,7 @@ typedef struct {
     ls_cuda_sgmv_mode sgmv_mode;
 
     int n, H, F, L, S, R, O, max_tokens;
+    unsigned char *uploaded; /* [L] base weights written for the layer */
     ls_w13_layout w13_layout;
     ls_dtype dt;            /* compute and storage dtype of weights and activations */
     cudaDataType_t cdt;     /* the same for cuBLAS */
