@@ -348,7 +348,12 @@ bool ls_http_start(ls_server *srv) {
         ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
         return false;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    /* A pool of threads, each polling its share of the connections. Not
+     * epoll: in libmicrohttpd 0.9.75 MHD_quiesce_daemon on a thread pool of
+     * epoll sets can race a worker and abort the process ("Failed to remove
+     * listen FD from epoll set"), which broke graceful shutdown. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     unsigned pool = (unsigned)srv->cfg.http_threads;
     /* The logger first, so MHD routes every message through it. */
