@@ -1,7 +1,6 @@
 /* config/: defaults, the three sources and their precedence, every kind of
  * bad input (one-line error, LS_CONFIG_ERROR), --help / --version, the dump
  * and the example file. Config files are written under a mkdtemp dir. */
-#include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -16,30 +15,23 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "tests/util/testutil.h"
 
 #define ERRLEN 512
 
-static char tmpdir[] = "/tmp/ls_test_config_XXXXXX";
+static char *tmpdir; /* ls_test_mkdtemp's; removed whole at teardown */
 
 static int group_setup(void **state) {
     (void)state;
-    return mkdtemp(tmpdir) ? 0 : -1;
+    tmpdir = ls_test_mkdtemp();
+    return tmpdir ? 0 : -1;
 }
 
-/* The tests create only plain files directly in tmpdir. */
 static int group_teardown(void **state) {
     (void)state;
-    DIR *d = opendir(tmpdir);
-    if (!d) return -1;
-    struct dirent *e;
-    char path[PATH_MAX];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(tmpdir);
+    ls_test_rmtree(tmpdir);
+    free(tmpdir);
+    return 0;
 }
 
 /* Writes text to tmpdir/name; the path goes to buf (PATH_MAX). */

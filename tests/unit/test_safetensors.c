@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "api/safetensors.h"
+#include "tests/util/testutil.h"
 #include "common/file.h"
 
 /* Length field + header + body in a buffer of exactly that size, so that
@@ -664,23 +665,20 @@ static void test_writer_refuses(void **state) {
 
 /* ---- file helpers ------------------------------------------------------- */
 
-static char tmpdir[64];
+static char *tmpdir; /* ls_test_mkdtemp's; removed whole afterwards */
 
 static int make_tmpdir(void **state) {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ls_test_st_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    tmpdir = ls_test_mkdtemp();
+    return tmpdir ? 0 : -1;
 }
 
 static int remove_tmpdir(void **state) {
     (void)state;
-    const char *names[] = {"data", "empty", "fifo", "text"};
-    char p[128];
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
-        unlink(p);
-    }
-    return rmdir(tmpdir);
+    ls_test_rmtree(tmpdir);
+    free(tmpdir);
+    tmpdir = NULL;
+    return 0;
 }
 
 static void write_file(const char *name, const void *data, size_t len, char *path, size_t plen) {
