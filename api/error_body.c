@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/json_tensor.h"
+
 /* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
  * forms, surrogates or code points past U+10FFFF), 0 when there is none. */
 static size_t ls_utf8_seq(const unsigned char *s) {
@@ -67,9 +69,5 @@ json_t *ls_error_body(const ls_error *err) {
 }
 
 char *ls_error_body_text(const ls_error *err) {
-    json_t *b = ls_error_body(err);
-    if (!b) return NULL;
-    char *s = json_dumps(b, JSON_COMPACT);
-    json_decref(b);
-    return s;
+    return ls_json_take_text(ls_error_body(err));
 }

@@ -216,13 +216,6 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     return st;
 }
 
-/* Dumps j compactly and drops it; NULL when j is NULL or on OOM. */
-static char *ls_json_take_dump(json_t *j) {
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return s;
-}
-
 static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
     json_t *arr = json_array();
     for (int i = 0; arr && i < n_used; i++)
@@ -235,15 +228,13 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
                            int n_used) {
     /* Written as text: y can be megabytes of numbers, and a json_t per
      * value made formatting the dominant cost of a small forward. */
-    json_t *ju = ls_forward_used_json(used, n_used);
-    char *adapters = ju ? json_dumps(ju, JSON_COMPACT) : NULL;
-    json_decref(ju);
+    char *adapters = ls_json_take_text(ls_forward_used_json(used, n_used));
     if (!adapters) return NULL;
     ls_buf b;
     ls_buf_init(&b);
     ls_buf_append(&b, "{\"y\":", 5);
     if (req->base64) {
-        char *t = ls_json_take_dump(ls_json_tensor_f32(y, req->T, H, 1));
+        char *t = ls_json_take_text(ls_json_tensor_f32(y, req->T, H, 1));
         if (t) ls_buf_append(&b, t, strlen(t));
         else b.failed = true;
         free(t);
@@ -261,9 +252,7 @@ ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const fl
     ls_tensor_set_init(&set);
     ls_tensor t = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {req->T, H}, .data = (void *)y,
                    .nbytes = (size_t)req->T * (size_t)H * 4, .owned = false};
-    json_t *ju = ls_forward_used_json(used, n_used);
-    char *meta = ju ? json_dumps(ju, JSON_COMPACT) : NULL;
-    json_decref(ju);
+    char *meta = ls_json_take_text(ls_forward_used_json(used, n_used));
     char layer[16];
     snprintf(layer, sizeof layer, "%d", req->layer);
     ls_status st = LS_OK;

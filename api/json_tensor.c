@@ -136,6 +136,12 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
                         "%s: a tensor must be an array or an object", what);
 }
 
+char *ls_json_take_text(json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
 ls_status ls_json_check_keys(const json_t *root, const char *const *known, const char *what, ls_error *err) {
     if (!json_is_object(root)) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
     const char *key;

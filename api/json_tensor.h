@@ -20,6 +20,10 @@ ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out
  * when base64. NULL on OOM. */
 json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64);
 
+/* Dumps j compactly and drops the reference: the caller frees the text.
+ * NULL when j is NULL or on out of memory. */
+char *ls_json_take_text(json_t *j);
+
 /* Checks that root is an object whose keys are all in known (a NULL-
  * terminated list); what names the body in the message. An unknown key is
  * LS_INVALID_REQUEST whose hint lists the known ones. */

@@ -5,13 +5,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-char *ls_json_take_text(json_t *j) {
-    if (!j) return NULL;
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
-}
-
 const char *ls_describe_time(int64_t ms, char *buf, size_t len) {
     if (ms <= 0) {
         buf[0] = '\0';

@@ -4,11 +4,10 @@
 
 #include <jansson.h>
 
+#include "api/json_tensor.h"
 #include "lora/pool.h"
 #include "server/server.h"
 
-/* Dumps j compactly and drops the reference; NULL when j is NULL. */
-char *ls_json_take_text(json_t *j);
 /* New reference describing one adapter (SPEC §5 GET /adapters). */
 json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *info);
 /* New reference for GET /pool, or NULL with err set. */
