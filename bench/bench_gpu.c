@@ -133,8 +133,9 @@ int main(int argc, char **argv) {
     int header = 0;
     for (size_t ri = 0; ri < sizeof RANKS / sizeof RANKS[0]; ri++) {
         const int R = RANKS[ri];
-        ls_backend_config cfg = {{n, H, F, 1, LS_W13_INTERLEAVED}, {SLOTS, R, LS_LORA_SHARED, Tmax},
-                                 LS_DTYPE_BF16, 0, 0};
+        ls_backend_config cfg = {.dims = {n, H, F, 1, LS_W13_INTERLEAVED},
+                                 .pool = {SLOTS, R, LS_LORA_SHARED, Tmax},
+                                 .dtype = LS_DTYPE_BF16};
         ls_backend *be = NULL;
         if (ls_backend_cuda_create(&cfg, &be, &err) != LS_OK) die("create", &err);
         if (be->ops->upload_base(be, 0, w13, w2, &err) != LS_OK) die("upload_base", &err);

@@ -6,6 +6,7 @@
 #ifndef LS_GPU_BACKEND_H
 #define LS_GPU_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/dims.h"
@@ -56,22 +57,34 @@ typedef struct {
 struct ls_backend {
     const ls_backend_ops *ops;
     void *ctx;
+    const char *isa;    /* the CPU backend's kernel path ("avx512", ...); NULL elsewhere */
     ls_dims dims;
     ls_pool_dims pool;
     ls_dtype dtype;     /* storage dtype of the base weights */
     size_t pool_bytes;  /* bytes of all pool buffers, all slots and layers */
 };
 
+/* The CPU backend's kernel paths (--cpu-isa). Every path gives the same
+ * bits; AUTO takes the widest the CPU runs. */
+typedef enum { LS_CPU_ISA_AUTO, LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC } ls_cpu_isa;
+
+/* "auto", "avx512", "avx2", "generic". */
+const char *ls_cpu_isa_name(ls_cpu_isa isa);
+/* True when this CPU (and OS) runs the path; AUTO and GENERIC always. */
+bool ls_cpu_isa_supported(ls_cpu_isa isa);
+
 typedef struct {
     ls_dims dims;
     ls_pool_dims pool;
-    ls_dtype dtype; /* base weight storage (the CPU keeps fp32 of rounded values) */
-    int threads;    /* CPU threads for BLAS; 0 = library default */
-    int device_id;  /* CUDA device ordinal */
+    ls_dtype dtype;     /* base weight storage: the backends keep this dtype */
+    int threads;        /* CPU engine threads; 0 = every CPU the process may run on */
+    ls_cpu_isa cpu_isa; /* CPU kernel path */
+    int device_id;      /* CUDA device ordinal */
 } ls_backend_config;
 
 /* Creates the CPU backend: allocates the pool buffers and scratch for
- * max_tokens tokens once. On success *out is owned by the caller and
+ * max_tokens tokens once and starts the engine's threads. A cpu_isa the
+ * CPU does not run is LS_INVALID_REQUEST. On success *out is owned by the caller and
  * released with ls_backend_free. */
 ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
 

@@ -1,6 +1,6 @@
-/* The CPU backend's private state, shared by its two files: cpu_backend.c
- * (create, free, weights and slot buffers) and cpu_forward.c (the forward
- * of SPEC §1 on fixed-size token tiles through OpenBLAS). */
+/* The CPU backend's private state, shared by cpu_backend.c (create, free,
+ * packing of the weights and the slots) and cpu_forward.c (the forward of
+ * SPEC §1 as four jobs on the engine's threads). */
 #ifndef LS_GPU_CPU_CPU_H
 #define LS_GPU_CPU_CPU_H
 
@@ -8,22 +8,8 @@
 #include <stddef.h>
 
 #include "gpu/backend.h"
-
-/* Rows of every GEMM the forward runs: LS_CPU_TILE for the base weights,
- * LS_CPU_LORA_TILE for the LoRA factors. A token's result must not depend
- * on what else is in the call (SPEC §5, bit for bit on the CPU), so every
- * GEMM sees the same M whatever T is: OpenBLAS then takes the same kernel,
- * the same thread split and the same reduction order for every row, and
- * rows never interact. Both are multiples of 16, so the token axis splits
- * evenly into the register tiles of the x86 sgemm kernels (2 to 16 wide)
- * and no token falls into an edge kernel. The measurement behind the
- * values is in the comment at the top of cpu_forward.c. */
-#ifndef LS_CPU_TILE
-#define LS_CPU_TILE 32
-#endif
-#ifndef LS_CPU_LORA_TILE
-#define LS_CPU_LORA_TILE 16
-#endif
+#include "gpu/cpu/gemm.h"
+#include "gpu/cpu/threads.h"
 
 typedef struct {
     int n, H, F, L;
@@ -31,44 +17,50 @@ typedef struct {
     int max_tokens;
     ls_w13_layout w13_layout;
     ls_dtype dtype;
+    const ls_cpu_kernels *kr;
+    ls_cpu_threads *threads;
 
-    /* Base weights per layer, fp32 of dtype-rounded values, stored
-     * transposed ([K, N] for y = x·W) because OpenBLAS packs that operand
-     * about twice as fast as [N, K] when M is a small tile (measured:
-     * M=16, N=K=1024, 1 thread: 0.51 ms against 1.09 ms). w13t's columns
-     * hold each expert's outputs in contiguous order (gate 0..F-1, then
-     * up) whatever the model's layout: a permutation changes no dot
-     * product, and the LoRA expand then writes gate and up as two dense
-     * column blocks. w2t stacks the experts along K, so the down
-     * projection is one GEMM with K = n*F reducing in a fixed order. */
-    float *w13; /* [L][H][n*2F] */
-    float *w2;  /* [L][n*F][H] */
+    /* Base weights, packed once at upload_base at their storage dtype (no
+     * fp32 copy). Per layer, w13 holds 2n operands [H, F]: expert e's gate
+     * at 2e and up at 2e+1, whatever the model's row layout (a permutation
+     * of output columns changes no dot product). w2 holds one operand
+     * [n*F, H]: the experts stacked along K, so the down projection sums
+     * over experts inside each element's chain. */
+    void *w13, *w2;
+    size_t w13_len, w2_len; /* values of one operand */
     bool *uploaded;
 
-    /* The pool, [S][L][...] per buffer, each factor stored transposed
-     * like the base weights so every LoRA GEMM is C = A·B with B [K, N]:
-     * slot_write and slot_read convert from and to the SPEC §2 layout
-     * (same sizes, so pool_bytes is the SPEC's). */
-    float *gu_a; /* per slot and layer [H][O*2R]: column o*2R + k is row k of block o */
-    float *gu_b; /* [n][2][R][F]: expert e's gate (0) and up (1) expand */
-    float *d_a;  /* [n*F][R]: row e*F + j is column j of d_a[e] */
-    float *d_b;  /* [O*R][H]: row o*R + k is column k of d_b[o] */
-    size_t gu_a_len, gu_b_len, d_a_len, d_b_len;
+    /* The pool, packed fp32, one block of slot_len floats per slot and
+     * layer: gu_a [H, O*2R]; gu_b 2n operands [R, F] (expert e's gate
+     * expand at 2e, up at 2e+1); d_a n operands [F, R]; d_b O operands
+     * [R, H]. slot_write packs from the SPEC §2 layout and slot_read
+     * unpacks back to it. */
+    float *pool;
+    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each */
+    size_t off_gu_b, off_d_a, off_d_b, slot_len;
 
     /* Scratch for max_tokens tokens, allocated once. Rows are in slot
-     * order (order[i] is the token at row i) and padded to whole tiles. */
+     * order: order[i] is the token at row i, group[b] the first row of
+     * bucket b (base-only tokens are bucket 0, slot s is bucket s + 1). */
     int *order;  /* [max_tokens] */
-    int *group;  /* [S + 2] first row of each slot's run (base first) */
-    int rows;    /* max_tokens rounded up to LS_CPU_TILE */
-    float *xs;   /* [rows, H] inputs, then outputs */
-    float *zs;   /* [rows, n*2F] gate/up pre-activations */
-    float *as;   /* [rows, n*F] activations */
-    /* One LoRA tile. */
-    float *lin;  /* [LORA_TILE, max(H, n*F)] gathered rows */
-    float *lout; /* [LORA_TILE, max(H, n*2F)] the delta */
-    float *st;   /* [LORA_TILE, O*2R] gate/up shrink */
-    float *pt;   /* [LORA_TILE, O*R] down shrink (summed over experts when O = 1) */
+    int *group;  /* [S + 2] */
+    float *xs;   /* [max_tokens, H] inputs in slot order */
+    float *zs;   /* [max_tokens, n*2F] gate/up pre-activations */
+    float *as;   /* [max_tokens, n*F] activations */
+    float *ys;   /* [max_tokens, H] outputs in slot order */
+    float *st;   /* [max_tokens, O*2R] gate/up shrink */
+    float *pt;   /* [max_tokens, O*R] down shrink */
+    float *apack;      /* [threads][apack_len] packed A blocks */
+    size_t apack_len;
 } ls_cpu;
+
+/* Operand views of a layer's weights and of a slot's factors. */
+ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer, int e, int half);
+ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer);
+ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);
+ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half);
+ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e);
+ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o);
 
 ls_status ls_cpu_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                          const int *slot_of_token, float *y, ls_error *err);

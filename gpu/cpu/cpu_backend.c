@@ -1,7 +1,8 @@
 /* The CPU backend's lifecycle and memory: create (every buffer allocated
- * once), free, base-weight upload, slot write/clear/read, host memory
- * report. The forward itself is in cpu_forward.c. */
-#include <cblas.h>
+ * and the engine's threads started once), free, packing of the base
+ * weights and of the slots' factors into the panels the tiles read, slot
+ * clear and read-back, host memory report. The forward is cpu_forward.c. */
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +13,16 @@
 
 static ls_cpu *ls_cpu_ctx(ls_backend *be) { return (ls_cpu *)be->ctx; }
 
-/* 64-byte aligned, zeroed; NULL on overflow or OOM. */
-static float *ls_cpu_alloc_floats(size_t a, size_t b, size_t c) {
-    if (a && b > SIZE_MAX / a) return NULL;
-    size_t n = a * b;
-    if (n && c > SIZE_MAX / n) return NULL;
+/* a * b * c * size bytes, 64-byte aligned and zeroed; NULL on overflow or
+ * OOM. Freed with free(). */
+static void *ls_cpu_alloc(size_t a, size_t b, size_t c, size_t size) {
+    size_t n = a;
+    if (b && n > SIZE_MAX / b) return NULL;
+    n *= b;
+    if (c && n > SIZE_MAX / c) return NULL;
     n *= c;
-    if (n > (SIZE_MAX - 63) / sizeof(float)) return NULL;
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    if (size && n > (SIZE_MAX - 63) / size) return NULL;
+    size_t bytes = (n * size + 63) & ~(size_t)63;
     if (bytes == 0) bytes = 64;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes) != 0) return NULL;
@@ -27,25 +30,58 @@ static float *ls_cpu_alloc_floats(size_t a, size_t b, size_t c) {
     return p;
 }
 
+static size_t ls_cpu_wbytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
+
+ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer, int e, int half) {
+    size_t at = ((size_t)layer * 2 * (size_t)c->n + (size_t)(2 * e + half)) * c->w13_len;
+    return (ls_cpu_mat){(const char *)c->w13 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->H, c->F};
+}
+
+ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer) {
+    size_t at = (size_t)layer * c->w2_len;
+    return (ls_cpu_mat){(const char *)c->w2 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->n * c->F, c->H};
+}
+
+static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
+    return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot_len;
+}
+
+ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer) {
+    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), LS_DTYPE_F32, c->H, c->O * 2 * c->R};
+}
+
+ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half) {
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + (size_t)(2 * e + half) * c->gu_b_len;
+    return (ls_cpu_mat){p, LS_DTYPE_F32, c->R, c->F};
+}
+
+ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e) {
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_a + (size_t)e * c->d_a_len;
+    return (ls_cpu_mat){p, LS_DTYPE_F32, c->F, c->R};
+}
+
+ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) {
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_b + (size_t)o * c->d_b_len;
+    return (ls_cpu_mat){p, LS_DTYPE_F32, c->R, c->H};
+}
+
 static void ls_cpu_free(ls_backend *be) {
     ls_cpu *c = ls_cpu_ctx(be);
     if (c) {
+        ls_cpu_threads_free(c->threads);
         free(c->w13);
         free(c->w2);
         free(c->uploaded);
-        free(c->gu_a);
-        free(c->gu_b);
-        free(c->d_a);
-        free(c->d_b);
+        free(c->pool);
         free(c->order);
         free(c->group);
         free(c->xs);
         free(c->zs);
         free(c->as);
-        free(c->lin);
-        free(c->lout);
+        free(c->ys);
         free(c->st);
         free(c->pt);
+        free(c->apack);
         free(c);
     }
     free(be);
@@ -79,44 +115,27 @@ static ls_status ls_cpu_memory(ls_backend *be, size_t *free_bytes, size_t *total
     return LS_OK;
 }
 
-/* dst[c * ld_dst + r] = src[r * ld_src + c] for a rows x cols source, in
- * 32 x 32 blocks so both sides stay in cache for large layers. */
-static void ls_cpu_transpose(const float *src, size_t rows, size_t cols, size_t ld_src, float *dst, size_t ld_dst) {
-    const size_t B = 32;
-    for (size_t r0 = 0; r0 < rows; r0 += B) {
-        size_t r1 = r0 + B < rows ? r0 + B : rows;
-        for (size_t c0 = 0; c0 < cols; c0 += B) {
-            size_t c1 = c0 + B < cols ? c0 + B : cols;
-            for (size_t r = r0; r < r1; r++)
-                for (size_t c = c0; c < c1; c++) dst[c * ld_dst + r] = src[r * ld_src + c];
-        }
-    }
-}
-
-/* Stores one layer transposed, rounded to the backend's dtype (the CPU
- * keeps fp32 of the rounded values, so it computes what a bf16 device
- * would hold): w13t[h, e*2F + c] with c in the contiguous order whatever
- * the model's layout, w2t[e*F + j, h]. */
+/* Packs one layer at the storage dtype (bf16 and f16 round to nearest
+ * even): W13[e] rows are gate j at 2j (interleaved) or j (contiguous) and
+ * up j at 2j+1 or F+j; value (h, j) of expert e's gate operand is
+ * W13[e][gate row j][h]. W2 value (e*F + j, h) is W2[e][h][j]. */
 static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
     ls_cpu *c = ls_cpu_ctx(be);
     if (layer < 0 || layer >= c->L)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "upload_base: layer %d out of range [0, %d)", layer,
                             c->L);
     if (!w13 || !w2) return ls_error_set(err, LS_INTERNAL, NULL, "upload_base: NULL weights for layer %d", layer);
-    const size_t n = (size_t)c->n, H = (size_t)c->H, F = (size_t)c->F, W = 2 * n * F;
+    const size_t H = (size_t)c->H, F = (size_t)c->F;
     const bool inter = c->w13_layout == LS_W13_INTERLEAVED;
-    float *dst13 = c->w13 + (size_t)layer * W * H;
-    float *dst2 = c->w2 + (size_t)layer * H * n * F;
-    for (size_t e = 0; e < n; e++) {
-        /* Interleaved: gate j is row 2j, up j row 2j+1 (stride 2H). */
-        const float *gate = w13 + e * 2 * F * H, *up = gate + (inter ? H : F * H);
-        const size_t ld = inter ? 2 * H : H;
-        ls_cpu_transpose(gate, F, H, ld, dst13 + e * 2 * F, W);
-        ls_cpu_transpose(up, F, H, ld, dst13 + e * 2 * F + F, W);
-        ls_cpu_transpose(w2 + e * H * F, H, F, F, dst2 + e * F * H, H);
+    for (int e = 0; e < c->n; e++) {
+        for (int half = 0; half < 2; half++) {
+            const float *rows = w13 + (size_t)e * 2 * F * H + (inter ? (size_t)half * H : (size_t)half * F * H);
+            ls_cpu_mat m = ls_cpu_w13(c, layer, e, half);
+            ls_cpu_pack_b((void *)m.p, c->dtype, c->H, 0, rows, 1, inter ? 2 * H : H, c->H, c->F);
+        }
+        ls_cpu_mat m2 = ls_cpu_w2(c, layer);
+        ls_cpu_pack_b((void *)m2.p, c->dtype, c->n * c->F, e * c->F, w2 + (size_t)e * H * F, 1, F, c->F, c->H);
     }
-    ls_round_to_dtype(c->dtype, dst13, W * H);
-    ls_round_to_dtype(c->dtype, dst2, H * n * F);
     c->uploaded[layer] = true;
     return LS_OK;
 }
@@ -129,36 +148,31 @@ static ls_status ls_cpu_check_slot(const ls_cpu *c, const char *what, int slot, 
     return LS_OK;
 }
 
-static size_t ls_cpu_slot_at(const ls_cpu *c, int slot, int layer, size_t len) {
-    return ((size_t)slot * (size_t)c->L + (size_t)layer) * len;
-}
-
-/* Pointers to one slot-layer's four stored factors. */
-static void ls_cpu_slot_ptrs(const ls_cpu *c, int slot, int layer, float **ga, float **gb, float **da, float **db) {
-    *ga = c->gu_a + ls_cpu_slot_at(c, slot, layer, c->gu_a_len);
-    *gb = c->gu_b + ls_cpu_slot_at(c, slot, layer, c->gu_b_len);
-    *da = c->d_a + ls_cpu_slot_at(c, slot, layer, c->d_a_len);
-    *db = c->d_b + ls_cpu_slot_at(c, slot, layer, c->d_b_len);
-}
-
-/* Stores the four R-padded factors transposed (see cpu.h); they are the
- * only operands the forward reads, so nothing else needs a refresh. */
+/* Packs the four R-padded factors from the SPEC §2 layout: gu_a [O, 2R, H]
+ * (value (h, o*2R + k) of the shrink is gu_a[o][k][h]), gu_b [n, 2F, R]
+ * (value (k, j) of expert e's gate expand is gu_b[e][j][k], of its up
+ * expand gu_b[e][F + j][k]), d_a [n, R, F] (value (j, k) is d_a[e][k][j]),
+ * d_b [O, H, R] (value (k, h) is d_b[o][h][k]). These are the only
+ * operands the forward reads, so nothing else needs a refresh. */
 static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
     ls_cpu *c = ls_cpu_ctx(be);
     ls_status st = ls_cpu_check_slot(c, "slot_write", slot, layer, err);
     if (st != LS_OK) return st;
     if (!f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
         return ls_error_set(err, LS_INTERNAL, NULL, "slot_write: NULL factor for slot %d layer %d", slot, layer);
-    const size_t n = (size_t)c->n, H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R, O = (size_t)c->O;
-    float *ga, *gb, *da, *db;
-    ls_cpu_slot_ptrs(c, slot, layer, &ga, &gb, &da, &db);
-    ls_cpu_transpose(f->gu_a, O * 2 * R, H, H, ga, O * 2 * R);
-    for (size_t e = 0; e < n; e++) {
-        for (size_t half = 0; half < 2; half++)
-            ls_cpu_transpose(f->gu_b + (e * 2 + half) * F * R, F, R, R, gb + (e * 2 + half) * R * F, F);
-        ls_cpu_transpose(f->d_a + e * R * F, R, F, F, da + e * F * R, R);
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
+    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, f->gu_a, 1, H, c->H,
+                  c->O * 2 * c->R);
+    for (int e = 0; e < c->n; e++) {
+        for (int half = 0; half < 2; half++)
+            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0,
+                          f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, c->R, c->F);
+        ls_cpu_pack_b((void *)ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, f->d_a + (size_t)e * R * F, 1,
+                      F, c->F, c->R);
     }
-    for (size_t o = 0; o < O; o++) ls_cpu_transpose(f->d_b + o * H * R, H, R, R, db + o * R * H, H);
+    for (int o = 0; o < c->O; o++)
+        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, f->d_b + (size_t)o * H * R, 1,
+                      R, c->R, c->H);
     return LS_OK;
 }
 
@@ -166,31 +180,30 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     ls_cpu *c = ls_cpu_ctx(be);
     ls_status st = ls_cpu_check_slot(c, "slot_clear", slot, 0, err);
     if (st != LS_OK) return st;
-    size_t L = (size_t)c->L;
-    memset(c->gu_a + ls_cpu_slot_at(c, slot, 0, c->gu_a_len), 0, L * c->gu_a_len * sizeof(float));
-    memset(c->gu_b + ls_cpu_slot_at(c, slot, 0, c->gu_b_len), 0, L * c->gu_b_len * sizeof(float));
-    memset(c->d_a + ls_cpu_slot_at(c, slot, 0, c->d_a_len), 0, L * c->d_a_len * sizeof(float));
-    memset(c->d_b + ls_cpu_slot_at(c, slot, 0, c->d_b_len), 0, L * c->d_b_len * sizeof(float));
+    memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot_len * sizeof(float));
     return LS_OK;
 }
 
-/* Converts back to the SPEC §2 layout. A NULL destination skips that
- * buffer. */
+/* Unpacks back to the SPEC §2 layout (the inverse of slot_write). A NULL
+ * destination skips that buffer. */
 static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                   float *d_b, ls_error *err) {
     ls_cpu *c = ls_cpu_ctx(be);
     ls_status st = ls_cpu_check_slot(c, "slot_read", slot, layer, err);
     if (st != LS_OK) return st;
-    const size_t n = (size_t)c->n, H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R, O = (size_t)c->O;
-    float *ga, *gb, *da, *db;
-    ls_cpu_slot_ptrs(c, slot, layer, &ga, &gb, &da, &db);
-    if (gu_a) ls_cpu_transpose(ga, H, O * 2 * R, O * 2 * R, gu_a, H);
-    for (size_t e = 0; e < n; e++) {
-        for (size_t half = 0; gu_b && half < 2; half++)
-            ls_cpu_transpose(gb + (e * 2 + half) * R * F, R, F, F, gu_b + (e * 2 + half) * F * R, R);
-        if (d_a) ls_cpu_transpose(da + e * F * R, F, R, R, d_a + e * R * F, F);
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
+    if (gu_a) ls_cpu_unpack_b(ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, gu_a, 1, H, c->H, c->O * 2 * c->R);
+    for (int e = 0; e < c->n; e++) {
+        for (int half = 0; gu_b && half < 2; half++)
+            ls_cpu_unpack_b(ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0,
+                            gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, c->R, c->F);
+        if (d_a)
+            ls_cpu_unpack_b(ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, d_a + (size_t)e * R * F, 1, F,
+                            c->F, c->R);
     }
-    for (size_t o = 0; d_b && o < O; o++) ls_cpu_transpose(db + o * R * H, R, H, H, d_b + o * H * R, R);
+    for (int o = 0; d_b && o < c->O; o++)
+        ls_cpu_unpack_b(ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, d_b + (size_t)o * H * R, 1, R, c->R,
+                        c->H);
     return LS_OK;
 }
 
@@ -222,8 +235,7 @@ static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err
         return ls_error_set(err, LS_INVALID_REQUEST, NULL,
                             "cpu backend: dimensions must be positive (n=%d H=%d F=%d L=%d)", d->n, d->H, d->F,
                             d->L);
-    if (p->slots < 0 || p->max_rank <= 0 || p->max_tokens <= 0 || p->max_tokens > INT32_MAX - LS_CPU_TILE ||
-        p->slots > INT32_MAX - 2)
+    if (p->slots < 0 || p->max_rank <= 0 || p->max_tokens <= 0 || p->slots > INT32_MAX - 2)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL,
                             "cpu backend: need slots >= 0, max_rank > 0, max_tokens > 0 (got %d, %d, %d)",
                             p->slots, p->max_rank, p->max_tokens);
@@ -234,17 +246,32 @@ static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err
     if (!ls_dtype_is_float(cfg->dtype))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: weight dtype %s is not F32, F16 or BF16",
                             ls_dtype_name(cfg->dtype));
-    /* Row widths handed to BLAS as int. */
+    /* Every row width and K is an int in the GEMM loops. */
     int64_t widest = (int64_t)d->n * 2 * d->F;
     if ((int64_t)d->n * 2 * p->max_rank > widest) widest = (int64_t)d->n * 2 * p->max_rank;
+    if (d->H > widest) widest = d->H;
     if (widest > INT32_MAX / 2)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: n*2F or n*2R too large for BLAS");
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: n*2F, n*2R or H too large");
+    if (cfg->cpu_isa < LS_CPU_ISA_AUTO || cfg->cpu_isa > LS_CPU_ISA_GENERIC)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cfg->cpu_isa);
+    if (!ls_cpu_isa_supported(cfg->cpu_isa))
+        return ls_error_set(err, LS_INVALID_REQUEST, "use --cpu-isa auto, or a path this CPU has",
+                            "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cfg->cpu_isa));
     return LS_OK;
 }
 
+/* CPUs this process may run on (its affinity mask), at least 1. */
+static int ls_cpu_online(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 /* Allocates the pool for every slot and layer, room for every layer's
- * base weights (zero until upload_base) and the forward's scratch. On
- * success *out belongs to the caller (ls_backend_free). */
+ * packed base weights (zero until upload_base), the forward's scratch,
+ * and starts the engine's threads. On success *out belongs to the caller
+ * (ls_backend_free). */
 ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
     *out = NULL;
     ls_status st = ls_cpu_check_config(cfg, err);
@@ -269,42 +296,56 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->max_tokens = p->max_tokens;
     c->w13_layout = d->w13_layout;
     c->dtype = cfg->dtype;
-    c->gu_a_len = ls_pool_gu_a_len(d, p);
-    c->gu_b_len = ls_pool_gu_b_len(d, p);
-    c->d_a_len = ls_pool_d_a_len(d, p);
-    c->d_b_len = ls_pool_d_b_len(d, p);
+    c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
+    be->isa = c->kr->name;
 
-    const size_t n = (size_t)c->n, H = (size_t)c->H, F = (size_t)c->F, L = (size_t)c->L;
-    const size_t S = (size_t)c->S, R = (size_t)c->R, O = (size_t)c->O;
-    c->w13 = ls_cpu_alloc_floats(L, n * 2 * F, H);
-    c->w2 = ls_cpu_alloc_floats(L, H, n * F);
+    const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
+    const size_t L = (size_t)c->L, S = (size_t)c->S, T = (size_t)c->max_tokens;
+    c->w13_len = ls_cpu_packed_len(H, F);
+    c->w2_len = ls_cpu_packed_len(n * F, H);
+    c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
+    c->gu_b_len = ls_cpu_packed_len(R, F);
+    c->d_a_len = ls_cpu_packed_len(F, R);
+    c->d_b_len = ls_cpu_packed_len(R, H);
+    c->off_gu_b = c->gu_a_len;
+    c->off_d_a = c->off_gu_b + (size_t)2 * n * c->gu_b_len;
+    c->off_d_b = c->off_d_a + (size_t)n * c->d_a_len;
+    c->slot_len = c->off_d_b + (size_t)O * c->d_b_len;
+
+    const int cpus = ls_cpu_online(), threads = cfg->threads > 0 ? cfg->threads : cpus;
+    int kmax = H > n * F ? H : n * F;
+    c->apack_len = ls_cpu_apack_len(kmax);
+    const size_t wb = ls_cpu_wbytes(c->dtype);
+    c->w13 = ls_cpu_alloc(L, (size_t)2 * n, c->w13_len, wb);
+    c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
     c->uploaded = calloc(L, sizeof *c->uploaded);
-    /* S = 0 leaves a pool of nothing; keep the pointers valid anyway. */
-    c->gu_a = ls_cpu_alloc_floats(S, L, c->gu_a_len);
-    c->gu_b = ls_cpu_alloc_floats(S, L, c->gu_b_len);
-    c->d_a = ls_cpu_alloc_floats(S, L, c->d_a_len);
-    c->d_b = ls_cpu_alloc_floats(S, L, c->d_b_len);
-    c->order = malloc((size_t)c->max_tokens * sizeof *c->order);
+    /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
+    c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
+    c->order = malloc(T * sizeof *c->order);
     c->group = malloc((S + 2) * sizeof *c->group);
-    c->rows = (c->max_tokens + LS_CPU_TILE - 1) / LS_CPU_TILE * LS_CPU_TILE;
-    const size_t rows = (size_t)c->rows, lt = LS_CPU_LORA_TILE;
-    c->xs = ls_cpu_alloc_floats(rows, H, 1);
-    c->zs = ls_cpu_alloc_floats(rows, n * 2, F);
-    c->as = ls_cpu_alloc_floats(rows, n, F);
-    c->lin = ls_cpu_alloc_floats(lt, H > n * F ? H : n * F, 1);
-    c->lout = ls_cpu_alloc_floats(lt, H > n * 2 * F ? H : n * 2 * F, 1);
-    c->st = ls_cpu_alloc_floats(lt, O * 2, R);
-    c->pt = ls_cpu_alloc_floats(lt, O, R);
-    if (!c->w13 || !c->w2 || !c->uploaded || !c->gu_a || !c->gu_b || !c->d_a || !c->d_b || !c->order ||
-        !c->group || !c->xs || !c->zs || !c->as || !c->lin || !c->lout || !c->st || !c->pt) {
+    c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
+    c->zs = ls_cpu_alloc(T, (size_t)n * 2, (size_t)F, sizeof(float));
+    c->as = ls_cpu_alloc(T, (size_t)n, (size_t)F, sizeof(float));
+    c->ys = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
+    c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
+    c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
+    c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
+    if (!c->w13 || !c->w2 || !c->uploaded || !c->pool || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+        !c->ys || !c->st || !c->pt || !c->apack) {
         ls_cpu_free(be);
-        return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank or the model size",
-                            "cpu backend: cannot allocate the weights, the pool (%zu slots x %zu layers, rank %zu) "
+        return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",
+                            "cpu backend: cannot allocate the weights, the pool (%zu slots x %zu layers, rank %d) "
                             "or the scratch",
                             S, L, R);
     }
-    be->pool_bytes = S * L * (c->gu_a_len + c->gu_b_len + c->d_a_len + c->d_b_len) * sizeof(float);
-    if (cfg->threads > 0) openblas_set_num_threads(cfg->threads);
+    if ((st = ls_cpu_threads_create(threads, cpus, &c->threads, err)) != LS_OK) {
+        ls_cpu_free(be);
+        return st;
+    }
+    be->pool_bytes = S * L *
+                     (ls_pool_gu_a_len(d, p) + ls_pool_gu_b_len(d, p) + ls_pool_d_a_len(d, p) +
+                      ls_pool_d_b_len(d, p)) *
+                     sizeof(float);
     *out = be;
     return LS_OK;
 }

@@ -1,113 +1,154 @@
-/* The CPU forward of SPEC §1. Tokens are sorted by slot into contiguous
- * rows; the base GEMMs (W13 over all experts, then W2) run over all rows
- * in tiles of LS_CPU_TILE, whatever the slots; each slot's LoRA runs over
- * its own rows in tiles of LS_CPU_LORA_TILE and adds its deltas. Nothing
- * is allocated here: every buffer was sized in ls_backend_cpu_create.
- *
- * Why the base path ignores slots: it is ~90% of the work, and cutting it
- * per slot would pad every slot's last tile (up to S+1 padded tiles per
- * call). The LoRA GEMMs are small, so their own smaller tile pads little.
- *
- * Tile sizes, measured with the server's default model (n=2 H=1024 F=512
- * R=64) on the development machine (AMD EPYC Zen4, 2 cores, OpenBLAS
- * 0.3.21 Cooperlake kernels), microseconds per token, best of 3-5 runs:
- *
- *   base tile     T=1    T=8   T=32  T>=512   (1 thread)
- *       16       1763    215    115     100
- *       32       2576    323     84      84
- *       64       4413    559    152      75
- *      128       8545   1086    270      70
- *   2 threads: 32: 1547 at T=1, 54 at T>=512; 64: 2873 and 45; 128: 5051
- *   and 44.
- *
- * Every call pays OpenBLAS's packing of the whole weight matrix (~13
- * rows' worth of compute), so small tiles lose throughput and large ones
- * pad a lone token with idle rows. 32 costs 1.5-1.9x less than 64 for a
- * lone token and stays within 12-20% of it for large batches; 16 is 20%
- * slower than 32 once T >= 32. LoRA tiles, four adapters and base mixed
- * evenly, 1 thread: 16 costs 486 us per token at T=8 and 95 at T>=512,
- * 32 costs 551 and 98-104 (16 pads each small group half as much); the
- * LoRA adds ~7% to the base path for large batches. */
-#include <cblas.h>
-#include <math.h>
+/* The CPU forward of SPEC §1 as four jobs on the engine's threads, with
+ * tokens sorted by slot so each adapter's LoRA runs on contiguous rows:
+ *   A (rows)    gather x into slot order; gate/up shrink st = x · A_gu
+ *   B (columns) z = x · W13 for a share of every expert's gate and up
+ *               columns, + st · B_gu for the adapter rows, then SiLU
+ *               and the gate into a
+ *   C (rows)    down shrink pt = a · A_d                (adapters only)
+ *   D (columns) y = a · W2 + pt · B_d, scattered back to token order
+ * Each job splits rows or output columns by thread index, never K, and
+ * every element is one chain of multiply-adds (gemm.h), so a token's
+ * output is the same bits whatever else is in the call. Nothing is
+ * allocated here: every buffer was sized in ls_backend_cpu_create. */
 #include <string.h>
 
 #include "gpu/cpu/cpu.h"
+#include "gpu/cpu/eltwise.h"
 
-/* C[M, N] = A[M, K] · B[K, N], row-major. Every weight and pool factor
- * is stored transposed for this form (see cpu.h). */
-static void ls_sgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+typedef struct {
+    ls_cpu *c;
+    int layer, T;
+    const float *x, *gammas;
+    float *y;
+    const float *xs; /* x itself when the slot order is the token order */
+    float *ys;       /* y itself then */
+    int first;       /* first adapter row (group[1]) */
+} ls_cpu_job;
+
+/* [lo, hi) of count items for thread index of count threads. */
+static void ls_cpu_share(int items, int index, int count, int *lo, int *hi) {
+    *lo = (int)((long long)items * index / count);
+    *hi = (int)((long long)items * (index + 1) / count);
 }
 
-/* Copies m rows of width w (stride w) into the LoRA tile and zeroes the
- * rest, so every LoRA GEMM reads a whole tile at the same address. */
-static void ls_cpu_lora_gather(float *dst, const float *src, int m, int w) {
-    memcpy(dst, src, (size_t)m * w * sizeof(float));
-    memset(dst + (size_t)m * w, 0, (size_t)(LS_CPU_LORA_TILE - m) * w * sizeof(float));
-}
+static float *ls_cpu_apack_of(const ls_cpu *c, int index) { return c->apack + (size_t)index * c->apack_len; }
 
-/* dst[i, :] += delta[i, :] for the m real rows. */
-static void ls_cpu_add_rows(float *dst, int ld_dst, const float *delta, int ld_delta, int m, int w) {
-    for (int i = 0; i < m; i++) {
-        float *d = dst + (size_t)i * ld_dst;
-        const float *s = delta + (size_t)i * ld_delta;
-        for (int j = 0; j < w; j++) d[j] += s[j];
+/* Rows [r0, r1) of the adapter rows, one slot's run at a time:
+ * fn(job, slot, first row, row count, thread index). */
+typedef void (*ls_cpu_rows_fn)(const ls_cpu_job *j, int slot, int r, int m, int index);
+static void ls_cpu_each_slot_rows(const ls_cpu_job *j, int r0, int r1, int index, ls_cpu_rows_fn fn) {
+    const ls_cpu *c = j->c;
+    for (int s = 0; s < c->S; s++) {
+        int a = c->group[s + 1] > r0 ? c->group[s + 1] : r0;
+        int b = c->group[s + 2] < r1 ? c->group[s + 2] : r1;
+        if (a < b) fn(j, s, a, b - a, index);
     }
 }
 
-/* zs rows [r0, r0+m) += the gate/up LoRA of one slot: ga [H, O*2R],
- * gb [n][2][R][F]. zs's columns per expert are gate then up, like gu_b's
- * rows (the base weights were permuted to that order on upload). */
-static void ls_cpu_lora_gate_up(ls_cpu *c, const float *ga, const float *gb, int r0, int m) {
-    const int M = LS_CPU_LORA_TILE, n = c->n, F = c->F, R = c->R, O = c->O, H = c->H;
-    const int W = n * 2 * F, SW = O * 2 * R;
-    ls_cpu_lora_gather(c->lin, c->xs + (size_t)r0 * H, m, H);
-    /* One shrink for every outer block: st[:, o*2R + k] = A[o, k] · x. */
-    ls_sgemm(M, SW, H, c->lin, H, ga, SW, c->st, SW);
-    for (int e = 0; e < n; e++) {
-        const float *s = c->st + (size_t)(O == 1 ? 0 : e) * 2 * R;
-        const float *b = gb + (size_t)e * 2 * R * F;
-        float *d = c->lout + (size_t)e * 2 * F;
-        ls_sgemm(M, F, R, s, SW, b, F, d, W);
-        ls_sgemm(M, F, R, s + R, SW, b + (size_t)R * F, F, d + F, W);
-    }
-    ls_cpu_add_rows(c->zs + (size_t)r0 * W, W, c->lout, W, m, W);
+/* st[r:r+m] = xs[r:r+m] · gu_a(slot): every outer block's 2R columns. */
+static void ls_cpu_shrink_gate_up(const ls_cpu_job *j, int slot, int r, int m, int index) {
+    const ls_cpu *c = j->c;
+    const int SW = c->O * 2 * c->R;
+    ls_cpu_mat b = ls_cpu_gu_a(c, slot, j->layer);
+    ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, j->xs + (size_t)r * c->H, (size_t)c->H, &b, 0,
+                ls_cpu_panel_count(b.n), c->st + (size_t)r * SW, (size_t)SW, false);
 }
 
-/* xs (now the outputs) rows [r0, r0+m) += the down LoRA of one slot:
- * da [n*F, R], db [O*R, H]. */
-static void ls_cpu_lora_down(ls_cpu *c, const float *da, const float *db, int r0, int m) {
-    const int M = LS_CPU_LORA_TILE, n = c->n, F = c->F, R = c->R, H = c->H, O = c->O;
-    const int AW = n * F;
-    ls_cpu_lora_gather(c->lin, c->as + (size_t)r0 * AW, m, AW);
-    if (O == 1) {
-        /* One B for all experts: K = n*F sums the experts' shrinks. */
-        ls_sgemm(M, R, AW, c->lin, AW, da, R, c->pt, R);
-    } else {
+/* pt[r:r+m] = the down shrink of as[r:r+m]: with one outer block the
+ * experts' shrinks sum in one chain (expert 0's K first), with n blocks
+ * each expert writes its own R columns. */
+static void ls_cpu_shrink_down(const ls_cpu_job *j, int slot, int r, int m, int index) {
+    const ls_cpu *c = j->c;
+    const int AW = c->n * c->F, PW = c->O * c->R;
+    for (int e = 0; e < c->n; e++) {
+        ls_cpu_mat b = ls_cpu_d_a(c, slot, j->layer, e);
+        float *dst = c->pt + (size_t)r * PW + (c->O == 1 ? 0 : (size_t)e * c->R);
+        ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, c->as + (size_t)r * AW + (size_t)e * c->F, (size_t)AW, &b,
+                    0, ls_cpu_panel_count(b.n), dst, (size_t)PW, c->O == 1 && e > 0);
+    }
+}
+
+/* Job A: this thread's share of the rows, gathered into slot order, then
+ * the gate/up shrink of its adapter rows. */
+static void ls_cpu_job_a(void *p, int index, int count) {
+    ls_cpu_job *j = p;
+    ls_cpu *c = j->c;
+    int r0, r1;
+    ls_cpu_share(j->T, index, count, &r0, &r1);
+    if (j->xs == c->xs)
+        for (int i = r0; i < r1; i++)
+            memcpy(c->xs + (size_t)i * c->H, j->x + (size_t)c->order[i] * c->H, (size_t)c->H * sizeof(float));
+    ls_cpu_each_slot_rows(j, r0 > j->first ? r0 : j->first, r1, index, ls_cpu_shrink_gate_up);
+}
+
+/* Job B: columns [q0, q1) of panels of every expert's gate and up. */
+static void ls_cpu_job_b(void *p, int index, int count) {
+    ls_cpu_job *j = p;
+    ls_cpu *c = j->c;
+    const int n = c->n, F = c->F, H = c->H, R = c->R, W = 2 * n * F, AW = n * F, SW = c->O * 2 * R;
+    int q0, q1;
+    ls_cpu_share(ls_cpu_panel_count(F), index, count, &q0, &q1);
+    if (q0 == q1) return;
+    float *ap = ls_cpu_apack_of(c, index);
+    for (int e = 0; e < n; e++)
+        for (int half = 0; half < 2; half++) {
+            ls_cpu_mat b = ls_cpu_w13(c, j->layer, e, half);
+            ls_cpu_gemm(c->kr, ap, j->T, j->xs, (size_t)H, &b, q0, q1, c->zs + (size_t)(2 * e + half) * F, (size_t)W,
+                        false);
+        }
+    for (int s = 0; s < c->S; s++) {
+        const int r = c->group[s + 1], m = c->group[s + 2] - r;
+        if (m == 0) continue;
         for (int e = 0; e < n; e++)
-            ls_sgemm(M, R, F, c->lin + (size_t)e * F, AW, da + (size_t)e * F * R, R, c->pt + (size_t)e * R, n * R);
+            for (int half = 0; half < 2; half++) {
+                ls_cpu_mat b = ls_cpu_gu_b(c, s, j->layer, e, half);
+                const float *a = c->st + (size_t)r * SW + (size_t)(c->O == 1 ? 0 : e) * 2 * R + (size_t)half * R;
+                ls_cpu_gemm(c->kr, ap, m, a, (size_t)SW, &b, q0, q1, c->zs + (size_t)r * W + (size_t)(2 * e + half) * F,
+                            (size_t)W, true);
+            }
     }
-    /* K = O*R: per expert, the expands are summed here. */
-    ls_sgemm(M, H, O * R, c->pt, O * R, db, H, c->lout, H);
-    ls_cpu_add_rows(c->xs + (size_t)r0 * H, H, c->lout, H, m, H);
+    const int j0 = q0 * LS_CPU_NR, j1 = q1 * LS_CPU_NR < F ? q1 * LS_CPU_NR : F;
+    for (int i = 0; i < j->T; i++) {
+        const float *gam = j->gammas ? j->gammas + (size_t)c->order[i] * n : NULL;
+        const float *z = c->zs + (size_t)i * W;
+        for (int e = 0; e < n; e++)
+            ls_cpu_swiglu(z + (size_t)2 * e * F + j0, z + (size_t)(2 * e + 1) * F + j0, gam ? gam[e] : 1.0f,
+                          c->as + (size_t)i * AW + (size_t)e * F + j0, j1 - j0);
+    }
 }
 
-/* as = gamma · silu(g) ⊙ u row by row. Each row is its own loop from
- * j = 0, so a value's place in a vectorised loop never depends on the
- * token's row. */
-static void ls_cpu_swiglu(ls_cpu *c, int T, const float *gammas) {
-    const int n = c->n, F = c->F, W = n * 2 * F;
-    for (int i = 0; i < T; i++) {
-        const float *gam = gammas ? gammas + (size_t)c->order[i] * n : NULL;
-        for (int e = 0; e < n; e++) {
-            const float *g = c->zs + (size_t)i * W + (size_t)e * 2 * F;
-            const float *u = g + F;
-            float *a = c->as + ((size_t)i * n + e) * F;
-            const float ge = gam ? gam[e] : 1.0f;
-            for (int j = 0; j < F; j++) a[j] = ge * (g[j] / (1.0f + expf(-g[j]))) * u[j];
+/* Job C: this thread's share of the adapter rows' down shrink. */
+static void ls_cpu_job_c(void *p, int index, int count) {
+    ls_cpu_job *j = p;
+    int r0, r1;
+    ls_cpu_share(j->T - j->first, index, count, &r0, &r1);
+    ls_cpu_each_slot_rows(j, j->first + r0, j->first + r1, index, ls_cpu_shrink_down);
+}
+
+/* Job D: output columns [q0, q1) of panels: the down projection, each
+ * slot's expand chained on (outer block 0's K first), then the scatter. */
+static void ls_cpu_job_d(void *p, int index, int count) {
+    ls_cpu_job *j = p;
+    ls_cpu *c = j->c;
+    const int H = c->H, R = c->R, AW = c->n * c->F, PW = c->O * R;
+    int q0, q1;
+    ls_cpu_share(ls_cpu_panel_count(H), index, count, &q0, &q1);
+    if (q0 == q1) return;
+    float *ap = ls_cpu_apack_of(c, index);
+    ls_cpu_mat w2 = ls_cpu_w2(c, j->layer);
+    ls_cpu_gemm(c->kr, ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, false);
+    for (int s = 0; s < c->S; s++) {
+        const int r = c->group[s + 1], m = c->group[s + 2] - r;
+        for (int o = 0; m > 0 && o < c->O; o++) {
+            ls_cpu_mat b = ls_cpu_d_b(c, s, j->layer, o);
+            ls_cpu_gemm(c->kr, ap, m, c->pt + (size_t)r * PW + (size_t)o * R, (size_t)PW, &b, q0, q1,
+                        j->ys + (size_t)r * H, (size_t)H, true);
         }
     }
+    if (j->ys != c->ys) return;
+    const int h0 = q0 * LS_CPU_NR, h1 = q1 * LS_CPU_NR < H ? q1 * LS_CPU_NR : H;
+    for (int i = 0; i < j->T; i++)
+        memcpy(j->y + (size_t)c->order[i] * H + h0, c->ys + (size_t)i * H + h0, (size_t)(h1 - h0) * sizeof(float));
 }
 
 /* Sorts the tokens by slot (counting sort, stable, base-only first) into
@@ -153,39 +194,15 @@ ls_status ls_cpu_forward(ls_backend *be, int layer, int T, const float *x, const
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "forward: token %d names slot %d, expected -1 to %d", bad,
                             slot_of_token[bad], c->S - 1);
 
-    const int n = c->n, H = c->H, F = c->F, W = n * 2 * F, AW = n * F;
-    const int rows = (T + LS_CPU_TILE - 1) / LS_CPU_TILE * LS_CPU_TILE;
-    const float *w13 = c->w13 + (size_t)layer * W * H, *w2 = c->w2 + (size_t)layer * H * AW;
-
-    for (int i = 0; i < T; i++) memcpy(c->xs + (size_t)i * H, x + (size_t)c->order[i] * H, (size_t)H * sizeof(float));
-    memset(c->xs + (size_t)T * H, 0, (size_t)(rows - T) * H * sizeof(float));
-
-    for (int r = 0; r < rows; r += LS_CPU_TILE)
-        ls_sgemm(LS_CPU_TILE, W, H, c->xs + (size_t)r * H, H, w13, W, c->zs + (size_t)r * W, W);
-
-    for (int s = 0; s < c->S; s++) {
-        const size_t at = (size_t)s * (size_t)c->L + (size_t)layer;
-        for (int r = c->group[s + 1]; r < c->group[s + 2]; r += LS_CPU_LORA_TILE) {
-            int m = c->group[s + 2] - r < LS_CPU_LORA_TILE ? c->group[s + 2] - r : LS_CPU_LORA_TILE;
-            ls_cpu_lora_gate_up(c, c->gu_a + at * c->gu_a_len, c->gu_b + at * c->gu_b_len, r, m);
-        }
-    }
-
-    ls_cpu_swiglu(c, T, gammas);
-    memset(c->as + (size_t)T * AW, 0, (size_t)(rows - T) * AW * sizeof(float));
-
-    /* The outputs reuse xs: the inputs are not read again. */
-    for (int r = 0; r < rows; r += LS_CPU_TILE)
-        ls_sgemm(LS_CPU_TILE, H, AW, c->as + (size_t)r * AW, AW, w2, H, c->xs + (size_t)r * H, H);
-
-    for (int s = 0; s < c->S; s++) {
-        const size_t at = (size_t)s * (size_t)c->L + (size_t)layer;
-        for (int r = c->group[s + 1]; r < c->group[s + 2]; r += LS_CPU_LORA_TILE) {
-            int m = c->group[s + 2] - r < LS_CPU_LORA_TILE ? c->group[s + 2] - r : LS_CPU_LORA_TILE;
-            ls_cpu_lora_down(c, c->d_a + at * c->d_a_len, c->d_b + at * c->d_b_len, r, m);
-        }
-    }
-
-    for (int i = 0; i < T; i++) memcpy(y + (size_t)c->order[i] * H, c->xs + (size_t)i * H, (size_t)H * sizeof(float));
+    /* Already in slot order (one adapter, or sorted): no gather, no scatter. */
+    bool identity = true;
+    for (int i = 0; identity && i < T; i++) identity = c->order[i] == i;
+    ls_cpu_job j = {.c = c, .layer = layer, .T = T, .x = x, .gammas = gammas, .y = y,
+                    .xs = identity ? x : c->xs, .ys = identity ? y : c->ys, .first = c->group[1]};
+    const bool lora = j.first < T;
+    if (lora || !identity) ls_cpu_threads_run(c->threads, ls_cpu_job_a, &j);
+    ls_cpu_threads_run(c->threads, ls_cpu_job_b, &j);
+    if (lora) ls_cpu_threads_run(c->threads, ls_cpu_job_c, &j);
+    ls_cpu_threads_run(c->threads, ls_cpu_job_d, &j);
     return LS_OK;
 }

@@ -361,7 +361,7 @@ static void run_case(const pcase *pc, int threads) {
     rn.tol = pc->dtype == LS_DTYPE_F32 ? 1e-5 : 1e-2;
     const long nFH = (long)pc->n * pc->F * pc->H;
     rn.ref_ok = (long)Tmax * nFH <= 60000000L && (long)pc->S * pc->R * nFH <= 60000000L;
-    ls_backend_config cfg = {rn.dims, rn.pool, pc->dtype, threads, 0};
+    ls_backend_config cfg = {.dims = rn.dims, .pool = rn.pool, .dtype = pc->dtype, .threads = threads};
     ls_error err;
     ls_error_init(&err);
     printf("== %s: n=%d H=%d F=%d L=%d, %s W13, %s pool, S=%d R=%d, %s, T up to %d\n", pc->name, pc->n, pc->H,
@@ -499,8 +499,9 @@ done:
 /* A pool that cannot fit fails with LS_DEVICE_ERROR and says how much it
  * needed and how much was free. */
 static void check_too_large(void) {
-    ls_backend_config cfg = {{2, 4096, 2048, 20000, LS_W13_INTERLEAVED}, {8, 64, LS_LORA_SHARED, 4096},
-                             LS_DTYPE_BF16, 0, 0};
+    ls_backend_config cfg = {.dims = {2, 4096, 2048, 20000, LS_W13_INTERLEAVED},
+                             .pool = {8, 64, LS_LORA_SHARED, 4096},
+                             .dtype = LS_DTYPE_BF16};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);

@@ -1,10 +1,13 @@
-/* Batch invariance of the CPU backend (SPEC §5: bit for bit on the CPU):
- * a token's y computed alone, inside a random batch, and inside the same
- * batch reversed must be the same bytes, whatever the other tokens, their
- * adapters and its position. Run with 1 and 2 OpenBLAS threads, both W13
- * layouts and both pool layouts, on a small odd-sized model and on one
- * large enough for OpenBLAS to split its GEMMs across threads. */
-#include <cblas.h>
+/* Batch invariance of the CPU backend (bit for bit, on every CPU): a
+ * token's y computed alone, inside a random batch of mixed adapters and
+ * base tokens, inside the same batch reversed and shuffled must be the
+ * same bytes. Run on every kernel path this CPU has (avx512, avx2,
+ * generic), with 1, 2 and 4 engine threads, both W13 layouts, both pool
+ * layouts and every weight dtype; and the paths must agree with each
+ * other bit for bit. T runs from 1 to past several row blocks (past one
+ * on the slow portable path), and the
+ * second model's K and N are past one K block and not multiples of a
+ * vector width. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 #include <cmocka.h>
 
 #include "gpu/backend.h"
+#include "gpu/cpu/gemm.h"
 #include "tests/util/reference.h"
 
 #define MAX_T 300
@@ -35,22 +39,37 @@ static void fill(float *v, size_t count, double scale, unsigned long long *state
     free(d);
 }
 
-/* Random model and SLOTS random adapters of ranks R/4.., padding left
- * zero past each rank as the pool's contract says. */
-static ls_backend *setup(const ls_dims *d, ls_lora_layout layout, int R, int threads, unsigned long long *st) {
-    ls_backend_config cfg = {.dims = *d,
-                             .pool = {.slots = SLOTS, .max_rank = R, .layout = layout, .max_tokens = MAX_T},
-                             .dtype = LS_DTYPE_F32,
-                             .threads = threads};
+typedef struct {
+    ls_dims d;
+    ls_lora_layout layout;
+    int R;
+    ls_dtype dtype;
+} model_spec;
+
+static const ls_cpu_isa PATHS[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
+#define N_PATHS (sizeof PATHS / sizeof PATHS[0])
+
+/* A random model and SLOTS random adapters of ranks R/4.., padding left
+ * zero past each rank as the pool's contract says. The same seed gives
+ * the same weights whatever the path and thread count. */
+static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsigned long long seed) {
+    ls_backend_config cfg = {.dims = m->d,
+                             .pool = {.slots = SLOTS, .max_rank = m->R, .layout = m->layout, .max_tokens = MAX_T},
+                             .dtype = m->dtype,
+                             .threads = threads,
+                             .cpu_isa = isa};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
-    assert_int_equal(openblas_get_num_threads(), threads);
+    assert_string_equal(be->isa, ls_cpu_isa_name(isa));
+    const ls_dims *d = &m->d;
     const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
+    const int R = m->R;
+    unsigned long long st = seed;
     float *w13 = xcalloc(n * 2 * F * H, sizeof(float)), *w2 = xcalloc(n * H * F, sizeof(float));
-    fill(w13, n * 2 * F * H, 1.0 / sqrt((double)H), st);
-    fill(w2, n * H * F, 1.0 / sqrt((double)(n * F)), st);
+    fill(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
+    fill(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
     assert_int_equal(be->ops->upload_base(be, 0, w13, w2, &err), LS_OK);
 
     const ls_pool_dims *p = &be->pool;
@@ -58,11 +77,10 @@ static ls_backend *setup(const ls_dims *d, ls_lora_layout layout, int R, int thr
     size_t lda = ls_pool_d_a_len(d, p), ldb = ls_pool_d_b_len(d, p);
     float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
     for (int s = 0; s < SLOTS; s++) {
-        fill(ga, lga, 1.0 / sqrt((double)H), st);
-        fill(gb, lgb, 0.5, st);
-        fill(da, lda, 1.0 / sqrt((double)F), st);
-        fill(db, ldb, 0.5, st);
-        /* Rank r = R * (s + 1) / SLOTS: zero the rank rows and columns past r. */
+        fill(ga, lga, 1.0 / sqrt((double)H), &st);
+        fill(gb, lgb, 0.5, &st);
+        fill(da, lda, 1.0 / sqrt((double)F), &st);
+        fill(db, ldb, 0.5, &st);
         int r = R * (s + 1) / SLOTS, O = ls_pool_outer(d, p);
         for (int o = 0; o < O; o++)
             for (int k = r; k < R; k++) {
@@ -83,97 +101,232 @@ static ls_backend *setup(const ls_dims *d, ls_lora_layout layout, int R, int thr
     return be;
 }
 
-/* One random mix: every token alone and in the reversed batch must match
- * its row of the batch byte for byte. Returns the number of tokens that
- * used an adapter (so the caller can check the mixes were mixed). */
-static int check_mix(ls_backend *be, int T, int n_slots, bool with_gammas, unsigned long long *st) {
-    const int H = be->dims.H, n = be->dims.n;
-    float *x = xcalloc((size_t)T * H, 4), *gam = xcalloc((size_t)T * n, 4);
-    float *y = xcalloc((size_t)T * H, 4), *yrev = xcalloc((size_t)T * H, 4), *y1 = xcalloc(H, 4);
-    float *xrev = xcalloc((size_t)T * H, 4), *gamrev = xcalloc((size_t)T * n, 4);
-    int *slot = xcalloc(T, sizeof(int)), *slotrev = xcalloc(T, sizeof(int));
-    fill(x, (size_t)T * H, 1.0, st);
-    fill(gam, (size_t)T * n, 1.0, st);
+/* A batch of T tokens: inputs, gates and a slot per token (n_slots
+ * adapters and base, about evenly). */
+typedef struct {
+    int T;
+    float *x, *gam;
+    int *slot;
+} batch;
+
+static batch batch_make(const ls_dims *d, int T, int n_slots, unsigned long long *st) {
+    batch b = {.T = T};
+    b.x = xcalloc((size_t)T * d->H, 4);
+    b.gam = xcalloc((size_t)T * d->n, 4);
+    b.slot = xcalloc((size_t)T, sizeof(int));
+    fill(b.x, (size_t)T * d->H, 1.0, st);
+    fill(b.gam, (size_t)T * d->n, 1.0, st);
     double pick[MAX_T];
     ls_ref_fill_uniform(pick, T, 1.0, st);
-    int adapted = 0;
     for (int t = 0; t < T; t++) {
-        /* n_slots adapters plus base, about evenly. */
         int s = (int)floor((pick[t] + 1.0) / 2.0 * (n_slots + 1)) - 1;
-        if (s >= n_slots) s = n_slots - 1;
-        slot[t] = s;
-        adapted += s >= 0;
+        b.slot[t] = s >= n_slots ? n_slots - 1 : s;
     }
-    for (int t = 0; t < T; t++) {
-        memcpy(xrev + (size_t)(T - 1 - t) * H, x + (size_t)t * H, (size_t)H * 4);
-        memcpy(gamrev + (size_t)(T - 1 - t) * n, gam + (size_t)t * n, (size_t)n * 4);
-        slotrev[T - 1 - t] = slot[t];
+    return b;
+}
+
+static void batch_free(batch *b) { free(b->x), free(b->gam), free(b->slot); }
+
+/* The batch permuted: row t of the result is row perm[t] of b. */
+static batch batch_permute(const batch *b, const int *perm, int H, int n) {
+    batch p = {.T = b->T};
+    p.x = xcalloc((size_t)b->T * H, 4);
+    p.gam = xcalloc((size_t)b->T * n, 4);
+    p.slot = xcalloc((size_t)b->T, sizeof(int));
+    for (int t = 0; t < b->T; t++) {
+        memcpy(p.x + (size_t)t * H, b->x + (size_t)perm[t] * H, (size_t)H * 4);
+        memcpy(p.gam + (size_t)t * n, b->gam + (size_t)perm[t] * n, (size_t)n * 4);
+        p.slot[t] = b->slot[perm[t]];
     }
-    const float *g = with_gammas ? gam : NULL, *grev = with_gammas ? gamrev : NULL;
+    return p;
+}
+
+static void run(ls_backend *be, const batch *b, bool gammas, float *y) {
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(be->ops->forward(be, 0, T, x, g, slot, y, &err), LS_OK);
-    assert_int_equal(be->ops->forward(be, 0, T, xrev, grev, slotrev, yrev, &err), LS_OK);
+    assert_int_equal(be->ops->forward(be, 0, b->T, b->x, gammas ? b->gam : NULL, b->slot, y, &err), LS_OK);
+    ls_error_free(&err);
+}
+
+/* Every token alone, and the batch reversed and shuffled, must match its
+ * row of the batch byte for byte. Returns the tokens that used an adapter. */
+static int check_mix(ls_backend *be, int T, int n_slots, bool gammas, unsigned long long *st) {
+    const int H = be->dims.H, n = be->dims.n;
+    batch b = batch_make(&be->dims, T, n_slots, st);
+    int *rev = xcalloc((size_t)T, sizeof(int)), *shuf = xcalloc((size_t)T, sizeof(int));
+    for (int t = 0; t < T; t++) rev[t] = T - 1 - t, shuf[t] = t;
+    double u[MAX_T];
+    ls_ref_fill_uniform(u, T, 1.0, st);
+    for (int t = T - 1; t > 0; t--) { /* Fisher-Yates */
+        int k = (int)((u[t] + 1.0) / 2.0 * (t + 1));
+        if (k > t) k = t;
+        int tmp = shuf[t];
+        shuf[t] = shuf[k], shuf[k] = tmp;
+    }
+    batch br = batch_permute(&b, rev, H, n), bs = batch_permute(&b, shuf, H, n);
+    float *y = xcalloc((size_t)T * H, 4), *yr = xcalloc((size_t)T * H, 4), *ys = xcalloc((size_t)T * H, 4);
+    float *y1 = xcalloc((size_t)H, 4);
+    run(be, &b, gammas, y);
+    run(be, &br, gammas, yr);
+    run(be, &bs, gammas, ys);
+    /* Where each token went in the permuted batches. */
+    int *at_r = xcalloc((size_t)T, sizeof(int)), *at_s = xcalloc((size_t)T, sizeof(int));
+    for (int t = 0; t < T; t++) at_r[rev[t]] = t, at_s[shuf[t]] = t;
+    int adapted = 0;
     for (int t = 0; t < T; t++) {
-        assert_int_equal(be->ops->forward(be, 0, 1, x + (size_t)t * H, g ? g + (size_t)t * n : NULL, &slot[t], y1,
-                                          &err),
-                         LS_OK);
-        if (memcmp(y1, y + (size_t)t * H, (size_t)H * 4) != 0 ||
-            memcmp(y1, yrev + (size_t)(T - 1 - t) * H, (size_t)H * 4) != 0) {
+        adapted += b.slot[t] >= 0;
+        batch one = {.T = 1, .x = b.x + (size_t)t * H, .gam = b.gam + (size_t)t * n, .slot = &b.slot[t]};
+        run(be, &one, gammas, y1);
+        const float *in_b = y + (size_t)t * H, *in_r = yr + (size_t)at_r[t] * H, *in_s = ys + (size_t)at_s[t] * H;
+        if (memcmp(y1, in_b, (size_t)H * 4) || memcmp(y1, in_r, (size_t)H * 4) || memcmp(y1, in_s, (size_t)H * 4)) {
             for (int h = 0; h < H; h++)
-                if (y1[h] != y[(size_t)t * H + h] || y1[h] != yrev[(size_t)(T - 1 - t) * H + h]) {
-                    fprintf(stderr, "T=%d token %d (slot %d) h=%d: alone %.9g, batch %.9g, reversed %.9g\n", T, t,
-                            slot[t], h, y1[h], y[(size_t)t * H + h], yrev[(size_t)(T - 1 - t) * H + h]);
+                if (y1[h] != in_b[h] || y1[h] != in_r[h] || y1[h] != in_s[h]) {
+                    fprintf(stderr, "%s: T=%d token %d (slot %d) h=%d: alone %.9g, batch %.9g, reversed %.9g, "
+                                    "shuffled %.9g\n",
+                            be->isa, T, t, b.slot[t], h, y1[h], in_b[h], in_r[h], in_s[h]);
                     break;
                 }
             fail();
         }
     }
-    ls_error_free(&err);
-    free(x), free(gam), free(y), free(yrev), free(y1), free(xrev), free(gamrev), free(slot), free(slotrev);
+    free(at_r), free(at_s), free(y), free(yr), free(ys), free(y1), free(rev), free(shuf);
+    batch_free(&b), batch_free(&br), batch_free(&bs);
     return adapted;
 }
 
-static void run_invariance(int n, int H, int F, int R, int trials, unsigned long long seed) {
-    for (int threads = 1; threads <= 2; threads++) {
-        for (int w = 0; w < 2; w++) {
-            for (int pl = 0; pl < 2; pl++) {
-                ls_dims d = {.n = n, .H = H, .F = F, .L = 1, .w13_layout = w ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED};
-                unsigned long long st = seed + (unsigned long long)(threads * 4 + w * 2 + pl);
-                ls_backend *be = setup(&d, pl ? LS_LORA_PER_EXPERT : LS_LORA_SHARED, R, threads, &st);
+/* dtypes in turn over the four layout combinations. */
+static ls_dtype dtype_of(int combo) {
+    static const ls_dtype dts[] = {LS_DTYPE_F32, LS_DTYPE_BF16, LS_DTYPE_F16};
+    return dts[combo % 3];
+}
+
+/* generic_max_t caps T on the portable path, whose fmaf calls are ~100x
+ * slower than the vector paths (its blocking is the same code). */
+static void run_invariance(int n, int H, int F, int R, int trials, int generic_max_t, unsigned long long seed) {
+    int paths_run = 0;
+    for (size_t pi = 0; pi < N_PATHS; pi++) {
+        if (!ls_cpu_isa_supported(PATHS[pi])) {
+            fprintf(stderr, "note: this CPU has no %s path; not tested here\n", ls_cpu_isa_name(PATHS[pi]));
+            continue;
+        }
+        paths_run++;
+        const int max_t = PATHS[pi] == LS_CPU_ISA_GENERIC ? generic_max_t : MAX_T;
+        for (int threads = 1; threads <= 4; threads *= 2) {
+            for (int combo = 0; combo < 4; combo++) {
+                const int w = combo & 1, pl = combo >> 1;
+                model_spec m = {.d = {.n = n, .H = H, .F = F, .L = 1,
+                                      .w13_layout = w ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED},
+                                .layout = pl ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
+                                .R = R,
+                                .dtype = dtype_of(combo)};
+                ls_backend *be = setup(&m, PATHS[pi], threads, seed + (unsigned long long)combo);
+                unsigned long long st = seed * 31 + (unsigned long long)(threads * 4 + combo);
                 int adapted = 0;
                 for (int trial = 0; trial < trials; trial++) {
                     double u[2];
                     ls_ref_fill_uniform(u, 2, 1.0, &st);
-                    /* T from 1 to 300 (the last trial takes 300), 0..4 slots. */
-                    int T = trial == trials - 1 ? MAX_T : 1 + (int)((u[0] + 1.0) / 2.0 * (MAX_T - 1));
-                    int n_slots = trial % (SLOTS + 1);
-                    adapted += check_mix(be, T, n_slots, u[1] > 0, &st);
+                    /* T = 1 first, max_t last, random in between; 0..4 adapters. */
+                    int T = trial == 0 ? 1 : trial == trials - 1 ? max_t : 1 + (int)((u[0] + 1.0) / 2.0 * (max_t - 1));
+                    adapted += check_mix(be, T, trial % (SLOTS + 1), u[1] > 0, &st);
                 }
                 assert_true(adapted > 0);
                 ls_backend_free(be);
             }
         }
     }
+    /* The portable path exists everywhere. */
+    assert_true(paths_run >= 1);
 }
 
-/* Odd sizes: no dimension is a multiple of a SIMD width or of the tile. */
+/* Odd sizes: no dimension is a multiple of a vector width or a panel. */
 static void test_invariance_small(void **state) {
     (void)state;
-    run_invariance(3, 40, 24, 8, 10, 1000);
+    run_invariance(3, 40, 24, 8, 6, MAX_T, 1000);
 }
 
-/* GEMMs big enough for OpenBLAS to use both threads (M*N*K well above its
- * single-thread cutoff), with the default-sized rank. */
-static void test_invariance_threaded(void **state) {
+/* K past one K block (H and n*F above LS_CPU_KC), N and K not multiples
+ * of 16, the rank not a multiple of a panel, and enough columns for
+ * every thread to get a share. */
+static void test_invariance_blocked(void **state) {
     (void)state;
-    run_invariance(2, 256, 192, 32, 3, 2000);
+    assert_true(520 > LS_CPU_KC && 2 * 200 > LS_CPU_KC && 120 > LS_CPU_MC);
+    run_invariance(2, 520, 200, 24, 3, 120, 2000);
+}
+
+/* The same batch on every path this CPU has, and on 1 and 3 threads:
+ * the outputs must be the same bytes as the portable path's. */
+static void test_paths_agree(void **state) {
+    (void)state;
+    for (int combo = 0; combo < 4; combo++) {
+        model_spec m = {.d = {.n = 2, .H = 520, .F = 200, .L = 1,
+                              .w13_layout = combo & 1 ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED},
+                        .layout = combo & 2 ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
+                        .R = 24,
+                        .dtype = dtype_of(combo)};
+        unsigned long long st = 77 + (unsigned long long)combo;
+        batch b = batch_make(&m.d, 230, SLOTS, &st);
+        const size_t len = (size_t)b.T * m.d.H;
+        float *want = xcalloc(len, 4), *got = xcalloc(len, 4);
+        ls_backend *be = setup(&m, LS_CPU_ISA_GENERIC, 1, 5000 + (unsigned long long)combo);
+        run(be, &b, true, want);
+        ls_backend_free(be);
+        for (size_t pi = 0; pi < N_PATHS; pi++) {
+            if (!ls_cpu_isa_supported(PATHS[pi])) continue;
+            for (int threads = 1; threads <= 3; threads += 2) {
+                be = setup(&m, PATHS[pi], threads, 5000 + (unsigned long long)combo);
+                run(be, &b, true, got);
+                if (memcmp(got, want, len * 4) != 0) {
+                    for (size_t i = 0; i < len; i++)
+                        if (got[i] != want[i]) {
+                            fprintf(stderr, "%s x%d threads, %s weights: y[%zu] = %.9g, generic %.9g\n", be->isa,
+                                    threads, ls_dtype_name(m.dtype), i, got[i], want[i]);
+                            break;
+                        }
+                    fail();
+                }
+                ls_backend_free(be);
+            }
+        }
+        free(want), free(got);
+        batch_free(&b);
+    }
+}
+
+/* auto takes the widest path the CPU runs; a path it lacks is refused. */
+static void test_auto_and_refusal(void **state) {
+    (void)state;
+    ls_cpu_isa widest = ls_cpu_isa_supported(LS_CPU_ISA_AVX512) ? LS_CPU_ISA_AVX512
+                        : ls_cpu_isa_supported(LS_CPU_ISA_AVX2) ? LS_CPU_ISA_AVX2
+                                                                : LS_CPU_ISA_GENERIC;
+    ls_backend_config cfg = {.dims = {.n = 1, .H = 8, .F = 8, .L = 1},
+                             .pool = {.slots = 1, .max_rank = 2, .max_tokens = 4},
+                             .dtype = LS_DTYPE_F32,
+                             .threads = 1,
+                             .cpu_isa = LS_CPU_ISA_AUTO};
+    ls_backend *be = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_string_equal(be->isa, ls_cpu_isa_name(widest));
+    ls_backend_free(be);
+    for (size_t pi = 0; pi < N_PATHS; pi++) {
+        if (ls_cpu_isa_supported(PATHS[pi])) continue;
+        cfg.cpu_isa = PATHS[pi];
+        be = NULL;
+        assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_INVALID_REQUEST);
+        assert_null(be);
+        assert_non_null(strstr(err.message, ls_cpu_isa_name(PATHS[pi])));
+        ls_error_clear(&err);
+    }
+    ls_error_free(&err);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance_small),
-        cmocka_unit_test(test_invariance_threaded),
+        cmocka_unit_test(test_invariance_blocked),
+        cmocka_unit_test(test_paths_agree),
+        cmocka_unit_test(test_auto_and_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

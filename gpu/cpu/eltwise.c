@@ -1,0 +1,42 @@
+/* SiLU with the per-token gate, on its own exponential. The operations
+ * are plain IEEE multiplies, adds and one divide in a fixed order (the
+ * file is built with -ffp-contract=off), so any compiler vectorisation of
+ * these loops keeps every bit. */
+#include "gpu/cpu/eltwise.h"
+
+#include <stdint.h>
+#include <string.h>
+
+float ls_cpu_expf(float x) {
+    if (x != x) return x; /* NaN stays NaN (and never reaches the int conversion) */
+    if (x > 88.3f) x = 88.3f;
+    if (x < -87.3f) x = -87.3f;
+    /* k = round(x / ln 2) by the 1.5 * 2^23 trick (|x / ln 2| < 2^22). */
+    const float shift = 12582912.0f;
+    float k = (x * 1.44269504088896341f + shift) - shift;
+    /* r = x - k ln 2 in two steps (Cody and Waite): the high part of ln 2
+     * has few bits, so k * ln2_hi is exact. */
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    /* e^r on |r| <= ln2 / 2: 1 + r + r^2 P(r) (Cephes' coefficients). */
+    float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * z + r + 1.0f;
+    /* Times 2^k, built from its exponent bits (k in [-126, 127]). */
+    int32_t bits = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int count) {
+    for (int j = 0; j < count; j++) {
+        float v = g[j];
+        a[j] = gamma * (v / (1.0f + ls_cpu_expf(-v))) * u[j];
+    }
+}

@@ -1,0 +1,15 @@
+/* The CPU engine's element-wise steps. One scalar routine for every ISA
+ * path, built for the baseline x86-64 with contraction off, so SiLU and
+ * the gate give the same bits whichever tiles ran the GEMMs. */
+#ifndef LS_GPU_CPU_ELTWISE_H
+#define LS_GPU_CPU_ELTWISE_H
+
+/* e^x from a fixed sequence of IEEE operations (no libm: its result may
+ * differ between C libraries and their CPU-specific variants). Relative
+ * error about 2 ulp for x in [-87.3, 88.3]; x is clamped to that range. */
+float ls_cpu_expf(float x);
+
+/* a[j] = (gamma * silu(g[j])) * u[j] for j < count, silu(v) = v / (1 + e^-v). */
+void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int count);
+
+#endif

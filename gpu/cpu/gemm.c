@@ -1,0 +1,105 @@
+/* Packing of B operands and the blocked GEMM driver over the register
+ * tiles of kernels.h. The loops only choose which tile computes which
+ * elements and how far along K it goes before C is stored and picked up
+ * again; fp32 stores are exact, so the chain of every element is the same
+ * whatever M, the blocking or the caller's share of the columns. */
+#include "gpu/cpu/gemm.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static size_t ls_cpu_dtype_bytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
+
+void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, const float *src, size_t ld_k, size_t ld_n, int k,
+                   int n) {
+    const int panels = ls_cpu_panel_count(n);
+    for (int p = 0; p < panels; p++) {
+        for (int kk = 0; kk < k; kk++) {
+            size_t at = ((size_t)p * kdst + (size_t)(k0 + kk)) * LS_CPU_NR;
+            for (int l = 0; l < LS_CPU_NR; l++) {
+                int j = p * LS_CPU_NR + l;
+                float v = j < n ? src[(size_t)kk * ld_k + (size_t)j * ld_n] : 0.0f;
+                if (dt == LS_DTYPE_F32) ((float *)dst)[at + l] = v;
+                else ((uint16_t *)dst)[at + l] = dt == LS_DTYPE_BF16 ? ls_f32_to_bf16(v) : ls_f32_to_f16(v);
+            }
+        }
+    }
+}
+
+void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,
+                     int n) {
+    for (int j = 0; j < n; j++) {
+        size_t base = (size_t)(j / LS_CPU_NR) * ksrc * LS_CPU_NR + (size_t)(j % LS_CPU_NR);
+        for (int kk = 0; kk < k; kk++) {
+            size_t at = base + (size_t)(k0 + kk) * LS_CPU_NR;
+            float v;
+            if (dt == LS_DTYPE_F32) v = ((const float *)src)[at];
+            else if (dt == LS_DTYPE_BF16) v = ls_bf16_to_f32(((const uint16_t *)src)[at]);
+            else v = ls_f16_to_f32(((const uint16_t *)src)[at]);
+            dst[(size_t)kk * ld_k + (size_t)j * ld_n] = v;
+        }
+    }
+}
+
+/* Rows [i0, i0 + mc) and columns [k0, k0 + kc) of A into ap, interleaved
+ * by mr: value (i, kk) of row group g at ap[g * kc * mr + kk * mr + i % mr]. */
+static void ls_cpu_pack_a(float *ap, int mr, const float *a, size_t lda, int i0, int mc, int k0, int kc) {
+    for (int g = 0; g * mr < mc; g++) {
+        int rows = mc - g * mr < mr ? mc - g * mr : mr;
+        float *dst = ap + (size_t)g * kc * mr;
+        for (int i = 0; i < rows; i++) {
+            const float *src = a + (size_t)(i0 + g * mr + i) * lda + k0;
+            for (int kk = 0; kk < kc; kk++) dst[(size_t)kk * mr + i] = src[kk];
+        }
+    }
+}
+
+static ls_cpu_tile_fn ls_cpu_tile_for(const ls_cpu_kernels *kr, ls_dtype dt) {
+    return dt == LS_DTYPE_F32 ? kr->tile_f32 : dt == LS_DTYPE_BF16 ? kr->tile_bf16 : kr->tile_f16;
+}
+
+void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
+                 int p0, int p1, float *c, size_t ldc, bool acc) {
+    const int mr = kr->mr, K = b->k;
+    if (m <= 0 || p1 <= p0) return;
+    if (K == 0) {
+        /* An empty sum: C = C or 0. */
+        for (int i = 0; !acc && i < m; i++) {
+            int j0 = p0 * LS_CPU_NR, j1 = p1 * LS_CPU_NR < b->n ? p1 * LS_CPU_NR : b->n;
+            memset(c + (size_t)i * ldc + j0, 0, (size_t)(j1 - j0) * sizeof(float));
+        }
+        return;
+    }
+    const ls_cpu_tile_fn tile = ls_cpu_tile_for(kr, b->dt);
+    const size_t esz = ls_cpu_dtype_bytes(b->dt), pstride = (size_t)K * LS_CPU_NR;
+    /* Tiles of up to mr rows; every tile of this call takes the panel
+     * count that fits the widest (first) one. */
+    const int np = kr->np[m < mr ? m : mr];
+    /* With a single row group nothing reuses a B block, so K is not cut:
+     * each panel streams from memory once, start to end. */
+    const int kc_max = m <= mr ? K : LS_CPU_KC;
+    for (int i0 = 0; i0 < m; i0 += LS_CPU_MC) {
+        const int mc = m - i0 < LS_CPU_MC ? m - i0 : LS_CPU_MC;
+        for (int k0 = 0; k0 < K; k0 += kc_max) {
+            const int kc = K - k0 < kc_max ? K - k0 : kc_max;
+            ls_cpu_pack_a(apack, mr, a, lda, i0, mc, k0, kc);
+            for (int p = p0; p < p1; p += np) {
+                ls_cpu_tile t;
+                t.np = p1 - p < np ? p1 - p : np;
+                t.ncols = b->n - p * LS_CPU_NR;
+                if (t.ncols > t.np * LS_CPU_NR) t.ncols = t.np * LS_CPU_NR;
+                t.k = kc;
+                t.acc = acc || k0 > 0;
+                t.b = (const char *)b->p + ((size_t)p * pstride + (size_t)k0 * LS_CPU_NR) * esz;
+                t.bstride = pstride;
+                t.ldc = ldc;
+                for (int i = 0; i < mc; i += mr) {
+                    t.m = mc - i < mr ? mc - i : mr;
+                    t.a = apack + (size_t)(i / mr) * kc * mr;
+                    t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * LS_CPU_NR;
+                    tile(&t);
+                }
+            }
+        }
+    }
+}

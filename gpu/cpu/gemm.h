@@ -1,0 +1,55 @@
+/* Packed operands and the blocked GEMM of the CPU engine. B operands
+ * (weights and LoRA factors) are packed once into panels of LS_CPU_NR
+ * columns at their storage dtype; A operands (activations) are packed per
+ * block into the tile height of the chosen path. Every C element is one
+ * multiply-add chain over K in order, so the blocking (rows, K, panels,
+ * threads) never changes a bit of the result. */
+#ifndef LS_GPU_CPU_GEMM_H
+#define LS_GPU_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpu/cpu/kernels.h"
+
+/* Rows and K per packed A block: an A block (LS_CPU_MC x LS_CPU_KC floats)
+ * stays in L2 while it meets every panel of the caller's columns. */
+#define LS_CPU_MC 96
+#define LS_CPU_KC 384
+
+/* A packed B operand [k, n]: ceil(n / 16) panels of k x 16 values. */
+typedef struct {
+    const void *p;
+    ls_dtype dt; /* F32, BF16 or F16 */
+    int k, n;
+} ls_cpu_mat;
+
+static inline int ls_cpu_panel_count(int n) { return (n + LS_CPU_NR - 1) / LS_CPU_NR; }
+/* Values (not bytes) of a packed [k, n] operand. */
+static inline size_t ls_cpu_packed_len(int k, int n) {
+    return (size_t)ls_cpu_panel_count(n) * LS_CPU_NR * (size_t)k;
+}
+
+/* Writes rows [k0, k0 + k) of a packed operand of panel height kdst at dt
+ * from src, whose value (kk, j) is src[kk * ld_k + j * ld_n] (fp32; bf16
+ * and f16 round to nearest even). Padding columns past n are zeroed. */
+void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, const float *src, size_t ld_k, size_t ld_n, int k,
+                   int n);
+/* The inverse: rows [k0, k0 + k) of a packed operand back into dst. */
+void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,
+                     int n);
+
+/* Floats of packed-A scratch one thread needs for GEMMs with K <= kmax
+ * (a lone row group packs all of K at once). */
+static inline size_t ls_cpu_apack_len(int kmax) {
+    size_t whole = (size_t)LS_CPU_MR_MAX * (size_t)kmax, block = (size_t)LS_CPU_MC * LS_CPU_KC;
+    return whole > block ? whole : block;
+}
+
+/* C[0:m, cols] = (acc ? C : 0) + A[0:m, 0:b->k] · B[:, cols] for the
+ * columns of panels [p0, p1) (clipped to b->n). c points at B's column 0;
+ * apack is ls_cpu_apack_len(b->k) floats of the calling thread's scratch. */
+void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
+                 int p0, int p1, float *c, size_t ldc, bool acc);
+
+#endif

@@ -1,0 +1,52 @@
+/* Which register tiles this CPU runs: detection (CPUID and the OS's saved
+ * register state, through the compiler's cpu model), the names of the
+ * paths, and the choice for --cpu-isa. */
+#include <stddef.h>
+
+#include "gpu/cpu/kernels.h"
+
+const char *ls_cpu_isa_name(ls_cpu_isa isa) {
+    switch (isa) {
+    case LS_CPU_ISA_AUTO: return "auto";
+    case LS_CPU_ISA_AVX512: return "avx512";
+    case LS_CPU_ISA_AVX2: return "avx2";
+    case LS_CPU_ISA_GENERIC: return "generic";
+    }
+    return "?";
+}
+
+bool ls_cpu_isa_supported(ls_cpu_isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    switch (isa) {
+    case LS_CPU_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case LS_CPU_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case LS_CPU_ISA_AUTO:
+    case LS_CPU_ISA_GENERIC: return true;
+    }
+    return false;
+#else
+    return isa == LS_CPU_ISA_AUTO || isa == LS_CPU_ISA_GENERIC;
+#endif
+}
+
+const ls_cpu_kernels *ls_cpu_kernels_for(ls_cpu_isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa == LS_CPU_ISA_AUTO) {
+        if (ls_cpu_isa_supported(LS_CPU_ISA_AVX512)) return &ls_cpu_kernels_avx512;
+        if (ls_cpu_isa_supported(LS_CPU_ISA_AVX2)) return &ls_cpu_kernels_avx2;
+        return &ls_cpu_kernels_generic;
+    }
+    if (!ls_cpu_isa_supported(isa)) return NULL;
+    switch (isa) {
+    case LS_CPU_ISA_AVX512: return &ls_cpu_kernels_avx512;
+    case LS_CPU_ISA_AVX2: return &ls_cpu_kernels_avx2;
+    default: return &ls_cpu_kernels_generic;
+    }
+#else
+    return ls_cpu_isa_supported(isa) ? &ls_cpu_kernels_generic : NULL;
+#endif
+}

@@ -1,0 +1,110 @@
+/* The AVX2+FMA register tiles: up to 6 rows by up to 4 panels, a panel
+ * being two ymm registers of 8 columns; at most 12 accumulators of the
+ * 16 registers. Built with -mavx2 -mfma -mf16c; only called when the CPU
+ * has all three. Each lane runs its column's multiply-add chain in k
+ * order, exactly as kern_generic.c does with fmaf. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "gpu/cpu/kernels.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kern_avx2.c must be built with -mavx2 -mfma -mf16c"
+#endif
+
+#define MR 6
+#define INLINE static inline __attribute__((always_inline))
+
+/* 8 consecutive B values of panel row k, widened to fp32 (exact). */
+INLINE __m256 ls_avx2_load_b(ls_dtype dt, const void *b, size_t at) {
+    if (dt == LS_DTYPE_F32) return _mm256_loadu_ps((const float *)b + at);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + at));
+    if (dt == LS_DTYPE_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* All-ones lanes for the columns j0..j0+7 of the tile that are real. */
+INLINE __m256i ls_avx2_mask(int ncols, int j0) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - j0), lane);
+}
+
+/* The tile body; M and NP are constants in every instance, so the loops
+ * unroll and acc lives in registers. Half h of panel p holds columns
+ * p*16 + h*8 .. +7. */
+INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_cpu_tile *t) {
+    __m256 acc[MR][8];
+    const char *bp[4];
+    const size_t esz = dt == LS_DTYPE_F32 ? 4 : 2;
+    const int V = 2 * NP;
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * esz;
+    /* Only the last panel can be partial. */
+    const __m256i m0 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR);
+    const __m256i m1 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            if (!t->acc) acc[i][v] = _mm256_setzero_ps();
+            else if (v < V - 2) acc[i][v] = _mm256_loadu_ps(c + v * 8);
+            else acc[i][v] = _mm256_maskload_ps(c + v * 8, v == V - 2 ? m0 : m1);
+        }
+    }
+    const float *a = t->a;
+    for (int k = 0; k < t->k; k++, a += MR) {
+        __m256 b[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) b[v] = ls_avx2_load_b(dt, bp[v / 2], (size_t)k * LS_CPU_NR + (size_t)(v % 2) * 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < M; i++) {
+            __m256 av = _mm256_broadcast_ss(a + i);
+#pragma GCC unroll 8
+            for (int v = 0; v < V; v++) acc[i][v] = _mm256_fmadd_ps(av, b[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V - 2; v++) _mm256_storeu_ps(c + v * 8, acc[i][v]);
+        _mm256_maskstore_ps(c + (V - 2) * 8, m0, acc[i][V - 2]);
+        _mm256_maskstore_ps(c + (V - 1) * 8, m1, acc[i][V - 1]);
+    }
+}
+
+#define LS_AVX2_SHAPES(X)                                                                                  \
+    X(1, 1) X(1, 2) X(1, 3) X(1, 4)                                                                        \
+    X(2, 1) X(2, 2) X(2, 3)                                                                                \
+    X(3, 1) X(3, 2)                                                                                        \
+    X(4, 1) X(5, 1) X(6, 1)
+
+#define LS_AVX2_DEFINE(DTN)                                                                                \
+    static void ls_avx2_tile_##DTN(const ls_cpu_tile *t) {                                                 \
+        switch (t->m * 16 + t->np) {                                                                       \
+            LS_AVX2_SHAPES(LS_AVX2_CASE_##DTN)                                                             \
+        default: __builtin_unreachable();                                                                  \
+        }                                                                                                  \
+    }
+
+#define LS_AVX2_CASE_f32(M, NP)                                                                            \
+    case M * 16 + NP: ls_avx2_tile(M, NP, LS_DTYPE_F32, t); return;
+#define LS_AVX2_CASE_bf16(M, NP)                                                                           \
+    case M * 16 + NP: ls_avx2_tile(M, NP, LS_DTYPE_BF16, t); return;
+#define LS_AVX2_CASE_f16(M, NP)                                                                            \
+    case M * 16 + NP: ls_avx2_tile(M, NP, LS_DTYPE_F16, t); return;
+
+LS_AVX2_DEFINE(f32)
+LS_AVX2_DEFINE(bf16)
+LS_AVX2_DEFINE(f16)
+
+const ls_cpu_kernels ls_cpu_kernels_avx2 = {
+    /* .isa       = */ LS_CPU_ISA_AVX2,
+    /* .name      = */ "avx2",
+    /* .mr        = */ MR,
+    /* .np        = */ {0, 4, 3, 2, 1, 1, 1, 0, 0},
+    /* .tile_f32  = */ ls_avx2_tile_f32,
+    /* .tile_bf16 = */ ls_avx2_tile_bf16,
+    /* .tile_f16  = */ ls_avx2_tile_f16,
+};

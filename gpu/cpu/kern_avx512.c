@@ -1,0 +1,111 @@
+/* The AVX-512F register tiles: up to 8 rows by up to 8 panels of 16
+ * columns, one zmm accumulator per row and panel (24 of 32 registers in
+ * the widest shapes). Built with -mavx512f -mfma -mf16c; only called when
+ * the CPU has AVX-512F. Each lane runs its column's multiply-add chain in
+ * k order, exactly as kern_generic.c does with fmaf. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "gpu/cpu/kernels.h"
+
+#if !defined(__AVX512F__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kern_avx512.c must be built with -mavx512f -mfma -mf16c"
+#endif
+
+#define MR 8
+#define INLINE static inline __attribute__((always_inline))
+
+/* 16 consecutive B values of panel row k, widened to fp32 (exact). */
+INLINE __m512 ls_avx512_load_b(ls_dtype dt, const void *b, size_t at) {
+    if (dt == LS_DTYPE_F32) return _mm512_loadu_ps((const float *)b + at);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)b + at));
+    if (dt == LS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* Lanes of the last panel that hold real columns. */
+INLINE __mmask16 ls_avx512_mask(int ncols, int p) {
+    int rem = ncols - p * LS_CPU_NR;
+    return rem >= LS_CPU_NR ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
+}
+
+/* The tile body; M and NP are constants in every instance, so the loops
+ * unroll and acc lives in registers. */
+INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const ls_cpu_tile *t) {
+    __m512 acc[MR][8];
+    const char *bp[8];
+    const size_t esz = dt == LS_DTYPE_F32 ? 4 : 2;
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * esz;
+    const __mmask16 last = ls_avx512_mask(t->ncols, NP - 1);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) {
+            if (!t->acc) acc[i][p] = _mm512_setzero_ps();
+            else if (p < NP - 1) acc[i][p] = _mm512_loadu_ps(c + p * LS_CPU_NR);
+            else acc[i][p] = _mm512_maskz_loadu_ps(last, c + p * LS_CPU_NR);
+        }
+    }
+    const float *a = t->a;
+    for (int k = 0; k < t->k; k++, a += MR) {
+        __m512 b[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) b[p] = ls_avx512_load_b(dt, bp[p], (size_t)k * LS_CPU_NR);
+#pragma GCC unroll 8
+        for (int i = 0; i < M; i++) {
+            __m512 av = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) acc[i][p] = _mm512_fmadd_ps(av, b[p], acc[i][p]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * LS_CPU_NR, acc[i][p]);
+        _mm512_mask_storeu_ps(c + (NP - 1) * LS_CPU_NR, last, acc[i][NP - 1]);
+    }
+}
+
+/* Widest tile per row count: at most 24 accumulators, and no more than 8
+ * panels streamed at once for a lone row. */
+#define LS_AVX512_SHAPES(X)                                                                                \
+    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8)                                        \
+    X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) X(2, 7) X(2, 8)                                        \
+    X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(3, 5) X(3, 6)                                                        \
+    X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(4, 5) X(4, 6)                                                        \
+    X(5, 1) X(5, 2) X(5, 3) X(5, 4)                                                                        \
+    X(6, 1) X(6, 2) X(6, 3) X(6, 4)                                                                        \
+    X(7, 1) X(7, 2) X(7, 3)                                                                                \
+    X(8, 1) X(8, 2) X(8, 3)
+
+#define LS_AVX512_DEFINE(DTN)                                                                              \
+    static void ls_avx512_tile_##DTN(const ls_cpu_tile *t) {                                               \
+        switch (t->m * 16 + t->np) {                                                                       \
+            LS_AVX512_SHAPES(LS_AVX512_CASE_##DTN)                                                         \
+        default: __builtin_unreachable();                                                                  \
+        }                                                                                                  \
+    }
+
+#define LS_AVX512_CASE_f32(M, NP)                                                                          \
+    case M * 16 + NP: ls_avx512_tile(M, NP, LS_DTYPE_F32, t); return;
+#define LS_AVX512_CASE_bf16(M, NP)                                                                         \
+    case M * 16 + NP: ls_avx512_tile(M, NP, LS_DTYPE_BF16, t); return;
+#define LS_AVX512_CASE_f16(M, NP)                                                                          \
+    case M * 16 + NP: ls_avx512_tile(M, NP, LS_DTYPE_F16, t); return;
+
+LS_AVX512_DEFINE(f32)
+LS_AVX512_DEFINE(bf16)
+LS_AVX512_DEFINE(f16)
+
+const ls_cpu_kernels ls_cpu_kernels_avx512 = {
+    /* .isa       = */ LS_CPU_ISA_AVX512,
+    /* .name      = */ "avx512",
+    /* .mr        = */ MR,
+    /* .np        = */ {0, 8, 8, 6, 6, 4, 4, 3, 3},
+    /* .tile_f32  = */ ls_avx512_tile_f32,
+    /* .tile_bf16 = */ ls_avx512_tile_bf16,
+    /* .tile_f16  = */ ls_avx512_tile_f16,
+};

@@ -1,0 +1,50 @@
+/* The portable register tiles: plain C, one fmaf per multiply-add, built
+ * for the baseline x86-64 (fmaf is the C library's, exact on every CPU).
+ * This is the definition the vector paths must match bit for bit: each
+ * output element starts from +0 (or C) and takes a[i,k] * b[k,j] for
+ * k = 0, 1, ... K-1 in one fused multiply-add each. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpu/cpu/kernels.h"
+
+#define MR 4
+#define NP 4
+
+/* B value (k, j) of the tile's panels, widened to fp32 (exact). */
+static inline float ls_generic_load_b(ls_dtype dt, const void *b, size_t at) {
+    if (dt == LS_DTYPE_F32) return ((const float *)b)[at];
+    uint16_t h = ((const uint16_t *)b)[at];
+    return dt == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
+}
+
+static inline void ls_generic_tile(const ls_cpu_tile *t, ls_dtype dt) {
+    float acc[MR][NP * LS_CPU_NR];
+    const int m = t->m, nc = t->ncols;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < nc; j++) acc[i][j] = t->acc ? t->c[(size_t)i * t->ldc + j] : 0.0f;
+    const float *a = t->a;
+    for (int k = 0; k < t->k; k++, a += MR) {
+        for (int j = 0; j < nc; j++) {
+            size_t at = (size_t)(j / LS_CPU_NR) * t->bstride + (size_t)k * LS_CPU_NR + (size_t)(j % LS_CPU_NR);
+            float b = ls_generic_load_b(dt, t->b, at);
+            for (int i = 0; i < m; i++) acc[i][j] = fmaf(a[i], b, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < m; i++) memcpy(t->c + (size_t)i * t->ldc, acc[i], (size_t)nc * sizeof(float));
+}
+
+static void ls_generic_tile_f32(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_F32); }
+static void ls_generic_tile_bf16(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_BF16); }
+static void ls_generic_tile_f16(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_F16); }
+
+const ls_cpu_kernels ls_cpu_kernels_generic = {
+    /* .isa       = */ LS_CPU_ISA_GENERIC,
+    /* .name      = */ "generic",
+    /* .mr        = */ MR,
+    /* .np        = */ {0, NP, NP, NP, NP, 0, 0, 0, 0},
+    /* .tile_f32  = */ ls_generic_tile_f32,
+    /* .tile_bf16 = */ ls_generic_tile_bf16,
+    /* .tile_f16  = */ ls_generic_tile_f16,
+};

@@ -1,0 +1,60 @@
+/* The CPU engine's register tiles, one set per instruction set (kern_*.c),
+ * and the contract that makes them interchangeable: every output element
+ * is one chain of fused multiply-adds over k in increasing order, started
+ * from +0 (or from C's value when accumulating), whatever the tile's rows,
+ * panels, position or instruction set. Vector lanes are output columns,
+ * so widening a tile never regroups a sum: all paths give the same bits. */
+#ifndef LS_GPU_CPU_KERNELS_H
+#define LS_GPU_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/tensor.h"
+#include "gpu/backend.h"
+
+/* Columns of one packed panel: a B operand [K, N] is stored as ceil(N/16)
+ * panels, each K rows of 16 values (k-major), columns past N zero. */
+#define LS_CPU_NR 16
+/* The most rows any tile takes; packed A blocks are interleaved by the
+ * tile height of the chosen path (ls_cpu_kernels.mr <= LS_CPU_MR_MAX). */
+#define LS_CPU_MR_MAX 8
+
+/* One register tile: C[m, cols] = (acc ? C : 0) + A[m, 0:k] · B[0:k, cols]
+ * where cols are np consecutive panels of which the first ncols columns
+ * are written. A is packed: value (i, kk) at a[kk * mr + i] with mr the
+ * path's tile height. b is the first panel's row 0; panels are bstride
+ * values apart. */
+typedef struct {
+    int m, np, k, ncols;
+    bool acc;
+    const float *a;
+    const void *b;
+    size_t bstride;
+    float *c;
+    size_t ldc;
+} ls_cpu_tile;
+
+typedef void (*ls_cpu_tile_fn)(const ls_cpu_tile *t);
+
+typedef struct {
+    ls_cpu_isa isa;
+    const char *name;
+    int mr;                         /* rows of a full tile */
+    int np[LS_CPU_MR_MAX + 1];      /* widest tile, in panels, for m rows */
+    ls_cpu_tile_fn tile_f32;        /* B panels of float */
+    ls_cpu_tile_fn tile_bf16;       /* B panels of bf16, widened in registers */
+    ls_cpu_tile_fn tile_f16;        /* B panels of f16, widened in registers */
+} ls_cpu_kernels;
+
+/* The paths, each defined in its own file built for its instruction set;
+ * call one only where ls_cpu_isa_supported says the CPU runs it. */
+extern const ls_cpu_kernels ls_cpu_kernels_avx512;
+extern const ls_cpu_kernels ls_cpu_kernels_avx2;
+extern const ls_cpu_kernels ls_cpu_kernels_generic;
+
+/* The kernels for isa (AUTO: the widest supported), or NULL when the CPU
+ * does not run it. */
+const ls_cpu_kernels *ls_cpu_kernels_for(ls_cpu_isa isa);
+
+#endif
