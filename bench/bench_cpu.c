@@ -1,19 +1,31 @@
-/* CPU engine benchmark (issue 6): GFLOP/s of the CPU forward for T in
- * {1, 16, 256, 2048} with 1 and 8 distinct adapters, each beside this
- * machine's OpenBLAS sgemm rate on the same FLOP count measured in the same
- * run, and beside the same forward in PyTorch (CPU, fp32, written as a user
- * would) when PyTorch can be imported. Prints one summary line per ratio;
- * never passes or fails on time.
+/* CPU engine benchmark: the forward for T in {1, 16, 256, 2048} with 1 and
+ * 8 distinct adapters, f32 and bf16 weights, measured in one run beside
+ *   - the weight-streaming floor: bytes of one layer's base weights at
+ *     their storage dtype over the bandwidth of a large memcpy (the
+ *     forward cycles through --layers layers so its weights come from
+ *     memory, not from the last call's cache);
+ *   - OpenBLAS sgemm on the base forward's two GEMMs (same M, N, K);
+ *   - the same forward in PyTorch (bench/torch_cpu.py, fp32), once per
+ *     --python given (default /usr/bin/python3, Debian's python3-torch).
+ * Prints a table and one line per ratio; never passes or fails on time.
  *   bench_cpu [--hidden H] [--intermediate F] [--experts n] [--rank r]
- *             [--threads N] [--python PATH] [--no-peer] */
+ *             [--threads N] [--layers L] [--isa auto|avx512|avx2|generic]
+ *             [--python PATH]... [--no-peer] */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "gpu/backend.h"
+
+#define MAX_PEERS 4
+
+static const int Ts[] = {1, 16, 256, 2048}, As[] = {1, 8};
+#define NT 4
+#define NA 2
 
 static double ls_now(void) {
     struct timespec t;
@@ -33,6 +45,15 @@ static void ls_fill(float *v, size_t n, unsigned *state, float scale) {
     }
 }
 
+static void *ls_xmalloc(size_t bytes) {
+    void *p = malloc(bytes);
+    if (!p) {
+        fprintf(stderr, "bench_cpu: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
 /* Median seconds of fn over enough runs to fill ~0.6 s (at least 3). */
 typedef void (*ls_bench_fn)(void *ctx);
 static double ls_median_s(ls_bench_fn fn, void *ctx) {
@@ -49,19 +70,63 @@ static double ls_median_s(ls_bench_fn fn, void *ctx) {
     return times[n / 2];
 }
 
+/* ---- memcpy bandwidth: each of `threads` threads copies its slice ---- */
+
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} ls_copy_job;
+
+static void *ls_copy_run(void *p) {
+    ls_copy_job *j = p;
+    memcpy(j->dst, j->src, j->bytes);
+    return NULL;
+}
+
+/* Best of 5 copies of 256 MiB, in bytes per second (bytes copied / time). */
+static double ls_memcpy_bandwidth(int threads) {
+    const size_t bytes = (size_t)256 << 20;
+    char *src = ls_xmalloc(bytes), *dst = ls_xmalloc(bytes);
+    memset(src, 1, bytes);
+    memset(dst, 2, bytes);
+    pthread_t tid[64];
+    ls_copy_job job[64];
+    if (threads > 64) threads = 64;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = ls_now();
+        for (int i = 0; i < threads; i++) {
+            size_t a = bytes * (size_t)i / (size_t)threads, b = bytes * (size_t)(i + 1) / (size_t)threads;
+            job[i] = (ls_copy_job){dst + a, src + a, b - a};
+            if (i > 0) pthread_create(&tid[i], NULL, ls_copy_run, &job[i]);
+        }
+        ls_copy_run(&job[0]);
+        for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
+        double bw = (double)bytes / (ls_now() - t0);
+        if (bw > best) best = bw;
+    }
+    free(src);
+    free(dst);
+    return best;
+}
+
+/* ---- the forward and sgemm ------------------------------------------ */
+
 typedef struct {
     ls_backend *be;
-    int T;
+    int T, L, call;
     float *x, *g, *y, *a, *z, *w13, *w2;
     int *slots;
     int n, H, F;
 } ls_bench_ctx;
 
+/* One forward on the next layer in turn. */
 static void ls_bench_forward(void *p) {
     ls_bench_ctx *c = p;
     ls_error err;
     ls_error_init(&err);
-    if (c->be->ops->forward(c->be, 0, c->T, c->x, c->g, c->slots, c->y, &err) != LS_OK) {
+    if (c->be->ops->forward(c->be, c->call++ % c->L, c->T, c->x, c->g, c->slots, c->y, &err) != LS_OK) {
         fprintf(stderr, "forward failed: %s\n", err.message);
         exit(1);
     }
@@ -77,123 +142,201 @@ static void ls_bench_sgemm(void *p) {
                 c->n * c->F, 0.0f, c->y, c->H);
 }
 
+/* ---- PyTorch peers ---------------------------------------------------- */
+
+typedef struct {
+    char label[128];
+    double ms[NT][NA];
+} ls_peer;
+
+/* Runs torch_cpu.py under python; false (with the reason printed) when it
+ * gave no timings. */
+static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int threads, ls_peer *out) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' '%s/torch_cpu.py' --hidden %d --intermediate %d --experts %d --rank %d --threads %d 2>&1", python,
+             LS_BENCH_DIR, H, F, n, rank, threads);
+    memset(out, 0, sizeof *out);
+    snprintf(out->label, sizeof out->label, "%s", python);
+    FILE *p = popen(cmd, "r");
+    char line[512];
+    int got = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        int T, A;
+        double ms;
+        char version[64];
+        if (sscanf(line, "{\"T\": %d, \"adapters\": %d, \"ms\": %lf}", &T, &A, &ms) == 3) {
+            for (int ti = 0; ti < NT; ti++)
+                for (int ai = 0; ai < NA; ai++)
+                    if (Ts[ti] == T && As[ai] == A) out->ms[ti][ai] = ms, got++;
+        } else if (sscanf(line, "{\"torch\": \"%63[^\"]\"}", version) == 1) {
+            snprintf(out->label, sizeof out->label, "pytorch %s (%s)", version, python);
+        } else {
+            printf("peer %s: %s", python, line);
+        }
+    }
+    if (p) pclose(p);
+    if (!got) printf("peer %s: skipped: PyTorch did not run (apt-get install python3-torch)\n", python);
+    return got > 0;
+}
+
 int main(int argc, char **argv) {
-    int H = 2048, F = 1024, n = 2, rank = 16, threads = 2, peer = 1;
-    const char *python = "/usr/bin/python3";
+    int H = 2048, F = 1024, n = 2, rank = 16, threads = 2, L = 4, peer = 1, npy = 0;
+    const char *python[MAX_PEERS];
+    ls_cpu_isa isa = LS_CPU_ISA_AUTO;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hidden") && i + 1 < argc) H = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) F = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
         else if (!strcmp(argv[i], "--no-peer")) peer = 0;
-        else {
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *v = argv[++i];
+            isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
+                  : !strcmp(v, "avx2") ? LS_CPU_ISA_AVX2
+                  : !strcmp(v, "generic") ? LS_CPU_ISA_GENERIC
+                                          : LS_CPU_ISA_AUTO;
+        } else {
             fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--threads N] "
-                            "[--python PATH] [--no-peer]\n", argv[0]);
+                            "[--layers L] [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer]\n",
+                    argv[0]);
             return 2;
         }
     }
-    const int Ts[] = {1, 16, 256, 2048}, As[] = {1, 8};
+    if (L < 1 || threads < 1) return 2;
+    if (npy == 0) python[npy++] = "/usr/bin/python3";
+    openblas_set_num_threads(threads);
     const int maxT = 2048, S = 8;
-    ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = 1, .w13_layout = LS_W13_INTERLEAVED},
-                             .pool = {.slots = S, .max_rank = rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
-                             .dtype = LS_DTYPE_F32,
-                             .threads = threads};
-    ls_error err;
-    ls_error_init(&err);
-    ls_backend *be = NULL;
-    if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
-        fprintf(stderr, "cpu backend: %s\n", err.message);
-        return 1;
-    }
+    const double bw = ls_memcpy_bandwidth(threads);
+
     unsigned seed = 12345;
     size_t n13 = (size_t)n * 2 * F * H, n2 = (size_t)n * H * F;
-    ls_bench_ctx c = {.be = be, .n = n, .H = H, .F = F};
-    c.w13 = malloc(n13 * 4);
-    c.w2 = malloc(n2 * 4);
-    c.x = malloc((size_t)maxT * H * 4);
-    c.g = malloc((size_t)maxT * n * 4);
-    c.y = malloc((size_t)maxT * H * 4);
-    c.z = malloc((size_t)maxT * n * 2 * F * 4);
-    c.a = malloc((size_t)maxT * n * F * 4);
-    c.slots = malloc((size_t)maxT * sizeof(int));
+    ls_bench_ctx c = {.n = n, .H = H, .F = F, .L = L};
+    c.w13 = ls_xmalloc(n13 * 4);
+    c.w2 = ls_xmalloc(n2 * 4);
+    c.x = ls_xmalloc((size_t)maxT * H * 4);
+    c.g = ls_xmalloc((size_t)maxT * n * 4);
+    c.y = ls_xmalloc((size_t)maxT * H * 4);
+    c.z = ls_xmalloc((size_t)maxT * n * 2 * F * 4);
+    c.a = ls_xmalloc((size_t)maxT * n * F * 4);
+    c.slots = ls_xmalloc((size_t)maxT * sizeof(int));
     ls_fill(c.w13, n13, &seed, 1.0f / sqrtf((float)H));
     ls_fill(c.w2, n2, &seed, 1.0f / sqrtf((float)F));
     ls_fill(c.x, (size_t)maxT * H, &seed, 1.0f);
     ls_fill(c.g, (size_t)maxT * n, &seed, 1.0f);
     ls_fill(c.a, (size_t)maxT * n * F, &seed, 1.0f);
-    if (be->ops->upload_base(be, 0, c.w13, c.w2, &err) != LS_OK) return 1;
-    size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
-           lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
-    float *fa = malloc(la * 4), *fb = malloc(lb * 4), *fc = malloc(lc * 4), *fd = malloc(ld * 4);
-    for (int s = 0; s < S; s++) {
-        ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
-            ls_fill(fd, ld, &seed, 0.05f);
-        ls_slot_factors f = {fa, fb, fc, fd};
-        if (be->ops->slot_write(be, s, 0, &f, &err) != LS_OK) return 1;
+
+    /* sgemm GFLOP/s per T, on the fp32 weights. */
+    double sgemm_gf[NT];
+    for (int ti = 0; ti < NT; ti++) {
+        c.T = Ts[ti];
+        double base = 2.0 * c.T * ((double)n * 2 * F * H + (double)n * H * F);
+        sgemm_gf[ti] = base / ls_median_s(ls_bench_sgemm, &c) / 1e9;
     }
 
-    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d, %d BLAS threads, fp32\n", n, H, F, rank, threads);
-    printf("| T | adapters | ours ms | ours GFLOP/s | sgemm GFLOP/s | ours/sgemm |\n|---|---|---|---|---|---|\n");
-    double ours_ms[4][2];
-    for (int ti = 0; ti < 4; ti++) {
-        for (int ai = 0; ai < 2; ai++) {
-            int T = Ts[ti], A = As[ai];
-            ours_ms[ti][ai] = 0;
-            if (A > T) continue; /* T tokens cannot use more adapters */
-            c.T = T;
-            for (int t = 0; t < T; t++) c.slots[t] = t % A;
-            double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
-            double lora = 2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F + (double)H * rank);
-            double ts = ls_median_s(ls_bench_forward, &c);
-            double tg = ls_median_s(ls_bench_sgemm, &c);
-            double ours = (base + lora) / ts / 1e9, ref = base / tg / 1e9;
-            ours_ms[ti][ai] = ts * 1e3;
-            printf("| %d | %d | %.3f | %.1f | %.1f | %.2f |\n", T, A, ts * 1e3, ours, ref, ours / ref);
-            fflush(stdout);
-        }
-    }
-    for (int ti = 0; ti < 4; ti++)
-        for (int ai = 0; ai < 2; ai++) {
-            int T = Ts[ti], A = As[ai];
-            if (A > T) continue;
-            double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
-            c.T = T;
-            double tg = ls_median_s(ls_bench_sgemm, &c);
-            printf("engine: T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", T, A,
-                   (base / (ours_ms[ti][ai] / 1e3)) / (base / tg));
-        }
+    ls_peer peers[MAX_PEERS];
+    int np = 0;
+    for (int i = 0; peer && i < npy; i++)
+        if (ls_peer_run(python[i], H, F, n, rank, threads, &peers[np])) np++;
 
-    if (peer) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd,
-                 "'%s' '%s/torch_cpu.py' --hidden %d --intermediate %d --experts %d --rank %d --threads %d 2>&1",
-                 python, LS_BENCH_DIR, H, F, n, rank, threads);
-        FILE *p = popen(cmd, "r");
-        char line[512];
-        int got = 0;
-        while (p && fgets(line, sizeof line, p)) {
-            int T, A;
-            double ms;
-            if (sscanf(line, "{\"T\": %d, \"adapters\": %d, \"ms\": %lf}", &T, &A, &ms) == 3) {
-                for (int ti = 0; ti < 4; ti++)
-                    for (int ai = 0; ai < 2; ai++)
-                        if (Ts[ti] == T && As[ai] == A && ours_ms[ti][ai] > 0 && ms > 0) {
-                            printf("peer: T=%d adapters=%d ours %.3f ms / pytorch %.3f ms = %.2f\n", T, A,
-                                   ours_ms[ti][ai], ms, ours_ms[ti][ai] / ms);
-                            got++;
-                        }
-            } else {
-                printf("peer: %s", line);
+    const ls_dtype dts[] = {LS_DTYPE_F32, LS_DTYPE_BF16};
+    double ms[2][NT][NA] = {{{0}}}, floor_ms[2] = {0};
+    const char *isa_name = "?";
+    for (int di = 0; di < 2; di++) {
+        ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
+                                 .pool = {.slots = S, .max_rank = rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
+                                 .dtype = dts[di],
+                                 .threads = threads,
+                                 .cpu_isa = isa};
+        ls_error err;
+        ls_error_init(&err);
+        ls_backend *be = NULL;
+        if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
+            fprintf(stderr, "cpu backend: %s\n", err.message);
+            return 1;
+        }
+        isa_name = be->isa;
+        c.be = be;
+        for (int l = 0; l < L; l++)
+            if (be->ops->upload_base(be, l, c.w13, c.w2, &err) != LS_OK) return 1;
+        size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
+               lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
+        float *fa = ls_xmalloc(la * 4), *fb = ls_xmalloc(lb * 4), *fc = ls_xmalloc(lc * 4), *fd = ls_xmalloc(ld * 4);
+        for (int s = 0; s < S; s++)
+            for (int l = 0; l < L; l++) {
+                ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
+                    ls_fill(fd, ld, &seed, 0.05f);
+                ls_slot_factors f = {fa, fb, fc, fd};
+                if (be->ops->slot_write(be, s, l, &f, &err) != LS_OK) return 1;
             }
-        }
-        if (p) pclose(p);
-        if (!got) printf("peer: skipped: PyTorch did not run (install it with: apt-get install python3-torch)\n");
+        free(fa), free(fb), free(fc), free(fd);
+        floor_ms[di] = (double)(n13 + n2) * ls_dtype_size(dts[di]) / bw * 1e3;
+        for (int ti = 0; ti < NT; ti++)
+            for (int ai = 0; ai < NA; ai++) {
+                if (As[ai] > Ts[ti]) continue; /* T tokens cannot use more adapters */
+                c.T = Ts[ti];
+                for (int t = 0; t < c.T; t++) c.slots[t] = t % As[ai];
+                ms[di][ti][ai] = ls_median_s(ls_bench_forward, &c) * 1e3;
+            }
+        ls_backend_free(be);
+        ls_error_free(&err);
     }
-    free(fa), free(fb), free(fc), free(fd);
+
+    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d, %d threads, %s kernels, %d layers in turn\n", n, H, F,
+           rank, threads, isa_name, L);
+    printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", bw / 1e9,
+           threads);
+    printf("| weights | T | adapters | ours ms | floor ms | ours/floor | ours GFLOP/s | sgemm GFLOP/s | ours/sgemm |");
+    for (int p = 0; p < np; p++) printf(" torch%d ms | ours/torch%d |", p + 1, p + 1);
+    printf("\n|---|---|---|---|---|---|---|---|---|");
+    for (int p = 0; p < np; p++) printf("---|---|");
+    printf("\n");
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < NT; ti++)
+            for (int ai = 0; ai < NA; ai++) {
+                if (ms[di][ti][ai] <= 0) continue;
+                int T = Ts[ti];
+                double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
+                double lora = 2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F +
+                                         (double)H * rank);
+                double gf = (base + lora) / (ms[di][ti][ai] / 1e3) / 1e9;
+                printf("| %s | %d | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %.2f |", ls_dtype_name(dts[di]), T, As[ai],
+                       ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di], gf, sgemm_gf[ti],
+                       gf / sgemm_gf[ti]);
+                for (int p = 0; p < np; p++) {
+                    double pm = peers[p].ms[ti][ai];
+                    if (pm > 0) printf(" %.3f | %.2f |", pm, ms[di][ti][ai] / pm);
+                    else printf(" | |");
+                }
+                printf("\n");
+            }
+    for (int p = 0; p < np; p++) printf("torch%d: %s, fp32, %d threads\n", p + 1, peers[p].label, threads);
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int ai = 0; ai < NA; ai++)
+                if (ms[di][ti][ai] > 0)
+                    printf("floor: %s T=%d adapters=%d ours/floor time ratio %.2f\n", ls_dtype_name(dts[di]), Ts[ti],
+                           As[ai], ms[di][ti][ai] / floor_ms[di]);
+    for (int ti = 2; ti < NT; ti++)
+        for (int ai = 0; ai < NA; ai++) {
+            int T = Ts[ti];
+            double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
+            double lora =
+                2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F + (double)H * rank);
+            printf("engine: F32 T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", T, As[ai],
+                   (base + lora) / (ms[0][ti][ai] / 1e3) / 1e9 / sgemm_gf[ti]);
+        }
+    for (int p = 0; p < np; p++)
+        for (int di = 0; di < 2; di++)
+            for (int ti = 0; ti < NT; ti++)
+                for (int ai = 0; ai < NA; ai++)
+                    if (ms[di][ti][ai] > 0 && peers[p].ms[ti][ai] > 0)
+                        printf("peer: %s T=%d adapters=%d ours %.3f ms / %s %.3f ms = %.2f\n", ls_dtype_name(dts[di]),
+                               Ts[ti], As[ai], ms[di][ti][ai], peers[p].label, peers[p].ms[ti][ai],
+                               ms[di][ti][ai] / peers[p].ms[ti][ai]);
     free(c.w13), free(c.w2), free(c.x), free(c.g), free(c.y), free(c.z), free(c.a), free(c.slots);
-    ls_backend_free(be);
-    ls_error_free(&err);
     return 0;
 }

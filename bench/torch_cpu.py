@@ -2,8 +2,9 @@
 """The lorasink forward (SPEC section 1) in PyTorch on the CPU, fp32, written
 as a user would: the base GEMMs for all tokens, then the LoRA per adapter
 group. Same shapes and token mix as bench_cpu; prints one JSON line per
-configuration: {"T", "adapters", "ms"} (median). Install PyTorch with
-`apt-get install python3-torch` (Debian 12) and run with /usr/bin/python3.
+configuration: {"T", "adapters", "ms"} (median), after one line
+{"torch": version}. Install PyTorch with `apt-get install python3-torch`
+(Debian 12) and run with /usr/bin/python3, or into a venv from PyPI.
 """
 import argparse
 import json
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    print(json.dumps({"torch": torch.__version__}), flush=True)
     H, F, n, r, S = a.hidden, a.intermediate, a.experts, a.rank, 8
     g = torch.Generator().manual_seed(0)
     w13 = torch.randn(n, 2 * F, H, generator=g) / H ** 0.5   # interleaved rows

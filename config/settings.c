@@ -14,6 +14,7 @@ static const char *const dtype_names[] = {"auto", "bf16", "f16", "f32", NULL};
 static const char *const w13_names[] = {"interleaved", "contiguous", NULL};
 static const char *const lora_names[] = {"shared", "per-expert", NULL};
 static const char *const log_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
 
 #define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
 #define INT(n, f, lo, hi, d, h)                                                                    \
@@ -30,7 +31,9 @@ const ls_setting ls_settings[] = {
     STR("host", host, 1, "127.0.0.1", "ADDR", "address to listen on"),
     INT("port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
     ENUM("device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
-    INT("threads", threads, 0, 1024, "0", "CPU threads; 0 = all cores"),
+    INT("threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
+    ENUM("cpu-isa", cpu_isa, cpu_isa_names, "auto",
+         "CPU kernels: auto = the widest this CPU runs; every choice gives the same bits"),
     STR("weights", weights, 0, "", "FILE", "base weights (safetensors); turns --demo off"),
     BOOL("demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
     INT("experts", experts, 1, 64, "2", "demo model: shared experts n"),
@@ -69,6 +72,10 @@ _Static_assert(sizeof ls_settings / sizeof ls_settings[0] <= LS_SETTINGS_MAX, "r
 /* Static strings, never freed. */
 const char *ls_device_kind_name(ls_device_kind d) {
     return (unsigned)d <= (unsigned)LS_DEVICE_CUDA ? device_names[d] : "unknown";
+}
+
+const char *ls_cpu_isa_choice_name(ls_cpu_isa_choice c) {
+    return (unsigned)c <= (unsigned)LS_CPUISA_GENERIC ? cpu_isa_names[c] : "unknown";
 }
 
 const char *ls_weight_dtype_name(ls_weight_dtype d) {

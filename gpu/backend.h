@@ -58,6 +58,7 @@ struct ls_backend {
     const ls_backend_ops *ops;
     void *ctx;
     const char *isa;    /* the CPU backend's kernel path ("avx512", ...); NULL elsewhere */
+    int threads;        /* the CPU backend's engine threads; 0 elsewhere */
     ls_dims dims;
     ls_pool_dims pool;
     ls_dtype dtype;     /* storage dtype of the base weights */

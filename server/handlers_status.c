@@ -16,7 +16,11 @@ void ls_handle_ready(const ls_request *req, ls_reply *r) {
                       "the %s backend hit an unrecoverable device error", req->srv->backend->ops->name);
         return;
     }
-    json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", req->srv->backend->ops->name);
+    const ls_backend *be = req->srv->backend;
+    json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", be->ops->name);
+    /* The CPU's kernel path: every path gives the same bits, but an
+     * operator comparing machines' speed wants to know which ran. */
+    if (j && be->isa) json_object_set_new(j, "isa", json_string(be->isa));
     ls_reply_json(r, 200, ls_json_take_text(j));
 }
 

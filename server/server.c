@@ -33,6 +33,15 @@ static ls_status ls_server_reload(void *ctx, const char *path, const ls_adapter_
     return st;
 }
 
+static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
+    switch (c) {
+    case LS_CPUISA_AVX512: return LS_CPU_ISA_AVX512;
+    case LS_CPUISA_AVX2: return LS_CPU_ISA_AVX2;
+    case LS_CPUISA_GENERIC: return LS_CPU_ISA_GENERIC;
+    default: return LS_CPU_ISA_AUTO;
+    }
+}
+
 static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
     switch (d) {
     case LS_WDTYPE_BF16: return LS_DTYPE_BF16;
@@ -70,12 +79,15 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
                                     .max_tokens = cfg->max_batch_tokens};
     ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model.dtype),
-                            .threads = cfg->threads, .device_id = 0};
+                            .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa), .device_id = 0};
     st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, &err) : ls_backend_cpu_create(&bc, &srv->backend, &err);
     if (st != LS_OK) {
         ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
         goto fail;
     }
+    if (srv->backend->isa)
+        ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", srv->backend->isa,
+                    ls_cpu_isa_choice_name(cfg->cpu_isa), srv->backend->threads);
     if ((st = ls_model_upload(&model, srv->backend, &err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err.message);
         goto fail;

@@ -21,13 +21,18 @@ typedef struct {
     ls_cpu_threads *threads;
 
     /* Base weights, packed once at upload_base at their storage dtype (no
-     * fp32 copy). Per layer, w13 holds 2n operands [H, F]: expert e's gate
-     * at 2e and up at 2e+1, whatever the model's row layout (a permutation
-     * of output columns changes no dot product). w2 holds one operand
-     * [n*F, H]: the experts stacked along K, so the down projection sums
-     * over experts inside each element's chain. */
+     * fp32 copy). Per layer, w13 is one operand [H, zw] whose panels run
+     * over the intermediate axis and, within each block of 16 columns j,
+     * over the experts' gate and up: panel q * 2n + 2e + half holds
+     * expert e's gate (half 0) or up (1) for j in [16q, 16q + 16),
+     * whatever the model's row layout (a permutation of output columns
+     * changes no dot product). One GEMM then covers every expert, and the
+     * gate and up of each j land in the thread that applies SiLU to them.
+     * w2 is one operand [n*F, H]: the experts stacked along K, so the down
+     * projection sums over experts inside each element's chain. */
     void *w13, *w2;
-    size_t w13_len, w2_len; /* values of one operand */
+    int zw;                 /* columns of w13 and of zs: ceil(F/16) * 2n * 16 */
+    size_t w13_len, w2_len; /* values of one layer's operand */
     bool *uploaded;
 
     /* The pool, packed fp32, one block of slot_len floats per slot and
@@ -45,7 +50,7 @@ typedef struct {
     int *order;  /* [max_tokens] */
     int *group;  /* [S + 2] */
     float *xs;   /* [max_tokens, H] inputs in slot order */
-    float *zs;   /* [max_tokens, n*2F] gate/up pre-activations */
+    float *zs;   /* [max_tokens, zw] gate/up pre-activations, w13's column order */
     float *as;   /* [max_tokens, n*F] activations */
     float *ys;   /* [max_tokens, H] outputs in slot order */
     float *st;   /* [max_tokens, O*2R] gate/up shrink */
@@ -55,7 +60,7 @@ typedef struct {
 } ls_cpu;
 
 /* Operand views of a layer's weights and of a slot's factors. */
-ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer, int e, int half);
+ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half);

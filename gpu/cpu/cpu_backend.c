@@ -32,9 +32,9 @@ static void *ls_cpu_alloc(size_t a, size_t b, size_t c, size_t size) {
 
 static size_t ls_cpu_wbytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
 
-ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer, int e, int half) {
-    size_t at = ((size_t)layer * 2 * (size_t)c->n + (size_t)(2 * e + half)) * c->w13_len;
-    return (ls_cpu_mat){(const char *)c->w13 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->H, c->F};
+ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer) {
+    size_t at = (size_t)layer * c->w13_len;
+    return (ls_cpu_mat){(const char *)c->w13 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->H, c->zw};
 }
 
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer) {
@@ -117,24 +117,25 @@ static ls_status ls_cpu_memory(ls_backend *be, size_t *free_bytes, size_t *total
 
 /* Packs one layer at the storage dtype (bf16 and f16 round to nearest
  * even): W13[e] rows are gate j at 2j (interleaved) or j (contiguous) and
- * up j at 2j+1 or F+j; value (h, j) of expert e's gate operand is
- * W13[e][gate row j][h]. W2 value (e*F + j, h) is W2[e][h][j]. */
+ * up j at 2j+1 or F+j; value (h, j) of expert e's gate is W13[e][gate row
+ * j][h], its panels interleaved with the other experts' and the ups' (see
+ * cpu.h). W2 value (e*F + j, h) is W2[e][h][j]. */
 static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
     ls_cpu *c = ls_cpu_ctx(be);
     if (layer < 0 || layer >= c->L)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "upload_base: layer %d out of range [0, %d)", layer,
                             c->L);
     if (!w13 || !w2) return ls_error_set(err, LS_INTERNAL, NULL, "upload_base: NULL weights for layer %d", layer);
-    const size_t H = (size_t)c->H, F = (size_t)c->F;
+    const size_t H = (size_t)c->H, F = (size_t)c->F, wb = ls_cpu_wbytes(c->dtype);
     const bool inter = c->w13_layout == LS_W13_INTERLEAVED;
+    ls_cpu_mat m13 = ls_cpu_w13(c, layer), m2 = ls_cpu_w2(c, layer);
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++) {
             const float *rows = w13 + (size_t)e * 2 * F * H + (inter ? (size_t)half * H : (size_t)half * F * H);
-            ls_cpu_mat m = ls_cpu_w13(c, layer, e, half);
-            ls_cpu_pack_b((void *)m.p, c->dtype, c->H, 0, rows, 1, inter ? 2 * H : H, c->H, c->F);
+            char *first = (char *)m13.p + (size_t)(2 * e + half) * H * LS_CPU_NR * wb;
+            ls_cpu_pack_b(first, c->dtype, c->H, 0, 2 * c->n, rows, 1, inter ? 2 * H : H, c->H, c->F);
         }
-        ls_cpu_mat m2 = ls_cpu_w2(c, layer);
-        ls_cpu_pack_b((void *)m2.p, c->dtype, c->n * c->F, e * c->F, w2 + (size_t)e * H * F, 1, F, c->F, c->H);
+        ls_cpu_pack_b((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1, w2 + (size_t)e * H * F, 1, F, c->F, c->H);
     }
     c->uploaded[layer] = true;
     return LS_OK;
@@ -161,17 +162,17 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
     if (!f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
         return ls_error_set(err, LS_INTERNAL, NULL, "slot_write: NULL factor for slot %d layer %d", slot, layer);
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
-    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, f->gu_a, 1, H, c->H,
+    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, 1, f->gu_a, 1, H, c->H,
                   c->O * 2 * c->R);
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++)
-            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0,
+            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0, 1,
                           f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, c->R, c->F);
-        ls_cpu_pack_b((void *)ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, f->d_a + (size_t)e * R * F, 1,
+        ls_cpu_pack_b((void *)ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, 1, f->d_a + (size_t)e * R * F, 1,
                       F, c->F, c->R);
     }
     for (int o = 0; o < c->O; o++)
-        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, f->d_b + (size_t)o * H * R, 1,
+        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, 1, f->d_b + (size_t)o * H * R, 1,
                       R, c->R, c->H);
     return LS_OK;
 }
@@ -301,7 +302,8 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
 
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     const size_t L = (size_t)c->L, S = (size_t)c->S, T = (size_t)c->max_tokens;
-    c->w13_len = ls_cpu_packed_len(H, F);
+    c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
+    c->w13_len = ls_cpu_packed_len(H, c->zw);
     c->w2_len = ls_cpu_packed_len(n * F, H);
     c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
     c->gu_b_len = ls_cpu_packed_len(R, F);
@@ -316,7 +318,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     int kmax = H > n * F ? H : n * F;
     c->apack_len = ls_cpu_apack_len(kmax);
     const size_t wb = ls_cpu_wbytes(c->dtype);
-    c->w13 = ls_cpu_alloc(L, (size_t)2 * n, c->w13_len, wb);
+    c->w13 = ls_cpu_alloc(L, 1, c->w13_len, wb);
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
     c->uploaded = calloc(L, sizeof *c->uploaded);
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
@@ -324,7 +326,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->order = malloc(T * sizeof *c->order);
     c->group = malloc((S + 2) * sizeof *c->group);
     c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
-    c->zs = ls_cpu_alloc(T, (size_t)n * 2, (size_t)F, sizeof(float));
+    c->zs = ls_cpu_alloc(T, (size_t)c->zw, 1, sizeof(float));
     c->as = ls_cpu_alloc(T, (size_t)n, (size_t)F, sizeof(float));
     c->ys = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
@@ -342,6 +344,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
         ls_cpu_free(be);
         return st;
     }
+    be->threads = threads;
     be->pool_bytes = S * L *
                      (ls_pool_gu_a_len(d, p) + ls_pool_gu_b_len(d, p) + ls_pool_d_a_len(d, p) +
                       ls_pool_d_b_len(d, p)) *

@@ -1,9 +1,9 @@
 /* The CPU forward of SPEC §1 as four jobs on the engine's threads, with
  * tokens sorted by slot so each adapter's LoRA runs on contiguous rows:
  *   A (rows)    gather x into slot order; gate/up shrink st = x · A_gu
- *   B (columns) z = x · W13 for a share of every expert's gate and up
- *               columns, + st · B_gu for the adapter rows, then SiLU
- *               and the gate into a
+ *   B (columns) z = x · W13 for a share of the intermediate axis, every
+ *               expert's gate and up columns of it, + st · B_gu for the
+ *               adapter rows, then SiLU and the gate into a
  *   C (rows)    down shrink pt = a · A_d                (adapters only)
  *   D (columns) y = a · W2 + pt · B_d, scattered back to token order
  * Each job splits rows or output columns by thread index, never K, and
@@ -51,7 +51,7 @@ static void ls_cpu_shrink_gate_up(const ls_cpu_job *j, int slot, int r, int m, i
     const int SW = c->O * 2 * c->R;
     ls_cpu_mat b = ls_cpu_gu_a(c, slot, j->layer);
     ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, j->xs + (size_t)r * c->H, (size_t)c->H, &b, 0,
-                ls_cpu_panel_count(b.n), c->st + (size_t)r * SW, (size_t)SW, false);
+                ls_cpu_panel_count(b.n), c->st + (size_t)r * SW, (size_t)SW, LS_CPU_NR, false);
 }
 
 /* pt[r:r+m] = the down shrink of as[r:r+m]: with one outer block the
@@ -64,7 +64,7 @@ static void ls_cpu_shrink_down(const ls_cpu_job *j, int slot, int r, int m, int 
         ls_cpu_mat b = ls_cpu_d_a(c, slot, j->layer, e);
         float *dst = c->pt + (size_t)r * PW + (c->O == 1 ? 0 : (size_t)e * c->R);
         ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, c->as + (size_t)r * AW + (size_t)e * c->F, (size_t)AW, &b,
-                    0, ls_cpu_panel_count(b.n), dst, (size_t)PW, c->O == 1 && e > 0);
+                    0, ls_cpu_panel_count(b.n), dst, (size_t)PW, LS_CPU_NR, c->O == 1 && e > 0);
     }
 }
 
@@ -81,21 +81,19 @@ static void ls_cpu_job_a(void *p, int index, int count) {
     ls_cpu_each_slot_rows(j, r0 > j->first ? r0 : j->first, r1, index, ls_cpu_shrink_gate_up);
 }
 
-/* Job B: columns [q0, q1) of panels of every expert's gate and up. */
+/* Job B: panels [q0, q1) of the intermediate axis, for every expert's
+ * gate and up (w13's panels [q0 * 2n, q1 * 2n), see cpu.h). */
 static void ls_cpu_job_b(void *p, int index, int count) {
     ls_cpu_job *j = p;
     ls_cpu *c = j->c;
-    const int n = c->n, F = c->F, H = c->H, R = c->R, W = 2 * n * F, AW = n * F, SW = c->O * 2 * R;
+    const int n = c->n, F = c->F, H = c->H, R = c->R, ZW = c->zw, AW = n * F, SW = c->O * 2 * R;
+    const size_t step = (size_t)2 * n * LS_CPU_NR; /* zs columns from one j panel to the next */
     int q0, q1;
     ls_cpu_share(ls_cpu_panel_count(F), index, count, &q0, &q1);
     if (q0 == q1) return;
     float *ap = ls_cpu_apack_of(c, index);
-    for (int e = 0; e < n; e++)
-        for (int half = 0; half < 2; half++) {
-            ls_cpu_mat b = ls_cpu_w13(c, j->layer, e, half);
-            ls_cpu_gemm(c->kr, ap, j->T, j->xs, (size_t)H, &b, q0, q1, c->zs + (size_t)(2 * e + half) * F, (size_t)W,
-                        false);
-        }
+    ls_cpu_mat w13 = ls_cpu_w13(c, j->layer);
+    ls_cpu_gemm(c->kr, ap, j->T, j->xs, (size_t)H, &w13, q0 * 2 * n, q1 * 2 * n, c->zs, (size_t)ZW, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
         const int r = c->group[s + 1], m = c->group[s + 2] - r;
         if (m == 0) continue;
@@ -103,17 +101,19 @@ static void ls_cpu_job_b(void *p, int index, int count) {
             for (int half = 0; half < 2; half++) {
                 ls_cpu_mat b = ls_cpu_gu_b(c, s, j->layer, e, half);
                 const float *a = c->st + (size_t)r * SW + (size_t)(c->O == 1 ? 0 : e) * 2 * R + (size_t)half * R;
-                ls_cpu_gemm(c->kr, ap, m, a, (size_t)SW, &b, q0, q1, c->zs + (size_t)r * W + (size_t)(2 * e + half) * F,
-                            (size_t)W, true);
+                float *z = c->zs + (size_t)r * ZW + (size_t)(2 * e + half) * LS_CPU_NR;
+                ls_cpu_gemm(c->kr, ap, m, a, (size_t)SW, &b, q0, q1, z, (size_t)ZW, step, true);
             }
     }
-    const int j0 = q0 * LS_CPU_NR, j1 = q1 * LS_CPU_NR < F ? q1 * LS_CPU_NR : F;
     for (int i = 0; i < j->T; i++) {
         const float *gam = j->gammas ? j->gammas + (size_t)c->order[i] * n : NULL;
-        const float *z = c->zs + (size_t)i * W;
-        for (int e = 0; e < n; e++)
-            ls_cpu_swiglu(z + (size_t)2 * e * F + j0, z + (size_t)(2 * e + 1) * F + j0, gam ? gam[e] : 1.0f,
-                          c->as + (size_t)i * AW + (size_t)e * F + j0, j1 - j0);
+        for (int q = q0; q < q1; q++) {
+            const float *z = c->zs + (size_t)i * ZW + (size_t)q * step;
+            const int w = F - q * LS_CPU_NR < LS_CPU_NR ? F - q * LS_CPU_NR : LS_CPU_NR;
+            for (int e = 0; e < n; e++)
+                ls_cpu_swiglu(z + (size_t)2 * e * LS_CPU_NR, z + (size_t)(2 * e + 1) * LS_CPU_NR, gam ? gam[e] : 1.0f,
+                              c->as + (size_t)i * AW + (size_t)e * F + (size_t)q * LS_CPU_NR, w);
+        }
     }
 }
 
@@ -136,13 +136,13 @@ static void ls_cpu_job_d(void *p, int index, int count) {
     if (q0 == q1) return;
     float *ap = ls_cpu_apack_of(c, index);
     ls_cpu_mat w2 = ls_cpu_w2(c, j->layer);
-    ls_cpu_gemm(c->kr, ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, false);
+    ls_cpu_gemm(c->kr, ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
         const int r = c->group[s + 1], m = c->group[s + 2] - r;
         for (int o = 0; m > 0 && o < c->O; o++) {
             ls_cpu_mat b = ls_cpu_d_b(c, s, j->layer, o);
             ls_cpu_gemm(c->kr, ap, m, c->pt + (size_t)r * PW + (size_t)o * R, (size_t)PW, &b, q0, q1,
-                        j->ys + (size_t)r * H, (size_t)H, true);
+                        j->ys + (size_t)r * H, (size_t)H, LS_CPU_NR, true);
         }
     }
     if (j->ys != c->ys) return;

@@ -6,7 +6,8 @@
 
 /* e^x from a fixed sequence of IEEE operations (no libm: its result may
  * differ between C libraries and their CPU-specific variants). Relative
- * error about 2 ulp for x in [-87.3, 88.3]; x is clamped to that range. */
+ * error a few ulp for x in [-87.3, 88.3]; x is clamped to that range,
+ * NaN gives NaN. */
 float ls_cpu_expf(float x);
 
 /* a[j] = (gamma * silu(g[j])) * u[j] for j < count, silu(v) = v / (1 + e^-v). */

@@ -10,12 +10,12 @@
 
 static size_t ls_cpu_dtype_bytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
 
-void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, const float *src, size_t ld_k, size_t ld_n, int k,
-                   int n) {
+void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n,
+                   int k, int n) {
     const int panels = ls_cpu_panel_count(n);
     for (int p = 0; p < panels; p++) {
         for (int kk = 0; kk < k; kk++) {
-            size_t at = ((size_t)p * kdst + (size_t)(k0 + kk)) * LS_CPU_NR;
+            size_t at = ((size_t)p * (size_t)pstep * kdst + (size_t)(k0 + kk)) * LS_CPU_NR;
             for (int l = 0; l < LS_CPU_NR; l++) {
                 int j = p * LS_CPU_NR + l;
                 float v = j < n ? src[(size_t)kk * ld_k + (size_t)j * ld_n] : 0.0f;
@@ -59,15 +59,16 @@ static ls_cpu_tile_fn ls_cpu_tile_for(const ls_cpu_kernels *kr, ls_dtype dt) {
 }
 
 void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
-                 int p0, int p1, float *c, size_t ldc, bool acc) {
+                 int p0, int p1, float *c, size_t ldc, size_t cstride, bool acc) {
     const int mr = kr->mr, K = b->k;
     if (m <= 0 || p1 <= p0) return;
     if (K == 0) {
         /* An empty sum: C = C or 0. */
-        for (int i = 0; !acc && i < m; i++) {
-            int j0 = p0 * LS_CPU_NR, j1 = p1 * LS_CPU_NR < b->n ? p1 * LS_CPU_NR : b->n;
-            memset(c + (size_t)i * ldc + j0, 0, (size_t)(j1 - j0) * sizeof(float));
-        }
+        for (int i = 0; !acc && i < m; i++)
+            for (int p = p0; p < p1; p++) {
+                int w = b->n - p * LS_CPU_NR < LS_CPU_NR ? b->n - p * LS_CPU_NR : LS_CPU_NR;
+                memset(c + (size_t)i * ldc + (size_t)p * cstride, 0, (size_t)w * sizeof(float));
+            }
         return;
     }
     const ls_cpu_tile_fn tile = ls_cpu_tile_for(kr, b->dt);
@@ -93,10 +94,11 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
                 t.b = (const char *)b->p + ((size_t)p * pstride + (size_t)k0 * LS_CPU_NR) * esz;
                 t.bstride = pstride;
                 t.ldc = ldc;
+                t.cstride = cstride;
                 for (int i = 0; i < mc; i += mr) {
                     t.m = mc - i < mr ? mc - i : mr;
                     t.a = apack + (size_t)(i / mr) * kc * mr;
-                    t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * LS_CPU_NR;
+                    t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * cstride;
                     tile(&t);
                 }
             }

@@ -30,11 +30,13 @@ static inline size_t ls_cpu_packed_len(int k, int n) {
     return (size_t)ls_cpu_panel_count(n) * LS_CPU_NR * (size_t)k;
 }
 
-/* Writes rows [k0, k0 + k) of a packed operand of panel height kdst at dt
- * from src, whose value (kk, j) is src[kk * ld_k + j * ld_n] (fp32; bf16
- * and f16 round to nearest even). Padding columns past n are zeroed. */
-void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, const float *src, size_t ld_k, size_t ld_n, int k,
-                   int n);
+/* Writes rows [k0, k0 + k) of the ceil(n / 16) panels of height kdst at
+ * dt, panel q being panel q * pstep of dst (pstep > 1 interleaves several
+ * operands' panels into one), from src, whose value (kk, j) is
+ * src[kk * ld_k + j * ld_n] (fp32; bf16 and f16 round to nearest even).
+ * Padding columns past n are zeroed. */
+void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n,
+                   int k, int n);
 /* The inverse: rows [k0, k0 + k) of a packed operand back into dst. */
 void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,
                      int n);
@@ -47,9 +49,11 @@ static inline size_t ls_cpu_apack_len(int kmax) {
 }
 
 /* C[0:m, cols] = (acc ? C : 0) + A[0:m, 0:b->k] · B[:, cols] for the
- * columns of panels [p0, p1) (clipped to b->n). c points at B's column 0;
- * apack is ls_cpu_apack_len(b->k) floats of the calling thread's scratch. */
+ * columns of panels [p0, p1) (clipped to b->n). Panel p's 16 columns of
+ * row i are at c + i * ldc + p * cstride (cstride 16: C's columns in
+ * B's order). apack is ls_cpu_apack_len(b->k) floats of the calling
+ * thread's scratch. */
 void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
-                 int p0, int p1, float *c, size_t ldc, bool acc);
+                 int p0, int p1, float *c, size_t ldc, size_t cstride, bool acc);
 
 #endif

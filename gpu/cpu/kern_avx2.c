@@ -48,8 +48,8 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
 #pragma GCC unroll 8
         for (int v = 0; v < V; v++) {
             if (!t->acc) acc[i][v] = _mm256_setzero_ps();
-            else if (v < V - 2) acc[i][v] = _mm256_loadu_ps(c + v * 8);
-            else acc[i][v] = _mm256_maskload_ps(c + v * 8, v == V - 2 ? m0 : m1);
+            else if (v < V - 2) acc[i][v] = _mm256_loadu_ps(c + (v / 2) * t->cstride + (v % 2) * 8);
+            else acc[i][v] = _mm256_maskload_ps(c + (v / 2) * t->cstride + (v % 2) * 8, v == V - 2 ? m0 : m1);
         }
     }
     const float *a = t->a;
@@ -68,9 +68,9 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
     for (int i = 0; i < M; i++) {
         float *c = t->c + (size_t)i * t->ldc;
 #pragma GCC unroll 8
-        for (int v = 0; v < V - 2; v++) _mm256_storeu_ps(c + v * 8, acc[i][v]);
-        _mm256_maskstore_ps(c + (V - 2) * 8, m0, acc[i][V - 2]);
-        _mm256_maskstore_ps(c + (V - 1) * 8, m1, acc[i][V - 1]);
+        for (int v = 0; v < V - 2; v++) _mm256_storeu_ps(c + (v / 2) * t->cstride + (v % 2) * 8, acc[i][v]);
+        _mm256_maskstore_ps(c + (NP - 1) * t->cstride, m0, acc[i][V - 2]);
+        _mm256_maskstore_ps(c + (NP - 1) * t->cstride + 8, m1, acc[i][V - 1]);
     }
 }
 

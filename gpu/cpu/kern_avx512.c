@@ -44,8 +44,8 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) {
             if (!t->acc) acc[i][p] = _mm512_setzero_ps();
-            else if (p < NP - 1) acc[i][p] = _mm512_loadu_ps(c + p * LS_CPU_NR);
-            else acc[i][p] = _mm512_maskz_loadu_ps(last, c + p * LS_CPU_NR);
+            else if (p < NP - 1) acc[i][p] = _mm512_loadu_ps(c + p * t->cstride);
+            else acc[i][p] = _mm512_maskz_loadu_ps(last, c + p * t->cstride);
         }
     }
     const float *a = t->a;
@@ -64,8 +64,8 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
     for (int i = 0; i < M; i++) {
         float *c = t->c + (size_t)i * t->ldc;
 #pragma GCC unroll 8
-        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * LS_CPU_NR, acc[i][p]);
-        _mm512_mask_storeu_ps(c + (NP - 1) * LS_CPU_NR, last, acc[i][NP - 1]);
+        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * t->cstride, acc[i][p]);
+        _mm512_mask_storeu_ps(c + (NP - 1) * t->cstride, last, acc[i][NP - 1]);
     }
 }
 

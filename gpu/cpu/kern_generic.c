@@ -5,7 +5,6 @@
  * k = 0, 1, ... K-1 in one fused multiply-add each. */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "gpu/cpu/kernels.h"
 
@@ -19,11 +18,16 @@ static inline float ls_generic_load_b(ls_dtype dt, const void *b, size_t at) {
     return dt == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
 }
 
+/* Where C value (i, j) of the tile lives. */
+static inline size_t ls_generic_c_at(const ls_cpu_tile *t, int i, int j) {
+    return (size_t)i * t->ldc + (size_t)(j / LS_CPU_NR) * t->cstride + (size_t)(j % LS_CPU_NR);
+}
+
 static inline void ls_generic_tile(const ls_cpu_tile *t, ls_dtype dt) {
     float acc[MR][NP * LS_CPU_NR];
     const int m = t->m, nc = t->ncols;
     for (int i = 0; i < m; i++)
-        for (int j = 0; j < nc; j++) acc[i][j] = t->acc ? t->c[(size_t)i * t->ldc + j] : 0.0f;
+        for (int j = 0; j < nc; j++) acc[i][j] = t->acc ? t->c[ls_generic_c_at(t, i, j)] : 0.0f;
     const float *a = t->a;
     for (int k = 0; k < t->k; k++, a += MR) {
         for (int j = 0; j < nc; j++) {
@@ -32,7 +36,8 @@ static inline void ls_generic_tile(const ls_cpu_tile *t, ls_dtype dt) {
             for (int i = 0; i < m; i++) acc[i][j] = fmaf(a[i], b, acc[i][j]);
         }
     }
-    for (int i = 0; i < m; i++) memcpy(t->c + (size_t)i * t->ldc, acc[i], (size_t)nc * sizeof(float));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < nc; j++) t->c[ls_generic_c_at(t, i, j)] = acc[i][j];
 }
 
 static void ls_generic_tile_f32(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_F32); }

@@ -24,7 +24,8 @@
  * where cols are np consecutive panels of which the first ncols columns
  * are written. A is packed: value (i, kk) at a[kk * mr + i] with mr the
  * path's tile height. b is the first panel's row 0; panels are bstride
- * values apart. */
+ * values apart. Row i of panel p's 16 columns is at c + i * ldc +
+ * p * cstride (cstride 16: C's columns in order). */
 typedef struct {
     int m, np, k, ncols;
     bool acc;
@@ -32,7 +33,7 @@ typedef struct {
     const void *b;
     size_t bstride;
     float *c;
-    size_t ldc;
+    size_t ldc, cstride;
 } ls_cpu_tile;
 
 typedef void (*ls_cpu_tile_fn)(const ls_cpu_tile *t);

@@ -12,6 +12,7 @@
 
 #include "api/base64.h"
 #include "api/safetensors.h"
+#include "gpu/backend.h"
 #include "tests/util/testutil.h"
 
 #define H 64
@@ -77,6 +78,11 @@ static void test_health_ready(void **state) {
     json_decref(j);
     j = request_json("GET", "/ready", NULL, 200);
     assert_string_equal(json_string_value(json_object_get(j, "backend")), "cpu");
+    /* --cpu-isa auto: the widest path this CPU runs, named. */
+    const char *want = ls_cpu_isa_supported(LS_CPU_ISA_AVX512) ? "avx512"
+                       : ls_cpu_isa_supported(LS_CPU_ISA_AVX2) ? "avx2"
+                                                               : "generic";
+    assert_string_equal(json_string_value(json_object_get(j, "isa")), want);
     json_decref(j);
 }
 

@@ -1,10 +1,12 @@
 /* The batcher through HTTP: concurrent /forward requests are answered from
  * fewer backend calls than requests (the batch histogram in /metrics says
- * so), each result bit-identical to the same request served alone; a full
- * queue answers 429 with Retry-After and loses nothing else. */
+ * so), each result bit-identical to the same request served alone, on
+ * every CPU kernel path this machine has, and the same bits on every
+ * path; a full queue answers 429 with Retry-After and loses nothing else. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "gpu/backend.h"
 #include "tests/util/testutil.h"
 
 #define H 48
@@ -71,6 +74,16 @@ static json_t *post(const char *path, const char *body, long want) {
     assert_int_equal(r.status, want);
     json_t *j = ls_test_response_json(&r);
     ls_test_response_free(&r);
+    return j;
+}
+
+static json_t *get_json(const char *path) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    assert_non_null(j);
     return j;
 }
 
@@ -145,6 +158,68 @@ static void test_batched_equals_alone(void **state) {
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 
+/* Starts a server on one kernel path with the two adapters loaded. */
+static void start_on(const char *isa, bool batching) {
+    const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1", "--slots", "3",
+                          "--max-rank", "8", "--batch-wait-us", "300000", "--http-threads", "2", "--cpu-isa", isa,
+                          batching ? "--batching=true" : "--batching=false", NULL};
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    json_decref(post("/adapters", adapter_body("a", 1), 201));
+    json_decref(post("/adapters", adapter_body("b", 2), 201));
+}
+
+/* On every path: each request alone (batching off), then all of them at
+ * once (batched), must give the bits the first path gave alone. */
+static void test_paths_over_http(void **state) {
+    (void)state;
+    const ls_cpu_isa paths[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
+    json_t *want[NREQ] = {0};
+    int tested = 0;
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        const char *isa = ls_cpu_isa_name(paths[pi]);
+        if (!ls_cpu_isa_supported(paths[pi])) {
+            printf("this CPU has no %s path: not tested here\n", isa);
+            continue;
+        }
+        start_on(isa, false);
+        json_t *ready = get_json("/ready");
+        assert_string_equal(json_string_value(json_object_get(ready, "isa")), isa);
+        json_decref(ready);
+        json_t *alone[NREQ];
+        for (int i = 0; i < NREQ; i++) {
+            char *body = request_body(i);
+            alone[i] = post("/forward", body, 200);
+            free(body);
+        }
+        assert_int_equal(ls_test_server_stop(srv), 0);
+
+        start_on(isa, true);
+        pthread_t th[NREQ];
+        worker_arg w[NREQ];
+        for (int i = 0; i < NREQ; i++) {
+            w[i] = (worker_arg){.i = i};
+            pthread_create(&th[i], NULL, worker, &w[i]);
+        }
+        for (int i = 0; i < NREQ; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < NREQ; i++) {
+            assert_int_equal(w[i].status, 200);
+            if (!want[i]) want[i] = json_incref(alone[i]);
+            const json_t *y = json_object_get(alone[i], "y");
+            if (!json_equal(y, json_object_get(want[i], "y")) || !json_equal(y, json_object_get(w[i].result, "y"))) {
+                fprintf(stderr, "%s: request %d differs from the first path alone or from itself batched\n", isa, i);
+                fail();
+            }
+            json_decref(w[i].result);
+            json_decref(alone[i]);
+        }
+        assert_int_equal(ls_test_server_stop(srv), 0);
+        tested++;
+    }
+    assert_true(tested >= 1);
+    for (int i = 0; i < NREQ; i++) json_decref(want[i]);
+}
+
 static void test_queue_full_is_429(void **state) {
     (void)state;
     const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1",
@@ -185,6 +260,7 @@ static void test_queue_full_is_429(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
+        cmocka_unit_test(test_paths_over_http),
         cmocka_unit_test(test_queue_full_is_429),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

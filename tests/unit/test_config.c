@@ -116,6 +116,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.port, 8080);
     assert_int_equal(c.device, LS_DEVICE_AUTO);
     assert_int_equal(c.threads, 0);
+    assert_int_equal(c.cpu_isa, LS_CPUISA_AUTO);
     assert_string_equal(c.weights, "");
     assert_true(c.demo);
     assert_int_equal(c.experts, 2);
@@ -293,7 +294,9 @@ static void test_enums(void **state) {
     } devices[] = {{"auto", LS_DEVICE_AUTO}, {"cpu", LS_DEVICE_CPU}, {"cuda", LS_DEVICE_CUDA}},
       dtypes[] = {{"auto", LS_WDTYPE_AUTO}, {"bf16", LS_WDTYPE_BF16}, {"f16", LS_WDTYPE_F16}, {"f32", LS_WDTYPE_F32}},
       w13[] = {{"interleaved", LS_W13_INTERLEAVED}, {"contiguous", LS_W13_CONTIGUOUS}},
-      lora[] = {{"shared", LS_LORA_SHARED}, {"per-expert", LS_LORA_PER_EXPERT}};
+      lora[] = {{"shared", LS_LORA_SHARED}, {"per-expert", LS_LORA_PER_EXPERT}},
+      isas[] = {{"auto", LS_CPUISA_AUTO}, {"avx512", LS_CPUISA_AVX512}, {"avx2", LS_CPUISA_AVX2},
+                {"generic", LS_CPUISA_GENERIC}};
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(run(&c, ARGS("--device", devices[i].name), NULL, err), LS_CONFIG_RUN);
         assert_int_equal(c.device, devices[i].value);
@@ -316,6 +319,22 @@ static void test_enums(void **state) {
         assert_string_equal(ls_lora_layout_name(c.lora_layout), lora[i].name);
         check_enum("--lora-layout", lora[i].name);
     }
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(run(&c, ARGS("--cpu-isa", isas[i].name), NULL, err), LS_CONFIG_RUN);
+        assert_int_equal(c.cpu_isa, isas[i].value);
+        assert_string_equal(ls_cpu_isa_choice_name(c.cpu_isa), isas[i].name);
+        check_enum("--cpu-isa", isas[i].name);
+    }
+    /* The environment and the file name it too; the flag wins. */
+    assert_int_equal(run(&c, NULL, ARGS("LORASINK_CPU_ISA=generic"), err), LS_CONFIG_RUN);
+    assert_int_equal(c.cpu_isa, LS_CPUISA_GENERIC);
+    char isa_path[PATH_MAX];
+    write_file("isa.json", "{\"cpu_isa\": \"avx2\"}", isa_path);
+    assert_int_equal(run(&c, ARGS("--config", isa_path), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.cpu_isa, LS_CPUISA_AVX2);
+    assert_int_equal(run(&c, ARGS("--config", isa_path, "--cpu-isa", "generic"), ARGS("LORASINK_CPU_ISA=avx512"), err),
+                     LS_CONFIG_RUN);
+    assert_int_equal(c.cpu_isa, LS_CPUISA_GENERIC);
     const char *levels[] = {"debug", "info", "warn", "error"};
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(run(&c, ARGS("--log-level", levels[i]), NULL, err), LS_CONFIG_RUN);
@@ -333,6 +352,7 @@ static void test_enums(void **state) {
     expect_error(ARGS("--device", "gpu"), NULL, "--device: \"gpu\" is not one of auto, cpu, cuda");
     expect_error(ARGS("--dtype", "fp8"), NULL, "is not one of auto, bf16, f16, f32");
     expect_error(ARGS("--lora-layout", "per_expert"), NULL, "is not one of shared, per-expert");
+    expect_error(ARGS("--cpu-isa", "sse2"), NULL, "--cpu-isa: \"sse2\" is not one of auto, avx512, avx2, generic");
     expect_error(NULL, ARGS("LORASINK_LOG_LEVEL=trace"), "LORASINK_LOG_LEVEL: \"trace\" is not one of");
 }
 
