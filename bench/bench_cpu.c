@@ -70,6 +70,7 @@ static double ls_median_s(ls_bench_fn fn, void *ctx) {
     return times[n / 2];
 }
 
+
 /* ---- memcpy bandwidth: each of `threads` threads copies its slice ---- */
 
 typedef struct {
@@ -140,6 +141,16 @@ static void ls_bench_sgemm(void *p) {
                 0.0f, c->z, c->n * 2 * c->F);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->T, c->H, c->n * c->F, 1.0f, c->a, c->n * c->F, c->w2,
                 c->n * c->F, 0.0f, c->y, c->H);
+}
+
+/* sgemm's seconds, then ours, back to back so the ratio sees the same
+ * machine. OpenBLAS's threads poll for a while after a call and would take
+ * the CPUs from ours, hence the pause between. */
+static void ls_measure_row(void *ctx, double *ours_s, double *sgemm_s) {
+    *sgemm_s = ls_median_s(ls_bench_sgemm, ctx);
+    struct timespec pause = {0, 500 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    *ours_s = ls_median_s(ls_bench_forward, ctx);
 }
 
 /* ---- PyTorch peers ---------------------------------------------------- */
@@ -229,21 +240,14 @@ int main(int argc, char **argv) {
     ls_fill(c.g, (size_t)maxT * n, &seed, 1.0f);
     ls_fill(c.a, (size_t)maxT * n * F, &seed, 1.0f);
 
-    /* sgemm GFLOP/s per T, on the fp32 weights. */
-    double sgemm_gf[NT];
-    for (int ti = 0; ti < NT; ti++) {
-        c.T = Ts[ti];
-        double base = 2.0 * c.T * ((double)n * 2 * F * H + (double)n * H * F);
-        sgemm_gf[ti] = base / ls_median_s(ls_bench_sgemm, &c) / 1e9;
-    }
-
     ls_peer peers[MAX_PEERS];
     int np = 0;
     for (int i = 0; peer && i < npy; i++)
         if (ls_peer_run(python[i], H, F, n, rank, threads, &peers[np])) np++;
 
     const ls_dtype dts[] = {LS_DTYPE_F32, LS_DTYPE_BF16};
-    double ms[2][NT][NA] = {{{0}}}, floor_ms[2] = {0};
+    /* sgemm GFLOP/s measured in turn with each of our rows */
+    double ms[2][NT][NA] = {{{0}}}, floor_ms[2] = {0}, sgemm_gf[2][NT][NA] = {{{0}}};
     const char *isa_name = "?";
     for (int di = 0; di < 2; di++) {
         ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
@@ -279,7 +283,10 @@ int main(int argc, char **argv) {
                 if (As[ai] > Ts[ti]) continue; /* T tokens cannot use more adapters */
                 c.T = Ts[ti];
                 for (int t = 0; t < c.T; t++) c.slots[t] = t % As[ai];
-                ms[di][ti][ai] = ls_median_s(ls_bench_forward, &c) * 1e3;
+                double ours_s, sgemm_s;
+                ls_measure_row(&c, &ours_s, &sgemm_s);
+                ms[di][ti][ai] = ours_s * 1e3;
+                sgemm_gf[di][ti][ai] = 2.0 * c.T * ((double)n * 2 * F * H + (double)n * H * F) / sgemm_s / 1e9;
             }
         ls_backend_free(be);
         ls_error_free(&err);
@@ -304,8 +311,8 @@ int main(int argc, char **argv) {
                                          (double)H * rank);
                 double gf = (base + lora) / (ms[di][ti][ai] / 1e3) / 1e9;
                 printf("| %s | %d | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %.2f |", ls_dtype_name(dts[di]), T, As[ai],
-                       ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di], gf, sgemm_gf[ti],
-                       gf / sgemm_gf[ti]);
+                       ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di], gf, sgemm_gf[di][ti][ai],
+                       gf / sgemm_gf[di][ti][ai]);
                 for (int p = 0; p < np; p++) {
                     double pm = peers[p].ms[ti][ai];
                     if (pm > 0) printf(" %.3f | %.2f |", pm, ms[di][ti][ai] / pm);
@@ -326,8 +333,9 @@ int main(int argc, char **argv) {
             double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
             double lora =
                 2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F + (double)H * rank);
-            printf("engine: F32 T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", T, As[ai],
-                   (base + lora) / (ms[0][ti][ai] / 1e3) / 1e9 / sgemm_gf[ti]);
+            for (int di = 0; di < 2; di++)
+                printf("engine: %s T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", ls_dtype_name(dts[di]), T, As[ai],
+                       (base + lora) / (ms[di][ti][ai] / 1e3) / 1e9 / sgemm_gf[di][ti][ai]);
         }
     for (int p = 0; p < np; p++)
         for (int di = 0; di < 2; di++)

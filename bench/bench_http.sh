@@ -59,7 +59,10 @@ to_ms() { # wrk prints 812.00us, 1.23ms, 2.01s
   esac
 }
 
-echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=512), T=1 forwards, ${SECS}s per run, $(nproc) cores"
+start --batching=true
+isa=$(curl -s "http://127.0.0.1:$port/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("isa", "?"))')
+stop
+echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=512), T=1 forwards, ${SECS}s per run, $(nproc) cores, $isa kernels"
 echo "| batching | concurrency | requests/s | p50 ms | p99 ms |"
 echo "|---|---|---|---|---|"
 declare -A RPS

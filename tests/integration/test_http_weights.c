@@ -223,6 +223,25 @@ static void test_command_line(void **state) {
         assert_non_null(strstr(out, "cuda"));
         assert_non_null(strstr(out, "starting on the cuda backend"));
     }
+    /* The CPU engine names its kernel path and threads at start-up (the
+     * bad --host stops the server right after). Every path this CPU runs
+     * can be forced; one it lacks stops start-up with exit 1. */
+    const ls_cpu_isa paths[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
+    for (size_t i = 0; !ls_backend_cuda_available() && i < sizeof paths / sizeof paths[0]; i++) {
+        const char *isa = ls_cpu_isa_name(paths[i]);
+        const char *forced[] = {"--cpu-isa", isa, "--threads", "3", "--host", "999.1.1.1", "--experts", "1",
+                                "--hidden", "16", "--intermediate", "16", "--layers", "1", NULL};
+        assert_int_equal(run_binary(forced, out, sizeof out), 1);
+        char want[96];
+        if (ls_cpu_isa_supported(paths[i])) {
+            snprintf(want, sizeof want, "cpu engine: %s kernels (--cpu-isa %s), 3 threads", isa, isa);
+            assert_non_null(strstr(out, want));
+            assert_non_null(strstr(out, "999.1.1.1"));
+        } else {
+            snprintf(want, sizeof want, "this CPU does not run the %s kernels", isa);
+            assert_non_null(strstr(out, want));
+        }
+    }
     /* auto says which backend it took in its first log line */
     const char *autod[] = {"--device", "auto", "--weights", "/nonexistent.safetensors", NULL};
     assert_int_equal(run_binary(autod, out, sizeof out), 1);
