@@ -117,6 +117,25 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* The NREQ requests one after the other; alone[i] gets request i's body. */
+static void send_alone(json_t *alone[NREQ]) {
+    for (int i = 0; i < NREQ; i++) {
+        char *body = request_body(i);
+        alone[i] = post("/forward", body, 200);
+        free(body);
+    }
+}
+
+/* The NREQ requests at once, one thread each; w[i] gets request i's answer. */
+static void send_together(worker_arg w[NREQ]) {
+    pthread_t th[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        w[i] = (worker_arg){.i = i};
+        pthread_create(&th[i], NULL, worker, &w[i]);
+    }
+    for (int i = 0; i < NREQ; i++) pthread_join(th[i], NULL);
+}
+
 static void test_batched_equals_alone(void **state) {
     (void)state;
     const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1", "--slots", "3",
@@ -127,21 +146,12 @@ static void test_batched_equals_alone(void **state) {
     json_decref(post("/adapters", adapter_body("b", 2), 201));
 
     json_t *alone[NREQ];
-    for (int i = 0; i < NREQ; i++) {
-        char *body = request_body(i);
-        alone[i] = post("/forward", body, 200);
-        free(body);
-    }
+    send_alone(alone);
     double calls0 = metric("\nlorasink_batch_requests_count "), reqs0 = metric("\nlorasink_batch_requests_sum ");
     assert_true(calls0 == NREQ); /* served one at a time: one call each */
 
-    pthread_t th[NREQ];
     worker_arg w[NREQ];
-    for (int i = 0; i < NREQ; i++) {
-        w[i] = (worker_arg){.i = i};
-        pthread_create(&th[i], NULL, worker, &w[i]);
-    }
-    for (int i = 0; i < NREQ; i++) pthread_join(th[i], NULL);
+    send_together(w);
     for (int i = 0; i < NREQ; i++) {
         assert_int_equal(w[i].status, 200);
         /* bit for bit: JSON reals print every double exactly */
@@ -187,21 +197,12 @@ static void test_paths_over_http(void **state) {
         assert_string_equal(json_string_value(json_object_get(ready, "isa")), isa);
         json_decref(ready);
         json_t *alone[NREQ];
-        for (int i = 0; i < NREQ; i++) {
-            char *body = request_body(i);
-            alone[i] = post("/forward", body, 200);
-            free(body);
-        }
+        send_alone(alone);
         assert_int_equal(ls_test_server_stop(srv), 0);
 
         start_on(isa, true);
-        pthread_t th[NREQ];
         worker_arg w[NREQ];
-        for (int i = 0; i < NREQ; i++) {
-            w[i] = (worker_arg){.i = i};
-            pthread_create(&th[i], NULL, worker, &w[i]);
-        }
-        for (int i = 0; i < NREQ; i++) pthread_join(th[i], NULL);
+        send_together(w);
         for (int i = 0; i < NREQ; i++) {
             assert_int_equal(w[i].status, 200);
             if (!want[i]) want[i] = json_incref(alone[i]);
