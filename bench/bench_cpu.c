@@ -127,7 +127,7 @@ static void ls_bench_forward(void *p) {
     ls_bench_ctx *c = p;
     ls_error err;
     ls_error_init(&err);
-    if (c->be->ops->forward(c->be, c->call++ % c->L, c->T, c->x, c->g, c->slots, c->y, &err) != LS_OK) {
+    if (ls_backend_forward(c->be, c->call++ % c->L, c->T, c->x, c->g, c->slots, c->y, &err) != LS_OK) {
         fprintf(stderr, "forward failed: %s\n", err.message);
         exit(1);
     }
@@ -262,10 +262,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "cpu backend: %s\n", err.message);
             return 1;
         }
-        isa_name = be->isa;
+        isa_name = ls_backend_isa(be);
         c.be = be;
         for (int l = 0; l < L; l++)
-            if (be->ops->upload_base(be, l, c.w13, c.w2, &err) != LS_OK) return 1;
+            if (ls_backend_upload_base(be, l, c.w13, c.w2, &err) != LS_OK) return 1;
         size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
                lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
         float *fa = ls_xmalloc(la * 4), *fb = ls_xmalloc(lb * 4), *fc = ls_xmalloc(lc * 4), *fd = ls_xmalloc(ld * 4);
@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
                 ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
                     ls_fill(fd, ld, &seed, 0.05f);
                 ls_slot_factors f = {fa, fb, fc, fd};
-                if (be->ops->slot_write(be, s, l, &f, &err) != LS_OK) return 1;
+                if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) return 1;
             }
         free(fa), free(fb), free(fc), free(fd);
         floor_ms[di] = (double)(n13 + n2) * ls_dtype_size(dts[di]) / bw * 1e3;

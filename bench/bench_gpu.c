@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
                                  .dtype = LS_DTYPE_BF16};
         ls_backend *be = NULL;
         if (ls_backend_cuda_create(&cfg, &be, &err) != LS_OK) die("create", &err);
-        if (be->ops->upload_base(be, 0, w13, w2, &err) != LS_OK) die("upload_base", &err);
+        if (ls_backend_upload_base(be, 0, w13, w2, &err) != LS_OK) die("upload_base", &err);
         const size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
                      lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
         float *fa = malloc(la * 4), *fb = malloc(lb * 4), *fc = malloc(lc * 4), *fd = malloc(ld * 4);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
             fill(fc, lc, 0.038, &seed);
             fill(fd, ld, 0.1, &seed);
             ls_slot_factors f = {fa, fb, fc, fd};
-            if (be->ops->slot_write(be, s, 0, &f, &err) != LS_OK) die("slot_write", &err);
+            if (ls_backend_slot_write(be, s, 0, &f, &err) != LS_OK) die("slot_write", &err);
         }
         free(fa);
         free(fb);

@@ -1,10 +1,31 @@
-/* The backend interface: a table of functions plus an opaque context, as
- * in ggml-backend. A backend owns the base weights and the LoRA pool
- * buffers in its memory and runs the forward of SPEC §1. It knows nothing
- * of adapter names or HTTP. Every function returns a status and fills err;
+/* The backend interface: what every backend (cpu, cuda) offers the rest of
+ * the server, as ls_backend_* functions over an opaque handle (the table
+ * behind them is private to gpu/, in backend_impl.h, as in ggml-backend).
+ * A backend owns the base weights and the LoRA pool buffers in its memory
+ * and runs the forward of the shared sink. It knows nothing of adapter
+ * names or HTTP.
+ *
+ * Thread safety, one rule: the operations (memory, upload_base,
+ * slot_write, slot_clear, slot_read, forward, synchronize) must not
+ * overlap on one backend; the caller serialises them (lora/pool holds one
+ * lock around every backend call). The facts fixed at create (name, dims,
+ * dtype, pool bytes, kernel path, threads) and ls_backend_usable may be
+ * read from any thread at any time.
+ *
+ * Statuses, the same in every backend: LS_INTERNAL for arguments out of
+ * range (a caller's bug; checked once, in backend.c, before any backend
+ * sees them), LS_DEVICE_ERROR when the device fails or its memory (host
+ * memory, for the CPU) runs out; ls_backend_usable then says whether the
+ * backend can still serve. Every function returns a status and fills err;
  * none exits. */
 #ifndef LS_GPU_BACKEND_H
 #define LS_GPU_BACKEND_H
+
+/* The common headers carry no linkage of their own: C++ users (the CUDA
+ * backend) see them through this block too. */
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,7 +34,7 @@
 #include "common/error.h"
 #include "common/tensor.h"
 
-/* One slot's normalised factors for one layer, fp32, R-padded (SPEC §2):
+/* One slot's normalised factors for one layer, fp32, R-padded:
  * gu_a [O, 2R, H], gu_b [n, 2F, R], d_a [n, R, F], d_b [O, H, R].
  * Scaling is already folded into the B factors. */
 typedef struct {
@@ -24,46 +45,6 @@ typedef struct {
 } ls_slot_factors;
 
 typedef struct ls_backend ls_backend;
-
-typedef struct {
-    const char *name;
-    /* Frees the context and every buffer. */
-    void (*free)(ls_backend *be);
-    /* Bytes free and total of the backend's memory. */
-    ls_status (*memory)(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
-    /* Copies one layer's base weights (fp32 host: w13 [n, 2F, H], w2 [n, H, F]);
-     * the backend stores them at its dtype. */
-    ls_status (*upload_base)(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err);
-    /* Writes one layer of a slot and refreshes any derived operand. */
-    ls_status (*slot_write)(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err);
-    /* Zeroes every layer of a slot. */
-    ls_status (*slot_clear)(ls_backend *be, int slot, ls_error *err);
-    /* Reads one layer of a slot back into host buffers laid out like
-     * ls_slot_factors (for tests and checksums). */
-    ls_status (*slot_read)(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
-                           ls_error *err);
-    /* y[T, H] = the shared sink on x[T, H] with gammas[T, n] (NULL = ones)
-     * and slot_of_token[T] (NULL = all -1; -1 = base only). T <= max_tokens.
-     * Calls are not concurrent: the caller serialises them. */
-    ls_status (*forward)(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                         const int *slot_of_token, float *y, ls_error *err);
-    ls_status (*synchronize)(ls_backend *be, ls_error *err);
-    /* Optional (NULL = never): true once an error has poisoned the device
-     * context for good (illegal address, launch failure); /ready then
-     * answers 503. */
-    int (*poisoned)(ls_backend *be);
-} ls_backend_ops;
-
-struct ls_backend {
-    const ls_backend_ops *ops;
-    void *ctx;
-    const char *isa;    /* the CPU backend's kernel path ("avx512", ...); NULL elsewhere */
-    int threads;        /* the CPU backend's engine threads; 0 elsewhere */
-    ls_dims dims;
-    ls_pool_dims pool;
-    ls_dtype dtype;     /* storage dtype of the base weights */
-    size_t pool_bytes;  /* bytes of all pool buffers, all slots and layers */
-};
 
 /* The CPU backend's kernel paths (--cpu-isa). Every path gives the same
  * bits; AUTO takes the widest the CPU runs. */
@@ -85,22 +66,57 @@ typedef struct {
 
 /* Creates the CPU backend: allocates the pool buffers and scratch for
  * max_tokens tokens once and starts the engine's threads. A cpu_isa the
- * CPU does not run is LS_INVALID_REQUEST. On success *out is owned by the caller and
- * released with ls_backend_free. */
+ * CPU does not run is LS_INVALID_REQUEST. On success *out is owned by the
+ * caller and released with ls_backend_free. */
 ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
-
 /* Creates the CUDA backend; LS_DEVICE_ERROR when there is no device or
  * the build has no CUDA. */
 ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
 /* True when the build has CUDA and a device answers. */
 int ls_backend_cuda_available(void);
+/* Frees the backend and every buffer. NULL is a no-op. */
+void ls_backend_free(ls_backend *be);
 
-static inline int ls_backend_poisoned(ls_backend *be) {
-    return be && be->ops->poisoned ? be->ops->poisoned(be) : 0;
-}
+/* ---- facts fixed at create (any thread, any time) ---------------------- */
 
-static inline void ls_backend_free(ls_backend *be) {
-    if (be) be->ops->free(be);
+const char *ls_backend_name(const ls_backend *be); /* "cpu", "cuda" */
+const ls_dims *ls_backend_dims(const ls_backend *be);
+const ls_pool_dims *ls_backend_pool_dims(const ls_backend *be);
+ls_dtype ls_backend_dtype(const ls_backend *be); /* storage dtype of the base weights */
+size_t ls_backend_pool_bytes(const ls_backend *be); /* all slots and layers, SPEC layout */
+const char *ls_backend_isa(const ls_backend *be);   /* the CPU kernel path; NULL elsewhere */
+int ls_backend_threads(const ls_backend *be);       /* CPU engine threads; 0 elsewhere */
+
+/* False once an error has poisoned the device context for good (illegal
+ * address, launch failure): every operation fails from then on and
+ * /ready answers 503. Any thread, any time. */
+bool ls_backend_usable(const ls_backend *be);
+
+/* ---- operations (one at a time per backend) ------------------------------- */
+
+/* Bytes free and total of the backend's memory. */
+ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
+/* Copies one layer's base weights (fp32 host: w13 [n, 2F, H], w2 [n, H, F],
+ * W13 rows in the model's layout); the backend stores them at its dtype. */
+ls_status ls_backend_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err);
+/* Writes one layer of a slot and refreshes any operand derived from it. */
+ls_status ls_backend_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err);
+/* Zeroes every layer of a slot. */
+ls_status ls_backend_slot_clear(ls_backend *be, int slot, ls_error *err);
+/* Reads one layer of a slot back into host buffers laid out like
+ * ls_slot_factors; a NULL buffer is skipped. */
+ls_status ls_backend_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
+                               ls_error *err);
+/* y[T, H] = the shared sink on x[T, H] with gammas[T, n] (NULL = ones)
+ * and slot_of_token[T] (NULL = all -1; -1 = base only), T <= max_tokens.
+ * The layer's base weights must have been uploaded. */
+ls_status ls_backend_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                             const int *slot_of_token, float *y, ls_error *err);
+/* Returns when every earlier operation has finished. */
+ls_status ls_backend_synchronize(ls_backend *be, ls_error *err);
+
+#ifdef __cplusplus
 }
+#endif
 
 #endif

@@ -68,14 +68,14 @@
 /* Creates the pool; *out owned by the caller (ls_pool_free). */
 ls_status ls_pool_create(ls_backend *be, const ls_pool_config *cfg, ls_pool **out, ls_error *err) {
     *out = NULL;
-    if (!be || !cfg || be->pool.slots < 1 || be->pool.max_tokens < 1 || be->dims.L < 1)
+    if (!be || !cfg || ls_backend_pool_dims(be)->slots < 1 || ls_backend_pool_dims(be)->max_tokens < 1)
         return ls_error_set(err, LS_INTERNAL, NULL, "pool: a backend with slots, layers and max_tokens is required");
     ls_pool *p = calloc(1, sizeof *p);
     if (!p) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool");
     p->be = be;
-    p->dims = be->dims;
-    p->pd = be->pool;
-    p->S = be->pool.slots;
+    p->dims = *ls_backend_dims(be);
+    p->pd = *ls_backend_pool_dims(be);
+    p->S = p->pd.slots;
     p->cfg = *cfg;
     pthread_mutex_init(&p->be_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
@@ -321,7 +321,7 @@ ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats,
     if (!v) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool snapshot");
     size_t per_layer = ls_pool_gu_a_len(&p->dims, &p->pd) + ls_pool_gu_b_len(&p->dims, &p->pd) +
                        ls_pool_d_a_len(&p->dims, &p->pd) + ls_pool_d_b_len(&p->dims, &p->pd);
-    size_t total = p->be->pool_bytes ? p->be->pool_bytes : per_layer * sizeof(float) * p->dims.L * p->S;
+    size_t total = ls_backend_pool_bytes(p->be) ? ls_backend_pool_bytes(p->be) : per_layer * sizeof(float) * p->dims.L * p->S;
 
     pthread_mutex_lock(&p->mu);
     for (int s = 0; s < p->S; s++) {

@@ -27,7 +27,7 @@ static bool ls_fwd_member(const ls_fwd *f, int t, bool with_base) {
 
 static ls_status ls_fwd_backend(ls_pool *p, int layer, int c, const float *x, const float *g, const int *slots,
                                 float *y, ls_error *err) {
-    ls_status st = p->be->ops->forward(p->be, layer, c, x, g, slots, y, err);
+    ls_status st = ls_backend_forward(p->be, layer, c, x, g, slots, y, err);
     if (st != LS_OK && err && err->code == LS_OK)
         ls_error_set(err, st, NULL, "backend forward of %d tokens failed", c);
     return st;

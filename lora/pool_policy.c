@@ -136,12 +136,12 @@ ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *
     for (int l = 0; st == LS_OK && l < p->dims.L; l++) {
         ls_adapter_expand(&e->a, l, &p->dims, &p->pd, p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b);
         ls_slot_factors f = {p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b};
-        st = be->ops->slot_write(be, slot, l, &f, err);
+        st = ls_backend_slot_write(be, slot, l, &f, err);
         if (st != LS_OK) {
             if (err && err->code == LS_OK) ls_error_set(err, st, NULL, "slot %d: write of layer %d failed", slot, l);
             ls_error ignored;
             ls_error_init(&ignored);
-            if (be->ops->slot_clear(be, slot, &ignored) != LS_OK)
+            if (ls_backend_slot_clear(be, slot, &ignored) != LS_OK)
                 ls_log_error("pool: slot %d could not be cleared after a failed write: %s", slot, ignored.message);
             ls_error_free(&ignored);
         }

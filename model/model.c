@@ -292,14 +292,14 @@ ls_status ls_model_demo(const ls_dims *dims, uint64_t seed, ls_dtype dtype, ls_m
 
 /* Copies every layer into be (the model keeps its own copy). */
 ls_status ls_model_upload(const ls_model *m, ls_backend *be, ls_error *err) {
-    const ls_dims *a = &m->dims, *b = &be->dims;
+    const ls_dims *a = &m->dims, *b = ls_backend_dims(be);
     if (a->n != b->n || a->H != b->H || a->F != b->F || a->L != b->L || a->w13_layout != b->w13_layout)
         return ls_error_set(err, LS_INTERNAL, NULL,
                             "model (n=%d H=%d F=%d L=%d %s) and backend (n=%d H=%d F=%d L=%d %s) disagree", a->n,
                             a->H, a->F, a->L, ls_w13_layout_name(a->w13_layout), b->n, b->H, b->F, b->L,
                             ls_w13_layout_name(b->w13_layout));
     for (int l = 0; l < a->L; l++) {
-        ls_status st = be->ops->upload_base(be, l, m->w13[l], m->w2[l], err);
+        ls_status st = ls_backend_upload_base(be, l, m->w13[l], m->w2[l], err);
         if (st != LS_OK) return st;
     }
     return LS_OK;

@@ -64,7 +64,7 @@ json_t *ls_describe_pool(ls_server *srv, ls_error *err) {
         (json_int_t)st.bytes_total, "host_cache", "capacity", st.host_capacity, "used", st.host_used, "bytes",
         (json_int_t)st.host_bytes, "registered", st.registered, "pinned", st.pinned, "counters", "loads",
         (json_int_t)st.loads, "evictions", (json_int_t)st.evictions, "hits", (json_int_t)st.hits, "misses",
-        (json_int_t)st.misses, "host_drops", (json_int_t)st.host_drops, "backend", srv->backend->ops->name);
+        (json_int_t)st.misses, "host_drops", (json_int_t)st.host_drops, "backend", ls_backend_name(srv->backend));
     if (!j) ls_error_set(err, LS_INTERNAL, NULL, "out of memory describing the pool");
     return j;
 }

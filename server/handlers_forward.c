@@ -74,10 +74,6 @@ ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     ls_batch_job *job = &fj->job;
     ls_status st = job->status;
-    if (st == LS_DEVICE_ERROR && ls_backend_poisoned(srv->backend)) {
-        atomic_store(&srv->poisoned, true);
-        ls_log_error("device error poisoned the backend: %s; /ready now answers 503", job->err.message);
-    }
     if (st != LS_OK) {
         ls_reply_error(r, &job->err);
         return;

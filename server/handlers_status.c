@@ -11,16 +11,18 @@ void ls_handle_health(const ls_request *req, ls_reply *r) {
 }
 
 void ls_handle_ready(const ls_request *req, ls_reply *r) {
-    if (atomic_load(&req->srv->poisoned)) {
+    /* The backend says whether it can still serve, whatever path (a
+     * forward, an adapter load) hit the device error. */
+    if (!ls_backend_usable(req->srv->backend)) {
         ls_reply_fail(r, LS_DEVICE_ERROR, "restart the server; the device error is in the log",
-                      "the %s backend hit an unrecoverable device error", req->srv->backend->ops->name);
+                      "the %s backend hit an unrecoverable device error", ls_backend_name(req->srv->backend));
         return;
     }
     const ls_backend *be = req->srv->backend;
-    json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", be->ops->name);
+    json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", ls_backend_name(be));
     /* The CPU's kernel path: every path gives the same bits, but an
      * operator comparing machines' speed wants to know which ran. */
-    if (j && be->isa) json_object_set_new(j, "isa", json_string(be->isa));
+    if (j && ls_backend_isa(be)) json_object_set_new(j, "isa", json_string(ls_backend_isa(be)));
     ls_reply_json(r, 200, ls_json_take_text(j));
 }
 

@@ -85,9 +85,9 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
         goto fail;
     }
-    if (srv->backend->isa)
-        ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", srv->backend->isa,
-                    ls_cpu_isa_choice_name(cfg->cpu_isa), srv->backend->threads);
+    if (ls_backend_isa(srv->backend))
+        ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", ls_backend_isa(srv->backend),
+                    ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
     if ((st = ls_model_upload(&model, srv->backend, &err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err.message);
         goto fail;
@@ -95,7 +95,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     ls_log_info("model: %s, n=%d H=%d F=%d L=%d, w13 %s, %s weights; pool: %d slots, max rank %d, %s layout, %.1f MiB",
                 cfg->weights[0] ? cfg->weights : "demo", srv->dims.n, srv->dims.H, srv->dims.F, srv->dims.L,
                 ls_w13_layout_name(srv->dims.w13_layout), ls_dtype_name(bc.dtype), cfg->slots, cfg->max_rank,
-                ls_lora_layout_name(cfg->lora_layout), (double)srv->backend->pool_bytes / (1 << 20));
+                ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
     ls_model_free(&model);
     ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_server_reload, .reload_ctx = srv};
     if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {

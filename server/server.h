@@ -28,7 +28,6 @@ typedef struct ls_server {
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     int port;
-    atomic_bool poisoned; /* a device error poisoned the backend: /ready says 503 */
     atomic_int active;    /* requests being handled, for graceful shutdown */
     atomic_int suspended; /* /forward connections parked for the batcher, not yet resumed */
     atomic_bool stopping; /* shutdown began: no new suspensions, Connection: close */

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "gpu/backend.h"
+#include "gpu/backend_impl.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/threads.h"
 
@@ -33,7 +33,6 @@ typedef struct {
     void *w13, *w2;
     int zw;                 /* columns of w13 and of zs: ceil(F/16) * 2n * 16 */
     size_t w13_len, w2_len; /* values of one layer's operand */
-    bool *uploaded;
 
     /* The pool, packed fp32, one block of slot_len floats per slot and
      * layer: gu_a [H, O*2R]; gu_b 2n operands [R, F] (expert e's gate

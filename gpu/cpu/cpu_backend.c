@@ -65,13 +65,14 @@ ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) {
     return (ls_cpu_mat){p, LS_DTYPE_F32, c->R, c->H};
 }
 
+/* Frees the context (whatever part of it create made); backend.c frees
+ * the rest. */
 static void ls_cpu_free(ls_backend *be) {
     ls_cpu *c = ls_cpu_ctx(be);
     if (c) {
         ls_cpu_threads_free(c->threads);
         free(c->w13);
         free(c->w2);
-        free(c->uploaded);
         free(c->pool);
         free(c->order);
         free(c->group);
@@ -84,7 +85,7 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->apack);
         free(c);
     }
-    free(be);
+    be->ctx = NULL;
 }
 
 /* Reads "Key:   N kB" from /proc/meminfo; falls back to sysconf. */
@@ -121,11 +122,8 @@ static ls_status ls_cpu_memory(ls_backend *be, size_t *free_bytes, size_t *total
  * j][h], its panels interleaved with the other experts' and the ups' (see
  * cpu.h). W2 value (e*F + j, h) is W2[e][h][j]. */
 static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+    (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    if (layer < 0 || layer >= c->L)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "upload_base: layer %d out of range [0, %d)", layer,
-                            c->L);
-    if (!w13 || !w2) return ls_error_set(err, LS_INTERNAL, NULL, "upload_base: NULL weights for layer %d", layer);
     const size_t H = (size_t)c->H, F = (size_t)c->F, wb = ls_cpu_wbytes(c->dtype);
     const bool inter = c->w13_layout == LS_W13_INTERLEAVED;
     ls_cpu_mat m13 = ls_cpu_w13(c, layer), m2 = ls_cpu_w2(c, layer);
@@ -137,15 +135,6 @@ static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13,
         }
         ls_cpu_pack_b((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1, w2 + (size_t)e * H * F, 1, F, c->F, c->H);
     }
-    c->uploaded[layer] = true;
-    return LS_OK;
-}
-
-static ls_status ls_cpu_check_slot(const ls_cpu *c, const char *what, int slot, int layer, ls_error *err) {
-    if (slot < 0 || slot >= c->S)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s: slot %d out of range [0, %d)", what, slot, c->S);
-    if (layer < 0 || layer >= c->L)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s: layer %d out of range [0, %d)", what, layer, c->L);
     return LS_OK;
 }
 
@@ -156,11 +145,8 @@ static ls_status ls_cpu_check_slot(const ls_cpu *c, const char *what, int slot, 
  * d_b [O, H, R] (value (k, h) is d_b[o][h][k]). These are the only
  * operands the forward reads, so nothing else needs a refresh. */
 static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
+    (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    ls_status st = ls_cpu_check_slot(c, "slot_write", slot, layer, err);
-    if (st != LS_OK) return st;
-    if (!f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
-        return ls_error_set(err, LS_INTERNAL, NULL, "slot_write: NULL factor for slot %d layer %d", slot, layer);
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
     ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, 1, f->gu_a, 1, H, c->H,
                   c->O * 2 * c->R);
@@ -178,9 +164,8 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
 }
 
 static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
+    (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    ls_status st = ls_cpu_check_slot(c, "slot_clear", slot, 0, err);
-    if (st != LS_OK) return st;
     memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot_len * sizeof(float));
     return LS_OK;
 }
@@ -189,9 +174,8 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
  * destination skips that buffer. */
 static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                   float *d_b, ls_error *err) {
+    (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    ls_status st = ls_cpu_check_slot(c, "slot_read", slot, layer, err);
-    if (st != LS_OK) return st;
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
     if (gu_a) ls_cpu_unpack_b(ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, gu_a, 1, H, c->H, c->O * 2 * c->R);
     for (int e = 0; e < c->n; e++) {
@@ -228,31 +212,8 @@ static const ls_backend_ops ls_cpu_ops = {
     /* .poisoned    = */ NULL, /* host memory cannot be poisoned */
 };
 
-/* Dimensions a forward can index with int and size_t without overflow. */
+/* What only the CPU backend checks (backend.c checks the rest). */
 static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err) {
-    const ls_dims *d = &cfg->dims;
-    const ls_pool_dims *p = &cfg->pool;
-    if (d->n <= 0 || d->H <= 0 || d->F <= 0 || d->L <= 0)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
-                            "cpu backend: dimensions must be positive (n=%d H=%d F=%d L=%d)", d->n, d->H, d->F,
-                            d->L);
-    if (p->slots < 0 || p->max_rank <= 0 || p->max_tokens <= 0 || p->slots > INT32_MAX - 2)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
-                            "cpu backend: need slots >= 0, max_rank > 0, max_tokens > 0 (got %d, %d, %d)",
-                            p->slots, p->max_rank, p->max_tokens);
-    if (d->w13_layout != LS_W13_INTERLEAVED && d->w13_layout != LS_W13_CONTIGUOUS)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown W13 layout %d", (int)d->w13_layout);
-    if (p->layout != LS_LORA_SHARED && p->layout != LS_LORA_PER_EXPERT)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown pool layout %d", (int)p->layout);
-    if (!ls_dtype_is_float(cfg->dtype))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: weight dtype %s is not F32, F16 or BF16",
-                            ls_dtype_name(cfg->dtype));
-    /* Every row width and K is an int in the GEMM loops. */
-    int64_t widest = (int64_t)d->n * 2 * d->F;
-    if ((int64_t)d->n * 2 * p->max_rank > widest) widest = (int64_t)d->n * 2 * p->max_rank;
-    if (d->H > widest) widest = d->H;
-    if (widest > INT32_MAX / 2)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: n*2F, n*2R or H too large");
     if (cfg->cpu_isa < LS_CPU_ISA_AUTO || cfg->cpu_isa > LS_CPU_ISA_GENERIC)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cfg->cpu_isa);
     if (!ls_cpu_isa_supported(cfg->cpu_isa))
@@ -275,20 +236,16 @@ static int ls_cpu_online(void) {
  * (ls_backend_free). */
 ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
     *out = NULL;
+    ls_backend *be = NULL;
     ls_status st = ls_cpu_check_config(cfg, err);
+    if (st == LS_OK) st = ls_backend_new(&ls_cpu_ops, cfg, &be, err);
     if (st != LS_OK) return st;
-    ls_backend *be = calloc(1, sizeof *be);
     ls_cpu *c = calloc(1, sizeof *c);
-    if (!be || !c) {
-        free(be);
-        free(c);
+    if (!c) {
+        ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cpu backend: out of host memory");
     }
-    be->ops = &ls_cpu_ops;
     be->ctx = c;
-    be->dims = cfg->dims;
-    be->pool = cfg->pool;
-    be->dtype = cfg->dtype;
 
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
@@ -320,7 +277,6 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     const size_t wb = ls_cpu_wbytes(c->dtype);
     c->w13 = ls_cpu_alloc(L, 1, c->w13_len, wb);
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
-    c->uploaded = calloc(L, sizeof *c->uploaded);
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
     c->order = malloc(T * sizeof *c->order);
@@ -332,16 +288,16 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->uploaded || !c->pool || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->pool || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
-        ls_cpu_free(be);
+        ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",
                             "cpu backend: cannot allocate the weights, the pool (%zu slots x %zu layers, rank %d) "
                             "or the scratch",
                             S, L, R);
     }
     if ((st = ls_cpu_threads_create(threads, cpus, &c->threads, err)) != LS_OK) {
-        ls_cpu_free(be);
+        ls_backend_free(be);
         return st;
     }
     be->threads = threads;

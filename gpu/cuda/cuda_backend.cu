@@ -19,34 +19,23 @@ extern "C" {
 
 static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
 
-/* ---- locking and the common prologue ----------------------------------------- */
+/* ---- the common prologue ------------------------------------------------------ */
 
-/* Every operation: refuse once poisoned, take the lock, select the device.
- * On LS_OK the caller holds the lock and releases it with op_end. */
+/* Every operation: refuse once poisoned, select the device. */
 ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err) {
     if (ls_cuda_poisoned_flag())
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "CUDA context is unusable after an earlier error: %s",
                             ls_cuda_poison_message());
-    pthread_mutex_lock(&c->mu);
     cudaError_t e = cudaSetDevice(c->device);
-    if (e != cudaSuccess) {
-        pthread_mutex_unlock(&c->mu);
-        return ls_cuda_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
-    }
+    if (e != cudaSuccess) return ls_cuda_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
     return LS_OK;
-}
-
-static ls_status op_end(ls_cuda *c, ls_status st) {
-    pthread_mutex_unlock(&c->mu);
-    return st;
 }
 
 /* ---- free --------------------------------------------------------------------- */
 
-/* Releases whatever create managed to set up; errors are ignored since the
- * context may already be poisoned. */
+/* Releases whatever create managed to set up (backend.c frees the rest);
+ * errors are ignored since the context may already be poisoned. */
 static void cuda_free(ls_backend *be) {
-    if (!be) return;
     ls_cuda *c = ls_cuda_of(be);
     if (c) {
         cudaSetDevice(c->device);
@@ -64,11 +53,9 @@ static void cuda_free(ls_backend *be) {
         (void)cudaGetLastError();
         free(c->perm);
         free(c->counts);
-        free(c->uploaded);
-        if (c->mu_ready) pthread_mutex_destroy(&c->mu);
         free(c);
     }
-    free(be);
+    be->ctx = NULL;
 }
 
 /* ---- create ------------------------------------------------------------------- */
@@ -77,27 +64,6 @@ typedef struct {
     void **dst;
     size_t bytes;
 } dev_part;
-
-static ls_status check_config(const ls_backend_config *cfg, ls_error *err) {
-    const ls_dims *d = &cfg->dims;
-    const ls_pool_dims *p = &cfg->pool;
-    if (d->n < 1 || d->H < 1 || d->F < 1 || d->L < 1 || p->slots < 0 || p->max_rank < 1 || p->max_tokens < 1)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
-                            "cuda backend: need positive dimensions and slots >= 0 (n=%d H=%d F=%d L=%d "
-                            "slots=%d max_rank=%d max_tokens=%d)",
-                            d->n, d->H, d->F, d->L, p->slots, p->max_rank, p->max_tokens);
-    if ((d->w13_layout != LS_W13_INTERLEAVED && d->w13_layout != LS_W13_CONTIGUOUS) ||
-        (p->layout != LS_LORA_SHARED && p->layout != LS_LORA_PER_EXPERT))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: unknown W13 or pool layout");
-    if (cfg->dtype != LS_DTYPE_F32 && cfg->dtype != LS_DTYPE_BF16 && cfg->dtype != LS_DTYPE_F16)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: weight dtype %s is not F32, F16 or BF16",
-                            ls_dtype_name(cfg->dtype));
-    /* cuBLAS takes int extents and leading dimensions. */
-    if ((long long)d->n * 2 * d->F > INT_MAX || (long long)d->n * 2 * p->max_rank > INT_MAX ||
-        (long long)d->H * p->max_rank > INT_MAX)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: dimensions exceed the int range of cuBLAS");
-    return LS_OK;
-}
 
 static ls_status pinned(void **dst, size_t bytes, ls_error *err) {
     cudaError_t e = cudaMallocHost(dst, bytes ? bytes : 16);
@@ -222,8 +188,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
     c->perm = (int *)malloc(Tm * sizeof(int));
     c->counts = (int *)malloc(2 * (S + 1) * sizeof(int));
-    c->uploaded = (unsigned char *)calloc((size_t)c->L, 1);
-    if (!c->perm || !c->counts || !c->uploaded) return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
+    if (!c->perm || !c->counts) return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
 
     be->pool_bytes = pool;
@@ -240,8 +205,7 @@ static ls_status cuda_memory(ls_backend *be, size_t *free_bytes, size_t *total_b
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
-    ls_status st = e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaMemGetInfo", __FILE__, __LINE__);
-    return op_end(c, st);
+    return e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaMemGetInfo", __FILE__, __LINE__);
 }
 
 /* Converts `count` fp32 values to the dtype in the pinned chunk and copies
@@ -280,13 +244,8 @@ static ls_status upload_base_locked(ls_cuda *c, int layer, const float *w13, con
 
 static ls_status cuda_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    if (layer < 0 || layer >= c->L || !w13 || !w2)
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: upload_base of layer %d (of %d) without weights",
-                            layer, c->L);
     LS_TRY(ls_cuda_op_begin(c, err));
-    ls_status st = upload_base_locked(c, layer, w13, w2, err);
-    if (st == LS_OK) c->uploaded[layer] = 1;
-    return op_end(c, st);
+    return upload_base_locked(c, layer, w13, w2, err);
 }
 
 static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
@@ -318,11 +277,8 @@ static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slo
 
 static ls_status cuda_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    if (slot < 0 || slot >= c->S || layer < 0 || layer >= c->L || !f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_write(slot %d of %d, layer %d of %d) invalid",
-                            slot, c->S, layer, c->L);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return op_end(c, slot_write_locked(c, slot, layer, f, err));
+    return slot_write_locked(c, slot, layer, f, err);
 }
 
 static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
@@ -336,10 +292,8 @@ static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
 
 static ls_status cuda_slot_clear(ls_backend *be, int slot, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    if (slot < 0 || slot >= c->S)
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_clear(%d) of %d slots", slot, c->S);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return op_end(c, slot_clear_locked(c, slot, err));
+    return slot_clear_locked(c, slot, err);
 }
 
 static ls_status slot_read_locked(ls_cuda *c, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
@@ -358,24 +312,20 @@ static ls_status slot_read_locked(ls_cuda *c, int slot, int layer, float *gu_a, 
 static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                 float *d_b, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    if (slot < 0 || slot >= c->S || layer < 0 || layer >= c->L)
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: slot_read(slot %d of %d, layer %d of %d)", slot,
-                            c->S, layer, c->L);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return op_end(c, slot_read_locked(c, slot, layer, gu_a, gu_b, d_a, d_b, err));
+    return slot_read_locked(c, slot, layer, gu_a, gu_b, d_a, d_b, err);
 }
 
 static ls_status cuda_synchronize(ls_backend *be, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
     cudaError_t e = cudaStreamSynchronize(c->stream);
-    ls_status st = e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
-    return op_end(c, st);
+    return e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
 }
 
-static int cuda_poisoned(ls_backend *be) {
+static bool cuda_poisoned(const ls_backend *be) {
     (void)be;
-    return ls_cuda_poisoned_flag();
+    return ls_cuda_poisoned_flag() != 0;
 }
 
 static const ls_backend_ops cuda_ops = {
@@ -397,27 +347,20 @@ static const ls_backend_ops cuda_ops = {
  * *out is NULL and everything allocated so far is released. */
 ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
     *out = NULL;
-    LS_TRY(check_config(cfg, err));
     if (ls_cuda_poisoned_flag())
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "CUDA context is unusable after an earlier error: %s",
                             ls_cuda_poison_message());
-    ls_backend *be = (ls_backend *)calloc(1, sizeof *be);
+    ls_backend *be = NULL;
+    LS_TRY(ls_backend_new(&cuda_ops, cfg, &be, err));
     ls_cuda *c = (ls_cuda *)calloc(1, sizeof *c);
-    if (!be || !c) {
-        free(be);
-        free(c);
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: out of host memory");
+    if (!c) {
+        ls_backend_free(be);
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     }
-    be->ops = &cuda_ops;
     be->ctx = c;
-    be->dims = cfg->dims;
-    be->pool = cfg->pool;
-    be->dtype = cfg->dtype;
-    if (pthread_mutex_init(&c->mu, NULL) == 0) c->mu_ready = 1;
-    ls_status st = c->mu_ready ? cuda_init(be, cfg, err)
-                               : ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot create a mutex");
+    ls_status st = cuda_init(be, cfg, err);
     if (st != LS_OK) {
-        cuda_free(be);
+        ls_backend_free(be);
         return st;
     }
     *out = be;
@@ -441,12 +384,7 @@ int ls_backend_cuda_poisoned(const ls_backend *be) {
 
 const char *ls_backend_cuda_device_name(const ls_backend *be) { return ls_cuda_of(be)->device_name; }
 
-void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode) {
-    ls_cuda *c = ls_cuda_of(be);
-    pthread_mutex_lock(&c->mu);
-    c->sgmv_mode = mode;
-    pthread_mutex_unlock(&c->mu);
-}
+void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode) { ls_cuda_of(be)->sgmv_mode = mode; }
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -456,7 +394,7 @@ static int cmp_float(const void *a, const void *b) {
 static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, double *bytes_per_s, ls_error *err) {
     char *buf = NULL;
     float *ms = (float *)calloc((size_t)iters, sizeof(float));
-    if (!ms) return ls_error_set(err, LS_INTERNAL, NULL, "out of host memory");
+    if (!ms) return ls_error_set(err, LS_DEVICE_ERROR, NULL, "out of host memory");
     cudaError_t e = cudaMalloc((void **)&buf, 2 * bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -488,5 +426,5 @@ ls_status ls_backend_cuda_copy_bandwidth(ls_backend *be, size_t bytes, int iters
     ls_cuda *c = ls_cuda_of(be);
     if (bytes == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "copy_bandwidth: bytes and iters > 0");
     LS_TRY(ls_cuda_op_begin(c, err));
-    return op_end(c, copy_bandwidth_locked(c, bytes, iters, bytes_per_s, err));
+    return copy_bandwidth_locked(c, bytes, iters, bytes_per_s, err);
 }

@@ -12,15 +12,12 @@
 
 /* Fills c->perm (grouped position -> token), the SGMV tasks in pinned
  * memory and the plan. Slots run in ascending order, base tokens last. */
-static ls_status plan_tokens(ls_cuda *c, int T, const int *slot_of_token, ls_cuda_plan *p, ls_error *err) {
+static void plan_tokens(ls_cuda *c, int T, const int *slot_of_token, ls_cuda_plan *p) {
     const int S = c->S;
     int *count = c->counts, *cursor = c->counts + (S + 1);
     memset(count, 0, (size_t)(S + 1) * sizeof(int));
     for (int t = 0; t < T; t++) {
-        int s = slot_of_token ? slot_of_token[t] : -1;
-        if (s < -1 || s >= S)
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cuda backend: token %d names slot %d (slots are -1..%d)",
-                                t, s, S - 1);
+        int s = slot_of_token ? slot_of_token[t] : -1; /* in -1..S-1: backend.c checked */
         count[s < 0 ? S : s]++;
     }
     int pos = 0;
@@ -45,7 +42,6 @@ static ls_status plan_tokens(ls_cuda *c, int T, const int *slot_of_token, ls_cud
         int s = slot_of_token ? slot_of_token[t] : -1;
         c->perm[cursor[s < 0 ? S : s]++] = t;
     }
-    return LS_OK;
 }
 
 /* Copies x and gammas in grouped order through pinned memory, and the
@@ -192,23 +188,10 @@ static ls_status run_device(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_err
 
 /* ---- entry points ------------------------------------------------------------------- */
 
-static ls_status check_forward(const ls_cuda *c, int layer, int T, const float *x, const float *y_or_ms,
-                               ls_error *err) {
-    if (layer < 0 || layer >= c->L)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "layer %d is outside 0..%d", layer, c->L - 1);
-    if (!c->uploaded[layer])
-        return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: forward: layer %d has no base weights uploaded", layer);
-    if (T < 0 || T > c->max_tokens)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%d tokens in one call; the backend holds at most %d", T,
-                            c->max_tokens);
-    if (T > 0 && (!x || !y_or_ms)) return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: forward without buffers");
-    return LS_OK;
-}
-
 static ls_status forward_locked(ls_cuda *c, int layer, int T, const float *x, const float *gammas,
                                 const int *slot_of_token, float *y, ls_error *err) {
     ls_cuda_plan p;
-    LS_TRY(plan_tokens(c, T, slot_of_token, &p, err));
+    plan_tokens(c, T, slot_of_token, &p);
     p.has_gammas = gammas != NULL;
     LS_TRY(stage_inputs(c, &p, x, gammas, err));
     LS_TRY(run_device(c, layer, &p, err));
@@ -225,12 +208,8 @@ static ls_status forward_locked(ls_cuda *c, int layer, int T, const float *x, co
 ls_status ls_cuda_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                           const int *slot_of_token, float *y, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    LS_TRY(check_forward(c, layer, T, x, y, err));
-    if (T == 0) return LS_OK;
     LS_TRY(ls_cuda_op_begin(c, err));
-    ls_status st = forward_locked(c, layer, T, x, gammas, slot_of_token, y, err);
-    pthread_mutex_unlock(&c->mu);
-    return st;
+    return forward_locked(c, layer, T, x, gammas, slot_of_token, y, err);
 }
 
 /* Captures the device part once as a CUDA graph so the timings hold the
@@ -257,7 +236,7 @@ static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
 static ls_status time_locked(ls_cuda *c, int layer, int T, const float *x, const float *gammas,
                              const int *slot_of_token, int iters, float *ms, ls_error *err) {
     ls_cuda_plan p;
-    LS_TRY(plan_tokens(c, T, slot_of_token, &p, err));
+    plan_tokens(c, T, slot_of_token, &p);
     p.has_gammas = gammas != NULL;
     LS_TRY(stage_inputs(c, &p, x, gammas, err));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
@@ -284,10 +263,8 @@ static ls_status time_locked(ls_cuda *c, int layer, int T, const float *x, const
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                        const int *slot_of_token, int iters, float *ms, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
-    LS_TRY(check_forward(c, layer, T, x, ms, err));
-    if (T == 0 || iters < 1) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "time_forward needs T and iters > 0");
+    LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
+    if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "time_forward needs T and iters > 0");
     LS_TRY(ls_cuda_op_begin(c, err));
-    ls_status st = time_locked(c, layer, T, x, gammas, slot_of_token, iters, ms, err);
-    pthread_mutex_unlock(&c->mu);
-    return st;
+    return time_locked(c, layer, T, x, gammas, slot_of_token, iters, ms, err);
 }

@@ -6,8 +6,8 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <pthread.h>
 
+#include "gpu/backend_impl.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/kernels.cuh"
@@ -21,12 +21,9 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;
-    pthread_mutex_t mu; /* one operation at a time on the stream and staging */
-    int mu_ready;
     ls_cuda_sgmv_mode sgmv_mode;
 
     int n, H, F, L, S, R, O, max_tokens;
-    unsigned char *uploaded; /* [L] base weights written for the layer */
     ls_w13_layout w13_layout;
     ls_dtype dt;            /* compute and storage dtype of weights and activations */
     cudaDataType_t cdt;     /* the same for cuBLAS */
@@ -96,8 +93,9 @@ static inline float *ls_cuda_canon(const ls_cuda *c, int slot, int layer) {
     return c->d_canon + ((size_t)slot * c->L + layer) * c->canon_len;
 }
 
-/* Refuses once the context is poisoned, else takes c->mu and selects the
- * device; on LS_OK the caller unlocks c->mu. */
+/* Refuses once the context is poisoned, else selects the device (the
+ * calling thread may not have used it yet). Calls never overlap: the
+ * backend's caller serialises them (gpu/backend.h). */
 ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err);
 
 ls_status ls_cuda_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,

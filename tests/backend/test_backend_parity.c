@@ -225,9 +225,9 @@ static void write_slot(run *rn, int s, uint64_t *st, ls_error *err) {
     for (int l = 0; l < rn->dims.L; l++) {
         make_factors(&rn->dims, &rn->pool, sd->rank, st, sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]);
         ls_slot_factors f = {sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]};
-        must(rn->cpu->ops->slot_write(rn->cpu, s, l, &f, err), err, "cpu slot_write");
+        must(ls_backend_slot_write(rn->cpu, s, l, &f, err), err, "cpu slot_write");
         for (int i = 0; i < rn->ndev; i++)
-            must(rn->dev[i].be->ops->slot_write(rn->dev[i].be, s, l, &f, err), err, "device slot_write");
+            must(ls_backend_slot_write(rn->dev[i].be, s, l, &f, err), err, "device slot_write");
     }
 }
 
@@ -238,13 +238,13 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
     float *y_cpu = xcalloc((size_t)T * H, sizeof(float));
     float *y = xcalloc((size_t)T * H, sizeof(float));
     char label[256];
-    if (!must(rn->cpu->ops->forward(rn->cpu, layer, T, x, gam, slot_of_token, y_cpu, err), err, "cpu forward"))
+    if (!must(ls_backend_forward(rn->cpu, layer, T, x, gam, slot_of_token, y_cpu, err), err, "cpu forward"))
         goto out;
     for (int i = 0; i < rn->ndev; i++) {
         snprintf(label, sizeof label, "%s %s T=%d layer %d %s vs cpu", rn->pc->name, rn->dev[i].name, T, layer,
                  pattern);
         memset(y, 0xff, (size_t)T * H * sizeof(float)); /* NaN: a row left unwritten fails */
-        if (must(rn->dev[i].be->ops->forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y, err), err, label))
+        if (must(ls_backend_forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y, err), err, label))
             compare(label, y, y_cpu, NULL, T, H, rn->tol);
     }
     if (rn->ref_ok) {
@@ -273,7 +273,7 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
         for (int i = 0; i < rn->ndev; i++) {
             snprintf(label, sizeof label, "%s %s T=%d layer %d %s vs double", rn->pc->name, rn->dev[i].name, T,
                      layer, pattern);
-            if (must(rn->dev[i].be->ops->forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y, err), err,
+            if (must(ls_backend_forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y, err), err,
                      label))
                 compare(label, y, NULL, yd, T, H, rn->tol);
         }
@@ -308,13 +308,13 @@ static void check_slot_read(run *rn, ls_error *err) {
         const slot_data *sd = &rn->slots[0];
         snprintf(label, sizeof label, "%s %s slot_read(0, %d) returns what was written", rn->pc->name,
                  rn->dev[i].name, layer);
-        if (must(be->ops->slot_read(be, 0, layer, a, b, c, dd, err), err, label))
+        if (must(ls_backend_slot_read(be, 0, layer, a, b, c, dd, err), err, label))
             expect(!memcmp(a, sd->gu_a[layer], la * 4) && !memcmp(b, sd->gu_b[layer], lb * 4) &&
                        !memcmp(c, sd->d_a[layer], lc * 4) && !memcmp(dd, sd->d_b[layer], ld * 4),
                    label);
         if (p->slots >= 2 && rn->slots[p->slots - 1].rank == 0) {
             snprintf(label, sizeof label, "%s %s cleared slot reads as zeros", rn->pc->name, rn->dev[i].name);
-            if (must(be->ops->slot_read(be, p->slots - 1, layer, a, b, c, dd, err), err, label)) {
+            if (must(ls_backend_slot_read(be, p->slots - 1, layer, a, b, c, dd, err), err, label)) {
                 int zero = 1;
                 for (size_t k = 0; k < la; k++) zero &= a[k] == 0;
                 for (size_t k = 0; k < lb; k++) zero &= b[k] == 0;
@@ -325,7 +325,7 @@ static void check_slot_read(run *rn, ls_error *err) {
         }
         size_t fr = 0, tot = 0;
         snprintf(label, sizeof label, "%s %s memory reports free <= total", rn->pc->name, rn->dev[i].name);
-        if (must(be->ops->memory(be, &fr, &tot, err), err, label)) expect(tot > 0 && fr <= tot, label);
+        if (must(ls_backend_memory(be, &fr, &tot, err), err, label)) expect(tot > 0 && fr <= tot, label);
     }
     free(a);
     free(b);
@@ -396,9 +396,9 @@ static void run_case(const pcase *pc, int threads) {
         /* Every backend and the double reference see the same weights. */
         ls_round_to_dtype(pc->dtype, rn.w13[l], n13);
         ls_round_to_dtype(pc->dtype, rn.w2[l], n2);
-        must(rn.cpu->ops->upload_base(rn.cpu, l, rn.w13[l], rn.w2[l], &err), &err, "cpu upload_base");
+        must(ls_backend_upload_base(rn.cpu, l, rn.w13[l], rn.w2[l], &err), &err, "cpu upload_base");
         for (int i = 0; i < rn.ndev; i++)
-            must(rn.dev[i].be->ops->upload_base(rn.dev[i].be, l, rn.w13[l], rn.w2[l], &err), &err,
+            must(ls_backend_upload_base(rn.dev[i].be, l, rn.w13[l], rn.w2[l], &err), &err,
                  "device upload_base");
     }
 
@@ -421,9 +421,9 @@ static void run_case(const pcase *pc, int threads) {
     }
     int live = pc->S;
     if (pc->S >= 2) {
-        must(rn.cpu->ops->slot_clear(rn.cpu, pc->S - 1, &err), &err, "cpu slot_clear");
+        must(ls_backend_slot_clear(rn.cpu, pc->S - 1, &err), &err, "cpu slot_clear");
         for (int i = 0; i < rn.ndev; i++)
-            must(rn.dev[i].be->ops->slot_clear(rn.dev[i].be, pc->S - 1, &err), &err, "device slot_clear");
+            must(ls_backend_slot_clear(rn.dev[i].be, pc->S - 1, &err), &err, "device slot_clear");
         rn.slots[pc->S - 1].rank = 0;
         live = pc->S - 1;
     }
@@ -460,7 +460,7 @@ static void run_case(const pcase *pc, int threads) {
         for (int i = 0; i < rn.ndev; i++) {
             char label[160];
             snprintf(label, sizeof label, "%s %s refuses slot %d", pc->name, rn.dev[i].name, pc->S);
-            ls_status s = rn.dev[i].be->ops->forward(rn.dev[i].be, 0, T, x, NULL, sot, y, &err);
+            ls_status s = ls_backend_forward(rn.dev[i].be, 0, T, x, NULL, sot, y, &err);
             expect(s != LS_OK, label);
             ls_error_clear(&err);
         }

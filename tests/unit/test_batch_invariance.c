@@ -62,7 +62,7 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
-    assert_string_equal(be->isa, ls_cpu_isa_name(isa));
+    assert_string_equal(ls_backend_isa(be), ls_cpu_isa_name(isa));
     const ls_dims *d = &m->d;
     const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
     const int R = m->R;
@@ -70,9 +70,9 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     float *w13 = xcalloc(n * 2 * F * H, sizeof(float)), *w2 = xcalloc(n * H * F, sizeof(float));
     fill(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
     fill(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
-    assert_int_equal(be->ops->upload_base(be, 0, w13, w2, &err), LS_OK);
+    assert_int_equal(ls_backend_upload_base(be, 0, w13, w2, &err), LS_OK);
 
-    const ls_pool_dims *p = &be->pool;
+    const ls_pool_dims *p = ls_backend_pool_dims(be);
     size_t lga = ls_pool_gu_a_len(d, p), lgb = ls_pool_gu_b_len(d, p);
     size_t lda = ls_pool_d_a_len(d, p), ldb = ls_pool_d_b_len(d, p);
     float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
@@ -94,7 +94,7 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
                 for (size_t i = 0; i < 2 * F; i++) gb[(e * 2 * F + i) * R + k] = 0;
             }
         ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
-        assert_int_equal(be->ops->slot_write(be, s, 0, &f, &err), LS_OK);
+        assert_int_equal(ls_backend_slot_write(be, s, 0, &f, &err), LS_OK);
     }
     free(ga), free(gb), free(da), free(db), free(w13), free(w2);
     ls_error_free(&err);
@@ -144,15 +144,15 @@ static batch batch_permute(const batch *b, const int *perm, int H, int n) {
 static void run(ls_backend *be, const batch *b, bool gammas, float *y) {
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(be->ops->forward(be, 0, b->T, b->x, gammas ? b->gam : NULL, b->slot, y, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 0, b->T, b->x, gammas ? b->gam : NULL, b->slot, y, &err), LS_OK);
     ls_error_free(&err);
 }
 
 /* Every token alone, and the batch reversed and shuffled, must match its
  * row of the batch byte for byte. Returns the tokens that used an adapter. */
 static int check_mix(ls_backend *be, int T, int n_slots, bool gammas, unsigned long long *st) {
-    const int H = be->dims.H, n = be->dims.n;
-    batch b = batch_make(&be->dims, T, n_slots, st);
+    const int H = ls_backend_dims(be)->H, n = ls_backend_dims(be)->n;
+    batch b = batch_make(ls_backend_dims(be), T, n_slots, st);
     int *rev = xcalloc((size_t)T, sizeof(int)), *shuf = xcalloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) rev[t] = T - 1 - t, shuf[t] = t;
     double u[MAX_T];
@@ -183,7 +183,7 @@ static int check_mix(ls_backend *be, int T, int n_slots, bool gammas, unsigned l
                 if (y1[h] != in_b[h] || y1[h] != in_r[h] || y1[h] != in_s[h]) {
                     fprintf(stderr, "%s: T=%d token %d (slot %d) h=%d: alone %.9g, batch %.9g, reversed %.9g, "
                                     "shuffled %.9g\n",
-                            be->isa, T, t, b.slot[t], h, y1[h], in_b[h], in_r[h], in_s[h]);
+                            ls_backend_isa(be), T, t, b.slot[t], h, y1[h], in_b[h], in_r[h], in_s[h]);
                     break;
                 }
             fail();
@@ -278,7 +278,7 @@ static void test_paths_agree(void **state) {
                 if (memcmp(got, want, len * 4) != 0) {
                     for (size_t i = 0; i < len; i++)
                         if (got[i] != want[i]) {
-                            fprintf(stderr, "%s x%d threads, %s weights: y[%zu] = %.9g, generic %.9g\n", be->isa,
+                            fprintf(stderr, "%s x%d threads, %s weights: y[%zu] = %.9g, generic %.9g\n", ls_backend_isa(be),
                                     threads, ls_dtype_name(m.dtype), i, got[i], want[i]);
                             break;
                         }
@@ -307,7 +307,7 @@ static void test_auto_and_refusal(void **state) {
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
-    assert_string_equal(be->isa, ls_cpu_isa_name(widest));
+    assert_string_equal(ls_backend_isa(be), ls_cpu_isa_name(widest));
     ls_backend_free(be);
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         if (ls_cpu_isa_supported(PATHS[pi])) continue;

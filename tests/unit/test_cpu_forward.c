@@ -49,7 +49,7 @@ static ls_backend *make_backend(const ls_dims *d, ls_lora_layout layout, int S, 
     if (st != LS_OK) fprintf(stderr, "create: %s\n", err.message);
     assert_int_equal(st, LS_OK);
     assert_non_null(be);
-    assert_string_equal(be->ops->name, "cpu");
+    assert_string_equal(ls_backend_name(be), "cpu");
     ls_error_free(&err);
     return be;
 }
@@ -81,8 +81,8 @@ static void rand_lora_make(rand_lora *a, const ls_dims *d, int r, int outer, uns
 /* Pads a compact adapter to the pool's R and O (broadcasting outer 1 into
  * a per-expert pool) and writes it into slot `slot` of layer `layer`. */
 static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a) {
-    const ls_dims *d = &be->dims;
-    const ls_pool_dims *p = &be->pool;
+    const ls_dims *d = ls_backend_dims(be);
+    const ls_pool_dims *p = ls_backend_pool_dims(be);
     const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
     float *ga = xcalloc(ls_pool_gu_a_len(d, p), sizeof(float));
     float *gb = xcalloc(ls_pool_gu_b_len(d, p), sizeof(float));
@@ -107,7 +107,7 @@ static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a
     ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(be->ops->slot_write(be, slot, layer, &f, &err), LS_OK);
+    assert_int_equal(ls_backend_slot_write(be, slot, layer, &f, &err), LS_OK);
     ls_error_free(&err);
     free(ga);
     free(gb);
@@ -116,12 +116,12 @@ static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a
 }
 
 static void upload(ls_backend *be, int layer, const double *w13, const double *w2) {
-    const ls_dims *d = &be->dims;
+    const ls_dims *d = ls_backend_dims(be);
     long c13 = (long)d->n * 2 * d->F * d->H, c2 = (long)d->n * d->H * d->F;
     float *f13 = to_float(w13, c13), *f2 = to_float(w2, c2);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(be->ops->upload_base(be, layer, f13, f2, &err), LS_OK);
+    assert_int_equal(ls_backend_upload_base(be, layer, f13, f2, &err), LS_OK);
     ls_error_free(&err);
     free(f13);
     free(f2);
@@ -179,10 +179,10 @@ static void test_tiny_conformance(void **state) {
         ls_slot_factors f = {.gu_a = fga, .gu_b = fgb, .d_a = fda, .d_b = fdb};
         ls_error err;
         ls_error_init(&err);
-        assert_int_equal(be->ops->slot_write(be, 1, 0, &f, &err), LS_OK);
+        assert_int_equal(ls_backend_slot_write(be, 1, 0, &f, &err), LS_OK);
         const int slots[3] = {1, -1, 1};
         float y[12];
-        assert_int_equal(be->ops->forward(be, 0, T, xf, gf, slots, y, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, 0, T, xf, gf, slots, y, &err), LS_OK);
         double *want = json_doubles(root, "y", layouts[li], T * H);
         for (int i = 0; i < T * H; i++) {
             if (fabs(y[i] - want[i]) > 1e-6 * fabs(want[i]) + 1e-9)
@@ -281,7 +281,7 @@ static void run_random_case(ls_w13_layout w13l, ls_lora_layout pl, unsigned long
             double *yref = xcalloc((size_t)T * H, sizeof(double));
             ls_error err;
             ls_error_init(&err);
-            assert_int_equal(be->ops->forward(be, layer, T, xf, with_gam ? gf : NULL, slots, y, &err), LS_OK);
+            assert_int_equal(ls_backend_forward(be, layer, T, xf, with_gam ? gf : NULL, slots, y, &err), LS_OK);
             ls_ref_forward(&d, w13 + layer * c13, w2 + layer * c2, T, x, with_gam ? gam : NULL, per_tok, yref);
             double rel = ls_ref_rel_err_f(y, yref, (long)T * H);
             /* Per token too, so one wrong token among 300 cannot hide. */
@@ -333,7 +333,7 @@ static void test_bf16_storage_rounds(void **state) {
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
-    assert_int_equal(be->dtype, LS_DTYPE_BF16);
+    assert_int_equal(ls_backend_dtype(be), LS_DTYPE_BF16);
     unsigned long long st = 5;
     const long c13 = 2 * 2 * 8 * 16, c2 = 2 * 16 * 8;
     double w13[512], w2[256], x[4 * 16];
@@ -346,7 +346,7 @@ static void test_bf16_storage_rounds(void **state) {
     for (long i = 0; i < c13; i++) w13[i] = ls_bf16_to_f32(ls_f32_to_bf16((float)w13[i]));
     for (long i = 0; i < c2; i++) w2[i] = ls_bf16_to_f32(ls_f32_to_bf16((float)w2[i]));
     double yref[64];
-    assert_int_equal(be->ops->forward(be, 0, 4, xf, NULL, NULL, y, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 0, 4, xf, NULL, NULL, y, &err), LS_OK);
     ls_ref_forward(&d, w13, w2, 4, x, NULL, NULL, yref);
     assert_true(ls_ref_rel_err_f(y, yref, 64) <= 1e-5);
     ls_error_free(&err);
@@ -370,52 +370,52 @@ static void test_errors(void **state) {
     ls_error_init(&err);
 
     int bad_hi[3] = {0, 2, -1}, bad_lo[3] = {-2, 0, 0};
-    assert_int_equal(be->ops->forward(be, 0, 3, x, NULL, bad_hi, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, 0, 3, x, NULL, bad_hi, y, &err), LS_INTERNAL);
     assert_non_null(strstr(err.message, "slot 2"));
     ls_error_clear(&err);
-    assert_int_equal(be->ops->forward(be, 0, 3, x, NULL, bad_lo, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, 0, 3, x, NULL, bad_lo, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->forward(be, 0, 17, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, 0, 17, x, NULL, NULL, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->forward(be, 0, -1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, 0, -1, x, NULL, NULL, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->forward(be, 2, 1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, 2, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->forward(be, -1, 1, x, NULL, NULL, y, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_forward(be, -1, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
     /* Layer 1 exists but never got weights. */
-    assert_int_equal(be->ops->forward(be, 1, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
+    assert_int_equal(ls_backend_forward(be, 1, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
     ls_error_clear(&err);
     /* A rejected call leaves y alone. */
     for (int i = 0; i < 17 * 8; i++) assert_true(y[i] == 42.0f);
     /* T = 0 is a valid empty call; T = max_tokens is fine. */
-    assert_int_equal(be->ops->forward(be, 0, 0, NULL, NULL, NULL, NULL, &err), LS_OK);
-    assert_int_equal(be->ops->forward(be, 0, 16, x, NULL, NULL, y, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 0, 0, NULL, NULL, NULL, NULL, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 0, 16, x, NULL, NULL, y, &err), LS_OK);
 
     float buf[256] = {0};
     ls_slot_factors f = {.gu_a = buf, .gu_b = buf, .d_a = buf, .d_b = buf};
-    assert_int_equal(be->ops->slot_write(be, 2, 0, &f, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_slot_write(be, 2, 0, &f, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->slot_write(be, -1, 0, &f, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_slot_write(be, -1, 0, &f, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->slot_write(be, 0, 2, &f, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_slot_write(be, 0, 2, &f, &err), LS_INTERNAL);
     ls_error_clear(&err);
     ls_slot_factors half = {.gu_a = buf};
-    assert_int_equal(be->ops->slot_write(be, 0, 0, &half, &err), LS_INTERNAL);
+    assert_int_equal(ls_backend_slot_write(be, 0, 0, &half, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->slot_clear(be, 5, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_slot_clear(be, 5, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->slot_read(be, 0, 7, buf, NULL, NULL, NULL, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_slot_read(be, 0, 7, buf, NULL, NULL, NULL, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->upload_base(be, 3, buf, buf, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_upload_base(be, 3, buf, buf, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(be->ops->synchronize(be, &err), LS_OK);
+    assert_int_equal(ls_backend_synchronize(be, &err), LS_OK);
 
     size_t fr = 0, tot = 0;
-    assert_int_equal(be->ops->memory(be, &fr, &tot, &err), LS_OK);
+    assert_int_equal(ls_backend_memory(be, &fr, &tot, &err), LS_OK);
     assert_true(tot > 0 && fr <= tot);
     /* pool_bytes covers S * L * (gu_a + gu_b + d_a + d_b) floats. */
-    assert_int_equal(be->pool_bytes, 2 * 2 * (2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 4 + 8 * 4) * sizeof(float));
+    assert_int_equal(ls_backend_pool_bytes(be), 2 * 2 * (2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 4 + 8 * 4) * sizeof(float));
 
     /* Bad configurations fail cleanly. */
     ls_backend *nb = (ls_backend *)0x1;
@@ -457,12 +457,12 @@ static void test_slot_clear_is_base(void **state) {
     write_slot(be, 1, 1, &a1.ref);
 
     /* Read back what was written: the padding is zero, the rest exact. */
-    size_t lga = ls_pool_gu_a_len(&be->dims, &be->pool), lgb = ls_pool_gu_b_len(&be->dims, &be->pool);
-    size_t lda = ls_pool_d_a_len(&be->dims, &be->pool), ldb = ls_pool_d_b_len(&be->dims, &be->pool);
+    size_t lga = ls_pool_gu_a_len(ls_backend_dims(be), ls_backend_pool_dims(be)), lgb = ls_pool_gu_b_len(ls_backend_dims(be), ls_backend_pool_dims(be));
+    size_t lda = ls_pool_d_a_len(ls_backend_dims(be), ls_backend_pool_dims(be)), ldb = ls_pool_d_b_len(ls_backend_dims(be), ls_backend_pool_dims(be));
     float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(be->ops->slot_read(be, 1, 0, ga, gb, da, db, &err), LS_OK);
+    assert_int_equal(ls_backend_slot_read(be, 1, 0, ga, gb, da, db, &err), LS_OK);
     assert_true(ga[0] == (float)a0.ref.gu_a[0]);
     assert_true(ga[(4 + 1) * 24 + 5] == (float)a0.ref.gu_a[(3 + 1) * 24 + 5]); /* up row 1 sits at R + 1 */
     assert_true(ga[3 * 24 + 5] == 0.0f);                                      /* rank row 3 >= r is padding */
@@ -477,19 +477,19 @@ static void test_slot_clear_is_base(void **state) {
     int *on1 = xcalloc(T, sizeof(int));
     for (int t = 0; t < T; t++) on1[t] = 1;
     for (int layer = 0; layer < 2; layer++) {
-        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
-        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
         assert_true(memcmp(y_base, y_slot, T * 24 * sizeof(float)) != 0);
     }
-    assert_int_equal(be->ops->slot_clear(be, 1, &err), LS_OK);
-    assert_int_equal(be->ops->slot_read(be, 1, 1, ga, gb, da, db, &err), LS_OK);
+    assert_int_equal(ls_backend_slot_clear(be, 1, &err), LS_OK);
+    assert_int_equal(ls_backend_slot_read(be, 1, 1, ga, gb, da, db, &err), LS_OK);
     for (size_t i = 0; i < lga; i++) assert_true(ga[i] == 0.0f);
     for (size_t i = 0; i < lgb; i++) assert_true(gb[i] == 0.0f);
     for (size_t i = 0; i < lda; i++) assert_true(da[i] == 0.0f);
     for (size_t i = 0; i < ldb; i++) assert_true(db[i] == 0.0f);
     for (int layer = 0; layer < 2; layer++) {
-        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
-        assert_int_equal(be->ops->forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, layer, T, x, NULL, on1, y_slot, &err), LS_OK);
         for (int i = 0; i < T * 24; i++) assert_true(y_base[i] == y_slot[i]);
     }
     ls_error_free(&err);

@@ -503,7 +503,7 @@ static void test_demo_deterministic(void **state) {
     unsigned long long st = 1;
     ls_ref_fill_uniform(xd, 16 * 64, sqrt(3.0), &st);
     for (int i = 0; i < 16 * 64; i++) x[i] = (float)xd[i];
-    assert_int_equal(be->ops->forward(be, 1, 16, x, NULL, NULL, y, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 1, 16, x, NULL, NULL, y, &err), LS_OK);
     double ss = 0;
     for (int i = 0; i < 16 * 64; i++) ss += (double)y[i] * y[i];
     double rms = sqrt(ss / (16 * 64));
@@ -556,7 +556,7 @@ static void check_forward(const char *meta_layout) {
     for (int l = 0; l < L; l++) {
         for (size_t i = 0; i < c13; i++) d13[i] = w13[l * c13 + i];
         for (size_t i = 0; i < c2; i++) d2[i] = w2[l * c2 + i];
-        assert_int_equal(be->ops->forward(be, l, T, x, g, NULL, y, &err), LS_OK);
+        assert_int_equal(ls_backend_forward(be, l, T, x, g, NULL, y, &err), LS_OK);
         ls_ref_forward(&m.dims, d13, d2, T, xd, gd, NULL, yref);
         assert_true(ls_ref_rel_err_f(y, yref, T * H) <= 1e-5);
     }

@@ -25,14 +25,14 @@ static void test_load_into_free_slot(void **state) {
     /* The slot holds exactly the adapter padded to the pool's rank. */
     ls_adapter a;
     pt_adapter(&D, RK, seed_of("a", 1), &a);
-    ls_pool_dims pd = f.fk->be.pool;
+    ls_pool_dims pd = *ls_backend_pool_dims(f.fk->be);
     size_t len[4] = {ls_pool_gu_a_len(&D, &pd), ls_pool_gu_b_len(&D, &pd), ls_pool_d_a_len(&D, &pd),
                      ls_pool_d_b_len(&D, &pd)};
     float *want[4], *got[4];
     for (int b = 0; b < 4; b++) want[b] = malloc(len[b] * sizeof(float)), got[b] = malloc(len[b] * sizeof(float));
     for (int l = 0; l < D.L; l++) {
         ls_adapter_expand(&a, l, &D, &pd, want[0], want[1], want[2], want[3]);
-        f.fk->be.ops->slot_read(&f.fk->be, 0, l, got[0], got[1], got[2], got[3], &err);
+        ls_backend_slot_read(f.fk->be, 0, l, got[0], got[1], got[2], got[3], &err);
         for (int b = 0; b < 4; b++) assert_memory_equal(got[b], want[b], len[b] * sizeof(float));
     }
     for (int b = 0; b < 4; b++) free(want[b]), free(got[b]);
@@ -51,8 +51,8 @@ static void test_load_into_free_slot(void **state) {
     assert_int_equal(st.hits, 1);
     assert_int_equal(st.misses, 0);
     assert_int_equal(st.registered, 1);
-    assert_int_equal(st.bytes_total, f.fk->be.pool_bytes);
-    assert_int_equal(st.bytes_per_slot, f.fk->be.pool_bytes / 3);
+    assert_int_equal(st.bytes_total, ls_backend_pool_bytes(f.fk->be));
+    assert_int_equal(st.bytes_per_slot, ls_backend_pool_bytes(f.fk->be) / 3);
     assert_true(describe(f.p, "a").last_used_ms > 0);
     assert_int_equal(describe(f.p, "a").hits, 1);
 

@@ -25,12 +25,12 @@ typedef struct {
 static inline fx fx_make(int S, int max_tokens, int host_cache, ls_pool_reload_fn reload, void *ctx) {
     fx f;
     f.fk = pt_fake_create(D, S, RMAX, max_tokens);
-    f.p = pt_pool(&f.fk->be, host_cache, reload, ctx);
+    f.p = pt_pool(f.fk->be, host_cache, reload, ctx);
     return f;
 }
 static inline void fx_free(fx *f) {
     ls_pool_free(f->p);
-    ls_backend_free(&f->fk->be);
+    ls_backend_free(f->fk->be);
 }
 
 /* Loads (name, version)'s factors and checks the pool gave that version. */

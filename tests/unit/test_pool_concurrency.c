@@ -76,14 +76,14 @@ static void oracle_expect(oracle *o, const char *name, uint64_t version, int lay
         snprintf(key, sizeof key, "%s@%" PRIu64, name ? name : "", version);
         if (name && strcmp(key, o->in_slot) != 0) {
             for (int l = 0; l < D.L; l++) {
-                ls_adapter_expand(&a, l, &D, &o->be->pool, o->buf[0], o->buf[1], o->buf[2], o->buf[3]);
+                ls_adapter_expand(&a, l, &D, ls_backend_pool_dims(o->be), o->buf[0], o->buf[1], o->buf[2], o->buf[3]);
                 ls_slot_factors f = {o->buf[0], o->buf[1], o->buf[2], o->buf[3]};
-                W_REQUIRE(o->be->ops->slot_write(o->be, 0, l, &f, NULL) == LS_OK, "oracle slot write");
+                W_REQUIRE(ls_backend_slot_write(o->be, 0, l, &f, NULL) == LS_OK, "oracle slot write");
             }
             snprintf(o->in_slot, sizeof o->in_slot, "%s", key);
         }
         int slot = name ? 0 : -1;
-        W_REQUIRE(o->be->ops->forward(o->be, layer, 1, x, g, &slot, y, NULL) == LS_OK, "oracle forward");
+        W_REQUIRE(ls_backend_forward(o->be, layer, 1, x, g, &slot, y, NULL) == LS_OK, "oracle forward");
         pthread_mutex_unlock(&o->mu);
     }
     if (name) ls_adapter_free(&a);
@@ -231,13 +231,13 @@ static void stress(bool cpu, int millis) {
     if (cpu) {
         be = pt_cpu_create(D, S, RMAX, 6, 11, &w13, &w2);
         o.be = pt_cpu_create(D, 1, RMAX, 1, 11, &r13, &r2); /* same seed: same base */
-        size_t len[4] = {ls_pool_gu_a_len(&D, &o.be->pool), ls_pool_gu_b_len(&D, &o.be->pool),
-                         ls_pool_d_a_len(&D, &o.be->pool), ls_pool_d_b_len(&D, &o.be->pool)};
+        size_t len[4] = {ls_pool_gu_a_len(&D, ls_backend_pool_dims(o.be)), ls_pool_gu_b_len(&D, ls_backend_pool_dims(o.be)),
+                         ls_pool_d_a_len(&D, ls_backend_pool_dims(o.be)), ls_pool_d_b_len(&D, ls_backend_pool_dims(o.be))};
         for (int b = 0; b < 4; b++) assert_non_null(o.buf[b] = malloc(len[b] * sizeof(float)));
     } else {
         fk = pt_fake_create(D, S, RMAX, 6);
         fk->delay_us = 20;
-        be = &fk->be;
+        be = fk->be;
     }
     ls_pool *p = pt_pool(be, 4, reload_fn, NULL);
     atomic_bool stop = false;

@@ -297,7 +297,7 @@ static void run(const run_cfg *rc) {
     double *w13 = NULL, *w2 = NULL;
     ls_backend *be;
     if (rc->cpu) be = pt_cpu_create(D, rc->S, RMAX, 5, rc->seed, &w13, &w2);
-    else be = &pt_fake_create(D, rc->S, RMAX, 5)->be;
+    else be = pt_fake_create(D, rc->S, RMAX, 5)->be;
     reload_ctx rctx = {0};
     ls_pool *p = pt_pool(be, rc->host_cache, model_reload, &rctx);
     model m = {.S = rc->S, .host_cache = rc->host_cache};
