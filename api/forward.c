@@ -10,7 +10,7 @@
 
 #include "api/json_tensor.h"
 #include "common/buf.h"
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 
 bool ls_adapter_name_valid(const char *name) {
     size_t n = strlen(name);

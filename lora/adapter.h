@@ -24,7 +24,9 @@ typedef struct {
     int r;                    /* 0 = not given; else must agree with the shapes */
     bool has_alpha;           /* without alpha the scale is 1 */
     double lora_alpha;
+    bool has_rslora;          /* use_rslora was stated */
     bool use_rslora;
+    bool whole_config;        /* r, alpha and rslora come as one config: merged as a whole */
     bool has_scale; /* pool format: multiply the B factors by scale */
     double scale;
     bool strict; /* factors of other modules are errors, not ignored */

@@ -19,8 +19,9 @@
 typedef struct ls_pool ls_pool;
 
 /* Re-reads an adapter dropped from the host tier from its source path.
- * Fills out (owned by the pool afterwards) or err. Called with the pool's
- * backend lock held: it must not call back into the pool. */
+ * Fills out (owned by the pool afterwards) or err. Called without any of
+ * the pool's locks (ls_loader_reload is the server's); it must not call
+ * back into the pool. */
 typedef ls_status (*ls_pool_reload_fn)(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
                                        ls_error *err);
 

@@ -202,6 +202,8 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
         st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory for a forward of %d tokens", T);
     else
         st = ls_fwd_resolve(p, &f, tok, names, &base_pending, err);
+    /* Dropped host copies are read back here, before the backend lock. */
+    if (st == LS_OK) st = ls_policy_reload_held(p, f.ent, f.D, err);
 
     int pending = f.D;
     while (st == LS_OK && (pending > 0 || base_pending)) {

@@ -95,5 +95,9 @@ void ls_policy_touch(ls_pool *p, ls_pool_entry *e);
 int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group);
 void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep);
 ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err);
+/* Without a lock: gives each of the count held entries that is not
+ * resident its host copy, reading dropped ones back from their source
+ * path, in order. */
+ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int count, ls_error *err);
 
 #endif

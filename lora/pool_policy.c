@@ -1,7 +1,8 @@
 /* The slot and host-tier policy: which slot an adapter gets (a free one,
  * else the least recently used evictable occupant), which host copy is
- * dropped when the host tier is over its size, and the slot write itself
- * (reloading a dropped adapter from its path first). */
+ * dropped when the host tier is over its size, reading dropped copies
+ * back (before the backend lock, so a disk read stalls no other forward),
+ * and the slot write itself. */
 #include "lora/pool_internal.h"
 
 #include <inttypes.h>
@@ -93,10 +94,11 @@ void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
     }
 }
 
-/* Under be_mu, without mu: reads e's factors back from its source path
- * and, when they are still the ones registered, installs them as its host
- * copy. e is held (a reference or not yet published), so nothing else
- * touches its factors meanwhile. */
+/* Without a lock: reads e's factors back from its source path and, when
+ * they are still the ones registered, installs them as its host copy
+ * (under mu; another forward may have done it meanwhile). e is held, so
+ * the host tier does not drop the copy again before the caller uses it;
+ * its name, path and parameters never change. */
 static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
     if (!e->source_path || !p->cfg.reload)
         return ls_error_set(err, LS_INTERNAL, NULL, "adapter '%s' has no host copy and no path to reload from",
@@ -117,18 +119,38 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
                             e->name, e->version, e->source_path);
     }
     pthread_mutex_lock(&p->mu);
-    e->a = tmp;
-    e->host_data = true;
-    p->host_used++;
-    p->host_bytes += e->bytes;
-    ls_policy_trim_host(p, e);
+    if (e->host_data) {
+        ls_adapter_free(&tmp);
+    } else {
+        e->a = tmp;
+        e->host_data = true;
+        p->host_used++;
+        p->host_bytes += e->bytes;
+        ls_policy_trim_host(p, e);
+    }
     pthread_mutex_unlock(&p->mu);
     return LS_OK;
 }
 
-/* Under be_mu, without mu: writes every layer of e into slot (which the
- * caller claimed as LOADING for e). On failure the slot is cleared so no
- * half-written adapter remains; the caller frees it. */
+ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int count, ls_error *err) {
+    for (int d = 0; d < count; d++) {
+        pthread_mutex_lock(&p->mu);
+        bool missing = !ents[d]->host_data && ents[d]->slot < 0;
+        pthread_mutex_unlock(&p->mu);
+        if (missing) {
+            ls_status st = ls_policy_reload(p, ents[d], err);
+            if (st != LS_OK) return st;
+        }
+    }
+    return LS_OK;
+}
+
+/* Under be_mu, without mu: writes every layer of e (held) into slot
+ * (which the caller claimed as LOADING for e). Its host copy was read
+ * back before the backend lock (ls_policy_reload_held) unless another
+ * forward evicted it from its slot in between: then it is read here. On
+ * failure the slot is cleared so no half-written adapter remains; the
+ * caller frees it. */
 ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err) {
     ls_status st = LS_OK;
     if (!e->host_data) st = ls_policy_reload(p, e, err);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "common/file.h"
 
 #define LS_MODEL_PREFIX "model.layers."

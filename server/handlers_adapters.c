@@ -27,27 +27,23 @@ static void ls_count_validation_failure(ls_server *srv, const ls_error *err) {
         if (seen[c] && ls_status_http((ls_status)c) == 422) ls_metrics_validation_failure(&srv->metrics, (ls_status)c);
 }
 
-/* Parses and normalises an upload. On success *up and *a are the
- * caller's to free; on failure both are empty. */
+/* Parses an upload and loads it (lora/loader). On success *up, *a and
+ * *origin are the caller's (up and a to free); on failure all are empty. */
 static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls_adapter_upload *up, ls_adapter *a,
-                                    ls_error *err) {
+                                    ls_adapter_origin *origin, ls_error *err) {
     ls_server *srv = req->srv;
     ls_status st;
     if (req->kind == LS_BODY_SAFETENSORS)
         st = ls_adapter_upload_parse_raw(req->body, req->len, ls_query_mhd, req->conn, srv->cfg.strict_adapters,
                                          require_name, up, err);
     else
-        st = ls_adapter_upload_parse_json((const char *)req->body, req->len, srv->cfg.adapter_dir,
-                                          srv->cfg.strict_adapters, require_name, up, err);
-    if (st != LS_OK) {
-        ls_count_validation_failure(srv, err);
-        return st;
+        st = ls_adapter_upload_parse_json((const char *)req->body, req->len, srv->cfg.strict_adapters, require_name,
+                                          up, err);
+    if (st == LS_OK) {
+        ls_adapter_source src = ls_adapter_upload_source(up);
+        if ((st = ls_loader_load(&srv->loader, &src, a, origin, err)) != LS_OK) ls_adapter_upload_free(up);
     }
-    st = ls_adapter_normalise(&up->tensors, &up->params, &srv->dims, &srv->pool_dims, a, err);
-    if (st != LS_OK) {
-        ls_count_validation_failure(srv, err);
-        ls_adapter_upload_free(up);
-    }
+    if (st != LS_OK) ls_count_validation_failure(srv, err);
     return st;
 }
 
@@ -63,13 +59,14 @@ void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
     ls_error_init(&err);
     ls_adapter_upload up;
     ls_adapter a;
-    ls_status st = ls_adapter_prepare(req, true, &up, &a, &err);
+    ls_adapter_origin origin;
+    ls_status st = ls_adapter_prepare(req, true, &up, &a, &origin, &err);
     if (st == LS_OK) {
         json_t *ignored = ls_ignored_json(&a);
         ls_pool_load_opts opts = {.pinned = up.pinned,
                                   .replace = up.replace,
-                                  .source_path = up.source_path[0] ? up.source_path : NULL,
-                                  .params = up.params};
+                                  .source_path = origin.path[0] ? origin.path : NULL,
+                                  .params = origin.params};
         ls_adapter_info info;
         st = ls_pool_load(srv->pool, up.name, &a, &opts, &info, &err);
         if (st == LS_OK) {
@@ -94,7 +91,8 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
     ls_error_init(&err);
     ls_adapter_upload up;
     ls_adapter a;
-    ls_status st = ls_adapter_prepare(req, false, &up, &a, &err);
+    ls_adapter_origin origin;
+    ls_status st = ls_adapter_prepare(req, false, &up, &a, &origin, &err);
     if (st == LS_OK) {
         json_t *layers = json_array();
         for (int l = 0; layers && l < a.layers; l++)

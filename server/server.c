@@ -1,37 +1,13 @@
 /* Server start-up and tear-down: device choice, model, backend, pool. */
 #include "server/server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/adapter_upload.h"
 #include "common/log.h"
 #include "model/model.h"
 #include "server/batcher.h"
-
-/* Reloads an adapter dropped from the host tier (ls_pool_reload_fn). */
-static ls_status ls_server_reload(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
-                                  ls_error *err) {
-    ls_server *srv = ctx;
-    ls_adapter_params p = *params;
-    ls_tensor_set set;
-    ls_tensor_set_init(&set);
-    ls_file_map map = {0};
-    ls_status st = ls_adapter_read_path(path, &p, &set, &map, err);
-    if (st != LS_OK) return st;
-    /* What the upload said inline wins over the file, as at load time. */
-    p.format = params->format;
-    p.r = params->r;
-    p.has_alpha = params->has_alpha;
-    p.lora_alpha = params->lora_alpha;
-    p.use_rslora = params->use_rslora;
-    p.has_scale = params->has_scale;
-    p.scale = params->scale;
-    st = ls_adapter_normalise(&set, &p, &srv->dims, &srv->pool_dims, out, err);
-    ls_tensor_set_free(&set);
-    ls_file_map_close(&map);
-    return st;
-}
 
 static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
     switch (c) {
@@ -97,7 +73,10 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                 ls_w13_layout_name(srv->dims.w13_layout), ls_dtype_name(bc.dtype), cfg->slots, cfg->max_rank,
                 ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
     ls_model_free(&model);
-    ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_server_reload, .reload_ctx = srv};
+    srv->loader.dims = srv->dims;
+    srv->loader.pool = srv->pool_dims;
+    snprintf(srv->loader.adapter_dir, sizeof srv->loader.adapter_dir, "%s", cfg->adapter_dir);
+    ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader};
     if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {
         ls_log_error("pool: %s", err.message);
         goto fail;

@@ -12,6 +12,7 @@
 #include "common/dims.h"
 #include "config/config.h"
 #include "gpu/backend.h"
+#include "lora/loader.h"
 #include "lora/pool.h"
 #include "server/metrics.h"
 
@@ -23,6 +24,7 @@ typedef struct ls_server {
     ls_dims dims;
     ls_pool_dims pool_dims;
     ls_backend *backend; /* owned */
+    ls_loader loader;    /* adapter directory and shapes: every adapter load goes through it */
     ls_pool *pool;       /* owned */
     struct ls_batcher *batcher; /* owned; NULL with --batching false */
     ls_metrics metrics;

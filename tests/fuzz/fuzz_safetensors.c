@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 
 /* A crash here is a finding: abort() is what libFuzzer records. */
 #define FUZZ_CHECK(cond)                                                                                          \

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "api/base64.h"
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "tests/util/tiny_server.h"
 #include "tests/util/testutil.h"
 

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "api/base64.h"
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "gpu/backend.h"
 #include "tests/util/testutil.h"
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "gpu/backend.h"
 #include "tests/util/reference.h"
 #include "tests/util/testutil.h"

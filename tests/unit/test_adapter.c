@@ -4,7 +4,7 @@
  * into per-expert pools, absent layers and modules, ignored factors. */
 #include <math.h>
 
-#include "api/adapter_config.h"
+#include "lora/adapter_config.h"
 #include "common/sha256.h"
 #include "test_adapter_util.h"
 

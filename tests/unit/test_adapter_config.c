@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "api/adapter_config.h"
+#include "lora/adapter_config.h"
 
 /* Parses text; returns the status, err keeps the details. */
 static ls_status parse(const char *text, ls_adapter_params *p, ls_error *err) {

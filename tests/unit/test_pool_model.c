@@ -137,6 +137,16 @@ static ls_status m_forward(model *m, int T, const int *tok, int *distinct, int *
         if (!in_req[tok[t]]) in_req[tok[t]] = true, distinct[D_++] = tok[t];
     }
     *n_distinct = D_;
+    /* Adapters neither resident nor in host memory are read back first, in
+     * order of appearance (the pool does it before its backend lock). */
+    for (int d = 0; d < D_; d++) {
+        int i = distinct[d];
+        if (m->e[i].slot < 0 && !m->e[i].host) {
+            m->e[i].host = true;
+            m->reloads++;
+            m_trim(m, i, in_req);
+        }
+    }
     bool done[NNAMES] = {0};
     int pending = D_;
     while (pending > 0) {
@@ -164,13 +174,7 @@ static ls_status m_forward(model *m, int T, const int *tok, int *distinct, int *
         }
         for (int d = 0; d < D_; d++) {
             int i = distinct[d];
-            if (!miss[i]) continue;
-            m->loads++;
-            if (!m->e[i].host) {
-                m->e[i].host = true;
-                m->reloads++;
-                m_trim(m, i, in_req);
-            }
+            if (miss[i]) m->loads++;
         }
         for (int i = 0; i < NNAMES; i++)
             if (in_group[i]) done[i] = true;

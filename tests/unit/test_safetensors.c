@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "tests/util/testutil.h"
 #include "common/file.h"
 

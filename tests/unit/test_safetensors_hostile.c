@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "common/file.h"
 
 #define HOSTILE_DIR LS_TEST_DATA "/hostile"

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "api/base64.h"
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 #include "tests/util/reference.h"
 
 static const char *tiny_peft_names[] = {

@@ -1,8 +1,8 @@
 /* safetensors read and write (SPEC §4's rules). The reader checks every
  * length, offset and product against the buffer before trusting it and
  * allocates nothing from a header size before that size is checked. */
-#ifndef LS_API_SAFETENSORS_H
-#define LS_API_SAFETENSORS_H
+#ifndef LS_FORMAT_SAFETENSORS_H
+#define LS_FORMAT_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,10 @@
-/* adapter_config.json and the inline "config" object: r, lora_alpha and
- * use_rslora into ls_adapter_params. Every bad key is reported; the many
- * other keys a PEFT config carries are ignored. */
-#include "api/adapter_config.h"
+/* adapter_config.json and the inline "config" object (r, lora_alpha,
+ * use_rslora; every bad key reported, the many other keys a PEFT config
+ * carries ignored), parameters as text, and the merge of stated over own
+ * parameters. */
+#include "lora/adapter_config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,7 +91,9 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
     p->r = (int)json_integer_value(r);
     p->has_alpha = alpha != NULL;
     p->lora_alpha = alpha ? json_number_value(alpha) : 0.0;
+    p->has_rslora = rs != NULL;
     p->use_rslora = rs && json_is_true(rs);
+    p->whole_config = true;
     return LS_OK;
 }
 
@@ -105,4 +109,60 @@ ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, l
     ls_status st = ls_adapter_config_parse(obj, true, p, err);
     json_decref(obj);
     return st;
+}
+
+/* "true"/"false"/"1"/"0". */
+static ls_status ls_params_bool(const char *v, const char *key, bool *out, ls_error *err) {
+    if (!strcmp(v, "true") || !strcmp(v, "1")) *out = true;
+    else if (!strcmp(v, "false") || !strcmp(v, "0")) *out = false;
+    else return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
+    return LS_OK;
+}
+
+/* A finite decimal number (strtod also reads hex and inf: refused). */
+static ls_status ls_params_double(const char *v, const char *key, double *out, ls_error *err) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(d))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not a finite number", key, v);
+    *out = d;
+    return LS_OK;
+}
+
+ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapter_params *p, ls_error *err) {
+    ls_status st = LS_OK;
+    if (t->lora_alpha && (st = ls_params_double(t->lora_alpha, "lora_alpha", &p->lora_alpha, err)) == LS_OK)
+        p->has_alpha = true;
+    if (st == LS_OK && t->use_rslora && (st = ls_params_bool(t->use_rslora, "use_rslora", &p->use_rslora, err)) == LS_OK)
+        p->has_rslora = true;
+    if (st == LS_OK && t->format && !ls_adapter_format_parse(t->format, &p->format))
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "format=%.32s is not peft, pool or auto", t->format);
+    if (st == LS_OK && t->r) {
+        char *end;
+        errno = 0;
+        long v = strtol(t->r, &end, 10);
+        if (errno || end == t->r || *end || v <= 0 || v > INT_MAX)
+            st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID, NULL, "r=%.32s is not a positive integer", t->r);
+        else p->r = (int)v;
+    }
+    if (st == LS_OK && t->scale && (st = ls_params_double(t->scale, "scale", &p->scale, err)) == LS_OK)
+        p->has_scale = true;
+    return st;
+}
+
+ls_adapter_params ls_adapter_params_merge(const ls_adapter_params *own, const ls_adapter_params *given) {
+    ls_adapter_params m = *own;
+    if (given->whole_config) {
+        m.r = given->r;
+        m.has_alpha = given->has_alpha, m.lora_alpha = given->lora_alpha;
+        m.has_rslora = given->has_rslora, m.use_rslora = given->use_rslora;
+    }
+    if (given->format != LS_ADAPTER_FORMAT_AUTO) m.format = given->format;
+    if (given->r) m.r = given->r;
+    if (given->has_alpha) m.has_alpha = true, m.lora_alpha = given->lora_alpha;
+    if (given->has_rslora) m.has_rslora = true, m.use_rslora = given->use_rslora;
+    if (given->has_scale) m.has_scale = true, m.scale = given->scale;
+    m.strict = given->strict;
+    return m;
 }

@@ -2,7 +2,7 @@
  * header length, each offset and each shape product is checked against the
  * buffer (with overflow-checked arithmetic) before anything relies on it.
  * The rules are listed in docs/safetensors.md. */
-#include "api/safetensors.h"
+#include "format/safetensors.h"
 
 #include <jansson.h>
 #include <stdarg.h>

@@ -1,0 +1,249 @@
+/* The adapter loader (lora/loader.c): paths resolved beneath the adapter
+ * directory and nowhere else, the merge of stated over own parameters, and
+ * one adapter loaded from a PEFT directory, from a bare .safetensors
+ * file, from tensors in memory and by the host tier's reload giving the
+ * same factors whenever the parameters agree. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "format/safetensors.h"
+#include "lora/adapter_config.h"
+#include "lora/loader.h"
+#include "tests/util/testutil.h"
+
+#define LN 2
+#define LH 4
+#define LF 3
+#define LR 2
+
+static const char *const NAMES[4] = {
+    "model.layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight",
+    "model.layers.0.mlp.shared_experts.gate_up_proj.lora_B.weight",
+    "model.layers.0.mlp.shared_experts.down_proj.lora_A.weight",
+    "model.layers.0.mlp.shared_experts.down_proj.lora_B.weight",
+};
+
+/* A PEFT adapter of rank LR for n=LN, LH, LF: the four factors, f32. */
+static void make_tensors(ls_tensor_set *set) {
+    const int64_t shapes[4][2] = {{LR, LH}, {LN * 2 * LF, LR}, {LR, LN * LF}, {LH, LR}};
+    ls_tensor_set_init(set);
+    for (int k = 0; k < 4; k++) {
+        ls_tensor t;
+        assert_true(ls_tensor_alloc_f32(&t, shapes[k], 2));
+        float *v = t.data;
+        for (int64_t i = 0; i < shapes[k][0] * shapes[k][1]; i++) v[i] = (float)((i * 7 + k * 3) % 11 - 5) / 8.0f;
+        assert_true(ls_tensor_set_add(set, NAMES[k], &t));
+    }
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* dir/peft/ (adapter_config.json r=LR alpha=4) and dir/bare.safetensors
+ * (lora_alpha 4 in its metadata), both holding make_tensors. */
+static void write_adapters(const char *dir) {
+    ls_tensor_set set;
+    make_tensors(&set);
+    uint8_t *bytes;
+    size_t len;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_safetensors_write(&set, &bytes, &len, &err), LS_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/peft", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/peft/adapter_model.safetensors", dir);
+    write_file(path, bytes, len);
+    snprintf(path, sizeof path, "%s/peft/adapter_config.json", dir);
+    const char *cfg = "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}";
+    write_file(path, cfg, strlen(cfg));
+    free(bytes);
+    assert_true(ls_tensor_set_add_meta(&set, "lora_alpha", "4"));
+    assert_int_equal(ls_safetensors_write(&set, &bytes, &len, &err), LS_OK);
+    snprintf(path, sizeof path, "%s/bare.safetensors", dir);
+    write_file(path, bytes, len);
+    free(bytes);
+    ls_tensor_set_free(&set);
+    ls_error_free(&err);
+}
+
+static ls_loader make_loader(const char *dir) {
+    ls_loader ld = {.dims = {.n = LN, .H = LH, .F = LF, .L = 1, .w13_layout = LS_W13_INTERLEAVED},
+                    .pool = {.slots = 2, .max_rank = 4, .layout = LS_LORA_SHARED, .max_tokens = 8}};
+    snprintf(ld.adapter_dir, sizeof ld.adapter_dir, "%s", dir);
+    return ld;
+}
+
+/* Loads src; returns its sha256 (static buffer) and the origin. */
+static const char *load_sha(const ls_loader *ld, const ls_adapter_source *src, ls_adapter_origin *origin,
+                            double *scale) {
+    static char sha[65];
+    ls_adapter a;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_loader_load(ld, src, &a, origin, &err);
+    if (st != LS_OK) fprintf(stderr, "load: %s\n", err.message);
+    assert_int_equal(st, LS_OK);
+    snprintf(sha, sizeof sha, "%s", a.sha256);
+    if (scale) *scale = a.scale;
+    ls_adapter_free(&a);
+    ls_error_free(&err);
+    return sha;
+}
+
+static void test_every_way_in_gives_the_same_factors(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    ls_loader ld = make_loader(dir);
+    ls_adapter_origin o1, o2, o3;
+    double s1, s2, s3;
+    char want[65];
+
+    ls_adapter_source peft = {.path = "peft"};
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &peft, &o1, &s1));
+    assert_true(s1 == 2.0); /* alpha 4 / r 2 */
+    assert_non_null(strstr(o1.path, "/peft"));
+    assert_int_equal(o1.params.format, LS_ADAPTER_FORMAT_PEFT);
+
+    ls_adapter_source bare = {.path = "bare.safetensors"};
+    assert_string_equal(load_sha(&ld, &bare, &o2, &s2), want);
+
+    ls_tensor_set set;
+    make_tensors(&set);
+    ls_adapter_source inline_src = {.tensors = &set, .given = {.has_alpha = true, .lora_alpha = 4}};
+    assert_string_equal(load_sha(&ld, &inline_src, &o3, &s3), want);
+    assert_string_equal(o3.path, "");
+    ls_tensor_set_free(&set);
+
+    /* The reload reads the path with the stored parameters. */
+    ls_adapter again;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_reload(&ld, o1.path, &o1.params, &again, &err), LS_OK);
+    assert_string_equal(again.sha256, want);
+    ls_adapter_free(&again);
+
+    /* What the request states wins: a whole config without alpha means
+     * scale 1, and the factors change with it. */
+    ls_adapter_source stated = {.path = "peft"};
+    ls_error_clear(&err);
+    assert_int_equal(ls_adapter_config_parse_text("{\"r\": 2, \"lora_alpha\": 1}", &stated.given, &err), LS_OK);
+    double s4;
+    assert_string_not_equal(load_sha(&ld, &stated, &o1, &s4), want);
+    assert_true(s4 == 0.5);
+    ls_error_free(&err);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_merge_rules(void **state) {
+    (void)state;
+    ls_adapter_params own = {.format = LS_ADAPTER_FORMAT_PEFT, .r = 8, .has_alpha = true, .lora_alpha = 16,
+                             .has_rslora = true, .use_rslora = true, .has_scale = true, .scale = 3};
+    ls_adapter_params given = {.strict = true};
+    ls_adapter_params m = ls_adapter_params_merge(&own, &given);
+    /* nothing stated: the file's, strict from the request */
+    assert_int_equal(m.format, LS_ADAPTER_FORMAT_PEFT);
+    assert_int_equal(m.r, 8);
+    assert_true(m.has_alpha && m.lora_alpha == 16 && m.use_rslora && m.has_scale && m.scale == 3 && m.strict);
+    /* single values stated (a query string): those alone change */
+    given = (ls_adapter_params){.has_alpha = true, .lora_alpha = 4, .format = LS_ADAPTER_FORMAT_POOL};
+    m = ls_adapter_params_merge(&own, &given);
+    assert_true(m.lora_alpha == 4 && m.format == LS_ADAPTER_FORMAT_POOL && m.r == 8 && m.use_rslora && !m.strict);
+    /* a whole config replaces r, alpha and rslora together */
+    given = (ls_adapter_params){.whole_config = true, .r = 4};
+    m = ls_adapter_params_merge(&own, &given);
+    assert_true(m.r == 4 && !m.has_alpha && !m.has_rslora && !m.use_rslora && m.has_scale);
+    /* text parameters set exactly what they carry */
+    ls_adapter_params p = {0};
+    ls_adapter_text_params t = {.use_rslora = "false", .r = "3"};
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_params_from_text(&t, &p, &err), LS_OK);
+    assert_true(p.has_rslora && !p.use_rslora && p.r == 3 && !p.has_alpha && !p.has_scale);
+    t = (ls_adapter_text_params){.lora_alpha = "nan"};
+    assert_int_equal(ls_adapter_params_from_text(&t, &p, &err), LS_INVALID_REQUEST);
+    ls_error_free(&err);
+}
+
+static void test_paths_stay_beneath_the_directory(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    ls_loader ld = make_loader(dir);
+    const char *outside[] = {"../", "/etc/passwd", "peft/../../", "missing"};
+    for (size_t i = 0; i < sizeof outside / sizeof *outside; i++) {
+        ls_adapter_source src = {.path = outside[i]};
+        ls_adapter a;
+        ls_adapter_origin o;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_loader_load(&ld, &src, &a, &o, &err), LS_INVALID_REQUEST);
+        assert_null(a.data);
+        assert_string_equal(o.path, "");
+        ls_error_free(&err);
+    }
+    ls_test_rmtree(dir);
+    free(dir);
+}
+static void test_resolve_path_too_long(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/d", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    char out[4096];
+    ls_error err;
+
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_resolve(dir, "d/", out, sizeof out, &err), LS_OK);
+    assert_string_equal(out + strlen(out) - 2, "/d");
+    ls_error_free(&err);
+
+    /* "d////...////../../../../etc": the path named resolves outside the
+     * directory; cut at the join buffer's end it would have resolved to d
+     * and been accepted. */
+    size_t n = 9000;
+    char *rel = malloc(n + 32);
+    assert_non_null(rel);
+    rel[0] = 'd';
+    memset(rel + 1, '/', n);
+    strcpy(rel + 1 + n, "../../../../etc");
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_resolve(dir, rel, out, sizeof out, &err), LS_INVALID_REQUEST);
+    ls_error_free(&err);
+
+    /* the short form of the same escape, and the directory itself */
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_resolve(dir, "d/../../../../etc", out, sizeof out, &err), LS_INVALID_REQUEST);
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_resolve(dir, ".", out, sizeof out, &err), LS_OK);
+    ls_error_free(&err);
+    free(rel);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_way_in_gives_the_same_factors),
+        cmocka_unit_test(test_merge_rules),
+        cmocka_unit_test(test_paths_stay_beneath_the_directory),
+        cmocka_unit_test(test_resolve_path_too_long),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
