@@ -29,18 +29,49 @@ static inline int ls_pool_outer(const ls_dims *d, const ls_pool_dims *p) {
     return p->layout == LS_LORA_SHARED ? 1 : d->n;
 }
 
-/* Floats of one slot's factors for one layer, per buffer (SPEC §2). */
+/* The four LoRA factors of one layer, back to back in one block of
+ * floats, for factors of rank r with O outer blocks: gu_a [O, 2r, H]
+ * (rows 0..r-1 feed gate, r..2r-1 up), gu_b [n, 2F, r], d_a [n, r, F],
+ * d_b [O, H, r]. A pool slot holds them at (O, R), an adapter's compact
+ * copy at (its O', its r). */
+enum { LS_FACTOR_GU_A, LS_FACTOR_GU_B, LS_FACTOR_D_A, LS_FACTOR_D_B, LS_FACTORS };
+
+typedef struct {
+    size_t len[LS_FACTORS]; /* floats of each factor */
+    size_t off[LS_FACTORS]; /* where each starts in the block */
+    size_t total;           /* floats of the block */
+} ls_factor_layout;
+
+static inline ls_factor_layout ls_factor_layout_of(const ls_dims *d, int outer, int rank) {
+    const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, O = (size_t)outer, r = (size_t)rank;
+    ls_factor_layout l;
+    l.len[LS_FACTOR_GU_A] = O * 2 * r * H;
+    l.len[LS_FACTOR_GU_B] = n * 2 * F * r;
+    l.len[LS_FACTOR_D_A] = n * r * F;
+    l.len[LS_FACTOR_D_B] = O * H * r;
+    l.total = 0;
+    for (int k = 0; k < LS_FACTORS; k++) {
+        l.off[k] = l.total;
+        l.total += l.len[k];
+    }
+    return l;
+}
+
+/* The pool's slot layout, and its factors' sizes one by one. */
+static inline ls_factor_layout ls_pool_layout(const ls_dims *d, const ls_pool_dims *p) {
+    return ls_factor_layout_of(d, ls_pool_outer(d, p), p->max_rank);
+}
 static inline size_t ls_pool_gu_a_len(const ls_dims *d, const ls_pool_dims *p) {
-    return (size_t)ls_pool_outer(d, p) * 2 * p->max_rank * d->H;
+    return ls_pool_layout(d, p).len[LS_FACTOR_GU_A];
 }
 static inline size_t ls_pool_gu_b_len(const ls_dims *d, const ls_pool_dims *p) {
-    return (size_t)d->n * 2 * d->F * p->max_rank;
+    return ls_pool_layout(d, p).len[LS_FACTOR_GU_B];
 }
 static inline size_t ls_pool_d_a_len(const ls_dims *d, const ls_pool_dims *p) {
-    return (size_t)d->n * p->max_rank * d->F;
+    return ls_pool_layout(d, p).len[LS_FACTOR_D_A];
 }
 static inline size_t ls_pool_d_b_len(const ls_dims *d, const ls_pool_dims *p) {
-    return (size_t)ls_pool_outer(d, p) * d->H * p->max_rank;
+    return ls_pool_layout(d, p).len[LS_FACTOR_D_B];
 }
 
 const char *ls_w13_layout_name(ls_w13_layout l);

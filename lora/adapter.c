@@ -283,18 +283,18 @@ static void ls_adapter_check_finite(ls_adapter_ctx *c) {
 /* Writes the compact factors of every layer into a; false on a value
  * the scale pushed past the fp32 range (reported) or out of memory. */
 static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_other, ls_adapter *a) {
-    const size_t n = (size_t)c->dims->n, H = (size_t)c->dims->H, F = (size_t)c->dims->F;
-    const size_t L = (size_t)c->dims->L, r = (size_t)c->rank, O = (size_t)c->outer;
-    if (r < 1 || O < 1) {
+    const size_t L = (size_t)c->dims->L;
+    if (c->rank < 1 || c->outer < 1) {
         ls_error_set(c->err, LS_INTERNAL, NULL, "adapter passed validation without a rank or outer layout");
         return false;
     }
-    const size_t lf = O * 2 * r * H + n * 2 * F * r + n * r * F + O * H * r;
-    a->format = c->format;
-    a->rank = c->rank;
-    a->outer = c->outer;
+    const ls_factor_layout lay = ls_factor_layout_of(c->dims, c->outer, c->rank);
+    const size_t lf = lay.total;
+    a->meta.format = c->format;
+    a->meta.rank = c->rank;
+    a->meta.outer = c->outer;
     a->layers = (int)L;
-    a->scale = c->scale;
+    a->meta.scale = c->scale;
     a->layer_floats = lf;
     if (L > SIZE_MAX / sizeof(float) / lf) goto oom;
     a->data = calloc(L * lf, sizeof(float));
@@ -302,7 +302,6 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     a->ignored = calloc(n_other ? n_other : 1, sizeof(char *));
     if (!a->data || !a->layer_present || !a->ignored) goto oom;
 
-    const size_t seg[LS_AD_SLOTS] = {O * 2 * r * H, n * 2 * F * r, n * r * F, O * H * r};
     bool overflow = false;
     for (size_t l = 0; l < L; l++) {
         bool any = false;
@@ -316,10 +315,10 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
             ls_adapter_peft_fill(c, (int)l, dst);
         /* The inputs were finite, so a value that is not came from the
          * scale pushing a B factor past the fp32 range. */
-        for (int k = 0; k < LS_AD_SLOTS; dst += seg[k], k++) {
+        for (int k = 0; k < LS_AD_SLOTS; dst += lay.len[k], k++) {
             size_t i = 0;
-            while (i < seg[k] && isfinite(dst[i])) i++;
-            if (i == seg[k]) continue;
+            while (i < lay.len[k] && isfinite(dst[i])) i++;
+            if (i == lay.len[k]) continue;
             const char *name = ls_adapter_at(c, (int)l, k)->name;
             ls_adapter_violation(c, LS_LORA_NONFINITE, (int)l, name, LS_NA, LS_NA, LS_NA,
                                  "lower lora_alpha (or scale), or the magnitude of the B factors",
@@ -335,8 +334,8 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
         if (nm.kind != LS_AN_OTHER) continue;
         char *copy = strdup(s->items[i].name);
         if (!copy) goto oom;
-        a->ignored[a->n_ignored++] = copy;
-        a->bytes += strlen(copy) + 1;
+        a->ignored[a->meta.n_ignored++] = copy;
+        a->meta.bytes += strlen(copy) + 1;
     }
 
     /* The digest covers the data array as little-endian fp32 bytes, layer
@@ -361,8 +360,8 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     ls_sha256_update(&h, buf, used);
     uint8_t digest[32];
     ls_sha256_final(&h, digest);
-    ls_sha256_hex_digest(digest, a->sha256);
-    a->bytes += total * sizeof(float) + L * sizeof(bool) + (n_other ? n_other : 1) * sizeof(char *);
+    ls_sha256_hex_digest(digest, a->meta.sha256);
+    a->meta.bytes += total * sizeof(float) + L * sizeof(bool) + (n_other ? n_other : 1) * sizeof(char *);
     return true;
 
 oom:
@@ -438,16 +437,16 @@ void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, cons
     memset(d_a, 0, ls_pool_d_a_len(dims, pool) * sizeof(float));
     memset(d_b, 0, ls_pool_d_b_len(dims, pool) * sizeof(float));
     const size_t R = (size_t)pool->max_rank, O = (size_t)ls_pool_outer(dims, pool);
-    assert(!a || a->rank <= pool->max_rank);
-    assert(!a || a->outer <= 1 || (size_t)a->outer == O);
-    if (!a || !a->data || layer < 0 || layer >= a->layers || a->rank < 1 || (size_t)a->rank > R) return;
+    assert(!a || a->meta.rank <= pool->max_rank);
+    assert(!a || a->meta.outer <= 1 || (size_t)a->meta.outer == O);
+    if (!a || !a->data || layer < 0 || layer >= a->layers || a->meta.rank < 1 || (size_t)a->meta.rank > R) return;
 
     const size_t n = (size_t)dims->n, H = (size_t)dims->H, F = (size_t)dims->F;
-    const size_t r = (size_t)a->rank, Os = (size_t)a->outer;
-    const float *s_gu_a = a->data + (size_t)layer * a->layer_floats;
-    const float *s_gu_b = s_gu_a + Os * 2 * r * H;
-    const float *s_d_a = s_gu_b + n * 2 * F * r;
-    const float *s_d_b = s_d_a + n * r * F;
+    const size_t r = (size_t)a->meta.rank, Os = (size_t)a->meta.outer;
+    const ls_factor_layout lay = ls_factor_layout_of(dims, a->meta.outer, a->meta.rank);
+    const float *s = a->data + (size_t)layer * a->layer_floats;
+    const float *s_gu_a = s + lay.off[LS_FACTOR_GU_A], *s_gu_b = s + lay.off[LS_FACTOR_GU_B];
+    const float *s_d_a = s + lay.off[LS_FACTOR_D_A], *s_d_b = s + lay.off[LS_FACTOR_D_B];
 
     for (size_t o = 0; o < O; o++) {
         /* Shared outer factors (O' = 1) are broadcast to every expert. */
@@ -467,7 +466,7 @@ void ls_adapter_free(ls_adapter *a) {
     if (!a) return;
     free(a->data);
     free(a->layer_present);
-    for (size_t i = 0; i < a->n_ignored; i++) free(a->ignored[i]);
+    for (size_t i = 0; i < a->meta.n_ignored; i++) free(a->ignored[i]);
     free(a->ignored);
     memset(a, 0, sizeof *a);
 }

@@ -32,23 +32,30 @@ typedef struct {
     bool strict; /* factors of other modules are errors, not ignored */
 } ls_adapter_params;
 
-/* A normalised adapter (host, fp32, own rank r). For every layer l < L the
- * factors are stored compact, zeros where the upload has no factor:
- * gu_a [O', 2r, H] (rows 0..r-1 gate, r..2r-1 up), gu_b [n, 2F, r],
- * d_a [n, r, F], d_b [O', H, r], scale already folded into the B factors. */
+/* What describes an adapter whoever holds it: the adapter itself, the
+ * pool's entry (also while its factors are dropped from the host tier)
+ * and a client's snapshot embed it, so it is copied as one. */
 typedef struct {
     ls_adapter_format format;
     int rank;
     int outer; /* O' of the upload: 1 or n */
-    int layers;
     double scale;
-    float *data;        /* owned; layers * layer_floats floats */
-    size_t layer_floats;
+    char sha256[65]; /* hex SHA-256 of the factors as little-endian fp32 bytes, all layers */
+    size_t bytes;    /* host bytes the factors take */
+    size_t n_ignored; /* factors of other modules that were skipped */
+} ls_adapter_meta;
+
+/* A normalised adapter (host, fp32, own rank r). For every layer l < L the
+ * factors are stored compact in the layout ls_factor_layout_of(dims,
+ * outer, rank), zeros where the upload has no factor, scale already
+ * folded into the B factors. */
+typedef struct {
+    ls_adapter_meta meta;
+    int layers;
+    float *data;         /* owned; layers * layer_floats floats */
+    size_t layer_floats; /* the layout's total */
     bool *layer_present; /* owned; layer carries at least one factor */
-    char **ignored;      /* owned; names skipped as other modules' factors */
-    size_t n_ignored;
-    char sha256[65]; /* hex SHA-256 of data as little-endian fp32 bytes, all layers */
-    size_t bytes;    /* host bytes held */
+    char **ignored;      /* owned; meta.n_ignored names skipped as other modules' factors */
 } ls_adapter;
 
 /* Validates tensors completely (every violation goes into err) and, when

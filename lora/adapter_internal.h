@@ -29,9 +29,16 @@ typedef enum {
     LS_AN_WHY_DORA,        /* a DoRA magnitude vector */
 } ls_adapter_name_why;
 
-/* Slots of a layer. PEFT: gate_up A, gate_up B, down A, down B. Pool:
- * gate_up_lora_a, gate_up_lora_b, down_lora_a, down_lora_b. */
-enum { LS_AD_GU_A, LS_AD_GU_B, LS_AD_D_A, LS_AD_D_B, LS_AD_SLOTS };
+/* Slots of a layer, in the order of the factor layout. PEFT: gate_up A,
+ * gate_up B, down A, down B. Pool: gate_up_lora_a, gate_up_lora_b,
+ * down_lora_a, down_lora_b. */
+enum {
+    LS_AD_GU_A = LS_FACTOR_GU_A,
+    LS_AD_GU_B = LS_FACTOR_GU_B,
+    LS_AD_D_A = LS_FACTOR_D_A,
+    LS_AD_D_B = LS_FACTOR_D_B,
+    LS_AD_SLOTS = LS_FACTORS
+};
 
 typedef struct {
     ls_adapter_name_kind kind;

@@ -176,7 +176,9 @@ void ls_adapter_peft_check(ls_adapter_ctx *c) {
 void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst) {
     const size_t n = (size_t)c->dims->n, H = (size_t)c->dims->H, F = (size_t)c->dims->F, r = (size_t)c->rank;
     const double s = c->scale;
-    float *gu_a = dst, *gu_b = gu_a + 2 * r * H, *d_a = gu_b + n * 2 * F * r, *d_b = d_a + n * r * F;
+    const ls_factor_layout lay = ls_factor_layout_of(c->dims, 1, c->rank); /* PEFT outer factors are shared */
+    float *gu_a = dst + lay.off[LS_FACTOR_GU_A], *gu_b = dst + lay.off[LS_FACTOR_GU_B];
+    float *d_a = dst + lay.off[LS_FACTOR_D_A], *d_b = dst + lay.off[LS_FACTOR_D_B];
     const ls_adapter_in *in = ls_adapter_at(c, l, LS_AD_GU_A);
     if (in->name) {
         /* One A feeds gate and up: it fills both halves of the rank axis. */

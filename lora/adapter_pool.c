@@ -218,16 +218,14 @@ void ls_adapter_pool_check(ls_adapter_ctx *c) {
 
 /* dst is the caller's (a layer of ls_adapter.data); c is borrowed. */
 void ls_adapter_pool_fill(const ls_adapter_ctx *c, int l, float *dst) {
-    const size_t n = (size_t)c->dims->n, H = (size_t)c->dims->H, F = (size_t)c->dims->F;
-    const size_t r = (size_t)c->rank, O = (size_t)c->outer;
-    const size_t len[LS_AD_SLOTS] = {O * 2 * r * H, n * 2 * F * r, n * r * F, O * H * r};
+    const ls_factor_layout lay = ls_factor_layout_of(c->dims, c->outer, c->rank);
     const double s = c->scale;
     /* The slot axis is 1, so each buffer is already its compact block. */
     for (int k = 0; k < LS_AD_SLOTS; k++) {
         const ls_tensor *t = ls_adapter_at(c, l, k)->t;
         const bool is_b = k == LS_AD_GU_B || k == LS_AD_D_B;
-        for (size_t i = 0; i < len[k]; i++)
+        for (size_t i = 0; i < lay.len[k]; i++)
             dst[i] = is_b ? (float)(s * ls_adapter_value(t, i)) : ls_adapter_value(t, i);
-        dst += len[k];
+        dst += lay.len[k];
     }
 }

@@ -125,15 +125,14 @@ void ls_pool_free(ls_pool *p) {
  * bounds. */
 static ls_status ls_pool_check_adapter(const ls_pool *p, const ls_adapter *a, ls_error *err) {
     const ls_dims *d = &p->dims;
-    size_t r = (size_t)a->rank, o = (size_t)a->outer, n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
-    size_t want = o * 2 * r * H + n * 2 * F * r + n * r * F + o * H * r;
-    bool outer_ok = a->outer == 1 || (a->outer == d->n && p->pd.layout == LS_LORA_PER_EXPERT);
-    if (!a->data || !a->layer_present || a->rank < 1 || a->rank > p->pd.max_rank || !outer_ok ||
+    size_t want = ls_factor_layout_of(d, a->meta.outer, a->meta.rank).total;
+    bool outer_ok = a->meta.outer == 1 || (a->meta.outer == d->n && p->pd.layout == LS_LORA_PER_EXPERT);
+    if (!a->data || !a->layer_present || a->meta.rank < 1 || a->meta.rank > p->pd.max_rank || !outer_ok ||
         a->layers != d->L || a->layer_floats != want)
         return ls_error_set(err, LS_INTERNAL, NULL,
                             "adapter does not fit the pool (rank %d of max %d, outer %d, %d layers of %d, "
                             "%zu floats per layer of %zu)",
-                            a->rank, p->pd.max_rank, a->outer, a->layers, d->L, a->layer_floats, want);
+                            a->meta.rank, p->pd.max_rank, a->meta.outer, a->layers, d->L, a->layer_floats, want);
     return LS_OK;
 }
 
@@ -145,13 +144,7 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
     snprintf(e->name, sizeof e->name, "%s", name);
     e->a = *a;
     e->host_data = true;
-    e->rank = a->rank;
-    e->outer = a->outer;
-    e->scale = a->scale;
-    e->format = a->format;
-    e->bytes = a->bytes;
-    snprintf(e->sha256, sizeof e->sha256, "%s", a->sha256);
-    e->n_ignored = (int)a->n_ignored;
+    e->meta = a->meta;
     e->params = opts->params;
     e->pinned = opts->pinned;
     e->slot = -1;
@@ -332,7 +325,7 @@ ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats,
         if (sl->state == LS_SLOT_FREE || !e) continue;
         snprintf(v[s].adapter, sizeof v[s].adapter, "%s", e->name);
         v[s].version = e->version;
-        v[s].rank = e->rank;
+        v[s].rank = e->meta.rank;
         v[s].pinned = e->pinned;
         v[s].in_flight = e->refs;
         v[s].last_used_ms = e->last_used_ms;

@@ -50,20 +50,14 @@ typedef enum { LS_SLOT_FREE, LS_SLOT_LOADING, LS_SLOT_RESIDENT } ls_slot_state;
 typedef struct {
     char name[129];
     uint64_t version;
-    int rank;
-    double scale;
-    ls_adapter_format format;
-    int outer; /* 1 shared, n per-expert outer factors */
+    ls_adapter_meta meta;
     bool pinned;
     int slot;       /* -1 when not resident */
     bool host_data; /* normalised factors held in the host tier */
-    size_t bytes;
-    char sha256[65];
     int in_flight;      /* requests holding this version now */
     int64_t last_used_ms; /* unix ms of the last forward, 0 = never */
     uint64_t hits;
     char source_path[4096]; /* "" for inline uploads */
-    int n_ignored;
 } ls_adapter_info;
 
 /* Registers a (validated, normalised) adapter under name and tries to make

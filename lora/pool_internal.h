@@ -18,13 +18,7 @@ typedef struct ls_pool_entry {
     uint64_t version;
     ls_adapter a;   /* host copy; a.data NULL once dropped from the host tier */
     bool host_data; /* a holds the factors */
-    /* What describes the adapter even while its host copy is dropped. */
-    int rank, outer;
-    double scale;
-    ls_adapter_format format;
-    size_t bytes;
-    char sha256[65];
-    int n_ignored;
+    ls_adapter_meta meta; /* describes the adapter even while its host copy is dropped */
     char *source_path; /* owned; NULL for inline uploads */
     ls_adapter_params params;
 

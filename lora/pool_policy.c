@@ -84,7 +84,7 @@ void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
             ls_adapter_free(&victim->a);
             victim->host_data = false;
             p->host_used--;
-            p->host_bytes -= victim->bytes;
+            p->host_bytes -= victim->meta.bytes;
         } else {
             ls_log_warn("pool: host cache full (%d adapters): unregistered adapter '%s' version %" PRIu64
                         ", which has no source path to reload from",
@@ -111,7 +111,7 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
             ls_error_set(err, st, NULL, "adapter '%s': reloading %s failed", e->name, e->source_path);
         return st;
     }
-    if (strcmp(tmp.sha256, e->sha256) != 0 || tmp.rank != e->rank || tmp.outer != e->outer ||
+    if (strcmp(tmp.meta.sha256, e->meta.sha256) != 0 || tmp.meta.rank != e->meta.rank || tmp.meta.outer != e->meta.outer ||
         tmp.layers != p->dims.L || !tmp.data) {
         ls_adapter_free(&tmp);
         return ls_error_set(err, LS_INTERNAL, "load it again (replace: true) to serve the new file",
@@ -125,7 +125,7 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
         e->a = tmp;
         e->host_data = true;
         p->host_used++;
-        p->host_bytes += e->bytes;
+        p->host_bytes += e->meta.bytes;
         ls_policy_trim_host(p, e);
     }
     pthread_mutex_unlock(&p->mu);

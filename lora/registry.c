@@ -68,7 +68,7 @@ void ls_registry_insert(ls_pool *p, ls_pool_entry *e) {
     p->all = e;
     if (e->host_data) {
         p->host_used++;
-        p->host_bytes += e->bytes;
+        p->host_bytes += e->meta.bytes;
     }
 }
 
@@ -108,7 +108,7 @@ void ls_registry_destroy(ls_pool *p, ls_pool_entry *e) {
     if (e->next) e->next->prev = e->prev;
     if (e->host_data) {
         p->host_used--;
-        p->host_bytes -= e->bytes;
+        p->host_bytes -= e->meta.bytes;
         ls_adapter_free(&e->a);
     }
     free(e->source_path);
@@ -121,18 +121,12 @@ void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info 
     memset(info, 0, sizeof *info);
     snprintf(info->name, sizeof info->name, "%s", e->name);
     info->version = e->version;
-    info->rank = e->rank;
-    info->scale = e->scale;
-    info->format = e->format;
-    info->outer = e->outer;
+    info->meta = e->meta;
     info->pinned = e->pinned;
     info->slot = e->slot;
     info->host_data = e->host_data;
-    info->bytes = e->bytes;
-    snprintf(info->sha256, sizeof info->sha256, "%s", e->sha256);
     info->in_flight = e->refs;
     info->last_used_ms = e->last_used_ms;
     info->hits = e->hits;
     snprintf(info->source_path, sizeof info->source_path, "%s", e->source_path ? e->source_path : "");
-    info->n_ignored = e->n_ignored;
 }

@@ -26,10 +26,10 @@ static json_t *ls_describe_time_json(int64_t ms) {
 json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
     const char *state = a->slot >= 0 ? "resident" : a->host_data ? "host" : "disk";
     json_t *j = json_pack("{s:s, s:I, s:i, s:f, s:s, s:s, s:b, s:s, s:o, s:I, s:s, s:i, s:o, s:I}", "name", a->name,
-                          "version", (json_int_t)a->version, "rank", a->rank, "scale", a->scale, "format",
-                          ls_adapter_format_name(a->format), "layout", a->outer > 1 ? "per-expert" : "shared",
+                          "version", (json_int_t)a->version, "rank", a->meta.rank, "scale", a->meta.scale, "format",
+                          ls_adapter_format_name(a->meta.format), "layout", a->meta.outer > 1 ? "per-expert" : "shared",
                           "pinned", a->pinned, "state", state, "slot", a->slot >= 0 ? json_integer(a->slot) : json_null(),
-                          "bytes", (json_int_t)a->bytes, "sha256", a->sha256, "in_flight", a->in_flight, "last_used",
+                          "bytes", (json_int_t)a->meta.bytes, "sha256", a->meta.sha256, "in_flight", a->in_flight, "last_used",
                           ls_describe_time_json(a->last_used_ms), "hits", (json_int_t)a->hits);
     if (j) json_object_set_new(j, "source", a->source_path[0] ? json_string(a->source_path) : json_null());
     (void)srv;

@@ -49,7 +49,7 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
 
 static json_t *ls_ignored_json(const ls_adapter *a) {
     json_t *arr = json_array();
-    for (size_t i = 0; arr && i < a->n_ignored; i++) json_array_append_new(arr, json_string(a->ignored[i]));
+    for (size_t i = 0; arr && i < a->meta.n_ignored; i++) json_array_append_new(arr, json_string(a->ignored[i]));
     return arr;
 }
 
@@ -74,7 +74,7 @@ void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
             if (j) json_object_set_new(j, "ignored", ignored);
             else json_decref(ignored);
             ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
-                        info.rank, ls_adapter_format_name(info.format), info.slot >= 0 ? "resident" : "host tier");
+                        info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
             ls_reply_json(r, 201, ls_json_take_text(j));
         } else {
             json_decref(ignored);
@@ -98,9 +98,9 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
         for (int l = 0; layers && l < a.layers; l++)
             if (a.layer_present[l]) json_array_append_new(layers, json_integer(l));
         json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:s, s:I}", "valid", 1, "format",
-                              ls_adapter_format_name(a.format), "rank", a.rank, "scale", a.scale, "layout",
-                              a.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
-                              "sha256", a.sha256, "bytes", (json_int_t)a.bytes);
+                              ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
+                              a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
+                              "sha256", a.meta.sha256, "bytes", (json_int_t)a.meta.bytes);
         if (j && up.name[0]) json_object_set_new(j, "name", json_string(up.name));
         ls_reply_json(r, 200, ls_json_take_text(j));
         ls_adapter_free(&a);

@@ -102,19 +102,19 @@ static void test_tiny_peft(void **state) {
     ls_error_init(&err);
     assert_int_equal(ls_adapter_normalise(&s, &prm, &d, &p, &a, &err), LS_OK);
     assert_int_equal(err.n_violations, 0);
-    assert_int_equal(a.format, LS_ADAPTER_FORMAT_PEFT);
-    assert_int_equal(a.rank, 2);
-    assert_int_equal(a.outer, 1);
+    assert_int_equal(a.meta.format, LS_ADAPTER_FORMAT_PEFT);
+    assert_int_equal(a.meta.rank, 2);
+    assert_int_equal(a.meta.outer, 1);
     assert_int_equal(a.layers, 1);
-    assert_true(a.scale == 2.0);
+    assert_true(a.meta.scale == 2.0);
     assert_true(a.layer_present[0]);
-    assert_int_equal(a.n_ignored, 0);
+    assert_int_equal(a.meta.n_ignored, 0);
     /* compact layout at r = 2: [1,4,4] + [2,6,2] + [2,2,3] + [1,4,2] */
     assert_int_equal(a.layer_floats, 16 + 24 + 12 + 8);
-    assert_true(a.bytes >= a.layer_floats * sizeof(float));
+    assert_true(a.meta.bytes >= a.layer_floats * sizeof(float));
     char hex[65];
     ls_sha256_hex(a.data, a.layer_floats * sizeof(float), hex); /* the host is little-endian */
-    assert_string_equal(a.sha256, hex);
+    assert_string_equal(a.meta.sha256, hex);
     assert_tiny_pool(&a, 0, &d, &p);
 
     ls_adapter_free(&a);
@@ -185,11 +185,11 @@ static void test_tiny_pool_format(void **state) {
     ls_adapter_params none = {0};
     ls_adapter a;
     normalise_ok(&s, &none, &d, &p, &a);
-    assert_int_equal(a.format, LS_ADAPTER_FORMAT_POOL);
-    assert_int_equal(a.rank, 2);
-    assert_int_equal(a.outer, 1);
+    assert_int_equal(a.meta.format, LS_ADAPTER_FORMAT_POOL);
+    assert_int_equal(a.meta.rank, 2);
+    assert_int_equal(a.meta.outer, 1);
     assert_tiny_pool(&a, 0, &d, &p);
-    assert_string_equal(a.sha256, ref.sha256); /* same normalised factors, same digest */
+    assert_string_equal(a.meta.sha256, ref.meta.sha256); /* same normalised factors, same digest */
     ls_adapter_free(&a);
     ls_tensor_set_free(&s);
 
@@ -198,9 +198,9 @@ static void test_tiny_pool_format(void **state) {
     tiny_to_pool(&s, LS_DTYPE_BF16, 1, 1.0);
     ls_adapter_params scaled = {.format = LS_ADAPTER_FORMAT_POOL, .has_scale = true, .scale = 2.0, .r = 2};
     normalise_ok(&s, &scaled, &d, &p, &a);
-    assert_true(a.scale == 2.0);
+    assert_true(a.meta.scale == 2.0);
     assert_tiny_pool(&a, 0, &d, &p);
-    assert_string_equal(a.sha256, ref.sha256);
+    assert_string_equal(a.meta.sha256, ref.meta.sha256);
     ls_adapter_free(&a);
     ls_tensor_set_free(&s);
 
@@ -280,22 +280,22 @@ static void test_scales(void **state) {
 
     prm.use_rslora = true; /* 4 / sqrt(2) */
     normalise_ok(&s, &prm, &d, &p, &a);
-    assert_float_equal(a.scale, 4.0 / sqrt(2.0), 1e-12);
+    assert_float_equal(a.meta.scale, 4.0 / sqrt(2.0), 1e-12);
     assert_gu_b_scaled(&a, 4.0 / sqrt(2.0));
     ls_adapter_free(&a);
 
     prm.has_alpha = false; /* no alpha: scale 1, rsLoRA or not */
     normalise_ok(&s, &prm, &d, &p, &a);
-    assert_true(a.scale == 1.0);
+    assert_true(a.meta.scale == 1.0);
     assert_gu_b_scaled(&a, 1.0);
     ls_adapter_free(&a);
 
     ls_adapter_params bare = {0}; /* NULL-like params: r from the tensors */
     normalise_ok(&s, &bare, &d, &p, &a);
-    assert_int_equal(a.rank, 2);
+    assert_int_equal(a.meta.rank, 2);
     ls_adapter_free(&a);
     normalise_ok(&s, NULL, &d, &p, &a);
-    assert_true(a.scale == 1.0);
+    assert_true(a.meta.scale == 1.0);
     ls_adapter_free(&a);
     ls_tensor_set_free(&s);
 }
@@ -342,8 +342,8 @@ static void test_per_expert_upload(void **state) {
     tu_add_pool_layer(&s, &d, 0, n, r, 0);
     ls_adapter a;
     normalise_ok(&s, NULL, &d, &per, &a);
-    assert_int_equal(a.outer, n);
-    assert_int_equal(a.rank, r);
+    assert_int_equal(a.meta.outer, n);
+    assert_int_equal(a.meta.rank, r);
     slot_bufs b;
     bufs_alloc(&b, &d, &per);
     ls_adapter_expand(&a, 0, &d, &per, b.gu_a, b.gu_b, b.d_a, b.d_b);
@@ -464,7 +464,7 @@ static void test_ignored_and_strict(void **state) {
 
     ls_adapter a;
     normalise_ok(&s, &prm, &d, &p, &a);
-    assert_int_equal(a.n_ignored, 4);
+    assert_int_equal(a.meta.n_ignored, 4);
     for (int i = 0; i < 4; i++) assert_string_equal(a.ignored[i], other_modules[i]);
     assert_tiny_pool(&a, 0, &d, &p);
     ls_adapter_free(&a);

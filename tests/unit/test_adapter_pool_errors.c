@@ -24,7 +24,7 @@ static void test_valid_baseline(void **state) {
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
     ls_adapter a;
     assert_int_equal(ls_adapter_normalise(&f->s, NULL, &f->d, &f->p, &a, &f->err), LS_OK);
-    assert_int_equal(a.format, LS_ADAPTER_FORMAT_POOL);
+    assert_int_equal(a.meta.format, LS_ADAPTER_FORMAT_POOL);
     ls_adapter_free(&a);
 }
 

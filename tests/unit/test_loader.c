@@ -96,8 +96,8 @@ static const char *load_sha(const ls_loader *ld, const ls_adapter_source *src, l
     ls_status st = ls_loader_load(ld, src, &a, origin, &err);
     if (st != LS_OK) fprintf(stderr, "load: %s\n", err.message);
     assert_int_equal(st, LS_OK);
-    snprintf(sha, sizeof sha, "%s", a.sha256);
-    if (scale) *scale = a.scale;
+    snprintf(sha, sizeof sha, "%s", a.meta.sha256);
+    if (scale) *scale = a.meta.scale;
     ls_adapter_free(&a);
     ls_error_free(&err);
     return sha;
@@ -133,7 +133,7 @@ static void test_every_way_in_gives_the_same_factors(void **state) {
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_loader_reload(&ld, o1.path, &o1.params, &again, &err), LS_OK);
-    assert_string_equal(again.sha256, want);
+    assert_string_equal(again.meta.sha256, want);
     ls_adapter_free(&again);
 
     /* What the request states wins: a whole config without alpha means

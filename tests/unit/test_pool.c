@@ -16,9 +16,9 @@ static void test_load_into_free_slot(void **state) {
     assert_int_equal(info.slot, 0);
     assert_false(info.pinned);
     assert_true(info.host_data);
-    assert_int_equal(info.rank, RK);
+    assert_int_equal(info.meta.rank, RK);
     assert_int_equal(info.in_flight, 0);
-    assert_int_equal(strlen(info.sha256), 64);
+    assert_int_equal(strlen(info.meta.sha256), 64);
     assert_string_equal(slots(f.p), "a - -");
     assert_int_equal(atomic_load(&f.fk->slot_writes), D.L);
 

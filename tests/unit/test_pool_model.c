@@ -196,12 +196,12 @@ static void check(ls_pool *p, const model *m, int reloads, long op) {
             fail_msg("op %ld: %s registered in the model only", op, NAMES[i]);
         const ls_adapter_info *a = &list[k++];
         if (a->version != e->version || a->slot != e->slot || a->pinned != e->pinned || a->host_data != e->host ||
-            a->in_flight != 0 || a->rank != e->rank)
+            a->in_flight != 0 || a->meta.rank != e->rank)
             fail_msg("op %ld: %s: pool v%" PRIu64 " slot %d pinned %d host %d in_flight %d; model v%" PRIu64
                      " slot %d pinned %d host %d",
                      op, a->name, a->version, a->slot, a->pinned, a->host_data, a->in_flight, e->version, e->slot,
                      e->pinned, e->host);
-        assert_string_equal(a->sha256, e->ref.sha256);
+        assert_string_equal(a->meta.sha256, e->ref.meta.sha256);
     }
     assert_int_equal(k, n);
     free(list);

@@ -48,11 +48,11 @@ static inline size_t pt_layer_floats(const ls_dims *d, int r) {
  * (ls_adapter_free). */
 static inline void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter *a) {
     memset(a, 0, sizeof *a);
-    a->format = LS_ADAPTER_FORMAT_POOL;
-    a->rank = r;
-    a->outer = 1;
+    a->meta.format = LS_ADAPTER_FORMAT_POOL;
+    a->meta.rank = r;
+    a->meta.outer = 1;
     a->layers = d->L;
-    a->scale = 1.0;
+    a->meta.scale = 1.0;
     a->layer_floats = pt_layer_floats(d, r);
     size_t count = a->layer_floats * (size_t)d->L;
     a->data = malloc(count * sizeof(float));
@@ -62,8 +62,8 @@ static inline void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter
     uint64_t s = seed * 0x2545F4914F6CDD1Dull + 17;
     for (size_t i = 0; i < count; i++) a->data[i] = pt_uniform(&s, 0.5f);
     for (int l = 0; l < d->L; l++) a->layer_present[l] = true;
-    a->bytes = count * sizeof(float);
-    ls_sha256_hex(a->data, a->bytes, a->sha256);
+    a->meta.bytes = count * sizeof(float);
+    ls_sha256_hex(a->data, a->meta.bytes, a->meta.sha256);
 }
 
 /* The compact factors of one layer of a. */
@@ -71,7 +71,7 @@ typedef struct {
     const float *gu_a, *gu_b, *d_a, *d_b;
 } pt_layer;
 static inline pt_layer pt_layer_of(const ls_dims *d, const ls_adapter *a, int layer) {
-    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->rank;
+    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->meta.rank;
     pt_layer f;
     f.gu_a = a->data + (size_t)layer * a->layer_floats;
     f.gu_b = f.gu_a + 2 * r * H;
@@ -107,7 +107,7 @@ static inline void pt_expect_token(const ls_dims *d, const ls_adapter *a, int la
     for (int e = 0; e < d->n; e++) g += gam ? gam[e] : 1.0f;
     pt_layer f = a ? pt_layer_of(d, a, layer) : (pt_layer){0};
     for (int h = 0; h < d->H; h++) {
-        float sig = a ? pt_sig(d, a->rank, a->rank, a->rank, f.gu_a, f.gu_b, f.d_a, f.d_b, h) : 0.0f;
+        float sig = a ? pt_sig(d, a->meta.rank, a->meta.rank, a->meta.rank, f.gu_a, f.gu_b, f.d_a, f.d_b, h) : 0.0f;
         y[h] = x[h] * g + sig;
     }
 }
@@ -374,7 +374,7 @@ static inline ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens,
  * released with pt_ref_lora_free). */
 static inline ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int layer) {
     pt_layer f = pt_layer_of(d, a, layer);
-    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->rank;
+    size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->meta.rank;
     size_t len[4] = {2 * r * H, n * 2 * F * r, n * r * F, H * r};
     const float *src[4] = {f.gu_a, f.gu_b, f.d_a, f.d_b};
     double *dst[4];
@@ -383,7 +383,7 @@ static inline ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int
         assert_non_null(dst[b]);
         for (size_t i = 0; i < len[b]; i++) dst[b][i] = src[b][i];
     }
-    return (ls_ref_lora){.r = a->rank, .outer = 1, .gu_a = dst[0], .gu_b = dst[1], .d_a = dst[2], .d_b = dst[3]};
+    return (ls_ref_lora){.r = a->meta.rank, .outer = 1, .gu_a = dst[0], .gu_b = dst[1], .d_a = dst[2], .d_b = dst[3]};
 }
 static inline void pt_ref_lora_free(ls_ref_lora *l) {
     free((void *)l->gu_a);
