@@ -11,6 +11,7 @@
 
 #include "api/forward.h"
 #include "api/json_tensor.h"
+#include "common/text.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 
@@ -39,11 +40,9 @@ static ls_status ls_upload_set_name(ls_adapter_upload *up, const char *name, boo
     return LS_OK;
 }
 
-/* "true"/"false"/"1"/"0" from a query string. */
 static ls_status ls_upload_parse_bool_text(const char *v, const char *key, bool *out, ls_error *err) {
-    if (!strcmp(v, "true") || !strcmp(v, "1")) *out = true;
-    else if (!strcmp(v, "false") || !strcmp(v, "0")) *out = false;
-    else return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
+    if (!ls_text_bool(v, out))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
     return LS_OK;
 }
 

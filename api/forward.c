@@ -234,7 +234,7 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
     ls_buf_init(&b);
     ls_buf_append(&b, "{\"y\":", 5);
     if (req->base64) {
-        char *t = ls_json_take_text(ls_json_tensor_f32(y, req->T, H, 1));
+        char *t = ls_json_take_text(ls_json_tensor_f32_base64(y, req->T, H));
         if (t) ls_buf_append(&b, t, strlen(t));
         else b.failed = true;
         free(t);

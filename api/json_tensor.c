@@ -173,6 +173,13 @@ static const double ls_pow10_table[121] = {
 
 static double ls_pow10(int k) { return ls_pow10_table[60 + k]; }
 
+/* Writes what snprintf("%.9g") writes, with the exponent as e-7 rather
+ * than e-07, about 4x faster: measured on the CI machine (2026-11-30), 54
+ * ns a value against 230 ns, so a T=1 /forward on H=1024 spends 55 us
+ * instead of 236 us writing y, which was the largest server cost of a
+ * lone token. tests/unit/test_json_number.c compares the two on 20
+ * million values. llrint rounds half to even in the default rounding
+ * mode, as snprintf does; the server never changes that mode. */
 size_t ls_json_format_f32(float v, char *buf) {
     char *p = buf;
     double d = v;
@@ -187,12 +194,12 @@ size_t ls_json_format_f32(float v, char *buf) {
     }
     /* nine significant digits always round-trip a float32 */
     int e = (int)floor(log10(d));
-    long long m = llround(d * ls_pow10(8 - e));
+    long long m = llrint(d * ls_pow10(8 - e));
     if (m >= 1000000000LL) {
-        m = llround((double)m / 10.0);
+        m = llrint((double)m / 10.0);
         e++;
     } else if (m < 100000000LL) {
-        m = llround(d * ls_pow10(9 - e));
+        m = llrint(d * ls_pow10(9 - e));
         e--;
     }
     char digits[10];
@@ -237,27 +244,10 @@ bool ls_json_tensor_f32_text(ls_buf *b, const float *v, int rows, int cols) {
     return ls_buf_append(b, "]", 1);
 }
 
-json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64) {
-    if (base64) {
-        char *data = ls_base64_encode((const uint8_t *)v, (size_t)rows * (size_t)cols * 4);
-        if (!data) return NULL;
-        json_t *o = json_pack("{s:s, s:[i, i], s:s}", "dtype", "f32", "shape", rows, cols, "data", data);
-        free(data);
-        return o;
-    }
-    json_t *outer = json_array();
-    for (int r = 0; outer && r < rows; r++) {
-        json_t *row = json_array();
-        if (!row || json_array_append_new(outer, row)) {
-            json_decref(outer);
-            return NULL;
-        }
-        for (int c = 0; c < cols; c++) {
-            if (json_array_append_new(row, json_real((double)v[(size_t)r * cols + c]))) {
-                json_decref(outer);
-                return NULL;
-            }
-        }
-    }
-    return outer;
+json_t *ls_json_tensor_f32_base64(const float *v, int rows, int cols) {
+    char *data = ls_base64_encode((const uint8_t *)v, (size_t)rows * (size_t)cols * 4);
+    if (!data) return NULL;
+    json_t *o = json_pack("{s:s, s:[i, i], s:s}", "dtype", "f32", "shape", rows, cols, "data", data);
+    free(data);
+    return o;
 }

@@ -16,9 +16,9 @@
  * payload whose size disagrees with its shape is LS_INVALID_SHAPE. */
 ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out, ls_error *err);
 
-/* New reference: rows x cols fp32 as nested arrays, or as a base64 object
- * when base64. NULL on OOM. */
-json_t *ls_json_tensor_f32(const float *v, int rows, int cols, int base64);
+/* New reference: rows x cols fp32 as a base64 object. NULL on OOM. (As
+ * nested arrays, ls_json_tensor_f32_text writes them far faster.) */
+json_t *ls_json_tensor_f32_base64(const float *v, int rows, int cols);
 
 /* Dumps j compactly and drops the reference: the caller frees the text.
  * NULL when j is NULL or on out of memory. */
@@ -29,9 +29,10 @@ char *ls_json_take_text(json_t *j);
  * LS_INVALID_REQUEST whose hint lists the known ones. */
 ls_status ls_json_check_keys(const json_t *root, const char *const *known, const char *what, ls_error *err);
 
-/* Writes v (finite) as the shortest-ish JSON number that reads back as
- * the same float32: nine significant digits, trailing zeros dropped.
- * buf holds at least 20 bytes; returns the length written. */
+/* Writes v (finite) as a JSON number that reads back as the same float32:
+ * what snprintf("%.9g") writes (nine significant digits, trailing zeros
+ * dropped), exponents without a leading zero. buf holds at least 20
+ * bytes; returns the length written. */
 size_t ls_json_format_f32(float v, char *buf);
 
 /* Appends rows x cols fp32 as nested JSON arrays of such numbers (much

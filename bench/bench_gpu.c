@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 
@@ -68,10 +69,8 @@ static double torch_ms(int rank, int T, int adapters) {
 
 static void fill(float *v, size_t count, double scale, unsigned long long *s) {
     for (size_t i = 0; i < count; i++) {
-        unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        uint64_t st = *s, z = ls_splitmix64(&st);
+        *s = st;
         v[i] = (float)(((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0) * scale);
     }
 }

@@ -1,10 +1,13 @@
-/* stderr logger: one formatted line per call, written with a single
- * fputs under the stdio lock so lines from threads never interleave. */
+/* stderr logger: one line per call, formatted into a buffer first and
+ * written with one fprintf (stdio locks the stream for the call), so
+ * lines from threads never interleave. */
 #include "common/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
+
+const char *const ls_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
 static ls_log_level ls_log_min = LS_LOG_INFO;
 
@@ -12,7 +15,6 @@ void ls_log_set_level(ls_log_level level) { ls_log_min = level; }
 
 void ls_log(ls_log_level level, const char *fmt, ...) {
     if (level < ls_log_min) return;
-    static const char *names[] = {"debug", "info", "warn", "error"};
     char line[2048];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -20,7 +22,7 @@ void ls_log(ls_log_level level, const char *fmt, ...) {
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ", tm.tm_year + 1900,
                      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-                     names[level]);
+                     ls_log_level_names[level]);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);

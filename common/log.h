@@ -5,6 +5,10 @@
 
 typedef enum { LS_LOG_DEBUG, LS_LOG_INFO, LS_LOG_WARN, LS_LOG_ERROR } ls_log_level;
 
+/* "debug", "info", "warn", "error", by level, then NULL (the choices of
+ * --log-level). */
+extern const char *const ls_log_level_names[];
+
 void ls_log_set_level(ls_log_level level);
 void ls_log(ls_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config/settings.h"
+#include "format/json.h"
 
 /* A value given by a source (not a default): parsed, its mark raised, and
  * noted in the source's seen[] for the cross-setting rules. */
@@ -119,9 +120,7 @@ static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen
             break;
         }
         if (want) {
-            static const char *const type_names[] = {"an object", "an array", "a string", "an integer",
-                                                     "a real",    "true",     "false",    "null"};
-            snprintf(err, errlen, "%s: expected %s, got %s", origin, want, type_names[json_typeof(v)]);
+            snprintf(err, errlen, "%s: expected %s, got %s", origin, want, ls_json_kind(v));
             goto out;
         }
         if (!apply(s, text, cfg, origin, seen, err, errlen)) goto out;

@@ -1,7 +1,8 @@
-/* The server's settings. One table in config.c (name, type, default,
+/* The server's settings. One table in settings.c (name, type, default,
  * bounds, help) drives the command-line flags, the LORASINK_* environment
- * variables, the JSON config file, --help and the dump of the effective
- * configuration. Precedence: flag > environment > file > default. */
+ * variables, the JSON config file (read in config.c), --help and the dump
+ * of the effective configuration. Precedence: flag > environment > file >
+ * default. */
 #ifndef LS_CONFIG_CONFIG_H
 #define LS_CONFIG_CONFIG_H
 
@@ -10,9 +11,14 @@
 #include <stdio.h>
 
 #include "common/dims.h"
+#include "common/log.h"
 #include "common/tensor.h"
 
-#define LS_VERSION "0.1.0"
+/* The version is project(VERSION) in CMakeLists.txt, the only place it is
+ * written. */
+#ifndef LS_VERSION
+#error "LS_VERSION is defined by the build (CMakeLists.txt, project VERSION)"
+#endif
 #define LS_CONFIG_PATH_MAX 4096
 
 typedef enum { LS_DEVICE_AUTO, LS_DEVICE_CPU, LS_DEVICE_CUDA } ls_device_kind;
@@ -55,7 +61,7 @@ typedef struct {
     int max_connections;
     int per_ip_connections;
     int connection_timeout_s;
-    char log_level[16]; /* debug, info, warn, error */
+    ls_log_level log_level;
 } ls_config;
 
 typedef enum {

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const dtype_names[] = {"auto", "bf16", "f16", "f32", NULL};
 static const char *const w13_names[] = {"interleaved", "contiguous", NULL};
 static const char *const lora_names[] = {"shared", "per-expert", NULL};
-static const char *const log_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
 
 #define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
@@ -62,8 +62,7 @@ const ls_setting ls_settings[] = {
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
-    {.name = "log-level", .type = LS_SET_STR, FIELD(log_level), .min = 1, .choices = log_names, .def = "info",
-     .meta = "NAME", .help = "least severe level logged"},
+    ENUM("log-level", log_level, ls_log_level_names, "info", "least severe level logged"),
 };
 
 const size_t ls_settings_count = sizeof ls_settings / sizeof ls_settings[0];
@@ -150,13 +149,6 @@ static bool all_digits(const char *t, bool sign) {
     return true;
 }
 
-static bool parse_bool(const char *t, bool *out) {
-    if (!strcmp(t, "true") || !strcmp(t, "1")) *out = true;
-    else if (!strcmp(t, "false") || !strcmp(t, "0")) *out = false;
-    else return false;
-    return true;
-}
-
 static int choice_index(const char *const *choices, const char *t) {
     for (int i = 0; choices[i]; i++)
         if (!strcmp(choices[i], t)) return i;
@@ -211,7 +203,7 @@ bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, con
     }
     case LS_SET_BOOL: {
         bool b;
-        if (!parse_bool(text, &b)) {
+        if (!ls_text_bool(text, &b)) {
             snprintf(err, errlen, "%s: \"%s\" is not a boolean (true, false, 1 or 0)", origin, shown);
             return false;
         }

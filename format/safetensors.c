@@ -4,6 +4,8 @@
  * The rules are listed in docs/safetensors.md. */
 #include "format/safetensors.h"
 
+#include "format/json.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,19 +44,6 @@ static void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t
         ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, axis, expected, got, NULL, "safetensors: %s", what);
 }
 
-static const char *ls_st_json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* safetensors spells dtypes in upper case only; ls_dtype_parse is lenient
  * for the JSON API, so the spelling is compared exactly here. */
 static bool ls_st_dtype_parse(const char *s, ls_dtype *dt) {
@@ -65,7 +54,7 @@ static bool ls_st_dtype_parse(const char *s, ls_dtype *dt) {
 static bool ls_st_check_meta(const json_t *meta, ls_error *err) {
     if (!json_is_object(meta)) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ is %s, expected an object of strings",
-                        ls_st_json_kind(meta));
+                        ls_json_kind(meta));
         return false;
     }
     bool ok = true;
@@ -74,7 +63,7 @@ static bool ls_st_check_meta(const json_t *meta, ls_error *err) {
     json_object_foreach((json_t *)meta, key, v) {
         if (!json_is_string(v)) {
             ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ value of \"%.64s\" is %s, expected a string",
-                            key, ls_st_json_kind(v));
+                            key, ls_json_kind(v));
             ok = false;
         }
     }
@@ -94,7 +83,7 @@ static bool ls_st_nonneg_int(const json_t *v, int64_t *out) {
 static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len, ls_st_entry *e, ls_error *err) {
     if (!json_is_object(v)) {
         ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
-                        "entry is %s, expected an object with dtype, shape and data_offsets", ls_st_json_kind(v));
+                        "entry is %s, expected an object with dtype, shape and data_offsets", ls_json_kind(v));
         return false;
     }
     bool ok = true;
@@ -115,7 +104,7 @@ static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len
         ok = false;
     } else if (!json_is_string(jd)) {
         ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "dtype is %s, expected a string such as \"F32\"",
-                        ls_st_json_kind(jd));
+                        ls_json_kind(jd));
         ok = false;
     } else if (!ls_st_dtype_parse(json_string_value(jd), &e->dtype)) {
         ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
@@ -131,7 +120,7 @@ static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len
         ok = false;
     } else if (!json_is_array(js)) {
         ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape is %s, expected an array of integers",
-                        ls_st_json_kind(js));
+                        ls_json_kind(js));
         ok = false;
     } else if (json_array_size(js) > LS_MAX_DIMS) {
         ls_st_violation(err, name, LS_NA, LS_MAX_DIMS, (int64_t)json_array_size(js),
@@ -147,7 +136,7 @@ static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len
                                     "expected a non-negative integer", i, (long long)json_integer_value(d));
                 else
                     ls_st_violation(err, name, i, LS_NA, LS_NA,
-                                    "shape axis %d is %s, expected a non-negative integer", i, ls_st_json_kind(d));
+                                    "shape axis %d is %s, expected a non-negative integer", i, ls_json_kind(d));
                 ok = false;
             }
         }
@@ -310,7 +299,7 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     }
     if (!json_is_object(j)) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is %s, expected a JSON object",
-                        ls_st_json_kind(j));
+                        ls_json_kind(j));
         json_decref(j);
         return false;
     }

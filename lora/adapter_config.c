@@ -4,32 +4,14 @@
  * parameters. */
 #include "lora/adapter_config.h"
 
+#include "common/text.h"
+#include "format/json.h"
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *ls_json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
 
 /* Writes a short rendering of v for a message ("8.0", "\"8\"", "true"). */
 static void ls_json_show(const json_t *v, char *buf, size_t len) {
@@ -111,11 +93,9 @@ ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, l
     return st;
 }
 
-/* "true"/"false"/"1"/"0". */
 static ls_status ls_params_bool(const char *v, const char *key, bool *out, ls_error *err) {
-    if (!strcmp(v, "true") || !strcmp(v, "1")) *out = true;
-    else if (!strcmp(v, "false") || !strcmp(v, "0")) *out = false;
-    else return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
+    if (!ls_text_bool(v, out))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
     return LS_OK;
 }
 

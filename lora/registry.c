@@ -8,11 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t ls_registry_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (size_t)h;
-}
+#include "common/text.h"
+static size_t ls_registry_hash(const char *s) { return (size_t)ls_fnv1a64(s); }
 
 /* Load factor 1: when the table cannot grow (no memory) it keeps working
  * with longer chains, so registration never fails here. */

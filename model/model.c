@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "format/safetensors.h"
+#include "common/text.h"
 #include "common/file.h"
 
 #define LS_MODEL_PREFIX "model.layers."
@@ -233,17 +234,10 @@ ls_status ls_model_load(const char *path, const ls_w13_layout *layout_override, 
     return st;
 }
 
-/* splitmix64: a fixed integer recurrence, so the demo model is the same
- * on every machine and compiler. */
-static uint64_t ls_splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [-scale, scale): 24 random bits make an exact float in
- * [0, 1), and every later step is one correctly rounded fp32 operation. */
+/* Uniform in [-scale, scale) from splitmix64 (a fixed integer recurrence,
+ * so the demo model is the same on every machine and compiler): 24 random
+ * bits make an exact float in [0, 1), and every later step is one
+ * correctly rounded fp32 operation. */
 static void ls_model_fill(float *v, size_t count, float scale, uint64_t *state) {
     for (size_t i = 0; i < count; i++) {
         float u = (float)(ls_splitmix64(state) >> 40) * (1.0f / 16777216.0f);

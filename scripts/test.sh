@@ -2,8 +2,9 @@
 # Installs what is missing, builds, and runs every test: the default build
 # (with the CUDA backend compiled and linked when nvcc is present; tests
 # labelled gpu skip visibly without a device) twice, with and without
-# OPENBLAS_CORETYPE=Haswell, then the ASan+UBSan build and the TSan build
-# of the concurrency tests. --quick runs the first pass only.
+# OPENBLAS_CORETYPE=Haswell, then a Release build (compiled, warnings as
+# errors), the ASan+UBSan build and the TSan build of the concurrency
+# tests. --quick runs the first pass only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -48,6 +49,11 @@ fi
 [ -n "$had_l2" ] && export OPENBLAS_L2_SIZE=$saved_l2
 
 if [ "${1:-}" = "--quick" ]; then summary; exit 0; fi
+
+# Optimisers warn about other things (-Wformat-truncation,
+# -Wstringop-overread): the Release build must compile clean too.
+echo "== build (Release, warnings are errors) =="
+bash scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DLORASINK_CUDA=OFF
 
 echo "== build (ASan+UBSan) =="
 bash scripts/build.sh build-asan -DLORASINK_CUDA=OFF -DLORASINK_SANITIZE=address,undefined

@@ -30,7 +30,6 @@ struct ls_batcher {
 
 static void ls_batcher_finish(ls_batch_job *job, ls_status st) {
     job->status = st;
-    atomic_store(&job->finished, true);
     job->done(job->done_ctx); /* last touch: the job may be freed by done() */
 }
 
@@ -216,7 +215,6 @@ void ls_batcher_free(ls_batcher *b) {
 
 ls_status ls_batcher_submit(ls_batcher *b, ls_batch_job *job, ls_error *err) {
     ls_error_init(&job->err);
-    atomic_store(&job->finished, false);
     job->n_used = 0;
     job->next = NULL;
     clock_gettime(CLOCK_MONOTONIC, &job->enqueued);

@@ -29,7 +29,6 @@ typedef struct ls_batch_job {
     ls_error err;     /* initialised by submit; the caller frees it */
     void (*done)(void *ctx); /* called once, from the worker (or submit) */
     void *done_ctx;
-    atomic_bool finished;
     /* queue bookkeeping */
     struct ls_batch_job *next;
     struct timespec enqueued;

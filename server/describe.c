@@ -13,8 +13,9 @@ const char *ls_describe_time(int64_t ms, char *buf, size_t len) {
     time_t sec = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&sec, &tm);
-    snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    int n = snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    if (n < 0 || (size_t)n >= len) buf[0] = '\0'; /* a year past 9999: no time rather than a cut one */
     return buf;
 }
 

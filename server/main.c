@@ -25,13 +25,6 @@ static void ls_main_on_signal(int sig) {
     errno = saved;
 }
 
-static ls_log_level ls_main_log_level(const char *s) {
-    if (!strcmp(s, "debug")) return LS_LOG_DEBUG;
-    if (!strcmp(s, "warn")) return LS_LOG_WARN;
-    if (!strcmp(s, "error")) return LS_LOG_ERROR;
-    return LS_LOG_INFO;
-}
-
 int main(int argc, char **argv) {
     static ls_config cfg;
     char errbuf[512];
@@ -40,7 +33,7 @@ int main(int argc, char **argv) {
     case LS_CONFIG_ERROR: fprintf(stderr, "lorasink: %s\n", errbuf); return 2;
     case LS_CONFIG_RUN: break;
     }
-    ls_log_set_level(ls_main_log_level(cfg.log_level));
+    ls_log_set_level(cfg.log_level);
 
     /* SIGTERM and SIGINT are caught by a handler, not blocked for sigwait:
      * libraries start threads before main (OpenBLAS does), and a blocked-

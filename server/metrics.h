@@ -27,7 +27,6 @@ typedef struct {
     ls_metrics_series series[LS_METRICS_MAX_SERIES];
     int n_series;
     uint64_t tokens;
-    uint64_t forwards_base, forwards_adapter;
     uint64_t validation_failures[LS_STATUS_COUNT];
     uint64_t batches, batch_tokens_sum, batch_requests_sum;
     uint64_t batch_size_buckets[LS_METRICS_BATCH_BUCKETS]; /* requests per backend call */

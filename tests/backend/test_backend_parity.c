@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/tensor.h"
+#include "common/text.h"
 #include "gpu/backend.h"
 #include "tests/util/reference.h"
 #ifdef LS_HAVE_CUDA
@@ -74,10 +75,7 @@ static void *xcalloc(size_t count, size_t size) {
 /* splitmix64 to uniform floats in [-scale, scale]. */
 static void fill(float *v, size_t count, double scale, uint64_t *state) {
     for (size_t i = 0; i < count; i++) {
-        uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        uint64_t z = ls_splitmix64(state);
         v[i] = (float)((2.0 * ((double)(z >> 11) * (1.0 / 9007199254740992.0)) - 1.0) * scale);
     }
 }

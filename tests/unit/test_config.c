@@ -141,7 +141,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.max_connections, 1024);
     assert_int_equal(c.per_ip_connections, 256);
     assert_int_equal(c.connection_timeout_s, 60);
-    assert_string_equal(c.log_level, "info");
+    assert_int_equal(c.log_level, LS_LOG_INFO);
 }
 
 static void test_flags_alone(void **state) {
@@ -193,7 +193,7 @@ static void test_file_alone(void **state) {
     assert_string_equal(c.config_file, path);
     assert_int_equal(c.slots, 6);
     assert_int_equal(c.max_batch_tokens, 100);
-    assert_string_equal(c.log_level, "debug");
+    assert_int_equal(c.log_level, LS_LOG_DEBUG);
     assert_true(c.strict_adapters);
     assert_true(c.seed == UINT64_MAX);
     assert_false(c.w13_layout_set); /* null leaves the setting as it was */
@@ -338,7 +338,8 @@ static void test_enums(void **state) {
     const char *levels[] = {"debug", "info", "warn", "error"};
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(run(&c, ARGS("--log-level", levels[i]), NULL, err), LS_CONFIG_RUN);
-        assert_string_equal(c.log_level, levels[i]);
+        assert_int_equal(c.log_level, (ls_log_level)i);
+        check_enum("--log-level", levels[i]);
     }
     /* w13_layout_set from the environment and from the file too. */
     assert_int_equal(run(&c, NULL, ARGS("LORASINK_W13_LAYOUT=contiguous"), err), LS_CONFIG_RUN);

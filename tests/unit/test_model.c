@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "common/text.h"
 #include "gpu/backend.h"
 #include "model/model.h"
 #include "tests/util/reference.h"
@@ -444,13 +445,6 @@ static void test_unreadable_files(void **state) {
 
 /* ---- the demo model ---------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void test_demo_deterministic(void **state) {
     (void)state;
     ls_dims d = {.n = 2, .H = 64, .F = 32, .L = 2, .w13_layout = LS_W13_CONTIGUOUS};
@@ -477,7 +471,7 @@ static void test_demo_deterministic(void **state) {
     uint64_t s = 42;
     const float bound = sqrtf(3.0f / 64.0f);
     for (int i = 0; i < 8; i++) {
-        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(ls_splitmix64(&s) >> 40) * (1.0f / 16777216.0f);
         assert_true(a.w13[0][i] == (2.0f * u - 1.0f) * bound);
     }
     float mx = 0;

@@ -12,9 +12,7 @@
 static const ls_dims D = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
 
 static inline uint64_t seed_of(const char *name, uint64_t version) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h ^ (version * 0x9E3779B97F4A7C15ull);
+    return ls_fnv1a64(name) ^ (version * 0x9E3779B97F4A7C15ull);
 }
 
 typedef struct {

@@ -5,6 +5,7 @@
  * with 404 (a name deleted meanwhile) or 503 (no slot now), or return, for
  * every token, exactly the result of the version it reports in used[]
  * run alone. Built to run clean under TSan and ASan+UBSan. */
+#include "common/text.h"
 #include "tests/unit/test_pool_util.h"
 
 #include <inttypes.h>
@@ -33,9 +34,7 @@ static const char *NAMES[] = {"c0", "c1", "c2", "c3", "c4", "c5", "pin"};
 /* The factors of (name, version): rank and seed follow from both, so any
  * thread can rebuild the adapter a result claims to come from. */
 static uint64_t seed_of(const char *name, uint64_t version) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h ^ (version * 0x9E3779B97F4A7C15ull);
+    return ls_fnv1a64(name) ^ (version * 0x9E3779B97F4A7C15ull);
 }
 static int rank_of(const char *name, uint64_t version) { return 1 + (int)(seed_of(name, version) % RMAX); }
 static void adapter_of(const char *name, uint64_t version, ls_adapter *a) {
@@ -135,8 +134,9 @@ static void *forward_worker(void *arg) {
         W_REQUIRE(n_used == distinct, "n_used %d, distinct %d", n_used, distinct);
         for (int t = 0; t < T; t++) {
             uint64_t version = 0;
-            for (int i = 0; names[t] && i < n_used; i++)
-                if (!strcmp(used[i].name, names[t])) version = used[i].version;
+            const char *name = names[t];
+            for (int i = 0; name && i < n_used && i < TMAX; i++)
+                if (!strcmp(used[i].name, name)) version = used[i].version;
             W_REQUIRE(!names[t] || version, "token %d: %s missing from used[]", t, names[t]);
             oracle_expect(w->o, names[t], version, layer, x + t * D.H, g + t * D.n, want);
             W_REQUIRE(!memcmp(want, y + t * D.H, sizeof(float) * D.H),

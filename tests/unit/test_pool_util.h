@@ -20,18 +20,14 @@
 
 #include <cmocka.h>
 
+#include "common/text.h"
 #include "common/sha256.h"
 #include "gpu/backend_impl.h" /* the fake below is a backend */
 #include "lora/pool.h"
 #include "lora/pool_debug.h"
 #include "tests/util/reference.h"
 
-static inline uint64_t pt_mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static inline uint64_t pt_mix(uint64_t *s) { return ls_splitmix64(s); }
 /* Uniform in [-scale, scale). */
 static inline float pt_uniform(uint64_t *s, float scale) {
     return (float)(((double)(pt_mix(s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0) * scale);

@@ -4,6 +4,8 @@
  * token runs through plain loops. Slow and obviously right. */
 #include "tests/util/reference.h"
 
+#include "common/text.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,10 +143,8 @@ double ls_ref_rel_err_d(const double *y, const double *ref, long count) {
 
 void ls_ref_fill_uniform(double *v, long count, double scale, unsigned long long *state) {
     for (long i = 0; i < count; i++) {
-        unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        uint64_t s = *state, z = ls_splitmix64(&s);
+        *state = s;
         double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
         v[i] = (2.0 * u - 1.0) * scale;
     }

@@ -1,0 +1,29 @@
+/* Small pieces of plain-text parsing and hashing that several folders
+ * need the same way: booleans as flags, query strings and metadata spell
+ * them, the splitmix64 stream the demo model and the tests draw from, and
+ * the FNV-1a hash of names. */
+#ifndef LS_COMMON_TEXT_H
+#define LS_COMMON_TEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
+bool ls_text_bool(const char *text, bool *out);
+
+/* The next value of a splitmix64 stream whose state is *state. */
+static inline uint64_t ls_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* 64-bit FNV-1a of a NUL-terminated string. */
+static inline uint64_t ls_fnv1a64(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+#endif
