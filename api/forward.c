@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/forward_internal.h"
 #include "api/json_tensor.h"
 #include "common/buf.h"
 #include "format/safetensors.h"
@@ -35,7 +36,7 @@ void ls_forward_req_free(ls_forward_req *req) {
 }
 
 /* Takes a parsed tensor as [rows, cols] fp32 into *dst (owned). */
-static ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, int want_cols, float **dst,
+ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, int want_cols, float **dst,
                                         int *rows_out, ls_error *err) {
     if (t->ndim != 2 || t->shape[0] < 1 || (want_rows >= 0 && t->shape[0] != want_rows) || t->shape[1] != want_cols) {
         char buf[96];
@@ -68,7 +69,7 @@ static ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want
     return LS_OK;
 }
 
-static ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error *err) {
+ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error *err) {
     if (layer < 0 || layer >= dims->L)
         return ls_error_set(err, LS_INVALID_REQUEST, "layer runs from 0 to layers-1 of the served model",
                             "layer %lld is out of range: the model has %d layer%s (0..%d)", layer, dims->L,
@@ -76,7 +77,7 @@ static ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls
     return LS_OK;
 }
 
-static ls_status ls_forward_check_name(const char *name, const char *what, ls_error *err) {
+ls_status ls_forward_check_name(const char *name, const char *what, ls_error *err) {
     if (!ls_adapter_name_valid(name))
         return ls_error_set(err, LS_INVALID_REQUEST,
                             "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
@@ -84,101 +85,9 @@ static ls_status ls_forward_check_name(const char *name, const char *what, ls_er
     return LS_OK;
 }
 
-/* Fills req->names from "adapter" or "adapters" (either may be absent). */
-static ls_status ls_forward_parse_names(json_t *jadapter, json_t *jadapters, ls_forward_req *req, ls_error *err) {
-    if (jadapter && !json_is_null(jadapter) && jadapters && !json_is_null(jadapters))
-        return ls_error_set(err, LS_INVALID_REQUEST, "send \"adapter\" for all tokens or \"adapters\" per token",
-                            "give either \"adapter\" or \"adapters\", not both");
-    if (jadapter && !json_is_null(jadapter)) {
-        if (!json_is_string(jadapter))
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"adapter\" must be a string or null");
-        ls_status st = ls_forward_check_name(json_string_value(jadapter), "adapter", err);
-        if (st != LS_OK) return st;
-        req->names = calloc((size_t)req->T, sizeof *req->names);
-        if (!req->names) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        for (int t = 0; t < req->T; t++)
-            if (!(req->names[t] = strdup(json_string_value(jadapter))))
-                return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        return LS_OK;
-    }
-    if (!jadapters || json_is_null(jadapters)) return LS_OK;
-    if (!json_is_array(jadapters))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"adapters\" must be an array (a name or null per token)");
-    if ((int)json_array_size(jadapters) != req->T)
-        return ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
-                            "\"adapters\" has %zu entries for %d tokens", json_array_size(jadapters), req->T);
-    req->names = calloc((size_t)req->T, sizeof *req->names);
-    if (!req->names) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    for (int t = 0; t < req->T; t++) {
-        json_t *e = json_array_get(jadapters, (size_t)t);
-        if (json_is_null(e)) continue;
-        if (!json_is_string(e))
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "adapters[%d] must be a string or null", t);
-        char what[32];
-        snprintf(what, sizeof what, "adapters[%d]", t);
-        ls_status st = ls_forward_check_name(json_string_value(e), what, err);
-        if (st != LS_OK) return st;
-        if (!(req->names[t] = strdup(json_string_value(e)))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    }
-    return LS_OK;
-}
-
-static ls_status ls_forward_parse_json_obj(json_t *root, const ls_dims *dims, ls_forward_req *req, ls_error *err) {
-    static const char *const known[] = {"layer", "x", "gammas", "adapter", "adapters", "encoding", NULL};
-    ls_status st = ls_json_check_keys(root, known, "forward request", err);
-    if (st != LS_OK) return st;
-    json_t *jlayer = json_object_get(root, "layer");
-    if (jlayer && !json_is_null(jlayer)) {
-        if (!json_is_integer(jlayer))
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
-        ls_status st = ls_forward_check_layer(json_integer_value(jlayer), dims, err);
-        if (st != LS_OK) return st;
-        req->layer = (int)json_integer_value(jlayer);
-    }
-    json_t *jenc = json_object_get(root, "encoding");
-    if (jenc && !json_is_null(jenc)) {
-        const char *e = json_string_value(jenc);
-        if (e && !strcmp(e, "base64")) req->base64 = true;
-        else if (!e || strcmp(e, "json"))
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"encoding\" is \"json\" or \"base64\"");
-    }
-    json_t *jx = json_object_get(root, "x");
-    if (!jx) return ls_error_set(err, LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
-    ls_tensor t;
-    st = ls_json_tensor_parse(jx, "x", &t, err);
-    if (st != LS_OK) return st;
-    st = ls_forward_take_matrix(&t, "x", -1, dims->H, &req->x, &req->T, err);
-    ls_tensor_free(&t);
-    if (st != LS_OK) return st;
-    json_t *jg = json_object_get(root, "gammas");
-    if (jg && !json_is_null(jg)) {
-        int rows;
-        st = ls_json_tensor_parse(jg, "gammas", &t, err);
-        if (st != LS_OK) return st;
-        st = ls_forward_take_matrix(&t, "gammas", req->T, dims->n, &req->gammas, &rows, err);
-        ls_tensor_free(&t);
-        if (st != LS_OK) return st;
-    }
-    return ls_forward_parse_names(json_object_get(root, "adapter"), json_object_get(root, "adapters"), req, err);
-}
-
-ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, ls_forward_req *req,
-                                    ls_error *err) {
-    memset(req, 0, sizeof *req);
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return ls_error_set(err, LS_INVALID_JSON, NULL, "the body is not valid JSON: %s (line %d, column %d)",
-                            jerr.text, jerr.line, jerr.column);
-    ls_status st = ls_forward_parse_json_obj(root, dims, req, err);
-    json_decref(root);
-    if (st != LS_OK) ls_forward_req_free(req);
-    return st;
-}
-
 ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,
-                                           const char *q_adapter, const ls_dims *dims, ls_forward_req *req,
-                                           ls_error *err) {
+                                           const char *q_adapter, const ls_dims *dims, int max_tokens,
+                                           ls_forward_req *req, ls_error *err) {
     memset(req, 0, sizeof *req);
     ls_status st = LS_OK;
     if (q_layer) {
@@ -201,11 +110,18 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     ls_tensor *tg = (ls_tensor *)ls_tensor_set_find(&set, "gammas");
     if (st == LS_OK && !tx)
         st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "the safetensors body has no tensor \"x\"");
+    if (st == LS_OK && max_tokens > 0 && tx->ndim >= 1 && tx->shape[0] > max_tokens)
+        st = ls_error_set(err, LS_PAYLOAD_TOO_LARGE,
+                          "send fewer tokens per request or restart with a larger --max-request-tokens",
+                          "x has %lld rows, more than the %d one request may carry", (long long)tx->shape[0],
+                          max_tokens);
     if (st == LS_OK) st = ls_forward_take_matrix(tx, "x", -1, dims->H, &req->x, &req->T, err);
     int rows;
     if (st == LS_OK && tg) st = ls_forward_take_matrix(tg, "gammas", req->T, dims->n, &req->gammas, &rows, err);
     ls_tensor_set_free(&set);
-    if (st == LS_OK && q_adapter && *q_adapter) {
+    /* adapter= (empty) names no adapter, which is not the base model:
+     * refused as the JSON form refuses "", never served as base. */
+    if (st == LS_OK && q_adapter) {
         st = ls_forward_check_name(q_adapter, "adapter", err);
         if (st == LS_OK && !(req->names = calloc((size_t)req->T, sizeof *req->names)))
             st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");

@@ -26,17 +26,21 @@ typedef struct {
     int slot;
 } ls_forward_used;
 
-/* Parses a JSON body. On failure req is empty and err says why:
- * invalid_json, invalid_request (unknown key, bad layer, bad names),
- * invalid_shape (x or gammas of the wrong width). */
-ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, ls_forward_req *req,
-                                    ls_error *err);
+/* Parses a JSON body in one pass, x and gammas straight into floats (peak
+ * memory: the body plus 4 bytes a number). max_tokens > 0 caps the rows
+ * of x (payload_too_large past it). On failure req is empty and err says
+ * why: invalid_json, invalid_request (unknown key, bad layer, bad
+ * names), invalid_shape (x or gammas of the wrong width). */
+ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, int max_tokens,
+                                    ls_forward_req *req, ls_error *err);
 
 /* Parses a safetensors body holding x [T, H] (and optionally gammas
- * [T, n]); layer and adapter come from the query (NULL = absent). */
+ * [T, n]); layer and adapter come from the query (NULL = absent; an
+ * empty adapter is refused, never the base model). max_tokens > 0 caps T
+ * (payload_too_large past it). */
 ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,
-                                           const char *q_adapter, const ls_dims *dims, ls_forward_req *req,
-                                           ls_error *err);
+                                           const char *q_adapter, const ls_dims *dims, int max_tokens,
+                                           ls_forward_req *req, ls_error *err);
 
 void ls_forward_req_free(ls_forward_req *req);
 

@@ -1,15 +1,19 @@
-/* Whole files in memory: read-only mappings of weights and adapters, and
- * small text files such as adapter_config.json. Only regular files are
- * opened; FIFOs, devices and directories are refused before any read. */
+/* Whole files in memory: read-only mappings of the base weights, copies
+ * of adapter files read whole, small text files such as
+ * adapter_config.json, and opening beneath a directory. Only regular
+ * files are read; FIFOs, devices and directories are refused before any
+ * read. */
 #include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static const char *ls_file_kind(mode_t mode) {
@@ -146,5 +150,108 @@ ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status 
     }
     buf[n] = '\0';
     *out = buf;
+    return LS_OK;
+}
+
+/* The walk for kernels without openat2: one component at a time, each
+ * opened relative to the last without following links, '..' refused. */
+static int ls_file_walk_beneath(int dirfd, const char *rel, int flags) {
+    char buf[4096];
+    if (strlen(rel) >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", rel);
+    int cur = dup(dirfd);
+    if (cur < 0) return -1;
+    char *save = NULL, *comp = strtok_r(buf, "/", &save);
+    if (!comp) { /* the directory itself */
+        int fd = openat(cur, ".", flags);
+        close(cur);
+        return fd;
+    }
+    while (comp) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (!strcmp(comp, "..")) {
+            close(cur);
+            errno = EXDEV;
+            return -1;
+        }
+        if (!strcmp(comp, ".") && next) {
+            comp = next;
+            continue;
+        }
+        int fd = next ? openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                      : openat(cur, comp, flags | O_NOFOLLOW);
+        int saved = errno;
+        close(cur);
+        if (fd < 0) {
+            /* O_NOFOLLOW on a link: ELOOP (or ENOTDIR for O_DIRECTORY). */
+            errno = saved == ENOTDIR && next ? ELOOP : saved;
+            return -1;
+        }
+        cur = fd;
+        comp = next;
+    }
+    return cur;
+}
+
+int ls_file_open_beneath(int dirfd, const char *rel, int flags) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)(flags | O_CLOEXEC);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    const char *path = rel && *rel ? rel : ".";
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (fd >= 0) return (int)fd;
+    /* No openat2 here (kernel before 5.6, or a seccomp filter that hides it). */
+    if (errno == ENOSYS || errno == EPERM) return ls_file_walk_beneath(dirfd, path, flags | O_CLOEXEC);
+    return -1;
+}
+
+ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const char *what, ls_status code,
+                          ls_error *err) {
+    *data = NULL;
+    *len = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return ls_error_set(err, code, NULL, "%s is not a regular file", what);
+    if (max > SIZE_MAX / 4) max = SIZE_MAX / 4;
+    if ((uint64_t)st.st_size > max)
+        return ls_error_set(err, code, NULL, "%s is %lld bytes, more than the limit of %zu", what,
+                            (long long)st.st_size, max);
+    /* The size may change while read: read to the end, capped at max + 1. */
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+    for (;;) {
+        if (n == cap) {
+            if (n > max) break;
+            size_t grow = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            uint8_t *nb = realloc(buf, grow);
+            if (!nb) {
+                free(buf);
+                return ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+            }
+            buf = nb;
+            cap = grow;
+        }
+        ssize_t r = pread(fd, buf + n, cap - n, (off_t)n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            char ebuf[128];
+            ls_error_set(err, code, NULL, "cannot read %s: %s", what, strerror_r(errno, ebuf, sizeof ebuf));
+            free(buf);
+            return code;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        free(buf);
+        return ls_error_set(err, code, NULL, "%s grew past the limit of %zu bytes while it was read", what, max);
+    }
+    *data = buf;
+    *len = n;
     return LS_OK;
 }

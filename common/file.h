@@ -1,4 +1,8 @@
-/* Whole files in memory: read-only mappings of weights and adapters. */
+/* Whole files in memory: read-only mappings of the base weights (the
+ * operator's own file, read once at start-up), copies of adapter files
+ * (read, never mapped: a file rewritten in place while mapped would kill
+ * the process with SIGBUS), and files opened beneath a directory without
+ * any check-then-open gap. */
 #ifndef LS_COMMON_FILE_H
 #define LS_COMMON_FILE_H
 
@@ -22,5 +26,22 @@ void ls_file_map_close(ls_file_map *m);
 /* Reads a small text file (at most max bytes) into a NUL-terminated
  * malloc'd buffer owned by the caller. */
 ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status code, ls_error *err);
+
+/* Opens rel (relative; "" or "." is the directory itself) beneath the
+ * directory dirfd with open(2) flags, resolving every component in the
+ * kernel so that nothing ('..', a symbolic link, a component swapped
+ * meanwhile) can lead out of it: openat2 with RESOLVE_BENEATH, or where
+ * the kernel lacks it a walk that refuses '..' and every link. Returns
+ * the descriptor, or -1 with errno set (EXDEV: the path leaves the
+ * directory; ELOOP: a link the walk refused). */
+int ls_file_open_beneath(int dirfd, const char *rel, int flags);
+
+/* Reads fd (a regular file, checked) from its start into a malloc'd
+ * buffer (*data, *len; caller frees *data). More than max bytes is
+ * refused, also when the file grows while read; a file cut short while
+ * read simply gives fewer bytes (which the format checks then refuse).
+ * what names the file in messages, which never hold its bytes. */
+ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const char *what, ls_status code,
+                          ls_error *err);
 
 #endif

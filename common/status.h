@@ -53,6 +53,11 @@
     X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "see the Allow header")                       \
     X(ADAPTER_EXISTS, "adapter_exists", 409,                                                       \
       "pick another name, DELETE the old adapter, or send \"replace\": true")                      \
+    X(ADAPTER_STALE, "adapter_stale", 409,                                                         \
+      "the adapter's file changed or went away since it was loaded: load it again with "           \
+      "\"replace\": true, or restore the file")                                                    \
+    X(PIN_LIMIT, "pin_limit", 409,                                                                 \
+      "at most slots-1 adapters can be pinned: unpin or delete one, or load this one unpinned")     \
     X(PAYLOAD_TOO_LARGE, "payload_too_large", 413,                                                 \
       "send a smaller body or restart with a larger --max-body-mb")                                \
     X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415,                                       \

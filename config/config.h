@@ -49,12 +49,15 @@ typedef struct {
     ls_lora_layout lora_layout;
     int host_cache;
     char adapter_dir[LS_CONFIG_PATH_MAX]; /* "" = working directory */
+    char state_dir[LS_CONFIG_PATH_MAX];   /* "" = no durable registry */
     bool strict_adapters;
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
     int max_batch_tokens;
     int batch_wait_us;
     int max_queue_tokens; /* bound of the batcher's queue */
+    int max_request_tokens; /* rows of x one /forward may carry */
+    int max_queue_mb;       /* bytes all /forward requests in flight may hold, MiB */
     bool batching;        /* false: each /forward runs alone */
     int http_threads;
 

@@ -1,6 +1,9 @@
 /* See json.h. */
 #include "format/json.h"
 
+#include <stdio.h>
+#include <string.h>
+
 const char *ls_json_kind(const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -12,4 +15,11 @@ const char *ls_json_kind(const json_t *v) {
     case JSON_FALSE: return "a boolean";
     default: return "null";
     }
+}
+
+const char *ls_json_error_reason(const json_error_t *e, char *buf, size_t len) {
+    snprintf(buf, len, "%s", e->text);
+    char *near = strstr(buf, " near ");
+    if (near) *near = '\0';
+    return buf;
 }

@@ -261,16 +261,16 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     uint64_t n = 0;
     for (int i = 0; i < LS_ST_LEN_FIELD; i++) n |= (uint64_t)buf[i] << (8 * i);
     size_t avail = len - LS_ST_LEN_FIELD;
+    /* The messages below never carry the field's value nor any other
+     * byte of the input: a file read by path is not the client's to see. */
     if (n > LS_SAFETENSORS_MAX_HEADER) {
         ls_st_violation(err, NULL, LS_NA, LS_SAFETENSORS_MAX_HEADER, LS_NA,
-                        "header length %llu exceeds the limit of %u bytes", (unsigned long long)n,
-                        LS_SAFETENSORS_MAX_HEADER);
+                        "the header length field exceeds the limit of %u bytes", LS_SAFETENSORS_MAX_HEADER);
         return false;
     }
     if (n > avail) {
-        ls_st_violation(err, NULL, LS_NA, (int64_t)avail, (int64_t)n,
-                        "header length %llu runs past the end of the file (%zu bytes follow the length field)",
-                        (unsigned long long)n, avail);
+        ls_st_violation(err, NULL, LS_NA, (int64_t)avail, LS_NA,
+                        "the header length field runs past the end of the file (%zu bytes follow it)", avail);
         return false;
     }
     if (n == 0) {
@@ -280,8 +280,7 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     /* n is now bounded by the buffer: it is safe to read and parse. */
     const char *h = (const char *)buf + LS_ST_LEN_FIELD;
     if (h[0] != '{') {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{' (first byte 0x%02x)",
-                        (unsigned)(uint8_t)h[0]);
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{'");
         return false;
     }
     const char *nul = memchr(h, '\0', (size_t)n);
@@ -293,8 +292,9 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     json_error_t je;
     json_t *j = json_loadb(h, (size_t)n, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)", je.text,
-                        je.position);
+        char why[160];
+        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)",
+                        ls_json_error_reason(&je, why, sizeof why), je.position);
         return false;
     }
     if (!json_is_object(j)) {

@@ -280,6 +280,39 @@ static void ls_adapter_check_finite(ls_adapter_ctx *c) {
     }
 }
 
+/* The digest covers the data array as little-endian fp32 bytes, layer
+ * after layer in the compact layout, so two uploads that normalise to the
+ * same factors (PEFT or pool, any dtype) share a digest. */
+void ls_adapter_digest(const float *data, size_t count, char hex[65]) {
+    ls_sha256_ctx h;
+    ls_sha256_init(&h);
+    uint8_t buf[1024];
+    size_t used = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &data[i], 4);
+        buf[used++] = (uint8_t)u;
+        buf[used++] = (uint8_t)(u >> 8);
+        buf[used++] = (uint8_t)(u >> 16);
+        buf[used++] = (uint8_t)(u >> 24);
+        if (used == sizeof buf) {
+            ls_sha256_update(&h, buf, used);
+            used = 0;
+        }
+    }
+    ls_sha256_update(&h, buf, used);
+    uint8_t digest[32];
+    ls_sha256_final(&h, digest);
+    ls_sha256_hex_digest(digest, hex);
+}
+
+size_t ls_adapter_host_bytes(const ls_adapter *a) {
+    size_t bytes = (size_t)a->layers * a->layer_floats * sizeof(float) + (size_t)a->layers * sizeof(bool) +
+                   (a->meta.n_ignored ? a->meta.n_ignored : 1) * sizeof(char *);
+    for (size_t i = 0; i < a->meta.n_ignored; i++) bytes += strlen(a->ignored[i]) + 1;
+    return bytes;
+}
+
 /* Writes the compact factors of every layer into a; false on a value
  * the scale pushed past the fp32 range (reported) or out of memory. */
 static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_other, ls_adapter *a) {
@@ -335,33 +368,9 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
         char *copy = strdup(s->items[i].name);
         if (!copy) goto oom;
         a->ignored[a->meta.n_ignored++] = copy;
-        a->meta.bytes += strlen(copy) + 1;
     }
-
-    /* The digest covers the data array as little-endian fp32 bytes, layer
-     * after layer in the compact layout, so two uploads that normalise to
-     * the same factors (PEFT or pool, any dtype) share a digest. */
-    ls_sha256_ctx h;
-    ls_sha256_init(&h);
-    uint8_t buf[1024];
-    size_t total = L * lf, used = 0;
-    for (size_t i = 0; i < total; i++) {
-        uint32_t u;
-        memcpy(&u, &a->data[i], 4);
-        buf[used++] = (uint8_t)u;
-        buf[used++] = (uint8_t)(u >> 8);
-        buf[used++] = (uint8_t)(u >> 16);
-        buf[used++] = (uint8_t)(u >> 24);
-        if (used == sizeof buf) {
-            ls_sha256_update(&h, buf, used);
-            used = 0;
-        }
-    }
-    ls_sha256_update(&h, buf, used);
-    uint8_t digest[32];
-    ls_sha256_final(&h, digest);
-    ls_sha256_hex_digest(digest, a->meta.sha256);
-    a->meta.bytes += total * sizeof(float) + L * sizeof(bool) + (n_other ? n_other : 1) * sizeof(char *);
+    ls_adapter_digest(a->data, L * lf, a->meta.sha256);
+    a->meta.bytes = ls_adapter_host_bytes(a);
     return true;
 
 oom:

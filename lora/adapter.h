@@ -71,4 +71,10 @@ void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, cons
 
 void ls_adapter_free(ls_adapter *a);
 
+/* Hex SHA-256 of count floats as little-endian fp32 bytes: an adapter's
+ * digest is that of its data, every layer in the compact layout. */
+void ls_adapter_digest(const float *data, size_t count, char hex[65]);
+/* The host bytes a holds (its data, layer flags and ignored names). */
+size_t ls_adapter_host_bytes(const ls_adapter *a);
+
 #endif

@@ -83,11 +83,13 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
  * it is required here. */
 ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, ls_error *err) {
     json_error_t jerr;
+    char why[160];
     json_t *obj = text ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     if (!obj)
         return ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
-                            "adapter_config.json is not valid JSON: %s at line %d", text ? jerr.text : "no text",
-                            text ? jerr.line : 0);
+                            "adapter_config.json is not valid JSON: %s (line %d, column %d)",
+                            text ? ls_json_error_reason(&jerr, why, sizeof why) : "no text", text ? jerr.line : 0,
+                            text ? jerr.column : 0);
     ls_status st = ls_adapter_config_parse(obj, true, p, err);
     json_decref(obj);
     return st;
@@ -99,13 +101,17 @@ static ls_status ls_params_bool(const char *v, const char *key, bool *out, ls_er
     return LS_OK;
 }
 
-/* A finite decimal number (strtod also reads hex and inf: refused). */
+/* A finite decimal number: strtod also reads hexadecimal ("0x10" is 16),
+ * infinities and NaN, none of which a client means by alpha or scale. */
 static ls_status ls_params_double(const char *v, const char *key, double *out, ls_error *err) {
+    bool decimal = *v != '\0';
+    for (const char *c = v; *c && decimal; c++)
+        decimal = (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || *c == '+' || *c == 'e' || *c == 'E';
     char *end;
     errno = 0;
-    double d = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(d))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not a finite number", key, v);
+    double d = decimal ? strtod(v, &end) : 0.0;
+    if (!decimal || errno || end == v || *end || !isfinite(d))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not a finite decimal number", key, v);
     *out = d;
     return LS_OK;
 }

@@ -134,6 +134,18 @@ static void ls_peft_check_b(ls_adapter_ctx *c, int l, int module, const ls_adapt
 /* Reports into c; allocates nothing. */
 void ls_adapter_peft_check(ls_adapter_ctx *c) {
     ls_peft_find_rank(c);
+    /* No factor shows a rank of 1 or more: every present one has rank 0
+     * (an empty axis), which the per-factor checks below cannot compare
+     * against anything. As the pool format answers it: an invalid shape. */
+    const size_t total = (size_t)c->dims->L * LS_AD_SLOTS;
+    for (size_t i = 0; c->rank < 1 && i < total; i++) {
+        if (!c->in[i].name) continue;
+        ls_adapter_violation(c, LS_INVALID_SHAPE, (int)(i / LS_AD_SLOTS), c->in[i].name, LS_NA, LS_NA, 0,
+                             "an adapter has a rank r from 1 to the pool's max rank: lora_A is [r, in_features], "
+                             "lora_B [out_features, r]",
+                             "%s has rank 0: no factor of the adapter has a rank of 1 or more", c->in[i].name);
+        break;
+    }
     for (int l = 0; l < c->dims->L; l++) {
         for (int module = 0; module < 2; module++) {
             const int ka = module == 0 ? LS_AD_GU_A : LS_AD_D_A, kb = ka + 1;

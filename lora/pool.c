@@ -17,8 +17,11 @@
  *   or freed, never while a group that uses it runs.
  * - Locks: be_mu serialises every backend call (the CPU backend is not
  *   re-entrant) and every change of slot assignment; mu guards all
- *   bookkeeping. Order: be_mu, then mu; a thread holding mu never waits
- *   for be_mu, and mu is never held across a backend call or a file read.
+ *   bookkeeping; state_mu orders the changes that reach the state
+ *   directory (loads and deletes), so the disk sees them in the order the
+ *   registry does. Order: state_mu, be_mu, mu; a thread holding mu never
+ *   waits for the others, and mu is never held across a backend call or a
+ *   file read or write.
  *   Delete, describe, list, snapshot and a forward's lookup and release
  *   take mu only, so they answer at once even while a slot is written.
  * - Residency: a slot is FREE, LOADING (written now, under be_mu) or
@@ -46,11 +49,16 @@
  *   load fails and nothing changes; it is never evicted. A deleted or
  *   replaced version is no longer pinned.
  * - Host tier: host_cache adapters keep their factors on the host. Past
- *   that, the least recently used live, unpinned, idle adapter loses its
- *   host copy: with a source path it stays registered (serving from its
- *   slot if resident, reloaded and checked against its sha256 when it must
- *   be made resident again); without one it is unregistered with a warning.
- *   When nothing can be dropped the tier goes over: it is a soft cap.
+ *   that, the least recently used live, unpinned, idle adapter that can be
+ *   read back (from the state directory, or from its source path) loses
+ *   its host copy; it stays registered (serving from its slot if resident,
+ *   read back and checked against its sha256 when it must be made resident
+ *   again). An adapter that cannot be read back is never dropped: the
+ *   client was told it is stored. When nothing can be dropped the tier
+ *   goes over: it is a soft cap.
+ * - State directory (optional): a load is on disk before it is published
+ *   and a delete before the name goes; versions continue from the disk
+ *   and from deleted names (version floors), so none is ever reused.
  * - Counters: hits (a forward found the adapter resident), misses (it had
  *   to be loaded), loads (slot writes of an adapter, at load or forward),
  *   evictions (a resident adapter displaced), host_drops (host copies
@@ -77,6 +85,7 @@ ls_status ls_pool_create(ls_backend *be, const ls_pool_config *cfg, ls_pool **ou
     p->pd = *ls_backend_pool_dims(be);
     p->S = p->pd.slots;
     p->cfg = *cfg;
+    pthread_mutex_init(&p->state_mu, NULL);
     pthread_mutex_init(&p->be_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
 
@@ -115,6 +124,8 @@ void ls_pool_free(ls_pool *p) {
     free(p->g_gam);
     free(p->g_slot);
     free(p->g_rows);
+    free(p->floors);
+    pthread_mutex_destroy(&p->state_mu);
     pthread_mutex_destroy(&p->be_mu);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -177,19 +188,27 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     ls_pool_entry *e = ls_pool_entry_new(name, a, opts);
     if (!e) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory registering adapter '%s'", name);
 
+    pthread_mutex_lock(&p->state_mu);
     pthread_mutex_lock(&p->be_mu);
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
+    const uint64_t floor = ls_pool_floor_of(p, name);
     int pins = p->pinned - (old && old->pinned ? 1 : 0);
     int slot = -1;
     if (old && !opts->replace) {
         st = ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
                           old->version);
     } else if (opts->pinned && pins >= p->S - 1) {
-        st = ls_error_set(err, LS_POOL_EXHAUSTED, "delete a pinned adapter or load this one unpinned",
-                          "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1, pins);
+        /* Not 503: waiting does not help, only the client's own change. */
+        st = ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
+                          pins);
+    } else if (opts->restore_version && opts->restore_version <= (old ? old->version : floor)) {
+        st = ls_error_set(err, LS_INTERNAL, NULL, "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64,
+                          name, opts->restore_version, old ? old->version : floor);
     } else {
-        e->version = old ? old->version + 1 : 1;
+        /* Versions never go back: after a delete they continue from the
+         * deleted name's last one. */
+        e->version = opts->restore_version ? opts->restore_version : (old ? old->version : floor) + 1;
         e->seq = ++p->seq;
         ls_policy_touch(p, e);
         /* An idle old version goes away at the switch: its slot is the
@@ -218,6 +237,13 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     pthread_mutex_unlock(&p->mu);
 
     if (st == LS_OK && slot >= 0) st = ls_policy_fill_slot(p, e, slot, err);
+    /* Durable before it is published (and so before the client hears of
+     * it); a failure here undoes the load like a failed slot write. */
+    if (st == LS_OK && p->cfg.state && !opts->restore_version) {
+        ls_state_record rec = {.name = name, .version = e->version, .pinned = opts->pinned,
+                               .source_path = e->source_path, .params = e->params, .a = &e->a};
+        st = ls_state_save(p->cfg.state, &rec, err);
+    }
     if (st != LS_OK) {
         pthread_mutex_lock(&p->mu);
         if (slot >= 0) {
@@ -230,6 +256,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
         }
         pthread_mutex_unlock(&p->mu);
         pthread_mutex_unlock(&p->be_mu);
+        pthread_mutex_unlock(&p->state_mu);
         ls_pool_entry_discard(e);
         return st;
     }
@@ -249,10 +276,14 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     ls_registry_insert(p, e);
     ls_policy_trim_host(p, e);
     if (info) ls_registry_info(p, e, info);
+    /* Once mu is released another load or a delete may free e: nothing
+     * below may read it. */
+    const uint64_t version = e->version;
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->be_mu);
+    pthread_mutex_unlock(&p->state_mu);
     memset(a, 0, sizeof *a);
-    ls_log_debug("pool: registered adapter '%s' version %" PRIu64 " in slot %d", name, e->version, slot);
+    ls_log_debug("pool: registered adapter '%s' version %" PRIu64 " in slot %d", name, version, slot);
     return LS_OK;
 }
 
@@ -262,14 +293,84 @@ static ls_status ls_pool_not_found(const char *name, ls_error *err) {
 
 /* Unregisters name; its weights live on while requests hold them. */
 ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
+    /* state_mu keeps loads of the name out while the disk is written, so
+     * the entry found first is still the live one after. */
+    pthread_mutex_lock(&p->state_mu);
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
-    if (e) {
+    const uint64_t version = e ? e->version : 0;
+    pthread_mutex_unlock(&p->mu);
+    ls_status st = e ? LS_OK : ls_pool_not_found(name, err);
+    if (st == LS_OK && p->cfg.state) st = ls_state_forget(p->cfg.state, name, version, err);
+    if (st == LS_OK) {
+        pthread_mutex_lock(&p->mu);
         ls_registry_unlink(p, e);
         if (e->refs == 0) ls_registry_destroy(p, e);
+        if (!ls_pool_floor_raise(p, name, version))
+            ls_log_warn("pool: out of memory remembering the last version of '%s'", name);
+        pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_unlock(&p->state_mu);
+    return st;
+}
+
+/* ls_state_restore's callbacks. */
+typedef struct {
+    ls_pool *p;
+    int restored;
+} ls_pool_restoring;
+
+static void ls_pool_restore_tomb(void *ctx, const char *name, uint64_t version) {
+    ls_pool *p = ((ls_pool_restoring *)ctx)->p;
+    pthread_mutex_lock(&p->mu);
+    if (!ls_pool_floor_raise(p, name, version)) ls_log_warn("pool: out of memory restoring '%s'", name);
     pthread_mutex_unlock(&p->mu);
-    return e ? LS_OK : ls_pool_not_found(name, err);
+}
+
+static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_adapter *a, ls_error *err) {
+    ls_pool_restoring *r = ctx;
+    ls_pool *p = r->p;
+    pthread_mutex_lock(&p->mu);
+    uint64_t floor = ls_pool_floor_of(p, rec->name);
+    pthread_mutex_unlock(&p->mu);
+    if (floor >= rec->version) /* deleted: the crash came before the record was removed */
+        return ls_state_forget(p->cfg.state, rec->name, floor, err);
+    ls_pool_load_opts o = {.pinned = rec->pinned, .source_path = rec->source_path, .params = rec->params,
+                           .restore_version = rec->version};
+    ls_error why;
+    ls_error_init(&why);
+    ls_status st = ls_pool_load(p, rec->name, a, &o, NULL, &why);
+    if (st != LS_OK && o.pinned) {
+        /* A pin that no longer fits (fewer --slots now) must not lose the
+         * adapter: it comes back unpinned. */
+        ls_log_warn("state directory: adapter '%s' restored unpinned: %s", rec->name, why.message);
+        o.pinned = false;
+        ls_error_clear(&why);
+        st = ls_pool_load(p, rec->name, a, &o, NULL, &why);
+    }
+    if (st == LS_OK) {
+        r->restored++;
+    } else {
+        /* Saved for another model or pool shape: kept on disk for a server
+         * that fits it, skipped here; its version stays taken. */
+        ls_log_error("state directory: adapter '%s' version %" PRIu64 " not restored: %s", rec->name, rec->version,
+                     why.message);
+        pthread_mutex_lock(&p->mu);
+        ls_pool_floor_raise(p, rec->name, rec->version);
+        pthread_mutex_unlock(&p->mu);
+    }
+    ls_error_free(&why);
+    (void)err;
+    return LS_OK;
+}
+
+ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err) {
+    ls_pool_restoring r = {.p = p};
+    *restored = 0;
+    if (!p->cfg.state) return LS_OK;
+    ls_status st = ls_state_restore(p->cfg.state, ls_pool_restore_one, ls_pool_restore_tomb, &r, err);
+    *restored = r.restored;
+    return st;
 }
 
 /* Fills *info (caller's struct) with a snapshot of name. */
@@ -370,4 +471,29 @@ void ls_pool_debug_release(ls_pool *p, ls_pool_hold *h) {
     pthread_mutex_lock(&p->mu);
     ls_registry_release(p, h);
     pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- versions of deleted names -------------------------------------------- */
+
+uint64_t ls_pool_floor_of(const ls_pool *p, const char *name) {
+    for (size_t i = 0; i < p->n_floors; i++)
+        if (!strcmp(p->floors[i].name, name)) return p->floors[i].version;
+    return 0;
+}
+
+bool ls_pool_floor_raise(ls_pool *p, const char *name, uint64_t version) {
+    for (size_t i = 0; i < p->n_floors; i++)
+        if (!strcmp(p->floors[i].name, name)) {
+            if (version > p->floors[i].version) p->floors[i].version = version;
+            return true;
+        }
+    if (p->n_floors == p->cap_floors) {
+        size_t cap = p->cap_floors ? p->cap_floors * 2 : 16;
+        ls_pool_floor *f = realloc(p->floors, cap * sizeof *f);
+        if (!f) return false;
+        p->floors = f, p->cap_floors = cap;
+    }
+    snprintf(p->floors[p->n_floors].name, sizeof p->floors[p->n_floors].name, "%s", name);
+    p->floors[p->n_floors++].version = version;
+    return true;
 }

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "gpu/backend.h"
 #include "lora/adapter.h"
+#include "lora/state.h"
 
 typedef struct ls_pool ls_pool;
 
@@ -27,8 +28,9 @@ typedef ls_status (*ls_pool_reload_fn)(void *ctx, const char *path, const ls_ada
 
 typedef struct {
     int host_cache;              /* adapters kept in the host tier */
-    ls_pool_reload_fn reload;    /* NULL: adapters dropped from the host tier are unregistered */
+    ls_pool_reload_fn reload;    /* reads an adapter back from its source path; NULL: never */
     void *reload_ctx;
+    ls_state *state;             /* durable registry (borrowed); NULL: none */
 } ls_pool_config;
 
 /* Creates the pool over be (borrowed: must outlive the pool). The pool
@@ -42,6 +44,7 @@ typedef struct {
     bool replace;              /* swap an existing name atomically, version + 1 */
     const char *source_path;   /* NULL for inline uploads; else copied */
     ls_adapter_params params;  /* kept to reload from source_path */
+    uint64_t restore_version;  /* > 0: restoring from the state directory: this version, nothing written */
 } ls_pool_load_opts;
 
 typedef enum { LS_SLOT_FREE, LS_SLOT_LOADING, LS_SLOT_RESIDENT } ls_slot_state;
@@ -63,16 +66,24 @@ typedef struct {
 /* Registers a (validated, normalised) adapter under name and tries to make
  * it resident. On success takes ownership of *a (zeroing it) and fills
  * info; on failure *a stays the caller's and nothing changed. Errors:
- * LS_ADAPTER_EXISTS (name taken, no replace), LS_POOL_EXHAUSTED (a pin
- * over S-1, or pinned and no slot can be had now), LS_DEVICE_ERROR (slot
+ * LS_ADAPTER_EXISTS (name taken, no replace), LS_PIN_LIMIT (a pin over
+ * S-1), LS_POOL_EXHAUSTED (pinned and no slot can be had now), LS_DEVICE_ERROR (slot
  * write failed: rolled back). An unpinned adapter that finds no slot now
  * stays registered in the host tier. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
                        ls_adapter_info *info, ls_error *err);
 
 /* Unregisters name: unknown at once to new requests; the slot is freed at
- * the last release. LS_ADAPTER_NOT_FOUND when unknown. */
+ * the last release. LS_ADAPTER_NOT_FOUND when unknown. With a state
+ * directory the delete is durable before this returns (LS_INTERNAL, and
+ * nothing changed, when the disk refuses). */
 ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
+
+/* Registers every adapter of the state directory with its version, and
+ * the versions of deleted names; call once, before serving. What cannot
+ * be read is moved aside and logged (the state module's rule); *restored
+ * receives the count. */
+ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err);
 
 /* Snapshot of one adapter; LS_ADAPTER_NOT_FOUND when unknown. */
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);

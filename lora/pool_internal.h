@@ -1,7 +1,7 @@
 /* The pool's private state, shared by lora/pool.c (entry points),
  * lora/registry.c (names and entry lifetimes), lora/pool_policy.c (slots,
  * eviction, the host tier) and lora/pool_forward.c (the grouped forward).
- * Nothing outside lora/ includes this file. */
+ * Outside lora/ only white-box tests include this file. */
 #ifndef LS_LORA_POOL_INTERNAL_H
 #define LS_LORA_POOL_INTERNAL_H
 
@@ -42,6 +42,13 @@ typedef struct {
     ls_pool_entry *entry; /* occupant when LOADING or RESIDENT */
 } ls_pool_slot;
 
+/* The last version a deleted name had: the next load of it continues
+ * after it, so a version is never reused. */
+typedef struct {
+    char name[129];
+    uint64_t version;
+} ls_pool_floor;
+
 struct ls_pool {
     ls_backend *be; /* borrowed */
     ls_dims dims;
@@ -52,6 +59,7 @@ struct ls_pool {
     /* Lock order: be_mu before mu, never the reverse. be_mu serialises
      * every backend call and every change of slot assignment; mu guards
      * all the state below and is only held for short bookkeeping. */
+    pthread_mutex_t state_mu;
     pthread_mutex_t be_mu;
     pthread_mutex_t mu;
 
@@ -63,6 +71,9 @@ struct ls_pool {
     ls_pool_entry *all;
     int host_used; /* entries holding host factors, live or not */
     size_t host_bytes;
+
+    ls_pool_floor *floors; /* under mu */
+    size_t n_floors, cap_floors;
 
     uint64_t clock, seq, marks;
     uint64_t loads, evictions, hits, misses, host_drops;
@@ -82,6 +93,11 @@ void ls_registry_unlink(ls_pool *p, ls_pool_entry *e);
 void ls_registry_release(ls_pool *p, ls_pool_entry *e);
 void ls_registry_destroy(ls_pool *p, ls_pool_entry *e);
 void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info *info);
+
+/* pool.c, under mu: a deleted name's last version (0 when none), and
+ * raising it (false on out of memory). */
+uint64_t ls_pool_floor_of(const ls_pool *p, const char *name);
+bool ls_pool_floor_raise(ls_pool *p, const char *name, uint64_t version);
 
 /* pool_policy.c */
 int64_t ls_policy_now_ms(void);

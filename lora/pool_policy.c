@@ -63,35 +63,49 @@ int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
 }
 
 /* Under mu: while more adapters hold host copies than the tier allows,
- * drops the least recently used one that is live, unpinned, idle and not
- * keep. One with a source path (and a reload function) stays registered
- * and is read again when it must be made resident; one without is
- * unregistered. When nothing qualifies the tier stays over its size: it is
- * a soft cap, because refusing a load or dropping weights that a request
- * holds would be worse than using the memory. */
+ * drops the host copy of the least recently used one that is live,
+ * unpinned, idle, not keep, and can be read back (it has a source path
+ * and the pool a reload function); it stays registered and is read again
+ * when it must be made resident. An adapter that cannot be read back
+ * keeps its copy: the client was told it is stored, so it is never
+ * unregistered behind its back. When nothing qualifies the tier stays
+ * over its size: it is a soft cap, because refusing a load or losing an
+ * adapter would be worse than using the memory. */
 void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
     while (p->host_used > p->cfg.host_cache) {
         ls_pool_entry *victim = NULL;
         for (ls_pool_entry *e = p->all; e; e = e->next) {
             if (e == keep || !e->live || e->pinned || e->refs > 0 || !e->host_data) continue;
+            if (!p->cfg.state && (!e->source_path || !p->cfg.reload)) continue;
             if (!victim || ls_policy_older(e, victim)) victim = e;
         }
         if (!victim) return;
         p->host_drops++;
-        if (victim->source_path && p->cfg.reload) {
-            ls_log_debug("pool: host tier full, dropping the host copy of '%s' (reloads from %s)", victim->name,
-                         victim->source_path);
-            ls_adapter_free(&victim->a);
-            victim->host_data = false;
-            p->host_used--;
-            p->host_bytes -= victim->meta.bytes;
-        } else {
-            ls_log_warn("pool: host cache full (%d adapters): unregistered adapter '%s' version %" PRIu64
-                        ", which has no source path to reload from",
-                        p->cfg.host_cache, victim->name, victim->version);
-            ls_registry_destroy(p, victim);
-        }
+        ls_log_debug("pool: host tier full, dropping the host copy of '%s' (reloads from %s)", victim->name,
+                     victim->source_path);
+        ls_adapter_free(&victim->a);
+        victim->host_data = false;
+        p->host_used--;
+        p->host_bytes -= victim->meta.bytes;
     }
+}
+
+/* Under no lock: makes *tmp (read back, checked) e's host copy unless
+ * another forward did it meanwhile; *tmp is taken or freed. */
+static ls_status ls_policy_install(ls_pool *p, ls_pool_entry *e, ls_adapter *tmp) {
+    pthread_mutex_lock(&p->mu);
+    if (e->host_data) {
+        ls_adapter_free(tmp);
+    } else {
+        e->a = *tmp;
+        e->host_data = true;
+        p->host_used++;
+        p->host_bytes += e->meta.bytes;
+        ls_policy_trim_host(p, e);
+    }
+    pthread_mutex_unlock(&p->mu);
+    memset(tmp, 0, sizeof *tmp);
+    return LS_OK;
 }
 
 /* Without a lock: reads e's factors back from its source path and, when
@@ -100,36 +114,47 @@ void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
  * the host tier does not drop the copy again before the caller uses it;
  * its name, path and parameters never change. */
 static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
-    if (!e->source_path || !p->cfg.reload)
-        return ls_error_set(err, LS_INTERNAL, NULL, "adapter '%s' has no host copy and no path to reload from",
-                            e->name);
     ls_adapter tmp;
     memset(&tmp, 0, sizeof tmp);
-    ls_status st = p->cfg.reload(p->cfg.reload_ctx, e->source_path, &e->params, &tmp, err);
-    if (st != LS_OK) {
-        if (err && err->code == LS_OK)
-            ls_error_set(err, st, NULL, "adapter '%s': reloading %s failed", e->name, e->source_path);
-        return st;
-    }
-    if (strcmp(tmp.meta.sha256, e->meta.sha256) != 0 || tmp.meta.rank != e->meta.rank || tmp.meta.outer != e->meta.outer ||
-        tmp.layers != p->dims.L || !tmp.data) {
-        ls_adapter_free(&tmp);
-        return ls_error_set(err, LS_INTERNAL, "load it again (replace: true) to serve the new file",
-                            "adapter '%s' version %" PRIu64 ": adapter file changed on disk since it was loaded (%s)",
-                            e->name, e->version, e->source_path);
-    }
+    /* The state directory holds the live version's factors as they were
+     * normalised: read them from there when they are the ones wanted. */
     pthread_mutex_lock(&p->mu);
-    if (e->host_data) {
-        ls_adapter_free(&tmp);
-    } else {
-        e->a = tmp;
-        e->host_data = true;
-        p->host_used++;
-        p->host_bytes += e->meta.bytes;
-        ls_policy_trim_host(p, e);
-    }
+    bool live = e->live;
     pthread_mutex_unlock(&p->mu);
-    return LS_OK;
+    if (p->cfg.state && live) {
+        ls_error why;
+        ls_error_init(&why);
+        ls_status st = ls_state_read(p->cfg.state, e->name, e->version, &tmp, &why);
+        ls_error_free(&why);
+        if (st == LS_OK && !strcmp(tmp.meta.sha256, e->meta.sha256)) return ls_policy_install(p, e, &tmp);
+        ls_adapter_free(&tmp);
+    }
+    if (!e->source_path || !p->cfg.reload)
+        return ls_error_set(err, LS_ADAPTER_STALE, NULL, "adapter '%s' version %" PRIu64 " has no host copy and "
+                                                         "nothing to read it back from",
+                            e->name, e->version);
+    /* Whatever is wrong with the file now (gone, unreadable, invalid,
+     * different), it is not the request's fault: the adapter it names is
+     * stale. Out of memory stays what it is. */
+    ls_error why;
+    ls_error_init(&why);
+    ls_status st = p->cfg.reload(p->cfg.reload_ctx, e->source_path, &e->params, &tmp, &why);
+    if (st == LS_INTERNAL) {
+        ls_error_set(err, st, NULL, "adapter '%s': reading %s back failed: %s", e->name, e->source_path, why.message);
+    } else if (st != LS_OK) {
+        ls_error_set(err, LS_ADAPTER_STALE, NULL, "adapter '%s' version %" PRIu64 " cannot be read back from %s: %s",
+                     e->name, e->version, e->source_path, why.message);
+        st = LS_ADAPTER_STALE;
+    } else if (strcmp(tmp.meta.sha256, e->meta.sha256) != 0 || tmp.meta.rank != e->meta.rank ||
+               tmp.meta.outer != e->meta.outer || tmp.layers != p->dims.L || !tmp.data) {
+        ls_adapter_free(&tmp);
+        st = ls_error_set(err, LS_ADAPTER_STALE, NULL,
+                          "adapter '%s' version %" PRIu64 ": its file %s changed since it was loaded", e->name,
+                          e->version, e->source_path);
+    }
+    ls_error_free(&why);
+    if (st != LS_OK) return st;
+    return ls_policy_install(p, e, &tmp);
 }
 
 ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int count, ls_error *err) {

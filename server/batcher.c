@@ -85,9 +85,11 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
     int n_used = 0;
     ls_status st = ls_pool_forward(b->pool, jobs[0]->layer, T, b->x, any_gammas ? b->gammas : NULL,
                                    any_names ? b->names : NULL, b->y, b->used, &n_used, &err);
-    if (st == LS_ADAPTER_NOT_FOUND) {
-        /* One job named an adapter that is gone: serve each alone so only
-         * that job gets the 404. */
+    if (st != LS_OK) {
+        /* A merged call fails for one job's sake as often as for all of
+         * them (an adapter gone, one that cannot be read back, a group
+         * that finds no slot): serve each alone, so a job answers with
+         * its own outcome and never with another's error. */
         ls_error_free(&err);
         for (int j = 0; j < count; j++) ls_batcher_run_alone(b, jobs[j]);
         return;
@@ -96,12 +98,8 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
     int off = 0;
     for (int j = 0; j < count; j++) {
         ls_batch_job *job = jobs[j];
-        if (st == LS_OK) {
-            memcpy(job->y, b->y + (size_t)off * H, sizeof(float) * (size_t)job->T * H);
-            ls_batcher_used_of(job, b->used, n_used, job);
-        } else {
-            ls_error_set(&job->err, err.code, err.hint, "%s", err.message);
-        }
+        memcpy(job->y, b->y + (size_t)off * H, sizeof(float) * (size_t)job->T * H);
+        ls_batcher_used_of(job, b->used, n_used, job);
         off += job->T;
         ls_batcher_finish(job, st);
     }
@@ -215,6 +213,9 @@ void ls_batcher_free(ls_batcher *b) {
 
 ls_status ls_batcher_submit(ls_batcher *b, ls_batch_job *job, ls_error *err) {
     ls_error_init(&job->err);
+    /* A job of no tokens would never fill a batch's cap: the batch array
+     * (sized in tokens) could overflow. */
+    if (job->T < 1) return ls_error_set(err, LS_INTERNAL, NULL, "a batch job needs at least one token");
     job->n_used = 0;
     job->next = NULL;
     clock_gettime(CLOCK_MONOTONIC, &job->enqueued);

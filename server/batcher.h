@@ -27,7 +27,7 @@ typedef struct ls_batch_job {
     int n_used;
     ls_status status; /* the outcome, set before done() */
     ls_error err;     /* initialised by submit; the caller frees it */
-    void (*done)(void *ctx); /* called once, from the worker (or submit) */
+    void (*done)(void *ctx); /* called once, from the worker, for every accepted job */
     void *done_ctx;
     /* queue bookkeeping */
     struct ls_batch_job *next;

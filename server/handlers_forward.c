@@ -17,10 +17,13 @@ struct ls_forward_job {
     float *y;
     ls_pool_used *used;
     ls_batch_job job;
+    ls_server *srv;
+    unsigned long long held; /* bytes counted in srv->held_bytes */
 };
 
 void ls_forward_job_free(ls_forward_job *fj) {
     if (!fj) return;
+    if (fj->held) atomic_fetch_sub(&fj->srv->held_bytes, fj->held);
     ls_forward_req_free(&fj->fr);
     ls_error_free(&fj->job.err);
     free(fj->y);
@@ -47,9 +50,28 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
         fj->kind = req->kind;
         if (req->kind == LS_BODY_SAFETENSORS)
             st = ls_forward_req_parse_safetensors(req->body, req->len, ls_request_query(req, "layer"),
-                                                  ls_request_query(req, "adapter"), &srv->dims, &fj->fr, &err);
+                                                  ls_request_query(req, "adapter"), &srv->dims,
+                                                  srv->cfg.max_request_tokens, &fj->fr, &err);
         else
-            st = ls_forward_req_parse_json((const char *)req->body, req->len, &srv->dims, &fj->fr, &err);
+            st = ls_forward_req_parse_json((const char *)req->body, req->len, &srv->dims, srv->cfg.max_request_tokens,
+                                           &fj->fr, &err);
+    }
+    if (st == LS_OK) {
+        /* What this request holds until it is answered: its body, x,
+         * gammas, y and names. Past the server-wide budget it is refused
+         * before y is allocated, as a full queue refuses (429). */
+        const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
+        const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
+                                         T * (sizeof(char *) + sizeof(ls_pool_used) + 32);
+        const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
+        unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
+        fj->srv = srv;
+        fj->held = bytes;
+        if (before + bytes > budget && before > 0)
+            st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
+                              "forward requests in flight hold %llu MiB; this one needs %llu MiB more than the %d MiB "
+                              "budget (--max-queue-mb) allows",
+                              before >> 20, (before + bytes - budget) >> 20, srv->cfg.max_queue_mb);
     }
     if (st == LS_OK) {
         fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);

@@ -1,13 +1,16 @@
 /* The libmicrohttpd daemon: the three-phase request handler (allocate
  * state and check route, auth, size and media type; consume the body
- * under the size cap; dispatch and reply), the routing table, and the one
- * place where responses are created, queued and destroyed. */
+ * under the size cap; dispatch and reply) and the one place where
+ * responses are created, queued and destroyed. The routing table is
+ * server/routes.c. */
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,30 +19,7 @@
 #include "common/log.h"
 #include "server/batcher.h"
 #include "server/request.h"
-
-typedef void (*ls_handler_fn)(const ls_request *req, ls_reply *r);
-
-typedef struct {
-    const char *method;
-    const char *pattern; /* "/adapters/{name}" matches one non-empty segment */
-    ls_handler_fn fn;
-    bool open;       /* served without the API key */
-    bool has_body;   /* POST with a JSON or safetensors body */
-} ls_route;
-
-static const ls_route ls_routes[] = {
-    {"GET", "/health", ls_handle_health, true, false},
-    {"GET", "/ready", ls_handle_ready, true, false},
-    {"GET", "/metrics", ls_handle_metrics, false, false},
-    {"GET", "/pool", ls_handle_pool, false, false},
-    {"POST", "/forward", ls_handle_forward, false, true},
-    {"POST", "/adapters", ls_handle_adapter_load, false, true},
-    {"GET", "/adapters", ls_handle_adapter_list, false, false},
-    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true},
-    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false},
-    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false},
-};
-#define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
+#include "server/routes.h"
 
 typedef struct {
     const ls_route *route;
@@ -62,43 +42,6 @@ static double ls_elapsed_s(const struct timespec *t0) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
-/* Matches path against a pattern; copies the {name} segment into param. */
-static bool ls_route_match(const char *pattern, const char *path, char *param, size_t plen) {
-    const char *brace = strchr(pattern, '{');
-    if (!brace) return !strcmp(pattern, path);
-    size_t prefix = (size_t)(brace - pattern);
-    if (strncmp(pattern, path, prefix)) return false;
-    const char *seg = path + prefix;
-    if (!*seg || strchr(seg, '/') || strlen(seg) >= plen) return false;
-    snprintf(param, plen, "%s", seg);
-    return true;
-}
-
-/* Finds the route; on a path known under other methods fills allow. */
-static const ls_route *ls_route_find(const char *method, const char *path, char *param, size_t plen, char *allow,
-                                     size_t alen) {
-    const ls_route *found = NULL;
-    allow[0] = '\0';
-    bool head = !strcmp(method, "HEAD");
-    for (size_t i = 0; i < LS_N_ROUTES; i++) {
-        char p[256];
-        if (!ls_route_match(ls_routes[i].pattern, path, p, sizeof p)) continue;
-        /* /adapters/validate is a route of its own only for POST */
-        if (!strcmp(path, "/adapters/validate") && ls_routes[i].pattern[10] == '{' && !strcmp(method, "POST"))
-            continue;
-        if (!strcmp(ls_routes[i].method, method) || (head && !strcmp(ls_routes[i].method, "GET"))) {
-            if (!found) {
-                found = &ls_routes[i];
-                snprintf(param, plen, "%s", p);
-            }
-        } else if (!strstr(allow, ls_routes[i].method)) {
-            size_t l = strlen(allow);
-            snprintf(allow + l, alen - l, "%s%s", l ? ", " : "", ls_routes[i].method);
-        }
-    }
-    return found;
 }
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
@@ -129,10 +72,17 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     return ret;
 }
 
-/* Constant-time comparison of the bearer token with the key. */
+/* Constant-time comparison of the bearer token with the key. A value
+ * holding a NUL byte is refused: as a C string it would end early, and
+ * "Bearer KEY\0junk" would pass as "Bearer KEY". */
 static bool ls_http_authorized(struct MHD_Connection *conn, const char *key) {
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    const char *h = NULL;
+    size_t hl = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h, &hl) != MHD_YES ||
+        !h || strlen(h) != hl)
+        return false;
+    if (strncasecmp(h, "Bearer ", 7)) return false;
     const char *tok = h + 7;
     size_t tl = strlen(tok), kl = strlen(key);
     unsigned char diff = (unsigned char)(tl != kl);
@@ -165,12 +115,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
     st->route = ls_route_find(method, url, st->param, sizeof st->param, allow, sizeof allow);
     st->label = st->route ? st->route->pattern : "other";
     if (!st->route && allow[0]) {
-        char unused[256];
-        for (size_t i = 0; i < LS_N_ROUTES; i++)
-            if (ls_route_match(ls_routes[i].pattern, url, unused, sizeof unused)) {
-                st->label = ls_routes[i].pattern;
-                break;
-            }
+        st->label = ls_route_label(url);
         snprintf(st->allow, sizeof st->allow, "%s", allow);
         r.allow = st->allow;
         ls_reply_fail(&r, LS_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url, allow);
@@ -338,6 +283,30 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     ls_log_warn("microhttpd: %s", msg);
 }
 
+/* %XX escapes of the path and the query decoded in place, except %00:
+ * a NUL byte would cut a name short in every C string after this (as
+ * "a%00evil" would register "a"), so it stays written as %00, which no
+ * adapter name may hold. Returns the new length. */
+static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
+    (void)cls, (void)conn;
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        int hi = -1, lo = -1;
+        if (in[0] == '%' && in[1] && in[2]) {
+            hi = isxdigit((unsigned char)in[1]) ? (isdigit((unsigned char)in[1]) ? in[1] - '0' : (in[1] | 32) - 'a' + 10) : -1;
+            lo = isxdigit((unsigned char)in[2]) ? (isdigit((unsigned char)in[2]) ? in[2] - '0' : (in[2] | 32) - 'a' + 10) : -1;
+        }
+        if (hi >= 0 && lo >= 0 && (hi | lo) != 0) {
+            *out++ = (char)(hi * 16 + lo);
+            in += 2;
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = '\0';
+    return (size_t)(out - s);
+}
+
 bool ls_http_start(ls_server *srv) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     struct addrinfo *ai = NULL;
@@ -362,7 +331,8 @@ bool ls_http_start(ls_server *srv) {
         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED,
         ls_http_completed, srv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_END);
+        (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK, ls_http_unescape, NULL,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
         ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
@@ -377,6 +347,12 @@ void ls_http_stop(ls_server *srv) {
     if (!srv->daemon) return;
     atomic_store(&srv->stopping, true);
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    /* The listening socket is ours once quiesced. Shut down now, a new
+     * client is refused at once instead of waiting in the backlog until the
+     * requests in flight are done; closed only after MHD_stop_daemon, as a
+     * worker may still hold the descriptor in a poll set until then and a
+     * reused number must never reach its accept(). */
+    if (fd != MHD_INVALID_SOCKET) shutdown(fd, SHUT_RDWR);
     /* Let requests in flight finish (bounded, so a stuck client cannot
      * hold shutdown forever). */
     for (int i = 0; i < 3000 && atomic_load(&srv->active) > 0; i++) usleep(10000);
@@ -387,6 +363,6 @@ void ls_http_stop(ls_server *srv) {
      * queued job, so this ends when the jobs in the queue have run. */
     while (atomic_load(&srv->suspended) > 0) usleep(1000);
     MHD_stop_daemon(srv->daemon);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
     srv->daemon = NULL;
+    if (fd != MHD_INVALID_SOCKET) close(fd);
 }

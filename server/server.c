@@ -29,6 +29,7 @@ static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
 
 bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     memset(srv, 0, sizeof *srv);
+    srv->loader.dirfd = -1;
     srv->cfg = *cfg;
     ls_metrics_init(&srv->metrics);
     ls_error err;
@@ -73,14 +74,28 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                 ls_w13_layout_name(srv->dims.w13_layout), ls_dtype_name(bc.dtype), cfg->slots, cfg->max_rank,
                 ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
     ls_model_free(&model);
-    srv->loader.dims = srv->dims;
-    srv->loader.pool = srv->pool_dims;
-    snprintf(srv->loader.adapter_dir, sizeof srv->loader.adapter_dir, "%s", cfg->adapter_dir);
-    ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader};
+    if ((st = ls_loader_open(&srv->loader, cfg->adapter_dir, &srv->dims, &srv->pool_dims, &err)) != LS_OK) {
+        ls_log_error("%s", err.message);
+        goto fail;
+    }
+    if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, &err)) != LS_OK) {
+        ls_log_error("%s", err.message);
+        goto fail;
+    }
+    ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader,
+                         .state = srv->state};
     if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {
         ls_log_error("pool: %s", err.message);
         goto fail;
     }
+    /* Before the server listens: /ready answers 200 only with the
+     * registry back as it was acknowledged. */
+    int restored = 0;
+    if ((st = ls_pool_restore(srv->pool, &restored, &err)) != LS_OK) {
+        ls_log_error("state directory: %s", err.message);
+        goto fail;
+    }
+    if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
     if (cfg->batching &&
         (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
                                 cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
@@ -101,7 +116,10 @@ void ls_server_free(ls_server *srv) {
     srv->batcher = NULL;
     ls_pool_free(srv->pool);
     srv->pool = NULL;
+    ls_state_close(srv->state);
+    srv->state = NULL;
     ls_backend_free(srv->backend);
     srv->backend = NULL;
+    ls_loader_close(&srv->loader);
     ls_metrics_free(&srv->metrics);
 }

@@ -25,12 +25,14 @@ typedef struct ls_server {
     ls_pool_dims pool_dims;
     ls_backend *backend; /* owned */
     ls_loader loader;    /* adapter directory and shapes: every adapter load goes through it */
+    ls_state *state;     /* owned; NULL without --state-dir */
     ls_pool *pool;       /* owned */
     struct ls_batcher *batcher; /* owned; NULL with --batching false */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     int port;
     atomic_int active;    /* requests being handled, for graceful shutdown */
+    atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */
     atomic_int suspended; /* /forward connections parked for the batcher, not yet resumed */
     atomic_bool stopping; /* shutdown began: no new suspensions, Connection: close */
 } ls_server;

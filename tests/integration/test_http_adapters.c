@@ -15,7 +15,7 @@
 #include "api/base64.h"
 #include "format/safetensors.h"
 #include "tests/util/tiny_server.h"
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 static tiny_server ts;
 

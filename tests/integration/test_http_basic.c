@@ -13,7 +13,7 @@
 #include "api/base64.h"
 #include "format/safetensors.h"
 #include "gpu/backend.h"
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 #define H 64
 #define N 3

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "gpu/backend.h"
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 #define H 48
 #define NREQ 24

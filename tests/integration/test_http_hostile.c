@@ -22,7 +22,7 @@
 #include <curl/curl.h>
 
 #include "common/buf.h"
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 #define H 8
 

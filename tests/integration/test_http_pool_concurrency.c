@@ -173,20 +173,26 @@ static void test_delete_replace_under_load(void **state) {
     ls_test_response r;
     assert_int_equal(ls_test_http(ts.srv, "DELETE", "/adapters/hot", NULL, NULL, 0, NULL, &r), 0);
     ls_test_response_free(&r);
-    json_decref(load("hot", 2.0, false, 201)); /* version 1 again: alpha 2 */
+    /* Versions continue after a delete (never reused): version 3, odd, so
+     * alpha 2 as every odd version. */
+    json_t *again = load("hot", 2.0, false, 201);
+    assert_int_equal(json_integer_value(json_object_get(again, "version")), 3);
+    json_decref(again);
 
     atomic_store(&stop_flag, false);
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, forward_thread, NULL);
-    int version = 1;
+    int version = 3;
     for (int i = 0; i < 40; i++) {
-        if (i % 5 == 4) { /* delete, pause, load anew at version 1 */
+        if (i % 5 == 4) { /* delete, pause, load anew: the next version */
             assert_int_equal(ls_test_http(ts.srv, "DELETE", "/adapters/hot", NULL, NULL, 0, NULL, &r), 0);
             assert_int_equal(r.status, 200);
             ls_test_response_free(&r);
             usleep(2000);
-            json_decref(load("hot", 2.0, false, 201));
-            version = 1;
+            version++;
+            json_t *resp = load("hot", version % 2 ? 2.0 : 4.0, false, 201);
+            assert_int_equal(json_integer_value(json_object_get(resp, "version")), version);
+            json_decref(resp);
         } else {
             version++;
             json_t *resp = load("hot", version % 2 ? 2.0 : 4.0, true, 201);

@@ -17,7 +17,7 @@
 #include "format/safetensors.h"
 #include "gpu/backend.h"
 #include "tests/util/reference.h"
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 typedef struct {
     int n, H, F, L;

@@ -6,7 +6,7 @@
 
 #include "lora/adapter_config.h"
 #include "common/sha256.h"
-#include "test_adapter_util.h"
+#include "tests/util/adapter_fixture.h"
 
 /* The tiny adapter as a tensor set with names prefixed by prefix (NULL:
  * none) and values in dtype dt; p receives its config. */

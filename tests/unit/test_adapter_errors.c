@@ -4,18 +4,18 @@
  * at once; a failure leaves the output zeroed. */
 #include <math.h>
 
-#include "test_adapter_util.h"
+#include "tests/util/adapter_fixture.h"
 
 /* A valid two-layer PEFT upload. */
-static void fx_peft(fx *f) {
+static void fx_peft(tu_fx *f) {
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);
     tu_add_peft_layer(&f->s, "", &f->d, 1, 2, 0);
 }
 
-static const char *N(fx *f, const char *fmt, int layer) { return tu_name(f->name, sizeof f->name, "", fmt, layer); }
+static const char *N(tu_fx *f, const char *fmt, int layer) { return tu_name(f->name, sizeof f->name, "", fmt, layer); }
 
 static void test_valid_baseline(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     ls_adapter a;
     assert_int_equal(ls_adapter_normalise(&f->s, NULL, &f->d, &f->p, &a, &f->err), LS_OK);
@@ -24,7 +24,7 @@ static void test_valid_baseline(void **state) {
 }
 
 static void test_dtype_unsupported(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t shape[2] = {2, 4};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_I32, shape, 2);
@@ -35,7 +35,7 @@ static void test_dtype_unsupported(void **state) {
 }
 
 static void test_peft_not_2d(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t shape[3] = {1, 4, 2};
     tu_replace(&f->s, N(f, TU_D_B, 0), LS_DTYPE_F32, shape, 3);
@@ -45,7 +45,7 @@ static void test_peft_not_2d(void **state) {
 }
 
 static void test_hidden_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t a[2] = {2, 5}, b[2] = {5, 2};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_F32, a, 2);
@@ -57,7 +57,7 @@ static void test_hidden_mismatch(void **state) {
 }
 
 static void test_extent_not_divisible(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t b[2] = {11, 2}, a[2] = {2, 7};
     tu_replace(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, b, 2);
@@ -69,7 +69,7 @@ static void test_extent_not_divisible(void **state) {
 }
 
 static void test_intermediate_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t b[2] = {10, 2}, a[2] = {2, 8};
     tu_replace(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, b, 2);
@@ -82,7 +82,7 @@ static void test_intermediate_mismatch(void **state) {
 }
 
 static void test_peft_rank_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t b[2] = {12, 3};
     tu_replace(&f->s, N(f, TU_GU_B, 1), LS_DTYPE_F32, b, 2);
@@ -93,7 +93,7 @@ static void test_peft_rank_mismatch(void **state) {
 }
 
 static void test_peft_transposed(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t a[2] = {4, 2};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_F32, a, 2);
@@ -106,7 +106,7 @@ static void test_peft_transposed(void **state) {
 }
 
 static void test_config_rank_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     ls_adapter_params p = {.r = 4, .has_alpha = true, .lora_alpha = 8};
     tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
@@ -116,7 +116,7 @@ static void test_config_rank_mismatch(void **state) {
 }
 
 static void test_rank_too_large(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     f->p.max_rank = 1;
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_TOO_LARGE, &f->err);
@@ -126,7 +126,7 @@ static void test_rank_too_large(void **state) {
 }
 
 static void test_missing_tensor(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);
     tu_add_peft_layer(&f->s, "base_model.model.", &f->d, 1, 2, 0);
     tu_remove(&f->s, N(f, TU_D_B, 0));
@@ -141,7 +141,7 @@ static void test_missing_tensor(void **state) {
 }
 
 static void test_unknown_tensor(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const char *bad[] = {
         "model.layers.0.mlp.shared_experts.w13_weight",
@@ -169,7 +169,7 @@ static void test_unknown_tensor(void **state) {
 }
 
 static void test_layer_out_of_range(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     const int64_t shape[2] = {2, 4};
     tu_add_pattern(&f->s, N(f, TU_GU_A, 5), LS_DTYPE_F32, shape, 2, 0);
@@ -182,7 +182,7 @@ static void test_layer_out_of_range(void **state) {
 }
 
 static void test_duplicate_factor(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     char prefixed[192];
     const int64_t shape[2] = {2, 4};
@@ -195,7 +195,7 @@ static void test_duplicate_factor(void **state) {
 }
 
 static void test_mixed_formats(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     /* 8 PEFT names and one pool name: the pool name is the minority. */
     fx_peft(f);
     const int64_t ga[4] = {1, 1, 4, 4};
@@ -208,7 +208,7 @@ static void test_mixed_formats(void **state) {
 }
 
 static void test_mixed_formats_tie(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     /* One PEFT layer first, then one pool layer: 4 names each, so the
      * second format (pool) is flagged, every name of it. */
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);
@@ -225,7 +225,7 @@ static void test_mixed_formats_tie(void **state) {
 }
 
 static void test_explicit_format(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     ls_adapter_params p = {.format = LS_ADAPTER_FORMAT_POOL};
     tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
@@ -237,7 +237,7 @@ static void test_explicit_format(void **state) {
 }
 
 static void test_nonfinite(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     tu_f32_data(&f->s, N(f, TU_D_A, 1))[5] = NAN;
     float *b = tu_f32_data(&f->s, N(f, TU_GU_B, 0));
@@ -253,7 +253,7 @@ static void test_nonfinite(void **state) {
 }
 
 static void test_nonfinite_bf16(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     const int64_t a[2] = {2, 4};
     float v[8] = {0, 0, 0, 0, 0, 0, 0, NAN};
     tu_add(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_BF16, a, 2, v);
@@ -265,7 +265,7 @@ static void test_nonfinite_bf16(void **state) {
 }
 
 static void test_scale_overflow(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     ls_adapter_params p = {.has_alpha = true, .lora_alpha = 1e300};
     tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_LORA_NONFINITE, &f->err);
@@ -279,7 +279,7 @@ static void test_scale_overflow(void **state) {
 }
 
 static void test_empty(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
     tu_expect(&f->err, LS_LORA_EMPTY, LS_NA, "", LS_NA, LS_NA, LS_NA);
     assert_int_equal(f->err.n_violations, 1);
@@ -296,7 +296,7 @@ static void test_empty(void **state) {
 }
 
 static void test_bad_params(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     ls_adapter_params p = {.r = -3, .has_alpha = true, .lora_alpha = NAN};
     tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_ADAPTER_CONFIG_INVALID, &f->err);
@@ -304,7 +304,7 @@ static void test_bad_params(void **state) {
 }
 
 static void test_byte_count_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     fx_peft(f);
     for (size_t i = 0; i < f->s.n; i++)
         if (!strcmp(f->s.items[i].name, N(f, TU_D_B, 1))) f->s.items[i].t.nbytes -= 4;
@@ -315,7 +315,7 @@ static void test_byte_count_mismatch(void **state) {
 /* Independent problems in different layers all come back at once, in
  * order, and the top-level code is the first one's. */
 static void test_many_violations(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     f->d.L = 3;
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);
     tu_add_peft_layer(&f->s, "", &f->d, 1, 2, 8); /* no down B */
@@ -335,7 +335,7 @@ static void test_many_violations(void **state) {
 }
 
 int main(void) {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, tu_fx_setup, tu_fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_valid_baseline),     T(test_dtype_unsupported),    T(test_peft_not_2d),
         T(test_hidden_mismatch),    T(test_extent_not_divisible), T(test_intermediate_mismatch),

@@ -5,21 +5,21 @@
  * checks that depend on a failed one. */
 #include <math.h>
 
-#include "test_adapter_util.h"
+#include "tests/util/adapter_fixture.h"
 
 /* Full name of buffer buf ("gate_up_lora_a", ...) of layer l. */
-static const char *B(fx *f, const char *buf, int l) {
+static const char *B(tu_fx *f, const char *buf, int l) {
     snprintf(f->name, sizeof f->name, "model.layers.%d.mlp.shared_experts.%s", l, buf);
     return f->name;
 }
 
-static void set_shape(fx *f, const char *buf, int l, int64_t a0, int64_t a1, int64_t a2, int64_t a3) {
+static void set_shape(tu_fx *f, const char *buf, int l, int64_t a0, int64_t a1, int64_t a2, int64_t a3) {
     const int64_t shape[4] = {a0, a1, a2, a3};
     tu_replace(&f->s, B(f, buf, l), LS_DTYPE_F32, shape, 4);
 }
 
 static void test_valid_baseline(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
     ls_adapter a;
@@ -29,7 +29,7 @@ static void test_valid_baseline(void **state) {
 }
 
 static void test_missing_buffer(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 8);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
     set_shape(f, "down_lora_a", 1, 1, 2, 2, 5); /* layer 1 is still checked */
@@ -40,7 +40,7 @@ static void test_missing_buffer(void **state) {
 }
 
 static void test_not_4d(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
     const int64_t shape[3] = {2, 6, 2};
@@ -54,7 +54,7 @@ static void test_not_4d(void **state) {
 }
 
 static void test_slot_axis(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "down_lora_a", 0, 3, 2, 2, 3);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_SLOT_AXIS_INVALID, &f->err);
@@ -63,7 +63,7 @@ static void test_slot_axis(void **state) {
 }
 
 static void test_outer_dim_invalid(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "gate_up_lora_a", 0, 1, 3, 4, 4);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_OUTER_DIM_INVALID, &f->err);
@@ -72,7 +72,7 @@ static void test_outer_dim_invalid(void **state) {
 }
 
 static void test_expert_layout_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     f->p.layout = LS_LORA_PER_EXPERT;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "down_lora_b", 0, 1, 2, 4, 2);
@@ -82,7 +82,7 @@ static void test_expert_layout_mismatch(void **state) {
 }
 
 static void test_layout_across_layers(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     f->d.L = 3;
     f->p.layout = LS_LORA_PER_EXPERT;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
@@ -94,7 +94,7 @@ static void test_layout_across_layers(void **state) {
 }
 
 static void test_expert_count(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "gate_up_lora_b", 0, 1, 3, 6, 2);
     set_shape(f, "down_lora_a", 0, 1, 1, 2, 3);
@@ -107,7 +107,7 @@ static void test_expert_count(void **state) {
 /* The seed error (shared/seeds): gate and up A not fused, so
  * gate_up_lora_a has r rows on its rank axis instead of 2r. */
 static void test_seed_rank_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "gate_up_lora_a", 0, 1, 1, 2, 4);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
@@ -121,7 +121,7 @@ static void test_seed_rank_mismatch(void **state) {
 }
 
 static void test_down_rank_mismatch(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "down_lora_a", 0, 1, 2, 3, 3);
     set_shape(f, "down_lora_b", 0, 1, 1, 4, 1);
@@ -132,7 +132,7 @@ static void test_down_rank_mismatch(void **state) {
 }
 
 static void test_model_axes(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "gate_up_lora_a", 0, 1, 1, 4, 5);
     set_shape(f, "gate_up_lora_b", 0, 1, 2, 5, 2);
@@ -149,7 +149,7 @@ static void test_model_axes(void **state) {
 /* A zero extent elsewhere lets a shape carry an absurd rank axis with no
  * data; it must be refused, not overflow 2*r. */
 static void test_absurd_rank_axis(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     set_shape(f, "gate_up_lora_b", 0, 1, 2, 0, INT64_C(1) << 62);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
@@ -159,7 +159,7 @@ static void test_absurd_rank_axis(void **state) {
 }
 
 static void test_rank_across_layers(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     f->d.L = 3;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
@@ -170,7 +170,7 @@ static void test_rank_across_layers(void **state) {
 }
 
 static void test_rank_too_large(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 6, 0);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_TOO_LARGE, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_RANK_TOO_LARGE, LS_NA, B(f, "gate_up_lora_b", 0), 3, 4, 6);
@@ -179,7 +179,7 @@ static void test_rank_too_large(void **state) {
 }
 
 static void test_config_rank(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     ls_adapter_params p = {.r = 3};
     tu_expect_fail(&f->s, &p, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
@@ -188,7 +188,7 @@ static void test_config_rank(void **state) {
 }
 
 static void test_layout_unsupported(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 2, 2, 0);
     tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_LAYOUT_UNSUPPORTED, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_LAYOUT_UNSUPPORTED, 0, B(f, "gate_up_lora_a", 0), 1, 1, 2);
@@ -197,7 +197,7 @@ static void test_layout_unsupported(void **state) {
 }
 
 static void test_pool_dtype_and_nonfinite(void **state) {
-    fx *f = *state;
+    tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
     const int64_t shape[4] = {1, 2, 2, 3};
@@ -211,7 +211,7 @@ static void test_pool_dtype_and_nonfinite(void **state) {
 }
 
 int main(void) {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, tu_fx_setup, tu_fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_valid_baseline),
         T(test_missing_buffer),

@@ -1,8 +1,11 @@
-/* The adapter loader (lora/loader.c): paths resolved beneath the adapter
- * directory and nowhere else, the merge of stated over own parameters, and
- * one adapter loaded from a PEFT directory, from a bare .safetensors
- * file, from tensors in memory and by the host tier's reload giving the
- * same factors whenever the parameters agree. */
+/* The adapter loader (lora/loader.c): paths opened beneath the adapter
+ * directory and nowhere else (also while another process swaps a
+ * directory for a link out of it), files rewritten in place while read
+ * (as cp does) answered cleanly, messages that name paths relative to the
+ * directory, the merge of stated over own parameters, and one adapter
+ * loaded from a PEFT directory, from a bare .safetensors file, from
+ * tensors in memory and by the host tier's reload giving the same factors
+ * whenever the parameters agree. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -80,9 +87,13 @@ static void write_adapters(const char *dir) {
 }
 
 static ls_loader make_loader(const char *dir) {
-    ls_loader ld = {.dims = {.n = LN, .H = LH, .F = LF, .L = 1, .w13_layout = LS_W13_INTERLEAVED},
-                    .pool = {.slots = 2, .max_rank = 4, .layout = LS_LORA_SHARED, .max_tokens = 8}};
-    snprintf(ld.adapter_dir, sizeof ld.adapter_dir, "%s", dir);
+    const ls_dims d = {.n = LN, .H = LH, .F = LF, .L = 1, .w13_layout = LS_W13_INTERLEAVED};
+    const ls_pool_dims pd = {.slots = 2, .max_rank = 4, .layout = LS_LORA_SHARED, .max_tokens = 8};
+    ls_loader ld;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_open(&ld, dir, &d, &pd, &err), LS_OK);
+    ls_error_free(&err);
     return ld;
 }
 
@@ -115,7 +126,7 @@ static void test_every_way_in_gives_the_same_factors(void **state) {
     ls_adapter_source peft = {.path = "peft"};
     snprintf(want, sizeof want, "%s", load_sha(&ld, &peft, &o1, &s1));
     assert_true(s1 == 2.0); /* alpha 4 / r 2 */
-    assert_non_null(strstr(o1.path, "/peft"));
+    assert_string_equal(o1.path, "peft"); /* relative to the adapter directory */
     assert_int_equal(o1.params.format, LS_ADAPTER_FORMAT_PEFT);
 
     ls_adapter_source bare = {.path = "bare.safetensors"};
@@ -145,6 +156,7 @@ static void test_every_way_in_gives_the_same_factors(void **state) {
     assert_string_not_equal(load_sha(&ld, &stated, &o1, &s4), want);
     assert_true(s4 == 0.5);
     ls_error_free(&err);
+    ls_loader_close(&ld);
     ls_test_rmtree(dir);
     free(dir);
 }
@@ -196,44 +208,210 @@ static void test_paths_stay_beneath_the_directory(void **state) {
         assert_string_equal(o.path, "");
         ls_error_free(&err);
     }
+    ls_loader_close(&ld);
     ls_test_rmtree(dir);
     free(dir);
 }
-static void test_resolve_path_too_long(void **state) {
+/* Loads path and expects a refusal whose message names path and not the
+ * server's directory. */
+static void expect_refused(const ls_loader *ld, const char *path, const char *why) {
+    ls_adapter_source src = {.path = path};
+    ls_adapter a;
+    ls_adapter_origin o;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_load(ld, &src, &a, &o, &err), LS_INVALID_REQUEST);
+    assert_null(a.data);
+    if (!strstr(err.message, why)) fprintf(stderr, "%s: %s\n", path, err.message);
+    assert_non_null(strstr(err.message, why));
+    assert_null(strstr(err.message, ld->root));
+    ls_error_free(&err);
+}
+
+static void test_paths_and_messages(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
-    char sub[4200];
-    snprintf(sub, sizeof sub, "%s/d", dir);
-    assert_int_equal(mkdir(sub, 0700), 0);
-    char out[4096];
-    ls_error err;
-
-    ls_error_init(&err);
-    assert_int_equal(ls_loader_resolve(dir, "d/", out, sizeof out, &err), LS_OK);
-    assert_string_equal(out + strlen(out) - 2, "/d");
-    ls_error_free(&err);
-
-    /* "d////...////../../../../etc": the path named resolves outside the
-     * directory; cut at the join buffer's end it would have resolved to d
-     * and been accepted. */
+    write_adapters(dir);
+    ls_loader ld = make_loader(dir);
+    char path[4400];
+    /* A link out of the directory, one inside it, and a long path of
+     * slashes that climbs out (cut at a buffer's end it would not). */
+    snprintf(path, sizeof path, "%s/out", dir);
+    assert_int_equal(symlink("/etc", path), 0);
+    snprintf(path, sizeof path, "%s/in", dir);
+    assert_int_equal(symlink("peft", path), 0);
+    expect_refused(&ld, "out/passwd", "leads out of the adapter directory");
+    expect_refused(&ld, "../../../../etc/passwd", "leads out of the adapter directory");
+    expect_refused(&ld, "peft/../../", "leads out of the adapter directory");
+    expect_refused(&ld, "missing", "does not exist in the adapter directory");
+    expect_refused(&ld, "/etc/passwd", "is not beneath the adapter directory");
+    expect_refused(&ld, "", "1 to");
     size_t n = 9000;
     char *rel = malloc(n + 32);
     assert_non_null(rel);
     rel[0] = 'd';
     memset(rel + 1, '/', n);
     strcpy(rel + 1 + n, "../../../../etc");
-    ls_error_init(&err);
-    assert_int_equal(ls_loader_resolve(dir, rel, out, sizeof out, &err), LS_INVALID_REQUEST);
-    ls_error_free(&err);
-
-    /* the short form of the same escape, and the directory itself */
-    ls_error_init(&err);
-    assert_int_equal(ls_loader_resolve(dir, "d/../../../../etc", out, sizeof out, &err), LS_INVALID_REQUEST);
-    ls_error_free(&err);
-    ls_error_init(&err);
-    assert_int_equal(ls_loader_resolve(dir, ".", out, sizeof out, &err), LS_OK);
-    ls_error_free(&err);
+    expect_refused(&ld, rel, "1 to");
     free(rel);
+    /* Inside: a link that stays in, and the directory's own absolute path;
+     * the registry keeps the path relative. */
+    ls_adapter_origin o;
+    ls_adapter_source in = {.path = "in"};
+    char want[65];
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &in, &o, NULL));
+    assert_string_equal(o.path, "in");
+    snprintf(path, sizeof path, "%s/peft", ld.root);
+    ls_adapter_source abs = {.path = path};
+    assert_string_equal(load_sha(&ld, &abs, &o, NULL), want);
+    assert_string_equal(o.path, "peft");
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A file in the adapter tree that is not an adapter: its bytes never
+ * reach a message (the header length field, the JSON of a config). */
+static void test_file_bytes_stay_private(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/secret.safetensors", dir);
+    write_file(path, "root:x:0:0:SECRETVALUE\n", 23);
+    assert_int_equal(mkdir(strcat(strcpy(path, dir), "/cfg"), 0700), 0);
+    snprintf(path, sizeof path, "%s/cfg/adapter_config.json", dir);
+    write_file(path, "SECRETVALUE = 1", 15);
+    ls_loader ld = make_loader(dir);
+    const char *paths[] = {"secret.safetensors", "cfg"};
+    for (int i = 0; i < 2; i++) {
+        ls_adapter_source src = {.path = paths[i]};
+        ls_adapter a;
+        ls_adapter_origin o;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_not_equal(ls_loader_load(&ld, &src, &a, &o, &err), LS_OK);
+        assert_null(strstr(err.message, "SECRET"));
+        assert_null(strstr(err.message, "root:x"));
+        for (size_t v = 0; v < err.n_violations; v++) {
+            assert_null(strstr(err.violations[v].message, "root:x"));
+            assert_true(err.violations[v].got == LS_NA || err.violations[v].got < 100);
+        }
+        ls_error_free(&err);
+    }
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* Another process swaps a directory of the tree for a link out of it as
+ * fast as it can while loads run: every load gives the adapter inside or
+ * a clean refusal, never what lies outside. */
+static void test_swap_for_a_link_out(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp(), *outside = ls_test_mkdtemp();
+    write_adapters(dir);
+    write_adapters(outside);
+    /* The outside adapter differs (another alpha), so reading it shows. */
+    char p1[4200], p2[4200];
+    snprintf(p1, sizeof p1, "%s/peft/adapter_config.json", outside);
+    write_file(p1, "{\"r\": 2, \"lora_alpha\": 64}", 27);
+    ls_loader ld = make_loader(dir);
+    ls_adapter_source src = {.path = "peft"};
+    ls_adapter_origin o;
+    char want[65];
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
+    snprintf(p1, sizeof p1, "%s/peft", dir);
+    snprintf(p2, sizeof p2, "%s/peft.real", dir);
+    char link_to[4200];
+    snprintf(link_to, sizeof link_to, "%s/peft", outside);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        for (;;) {
+            if (rename(p1, p2) == 0) {
+                if (symlink(link_to, p1) == 0) unlink(p1);
+                rename(p2, p1);
+            }
+        }
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 3000; i++) {
+        ls_adapter a;
+        ls_error err;
+        ls_error_init(&err);
+        ls_status st = ls_loader_load(&ld, &src, &a, &o, &err);
+        if (st == LS_OK) {
+            assert_string_equal(a.meta.sha256, want);
+            ls_adapter_free(&a);
+            ok++;
+        } else {
+            assert_int_equal(st, LS_INVALID_REQUEST);
+            refused++;
+        }
+        ls_error_free(&err);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    printf("swap: %d loads of the inside adapter, %d refused, none from outside\n", ok, refused);
+    assert_true(ok > 0);
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    ls_test_rmtree(outside);
+    free(dir);
+    free(outside);
+}
+
+/* Another process rewrites the adapter file in place (truncate, then
+ * write, as cp does) while loads read it: no signal kills the reader;
+ * every load gives the adapter or a clean error. */
+static void test_rewritten_while_read(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bare.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t content[8192];
+    size_t len = fread(content, 1, sizeof content, f);
+    fclose(f);
+    assert_true(len > 0 && len < sizeof content);
+    ls_loader ld = make_loader(dir);
+    ls_adapter_source src = {.path = "bare.safetensors"};
+    ls_adapter_origin o;
+    char want[65];
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        for (;;) {
+            int fd = open(path, O_WRONLY | O_TRUNC);
+            if (fd < 0) continue;
+            for (size_t off = 0; off < len; off += 64) {
+                ssize_t w = write(fd, content + off, len - off < 64 ? len - off : 64);
+                (void)w;
+            }
+            close(fd);
+        }
+    }
+    int ok = 0, failed = 0;
+    for (int i = 0; i < 3000; i++) {
+        ls_adapter a;
+        ls_error err;
+        ls_error_init(&err);
+        if (ls_loader_load(&ld, &src, &a, &o, &err) == LS_OK) {
+            assert_string_equal(a.meta.sha256, want);
+            ls_adapter_free(&a);
+            ok++;
+        } else {
+            failed++;
+        }
+        ls_error_free(&err);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    printf("rewrite: %d loads whole, %d cleanly refused mid-write\n", ok, failed);
+    ls_loader_close(&ld);
     ls_test_rmtree(dir);
     free(dir);
 }
@@ -243,7 +421,10 @@ int main(void) {
         cmocka_unit_test(test_every_way_in_gives_the_same_factors),
         cmocka_unit_test(test_merge_rules),
         cmocka_unit_test(test_paths_stay_beneath_the_directory),
-        cmocka_unit_test(test_resolve_path_too_long),
+        cmocka_unit_test(test_paths_and_messages),
+        cmocka_unit_test(test_file_bytes_stay_private),
+        cmocka_unit_test(test_swap_for_a_link_out),
+        cmocka_unit_test(test_rewritten_while_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
  * every token, exactly the result of the version it reports in used[]
  * run alone. Built to run clean under TSan and ASan+UBSan. */
 #include "common/text.h"
-#include "tests/unit/test_pool_util.h"
+#include "tests/util/pool_fixture.h"
 
 #include <inttypes.h>
 #include <time.h>
@@ -154,7 +154,8 @@ static void *forward_worker(void *arg) {
  * is loaded pinned. */
 static void *mutate_worker(void *arg) {
     worker *w = arg;
-    uint64_t version[NNAMES] = {0}; /* 0: not registered (the pool starts empty) */
+    uint64_t version[NNAMES] = {0}; /* the last version (kept after a delete: versions continue) */
+    bool registered[NNAMES] = {false};
     ls_error err;
     ls_error_init(&err);
     while (!atomic_load(&w->stop[0])) {
@@ -163,9 +164,9 @@ static void *mutate_worker(void *arg) {
         bool pinned = !strcmp(name, "pin");
         int op = pt_rand(&w->rng, 4);
         ls_error_clear(&err);
-        if (version[k] && op == 0) {
+        if (registered[k] && op == 0) {
             W_REQUIRE(ls_pool_delete(w->p, name, &err) == LS_OK, "delete %s: %s", name, err.message);
-            version[k] = 0;
+            registered[k] = false;
             w->deletes++;
         } else {
             uint64_t v = version[k] + 1;
@@ -173,17 +174,18 @@ static void *mutate_worker(void *arg) {
             snprintf(path, sizeof path, "%s@%" PRIu64, name, v);
             ls_adapter a;
             adapter_of(name, v, &a);
-            ls_pool_load_opts o = {.pinned = pinned, .replace = version[k] != 0, .source_path = path};
+            ls_pool_load_opts o = {.pinned = pinned, .replace = registered[k], .source_path = path};
             ls_adapter_info info;
             ls_status st = ls_pool_load(w->p, name, &a, &o, &info, &err);
             if (st == LS_OK) {
                 W_REQUIRE(info.version == v, "%s: version %" PRIu64 ", expected %" PRIu64, name, info.version, v);
-                version[k] = v;
-                if (v > 1) w->replaces++;
+                if (registered[k]) w->replaces++;
                 else w->loads++;
+                version[k] = v;
+                registered[k] = true;
             } else {
-                W_REQUIRE(pinned && st == LS_POOL_EXHAUSTED, "load %s v%" PRIu64 ": %s: %s", name, v,
-                          ls_status_code(st), err.message);
+                W_REQUIRE(pinned && (st == LS_POOL_EXHAUSTED || st == LS_PIN_LIMIT), "load %s v%" PRIu64 ": %s: %s",
+                          name, v, ls_status_code(st), err.message);
             }
             ls_adapter_free(&a);
         }
@@ -299,11 +301,139 @@ static void test_concurrency_cpu(void **state) {
     stress(true, 1500);
 }
 
+/* One name under contention: many threads replace-load it while others
+ * delete it and forward with it (the load used to read its entry after
+ * dropping the locks, while a racing load or delete freed it). Every
+ * acknowledged version is new (never one seen before), a delete only
+ * ever misses, and a forward returns exactly the version it reports. */
+typedef struct {
+    ls_pool *p;
+    oracle *o;
+    int id, iters;
+    atomic_int *loading; /* loaders still running: deleters go on until 0 */
+    uint64_t versions[64]; /* acknowledged, in order */
+    int n_versions;
+    long deletes, missed, forwards;
+} rr_worker;
+
+static void *rr_loader(void *arg) {
+    rr_worker *w = arg;
+    ls_error err;
+    ls_error_init(&err);
+    for (int i = 0; i < w->iters; i++) {
+        /* The factors of the version the pool will give are unknown here,
+         * so every version carries the factors of "rr@0": forwards still
+         * check the whole path bit for bit. */
+        ls_adapter a;
+        adapter_of("rr", 0, &a);
+        ls_pool_load_opts o = {.replace = true};
+        ls_adapter_info info;
+        ls_error_clear(&err);
+        ls_status st = ls_pool_load(w->p, "rr", &a, &o, &info, &err);
+        W_REQUIRE(st == LS_OK, "load rr: %s: %s", ls_status_code(st), err.message);
+        W_REQUIRE(!strcmp(info.name, "rr") && info.version >= 1, "info");
+        W_REQUIRE(w->n_versions == 0 || info.version > w->versions[w->n_versions - 1], "version went back");
+        w->versions[w->n_versions++] = info.version;
+        ls_adapter_free(&a);
+        usleep((useconds_t)(100 + 37 * ((w->id + i) % 7)));
+    }
+    atomic_fetch_sub(w->loading, 1);
+    ls_error_free(&err);
+    return NULL;
+}
+
+static void *rr_deleter(void *arg) {
+    rr_worker *w = arg;
+    ls_error err;
+    ls_error_init(&err);
+    uint64_t rng = 5 + (uint64_t)w->id;
+    while (atomic_load(w->loading) > 0) {
+        float x[4 * 8], g[4 * 2], y[4 * 8], want[8];
+        for (int k = 0; k < 4 * D.H; k++) x[k] = pt_uniform(&rng, 1.0f);
+        for (int k = 0; k < 4 * D.n; k++) g[k] = 1.0f + pt_uniform(&rng, 0.5f);
+        const char *names[4] = {"rr", NULL, "rr", NULL};
+        ls_pool_used used[4];
+        int n_used = 0;
+        ls_error_clear(&err);
+        ls_status st = ls_pool_forward(w->p, 0, 4, x, g, names, y, used, &n_used, &err);
+        W_REQUIRE(st == LS_OK || st == LS_ADAPTER_NOT_FOUND, "forward rr: %s", err.message);
+        if (st == LS_OK) {
+            W_REQUIRE(n_used == 1 && !strcmp(used[0].name, "rr"), "used");
+            for (int t = 0; t < 4; t++) {
+                oracle_expect(w->o, names[t] ? "rr" : NULL, 0, 0, x + t * D.H, g + t * D.n, want);
+                W_REQUIRE(!memcmp(want, y + t * D.H, sizeof want), "token %d differs", t);
+            }
+            w->forwards++;
+        }
+        if (pt_rand(&rng, 4) == 0) {
+            ls_error_clear(&err);
+            st = ls_pool_delete(w->p, "rr", &err);
+            W_REQUIRE(st == LS_OK || st == LS_ADAPTER_NOT_FOUND, "delete rr: %s", err.message);
+            if (st == LS_OK) w->deletes++;
+            else w->missed++;
+        }
+    }
+    ls_error_free(&err);
+    return NULL;
+}
+
+static void test_concurrency_one_name(void **state) {
+    (void)state;
+    enum { NLOAD = 8, NDEL = 2, ITERS = 50 };
+    pt_fake *fk = pt_fake_create(D, 3, RMAX, 6);
+    ls_pool *p = pt_pool(fk->be, 2, NULL, NULL);
+    oracle o = {0};
+    pthread_mutex_init(&o.mu, NULL);
+    rr_worker w[NLOAD + NDEL];
+    pthread_t t[NLOAD + NDEL];
+    atomic_int loading = NLOAD;
+    for (int i = 0; i < NLOAD + NDEL; i++) {
+        w[i] = (rr_worker){.p = p, .o = &o, .id = i, .iters = ITERS, .loading = &loading};
+        assert_int_equal(pthread_create(&t[i], NULL, i < NLOAD ? rr_loader : rr_deleter, &w[i]), 0);
+    }
+    for (int i = 0; i < NLOAD + NDEL; i++) pthread_join(t[i], NULL);
+
+    /* No version was handed out twice. */
+    uint64_t seen[NLOAD * ITERS], max = 0;
+    int n = 0;
+    for (int i = 0; i < NLOAD; i++)
+        for (int k = 0; k < w[i].n_versions; k++) {
+            for (int j = 0; j < n; j++) assert_true(seen[j] != w[i].versions[k]);
+            seen[n++] = w[i].versions[k];
+            if (w[i].versions[k] > max) max = w[i].versions[k];
+        }
+    assert_int_equal(n, NLOAD * ITERS);
+    assert_true(w[NLOAD].deletes + w[NLOAD + 1].deletes > 0);
+    assert_true(w[NLOAD].forwards + w[NLOAD + 1].forwards > 0);
+    long deletes = w[NLOAD].deletes + w[NLOAD + 1].deletes, forwards = w[NLOAD].forwards + w[NLOAD + 1].forwards;
+    print_message("one name: %d loads (last version %" PRIu64 "), %ld deletes, %ld forwards\n", n, max, deletes,
+                  forwards);
+    /* Whatever is registered now is the newest version acknowledged. */
+    ls_adapter_info info;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_pool_describe(p, "rr", &info, &err);
+    if (st == LS_OK) assert_int_equal(info.version, max);
+    else assert_int_equal(st, LS_ADAPTER_NOT_FOUND);
+    ls_error_free(&err);
+    ls_slot_info *slots;
+    ls_pool_stats stats;
+    assert_int_equal(ls_pool_snapshot(p, &slots, &stats, NULL), LS_OK);
+    for (int i = 0; i < stats.slots; i++) assert_int_equal(slots[i].in_flight, 0);
+    free(slots);
+    assert_int_equal(atomic_load(&fk->overlaps), 0);
+    assert_int_equal(atomic_load(&fk->bad_slots), 0);
+    ls_pool_free(p);
+    ls_backend_free(fk->be);
+    pthread_mutex_destroy(&o.mu);
+}
+
 int main(void) {
     ls_log_set_level(LS_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrency_fake),
         cmocka_unit_test(test_concurrency_cpu),
+        cmocka_unit_test(test_concurrency_one_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

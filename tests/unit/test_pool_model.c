@@ -6,7 +6,7 @@
  * versions, which slot each resident adapter is in, LRU order, pins, the
  * host tier), and every forward's y must equal the reference forward of
  * the versions it reports. */
-#include "tests/unit/test_pool_util.h"
+#include "tests/util/pool_fixture.h"
 
 #include <inttypes.h>
 
@@ -86,21 +86,22 @@ static void m_trim(model *m, int keep, const bool *in_req) {
         int v = -1;
         for (int i = 0; i < NNAMES; i++) {
             const m_ent *e = &m->e[i];
-            if (i == keep || !e->live || e->pinned || !e->host || (in_req && in_req[i])) continue;
+            /* Only what can be read back loses its copy: never an inline one. */
+            if (i == keep || !e->live || e->pinned || !e->host || !e->path || (in_req && in_req[i])) continue;
             if (v < 0 || m_older(e, &m->e[v])) v = i;
         }
         if (v < 0) return;
         m->host_drops++;
-        if (m->e[v].path) m->e[v].host = false;
-        else m_unregister(m, v);
+        m->e[v].host = false;
     }
 }
 
 static ls_status m_load(model *m, int i, int rank, uint64_t seed, bool pinned, bool replace, bool path) {
     m_ent *old = &m->e[i];
     if (old->live && !replace) return LS_ADAPTER_EXISTS;
-    if (pinned && m_pinned(m) - (old->live && old->pinned) >= m->S - 1) return LS_POOL_EXHAUSTED;
-    uint64_t version = old->live ? old->version + 1 : 1;
+    if (pinned && m_pinned(m) - (old->live && old->pinned) >= m->S - 1) return LS_PIN_LIMIT;
+    /* A deleted name keeps its last version: versions are never reused. */
+    uint64_t version = old->version + 1;
     int slot;
     if (old->live && old->slot >= 0) {
         slot = old->slot; /* the idle old version's slot */

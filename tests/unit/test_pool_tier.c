@@ -2,21 +2,21 @@
  * single-token runs and the reference), failed slot writes and their
  * rollback, the host tier (drops, reloads, a changed file, unregistering
  * inline uploads) and the one state where nothing can be evicted. */
-#include "tests/unit/test_pool_cases.h"
+#include "tests/util/pool_cases.h"
 
 /* A forward with more distinct adapters than slots (and more tokens than
  * one backend call takes) equals each token run alone. */
 static void test_groups_match_single_tokens(void **state) {
     (void)state;
-    fx f = fx_make(3, 4, 16, NULL, NULL);
-    load_ok(f.p, "P", 1, true, false);
+    pc_fx f = pc_fx_make(3, 4, 16, NULL, NULL);
+    pc_load_ok(f.p, "P", 1, true, false);
     const char *ids[] = {"a", "b", "c", "d", "e"};
-    for (int i = 0; i < 5; i++) load_ok(f.p, ids[i], 1, false, false);
+    for (int i = 0; i < 5; i++) pc_load_ok(f.p, ids[i], 1, false, false);
     const char *names[13] = {"a", NULL, "b", "c", "P", "d", "e", "a", NULL, "e", "d", "c", "b"};
     ls_pool_used used[13];
     int n_used;
     float y[13 * 6];
-    assert_int_equal(fwd(f.p, 0, 13, names, used, &n_used, y, NULL), LS_OK); /* checks every token */
+    assert_int_equal(pc_fwd(f.p, 0, 13, names, used, &n_used, y, NULL), LS_OK); /* checks every token */
     assert_int_equal(n_used, 6);
     const char *order[] = {"a", "b", "c", "P", "d", "e"};
     for (int i = 0; i < 6; i++) assert_string_equal(used[i].name, order[i]);
@@ -24,7 +24,7 @@ static void test_groups_match_single_tokens(void **state) {
     assert_int_equal(atomic_load(&f.fk->bad_slots), 0);
 
     float x[13 * 6], g[13 * 2], y1[6];
-    fill_inputs(13, x, g, 99 + 13);
+    pc_fill_inputs(13, x, g, 99 + 13);
     for (int t = 0; t < 13; t++) {
         assert_int_equal(ls_pool_forward(f.p, 0, 1, x + t * 6, g + t * 2, names + t, y1, used, &n_used, NULL), LS_OK);
         assert_memory_equal(y1, y + t * 6, sizeof y1);
@@ -34,7 +34,7 @@ static void test_groups_match_single_tokens(void **state) {
     for (int i = 0; i < 3; i++) assert_int_equal(s[i].in_flight, 0);
     assert_string_equal(s[0].adapter, "P");
     free(s);
-    fx_free(&f);
+    pc_fx_free(&f);
 }
 
 /* The same on the CPU backend: the real math, bit for bit against single
@@ -43,18 +43,18 @@ static void test_groups_cpu(void **state) {
     (void)state;
     const int T = 11, S = 2;
     double *w13, *w2;
-    ls_backend *be = pt_cpu_create(D, S, RMAX, 5, 7, &w13, &w2);
+    ls_backend *be = pt_cpu_create(pc_dims, S, PC_RMAX, 5, 7, &w13, &w2);
     ls_pool *p = pt_pool(be, 16, NULL, NULL);
     const char *ids[] = {"a", "b", "c", "d"};
-    for (int i = 0; i < 4; i++) load_ok(p, ids[i], 1, false, false);
+    for (int i = 0; i < 4; i++) pc_load_ok(p, ids[i], 1, false, false);
     const char *names[11] = {"a", "b", NULL, "c", "d", "a", "d", NULL, "c", "b", "a"};
     float x[11 * 6], g[11 * 2], y[11 * 6], y1[6];
-    fill_inputs(T, x, g, 5);
+    pc_fill_inputs(T, x, g, 5);
     ls_pool_used used[11];
     int n_used;
     ls_error err;
     ls_error_init(&err);
-    for (int layer = 0; layer < D.L; layer++) {
+    for (int layer = 0; layer < pc_dims.L; layer++) {
         if (ls_pool_forward(p, layer, T, x, g, names, y, used, &n_used, &err) != LS_OK) fail_msg("%s", err.message);
         assert_int_equal(n_used, 4);
         for (int t = 0; t < T; t++) {
@@ -66,8 +66,8 @@ static void test_groups_cpu(void **state) {
         ls_ref_lora rl[4];
         const ls_ref_lora *per_tok[11];
         for (int i = 0; i < 4; i++) {
-            pt_adapter(&D, RK, seed_of(ids[i], 1), &a[i]);
-            rl[i] = pt_ref_lora(&D, &a[i], layer);
+            pt_adapter(&pc_dims, PC_RK, pc_seed_of(ids[i], 1), &a[i]);
+            rl[i] = pt_ref_lora(&pc_dims, &a[i], layer);
         }
         for (int t = 0; t < T; t++) {
             per_tok[t] = NULL;
@@ -77,15 +77,15 @@ static void test_groups_cpu(void **state) {
         double xd[11 * 6], gd[11 * 2], yr[11 * 6];
         for (int i = 0; i < T * 6; i++) xd[i] = x[i];
         for (int i = 0; i < T * 2; i++) gd[i] = g[i];
-        size_t n13 = (size_t)D.n * 2 * D.F * D.H, n2 = (size_t)D.n * D.H * D.F;
-        ls_ref_forward(&D, w13 + layer * n13, w2 + layer * n2, T, xd, gd, per_tok, yr);
+        size_t n13 = (size_t)pc_dims.n * 2 * pc_dims.F * pc_dims.H, n2 = (size_t)pc_dims.n * pc_dims.H * pc_dims.F;
+        ls_ref_forward(&pc_dims, w13 + layer * n13, w2 + layer * n2, T, xd, gd, per_tok, yr);
         assert_true(ls_ref_rel_err_f(y, yr, T * 6) <= 1e-5);
         for (int i = 0; i < 4; i++) {
             pt_ref_lora_free(&rl[i]);
             ls_adapter_free(&a[i]);
         }
     }
-    assert_true(stats(p).evictions > 0);
+    assert_true(pc_stats(p).evictions > 0);
     ls_error_free(&err);
     ls_pool_free(p);
     ls_backend_free(be);
@@ -95,161 +95,169 @@ static void test_groups_cpu(void **state) {
 
 static void test_failed_slot_write_rolls_back(void **state) {
     (void)state;
-    fx f = fx_make(2, 16, 8, NULL, NULL);
+    pc_fx f = pc_fx_make(2, 16, 8, NULL, NULL);
     ls_error err;
     ls_error_init(&err);
     atomic_store(&f.fk->fail_write_in, 2); /* the second layer fails */
-    assert_int_equal(load(f.p, "a", 1, false, false, NULL, NULL, &err), LS_DEVICE_ERROR);
+    assert_int_equal(pc_load(f.p, "a", 1, false, false, NULL, NULL, &err), LS_DEVICE_ERROR);
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "a", &info, NULL), LS_ADAPTER_NOT_FOUND);
-    assert_string_equal(slots(f.p), "- -");
+    assert_string_equal(pc_slots(f.p), "- -");
     assert_int_equal(atomic_load(&f.fk->clears), 1);
-    assert_int_equal(stats(f.p).loads, 0);
-    assert_int_equal(stats(f.p).registered, 0);
+    assert_int_equal(pc_stats(f.p).loads, 0);
+    assert_int_equal(pc_stats(f.p).registered, 0);
 
     /* A failed replace leaves version 1 registered and serving. */
-    load_ok(f.p, "a", 1, false, false);
+    pc_load_ok(f.p, "a", 1, false, false);
     ls_error_clear(&err);
     atomic_store(&f.fk->fail_write_in, 1);
-    assert_int_equal(load(f.p, "a", 2, false, true, NULL, NULL, &err), LS_DEVICE_ERROR);
-    assert_int_equal(describe(f.p, "a").version, 1);
+    assert_int_equal(pc_load(f.p, "a", 2, false, true, NULL, NULL, &err), LS_DEVICE_ERROR);
+    assert_int_equal(pc_describe(f.p, "a").version, 1);
     const char *na[] = {"a"};
     ls_pool_used used[1];
     int n_used;
-    assert_int_equal(fwd(f.p, 0, 1, na, used, &n_used, NULL, NULL), LS_OK);
+    assert_int_equal(pc_fwd(f.p, 0, 1, na, used, &n_used, NULL, NULL), LS_OK);
     assert_int_equal(used[0].version, 1);
 
     /* A failed write during a forward: error, nothing held, slot free. */
-    load_ok(f.p, "b", 1, false, false);
-    load_ok(f.p, "c", 1, false, false); /* a evicted */
-    assert_string_equal(slots(f.p), "c b");
+    pc_load_ok(f.p, "b", 1, false, false);
+    pc_load_ok(f.p, "c", 1, false, false); /* a evicted */
+    assert_string_equal(pc_slots(f.p), "c b");
     ls_error_clear(&err);
     atomic_store(&f.fk->fail_write_in, 1);
-    assert_int_equal(fwd(f.p, 0, 1, na, NULL, NULL, NULL, &err), LS_DEVICE_ERROR);
-    assert_int_equal(describe(f.p, "a").in_flight, 0);
-    assert_int_equal(describe(f.p, "a").slot, -1);
-    assert_string_equal(slots(f.p), "c -"); /* b was evicted for the failed write */
-    fwd_ok(f.p, 1, na);
-    assert_string_equal(slots(f.p), "c a");
+    assert_int_equal(pc_fwd(f.p, 0, 1, na, NULL, NULL, NULL, &err), LS_DEVICE_ERROR);
+    assert_int_equal(pc_describe(f.p, "a").in_flight, 0);
+    assert_int_equal(pc_describe(f.p, "a").slot, -1);
+    assert_string_equal(pc_slots(f.p), "c -"); /* b was evicted for the failed write */
+    pc_fwd_ok(f.p, 1, na);
+    assert_string_equal(pc_slots(f.p), "c a");
     ls_error_free(&err);
-    fx_free(&f);
+    pc_fx_free(&f);
 }
 
 static void test_host_tier_reload(void **state) {
     (void)state;
-    reload_ctx rc = {0};
-    fx f = fx_make(2, 16, 2, test_reload, &rc);
+    pc_reload_ctx rc = {0};
+    pc_fx f = pc_fx_make(2, 16, 2, pc_reload, &rc);
     char path[3][64];
     const char *ids[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
-        snprintf(path[i], sizeof path[i], "seed:%llu", (unsigned long long)seed_of(ids[i], 1));
+        snprintf(path[i], sizeof path[i], "seed:%llu", (unsigned long long)pc_seed_of(ids[i], 1));
         ls_adapter_info info;
-        assert_int_equal(load(f.p, ids[i], 1, false, false, path[i], &info, NULL), LS_OK);
+        assert_int_equal(pc_load(f.p, ids[i], 1, false, false, path[i], &info, NULL), LS_OK);
         assert_string_equal(info.source_path, path[i]);
     }
     /* c evicted a from its slot and pushed a out of the host tier. */
-    assert_string_equal(slots(f.p), "c b");
-    ls_adapter_info a = describe(f.p, "a");
+    assert_string_equal(pc_slots(f.p), "c b");
+    ls_adapter_info a = pc_describe(f.p, "a");
     assert_false(a.host_data);
     assert_int_equal(a.slot, -1);
-    ls_pool_stats st = stats(f.p);
+    ls_pool_stats st = pc_stats(f.p);
     assert_int_equal(st.host_used, 2);
     assert_int_equal(st.host_drops, 1);
     assert_int_equal(st.registered, 3);
 
     const char *na[] = {"a"}, *nb[] = {"b"};
-    fwd_ok(f.p, 1, na); /* reloaded from its path into b's slot */
+    pc_fwd_ok(f.p, 1, na); /* reloaded from its path into b's slot */
     assert_int_equal(rc.calls, 1);
-    assert_string_equal(slots(f.p), "c a");
-    assert_true(describe(f.p, "a").host_data);
-    assert_false(describe(f.p, "b").host_data); /* b was the LRU idle one */
-    assert_true(describe(f.p, "c").host_data);
-    st = stats(f.p);
+    assert_string_equal(pc_slots(f.p), "c a");
+    assert_true(pc_describe(f.p, "a").host_data);
+    assert_false(pc_describe(f.p, "b").host_data); /* b was the LRU idle one */
+    assert_true(pc_describe(f.p, "c").host_data);
+    st = pc_stats(f.p);
     assert_int_equal(st.host_used, 2);
     assert_int_equal(st.host_drops, 2);
 
     rc.tamper = true;
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(fwd(f.p, 0, 1, nb, NULL, NULL, NULL, &err), LS_INTERNAL);
-    assert_non_null(strstr(err.message, "changed on disk"));
-    assert_int_equal(describe(f.p, "b").in_flight, 0);
+    /* The file changed: the request named a stale adapter, it did not err. */
+    assert_int_equal(pc_fwd(f.p, 0, 1, nb, NULL, NULL, NULL, &err), LS_ADAPTER_STALE);
+    assert_int_equal(ls_status_http(err.code), 409);
+    assert_non_null(strstr(err.message, "changed since it was loaded"));
+    assert_int_equal(pc_describe(f.p, "b").in_flight, 0);
     rc.tamper = false;
-    fwd_ok(f.p, 1, nb);
+    pc_fwd_ok(f.p, 1, nb);
     ls_error_free(&err);
-    fx_free(&f);
+    pc_fx_free(&f);
 }
 
-static void test_host_tier_unregisters_inline(void **state) {
+/* An inline upload cannot be read back, so the host tier never drops it
+ * (dropping would unregister an adapter the client was told is stored):
+ * the tier goes over its size instead. */
+static void test_host_tier_keeps_inline(void **state) {
     (void)state;
-    fx f = fx_make(4, 16, 2, NULL, NULL);
-    load_ok(f.p, "a", 1, false, false);
-    load_ok(f.p, "b", 1, false, false);
+    pc_fx f = pc_fx_make(4, 16, 2, NULL, NULL);
+    pc_load_ok(f.p, "a", 1, false, false);
+    pc_load_ok(f.p, "b", 1, false, false);
     const char *na[] = {"a"};
-    fwd_ok(f.p, 1, na);
-    load_ok(f.p, "c", 1, false, false); /* b is the LRU: no path, so it goes */
+    pc_fwd_ok(f.p, 1, na);
+    pc_load_ok(f.p, "c", 1, false, false); /* over the tier: nothing can be dropped */
     ls_adapter_info info;
-    assert_int_equal(ls_pool_describe(f.p, "b", &info, NULL), LS_ADAPTER_NOT_FOUND);
-    assert_string_equal(slots(f.p), "a - c -");
-    ls_pool_stats st = stats(f.p);
-    assert_int_equal(st.registered, 2);
-    assert_int_equal(st.host_drops, 1);
-    assert_int_equal(st.host_used, 2);
-    fx_free(&f);
+    assert_int_equal(ls_pool_describe(f.p, "b", &info, NULL), LS_OK);
+    assert_true(info.host_data);
+    assert_string_equal(pc_slots(f.p), "a b c -");
+    ls_pool_stats st = pc_stats(f.p);
+    assert_int_equal(st.registered, 3);
+    assert_int_equal(st.host_drops, 0);
+    assert_int_equal(st.host_used, 3);
+    const char *nb[] = {"b"};
+    pc_fwd_ok(f.p, 1, nb);
+    pc_fx_free(&f);
 
     /* Pinned adapters are never dropped: the tier goes over instead. */
-    f = fx_make(4, 16, 1, NULL, NULL);
-    load_ok(f.p, "P", 1, true, false);
-    load_ok(f.p, "a", 1, false, false);
-    st = stats(f.p);
+    f = pc_fx_make(4, 16, 1, NULL, NULL);
+    pc_load_ok(f.p, "P", 1, true, false);
+    pc_load_ok(f.p, "a", 1, false, false);
+    st = pc_stats(f.p);
     assert_int_equal(st.registered, 2);
     assert_int_equal(st.host_used, 2);
     assert_int_equal(st.host_drops, 0);
-    fx_free(&f);
+    pc_fx_free(&f);
 }
 
 /* Nothing can be evicted: every slot is pinned or held by a deleted
  * version whose host copy is gone (it could not be written back). */
 static void test_no_slot_now(void **state) {
     (void)state;
-    reload_ctx rc = {0};
-    fx f = fx_make(3, 16, 1, test_reload, &rc);
+    pc_reload_ctx rc = {0};
+    pc_fx f = pc_fx_make(3, 16, 1, pc_reload, &rc);
     char pb[64], pc[64];
-    snprintf(pb, sizeof pb, "seed:%llu", (unsigned long long)seed_of("b", 1));
-    snprintf(pc, sizeof pc, "seed:%llu", (unsigned long long)seed_of("c", 1));
-    assert_int_equal(load(f.p, "b", 1, false, false, pb, NULL, NULL), LS_OK);
-    assert_int_equal(load(f.p, "c", 1, false, false, pc, NULL, NULL), LS_OK); /* drops b's host copy */
-    load_ok(f.p, "P", 1, true, false);                                          /* drops c's */
-    assert_false(describe(f.p, "b").host_data);
-    assert_false(describe(f.p, "c").host_data);
+    snprintf(pb, sizeof pb, "seed:%llu", (unsigned long long)pc_seed_of("b", 1));
+    snprintf(pc, sizeof pc, "seed:%llu", (unsigned long long)pc_seed_of("c", 1));
+    assert_int_equal(pc_load(f.p, "b", 1, false, false, pb, NULL, NULL), LS_OK);
+    assert_int_equal(pc_load(f.p, "c", 1, false, false, pc, NULL, NULL), LS_OK); /* drops b's host copy */
+    pc_load_ok(f.p, "P", 1, true, false);                                          /* drops c's */
+    assert_false(pc_describe(f.p, "b").host_data);
+    assert_false(pc_describe(f.p, "c").host_data);
     ls_pool_hold *hb, *hc;
     assert_int_equal(ls_pool_debug_hold(f.p, "b", &hb, NULL), LS_OK);
     assert_int_equal(ls_pool_debug_hold(f.p, "c", &hc, NULL), LS_OK);
     assert_int_equal(ls_pool_delete(f.p, "b", NULL), LS_OK);
     assert_int_equal(ls_pool_delete(f.p, "c", NULL), LS_OK);
-    assert_string_equal(slots(f.p), "b c P");
+    assert_string_equal(pc_slots(f.p), "b c P");
 
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(load(f.p, "d", 1, true, false, NULL, NULL, &err), LS_POOL_EXHAUSTED);
+    assert_int_equal(pc_load(f.p, "d", 1, true, false, NULL, NULL, &err), LS_POOL_EXHAUSTED);
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "d", &info, NULL), LS_ADAPTER_NOT_FOUND);
-    assert_int_equal(load(f.p, "e", 1, false, false, NULL, &info, NULL), LS_OK);
+    assert_int_equal(pc_load(f.p, "e", 1, false, false, NULL, &info, NULL), LS_OK);
     assert_int_equal(info.slot, -1); /* waits in the host tier */
     const char *ne[] = {"e"};
     ls_error_clear(&err);
-    assert_int_equal(fwd(f.p, 0, 1, ne, NULL, NULL, NULL, &err), LS_POOL_EXHAUSTED);
+    assert_int_equal(pc_fwd(f.p, 0, 1, ne, NULL, NULL, NULL, &err), LS_POOL_EXHAUSTED);
     assert_int_equal(ls_status_http(err.code), 503);
     assert_non_null(strstr(err.message, "'e'"));
-    assert_int_equal(describe(f.p, "e").in_flight, 0);
+    assert_int_equal(pc_describe(f.p, "e").in_flight, 0);
     ls_pool_debug_release(f.p, hb);
-    fwd_ok(f.p, 1, ne);
-    assert_string_equal(slots(f.p), "e c P");
+    pc_fwd_ok(f.p, 1, ne);
+    assert_string_equal(pc_slots(f.p), "e c P");
     ls_pool_debug_release(f.p, hc);
-    assert_string_equal(slots(f.p), "e - P");
+    assert_string_equal(pc_slots(f.p), "e - P");
     assert_int_equal(rc.calls, 0);
     ls_error_free(&err);
-    fx_free(&f);
+    pc_fx_free(&f);
 }
 
 int main(void) {
@@ -258,7 +266,7 @@ int main(void) {
         cmocka_unit_test(test_groups_cpu),
         cmocka_unit_test(test_failed_slot_write_rolls_back),
         cmocka_unit_test(test_host_tier_reload),
-        cmocka_unit_test(test_host_tier_unregisters_inline),
+        cmocka_unit_test(test_host_tier_keeps_inline),
         cmocka_unit_test(test_no_slot_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

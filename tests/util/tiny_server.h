@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tests/util/testutil.h"
+#include "tests/util/server_driver.h"
 
 typedef struct {
     ls_test_server *srv;

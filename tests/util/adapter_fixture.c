@@ -1,41 +1,19 @@
-/* Fixtures shared by the test_adapter*.c programs: tensor sets built from
- * tests/data/tiny.json or from a fill pattern, in PEFT or pool format and
- * any dtype, and assertions on the violations an upload produces. */
-#ifndef LS_TESTS_ADAPTER_UTIL_H
-#define LS_TESTS_ADAPTER_UTIL_H
-
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cmocka.h>
-#include <jansson.h>
-
-#include "common/error.h"
-#include "common/tensor.h"
-#include "lora/adapter.h"
-
-#define TU_SHARED "model.layers.%d.mlp.shared_experts."
-#define TU_GU_A TU_SHARED "gate_up_proj.lora_A.weight"
-#define TU_GU_B TU_SHARED "gate_up_proj.lora_B.weight"
-#define TU_D_A TU_SHARED "down_proj.lora_A.weight"
-#define TU_D_B TU_SHARED "down_proj.lora_B.weight"
+/* The adapter tests' fixtures, compiled once: tensor sets from
+ * tests/data/tiny.json or a fill pattern, in PEFT or pool format, and
+ * assertions on the violations an upload produces. */
+#include "tests/util/adapter_fixture.h"
 
 /* The tiny example's dimensions: n=2, H=4, F=3, one layer, R=4. */
-static inline ls_dims tu_tiny_dims(int layers) {
+ls_dims tu_tiny_dims(int layers) {
     ls_dims d = {.n = 2, .H = 4, .F = 3, .L = layers, .w13_layout = LS_W13_INTERLEAVED};
     return d;
 }
-static inline ls_pool_dims tu_pool(int max_rank, ls_lora_layout layout) {
+ls_pool_dims tu_pool(int max_rank, ls_lora_layout layout) {
     ls_pool_dims p = {.slots = 4, .max_rank = max_rank, .layout = layout, .max_tokens = 64};
     return p;
 }
 
-static inline json_t *tu_load_tiny(void) {
+json_t *tu_load_tiny(void) {
     json_error_t jerr;
     json_t *j = json_load_file(LS_TEST_DATA "/tiny.json", 0, &jerr);
     if (!j) fail_msg("cannot read tiny.json: %s", jerr.text);
@@ -43,7 +21,7 @@ static inline json_t *tu_load_tiny(void) {
 }
 
 /* Flattens nested arrays of numbers into *out (malloc'd); returns count. */
-static inline size_t tu_flatten_into(const json_t *v, float *out, size_t at) {
+static size_t tu_flatten_into(const json_t *v, float *out, size_t at) {
     if (json_is_array(v)) {
         size_t i;
         const json_t *e;
@@ -53,7 +31,7 @@ static inline size_t tu_flatten_into(const json_t *v, float *out, size_t at) {
     if (out) out[at] = (float)json_number_value(v);
     return at + 1;
 }
-static inline float *tu_flatten(const json_t *v, size_t *count) {
+float *tu_flatten(const json_t *v, size_t *count) {
     size_t n = tu_flatten_into(v, NULL, 0);
     float *out = malloc((n ? n : 1) * sizeof *out);
     assert_non_null(out);
@@ -63,8 +41,7 @@ static inline float *tu_flatten(const json_t *v, size_t *count) {
 }
 
 /* Adds an owned tensor of dtype dt holding vals (fp32) converted. */
-static inline void tu_add(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim,
-                          const float *vals) {
+void tu_add(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim, const float *vals) {
     ls_tensor t = {.dtype = dt, .ndim = ndim, .owned = true};
     memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
     int64_t numel = ls_shape_numel(shape, ndim);
@@ -77,12 +54,9 @@ static inline void tu_add(ls_tensor_set *s, const char *name, ls_dtype dt, const
 }
 
 /* A deterministic value pattern exact in bf16: multiples of 1/16. */
-static inline float tu_pattern(size_t i, int salt) {
-    return (float)((int)((i * 7 + (size_t)salt * 3) % 9) - 4) / 16.0f;
-}
+static float tu_pattern(size_t i, int salt) { return (float)((int)((i * 7 + (size_t)salt * 3) % 9) - 4) / 16.0f; }
 
-static inline void tu_add_pattern(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim,
-                                  int salt) {
+void tu_add_pattern(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim, int salt) {
     int64_t numel = ls_shape_numel(shape, ndim);
     float *v = malloc((size_t)(numel > 0 ? numel : 1) * sizeof *v);
     assert_non_null(v);
@@ -91,7 +65,7 @@ static inline void tu_add_pattern(ls_tensor_set *s, const char *name, ls_dtype d
     free(v);
 }
 
-static inline const char *tu_name(char *buf, size_t len, const char *prefix, const char *fmt, int layer) {
+const char *tu_name(char *buf, size_t len, const char *prefix, const char *fmt, int layer) {
     int off = snprintf(buf, len, "%s", prefix ? prefix : "");
     assert_true(off >= 0 && (size_t)off < len);
     snprintf(buf + off, len - (size_t)off, fmt, layer);
@@ -100,8 +74,7 @@ static inline const char *tu_name(char *buf, size_t len, const char *prefix, con
 
 /* A valid PEFT layer of rank r for dims d; skip bit k leaves out factor k
  * (0 gate_up A, 1 gate_up B, 2 down A, 3 down B). */
-static inline void tu_add_peft_layer(ls_tensor_set *s, const char *prefix, const ls_dims *d, int l, int r,
-                                     unsigned skip) {
+void tu_add_peft_layer(ls_tensor_set *s, const char *prefix, const ls_dims *d, int l, int r, unsigned skip) {
     char name[192];
     const int64_t gua[2] = {r, d->H}, gub[2] = {(int64_t)d->n * 2 * d->F, r};
     const int64_t da[2] = {r, (int64_t)d->n * d->F}, db[2] = {d->H, r};
@@ -112,7 +85,7 @@ static inline void tu_add_peft_layer(ls_tensor_set *s, const char *prefix, const
 }
 
 /* A valid pool-format layer: O' outer blocks, rank r. */
-static inline void tu_add_pool_layer(ls_tensor_set *s, const ls_dims *d, int l, int outer, int r, unsigned skip) {
+void tu_add_pool_layer(ls_tensor_set *s, const ls_dims *d, int l, int outer, int r, unsigned skip) {
     char name[192];
     const int64_t ga[4] = {1, outer, 2 * r, d->H}, gb[4] = {1, d->n, 2 * d->F, r};
     const int64_t da[4] = {1, d->n, r, d->F}, db[4] = {1, outer, d->H, r};
@@ -127,7 +100,7 @@ static inline void tu_add_pool_layer(ls_tensor_set *s, const ls_dims *d, int l, 
 }
 
 /* Replaces the tensor called name (shape and values) in place. */
-static inline void tu_replace(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim) {
+void tu_replace(ls_tensor_set *s, const char *name, ls_dtype dt, const int64_t *shape, int ndim) {
     for (size_t i = 0; i < s->n; i++) {
         if (strcmp(s->items[i].name, name)) continue;
         ls_tensor_free(&s->items[i].t);
@@ -143,7 +116,7 @@ static inline void tu_replace(ls_tensor_set *s, const char *name, ls_dtype dt, c
 }
 
 /* Drops the tensor called name from the set. */
-static inline void tu_remove(ls_tensor_set *s, const char *name) {
+void tu_remove(ls_tensor_set *s, const char *name) {
     for (size_t i = 0; i < s->n; i++) {
         if (strcmp(s->items[i].name, name)) continue;
         free(s->items[i].name);
@@ -155,14 +128,14 @@ static inline void tu_remove(ls_tensor_set *s, const char *name) {
     fail_msg("no tensor %s", name);
 }
 
-static inline float *tu_f32_data(ls_tensor_set *s, const char *name) {
+float *tu_f32_data(ls_tensor_set *s, const char *name) {
     const ls_tensor *t = ls_tensor_set_find(s, name);
     assert_non_null(t);
     assert_int_equal(t->dtype, LS_DTYPE_F32);
     return t->data;
 }
 
-static inline void tu_dump(const ls_error *e) {
+void tu_dump(const ls_error *e) {
     for (size_t i = 0; i < e->n_violations; i++) {
         const ls_violation *v = &e->violations[i];
         print_message("  [%s] layer %d tensor '%s' axis %d expected %lld got %lld: %s | hint: %s\n",
@@ -172,7 +145,7 @@ static inline void tu_dump(const ls_error *e) {
 }
 
 /* Number of violations with this code. */
-static inline size_t tu_count(const ls_error *e, ls_status code) {
+size_t tu_count(const ls_error *e, ls_status code) {
     size_t n = 0;
     for (size_t i = 0; i < e->n_violations; i++) n += e->violations[i].code == code;
     return n;
@@ -180,7 +153,7 @@ static inline size_t tu_count(const ls_error *e, ls_status code) {
 
 /* The violation with this code and tensor (NULL: any tensor); fails the
  * test (after printing every violation) when there is none. */
-static inline const ls_violation *tu_find(const ls_error *e, ls_status code, const char *tensor) {
+const ls_violation *tu_find(const ls_error *e, ls_status code, const char *tensor) {
     for (size_t i = 0; i < e->n_violations; i++) {
         const ls_violation *v = &e->violations[i];
         if (v->code == code && (!tensor || !strcmp(v->tensor, tensor))) return v;
@@ -191,8 +164,8 @@ static inline const ls_violation *tu_find(const ls_error *e, ls_status code, con
 }
 
 /* Asserts one violation's fields, and that it carries a hint. */
-static inline const ls_violation *tu_expect(const ls_error *e, ls_status code, int layer, const char *tensor, int axis,
-                                            int64_t expected, int64_t got) {
+const ls_violation *tu_expect(const ls_error *e, ls_status code, int layer, const char *tensor, int axis,
+                              int64_t expected, int64_t got) {
     const ls_violation *v = tu_find(e, code, tensor);
     if (v->layer != layer || v->axis != axis || v->expected != expected || v->got != got) tu_dump(e);
     assert_int_equal(v->layer, layer);
@@ -205,15 +178,15 @@ static inline const ls_violation *tu_expect(const ls_error *e, ls_status code, i
 }
 
 /* Asserts that out is all zero bytes (what a failed normalise leaves). */
-static inline void tu_assert_zeroed(const ls_adapter *a) {
+static void tu_assert_zeroed(const ls_adapter *a) {
     const unsigned char *p = (const unsigned char *)a;
     for (size_t i = 0; i < sizeof *a; i++) assert_int_equal(p[i], 0);
 }
 
 /* Normalises s expecting failure with top-level code want; out must come
  * back zeroed. The caller frees err. */
-static inline void tu_expect_fail(const ls_tensor_set *s, const ls_adapter_params *p, const ls_dims *d,
-                                  const ls_pool_dims *pool, ls_status want, ls_error *err) {
+void tu_expect_fail(const ls_tensor_set *s, const ls_adapter_params *p, const ls_dims *d, const ls_pool_dims *pool,
+                    ls_status want, ls_error *err) {
     ls_adapter a;
     memset(&a, 0x5a, sizeof a);
     ls_status st = ls_adapter_normalise(s, p, d, pool, &a, err);
@@ -224,18 +197,8 @@ static inline void tu_expect_fail(const ls_tensor_set *s, const ls_adapter_param
     tu_assert_zeroed(&a);
 }
 
-/* The fixture of the error tests: n=2, H=4, F=3, two layers, pool R=4;
- * uploads of rank 2. */
-typedef struct {
-    ls_dims d;
-    ls_pool_dims p;
-    ls_tensor_set s;
-    ls_error err;
-    char name[192];
-} fx;
-
-static inline int fx_setup(void **state) {
-    fx *f = calloc(1, sizeof *f);
+int tu_fx_setup(void **state) {
+    tu_fx *f = calloc(1, sizeof *f);
     if (!f) return -1;
     f->d = tu_tiny_dims(2);
     f->p = tu_pool(4, LS_LORA_SHARED);
@@ -245,12 +208,10 @@ static inline int fx_setup(void **state) {
     return 0;
 }
 
-static inline int fx_teardown(void **state) {
-    fx *f = *state;
+int tu_fx_teardown(void **state) {
+    tu_fx *f = *state;
     ls_tensor_set_free(&f->s);
     ls_error_free(&f->err);
     free(f);
     return 0;
 }
-
-#endif

@@ -1,40 +1,19 @@
-/* Fixtures shared by the test_pool*.c programs: adapters built by hand from
- * a seed in the compact layout of lora/adapter.h, a fake backend whose
- * output identifies the factors in the slot it ran with (and which records
- * slot writes, fails on demand, can block a forward and detects concurrent
- * calls), and a CPU backend with random base weights for the real math. */
-#ifndef LS_TESTS_POOL_UTIL_H
-#define LS_TESTS_POOL_UTIL_H
+/* The pool tests' fixtures, compiled once: seeded adapters, the fake
+ * backend (a test double of the private backend table, hence
+ * gpu/backend_impl.h), the CPU backend fixture and reference helpers. */
+#include "tests/util/pool_fixture.h"
 
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <pthread.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "common/text.h"
 #include "common/sha256.h"
 #include "gpu/backend_impl.h" /* the fake below is a backend */
-#include "lora/pool.h"
-#include "lora/pool_debug.h"
-#include "tests/util/reference.h"
 
-static inline uint64_t pt_mix(uint64_t *s) { return ls_splitmix64(s); }
+uint64_t pt_mix(uint64_t *s) { return ls_splitmix64(s); }
 /* Uniform in [-scale, scale). */
-static inline float pt_uniform(uint64_t *s, float scale) {
+float pt_uniform(uint64_t *s, float scale) {
     return (float)(((double)(pt_mix(s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0) * scale);
 }
-static inline int pt_rand(uint64_t *s, int n) { return (int)(pt_mix(s) % (uint64_t)n); }
+int pt_rand(uint64_t *s, int n) { return (int)(pt_mix(s) % (uint64_t)n); }
 
-static inline size_t pt_layer_floats(const ls_dims *d, int r) {
+static size_t pt_layer_floats(const ls_dims *d, int r) {
     size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, R = (size_t)r;
     return 2 * R * H + n * 2 * F * R + n * R * F + H * R; /* outer = 1 */
 }
@@ -42,7 +21,7 @@ static inline size_t pt_layer_floats(const ls_dims *d, int r) {
 /* A normalised adapter of rank r (outer 1) whose factors follow from seed
  * alone, as ls_adapter_normalise would leave it. Owned by the caller
  * (ls_adapter_free). */
-static inline void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter *a) {
+void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter *a) {
     memset(a, 0, sizeof *a);
     a->meta.format = LS_ADAPTER_FORMAT_POOL;
     a->meta.rank = r;
@@ -66,7 +45,7 @@ static inline void pt_adapter(const ls_dims *d, int r, uint64_t seed, ls_adapter
 typedef struct {
     const float *gu_a, *gu_b, *d_a, *d_b;
 } pt_layer;
-static inline pt_layer pt_layer_of(const ls_dims *d, const ls_adapter *a, int layer) {
+static pt_layer pt_layer_of(const ls_dims *d, const ls_adapter *a, int layer) {
     size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->meta.rank;
     pt_layer f;
     f.gu_a = a->data + (size_t)layer * a->layer_floats;
@@ -82,8 +61,8 @@ static inline pt_layer pt_layer_of(const ls_dims *d, const ls_adapter *a, int la
  * and columns are zeros, which leave a sum unchanged, so both give the
  * same bits: gu_a column h, d_b row h, gu_b row h mod n*2F and the d_a
  * column h mod F over every expert. */
-static inline float pt_sig(const ls_dims *d, int R, int r, int up_row, const float *gu_a, const float *gu_b,
-                           const float *d_a, const float *d_b, int h) {
+static float pt_sig(const ls_dims *d, int R, int r, int up_row, const float *gu_a, const float *gu_b, const float *d_a,
+                    const float *d_b, int h) {
     const int H = d->H, F = d->F, n = d->n;
     double s = 0;
     for (int k = 0; k < r; k++) s += gu_a[(size_t)k * H + h];
@@ -97,8 +76,7 @@ static inline float pt_sig(const ls_dims *d, int R, int r, int up_row, const flo
 
 /* What the fake backend returns for one token: x * sum(gammas) + the
  * signature of the adapter's layer (a NULL: base, no signature). */
-static inline void pt_expect_token(const ls_dims *d, const ls_adapter *a, int layer, const float *x,
-                                   const float *gam, float *y) {
+void pt_expect_token(const ls_dims *d, const ls_adapter *a, int layer, const float *x, const float *gam, float *y) {
     float g = 0;
     for (int e = 0; e < d->n; e++) g += gam ? gam[e] : 1.0f;
     pt_layer f = a ? pt_layer_of(d, a, layer) : (pt_layer){0};
@@ -108,34 +86,16 @@ static inline void pt_expect_token(const ls_dims *d, const ls_adapter *a, int la
     }
 }
 
-typedef struct {
-    ls_backend *be; /* its context is this struct */
-    size_t len[4], per_layer;
-    float *store;      /* [S][L][per_layer]: gu_a, gu_b, d_a, d_b */
-    int *layers_ok;    /* [S] layers written since the last clear */
-    atomic_int in_call;
-    atomic_int overlaps;   /* backend calls that found another one running */
-    atomic_int bad_slots;  /* forwards naming a slot not fully written */
-    atomic_int slot_writes, clears, forwards;
-    atomic_int fail_write_in; /* > 0: the write that brings it to 0 fails */
-    atomic_int max_distinct;  /* most distinct slots seen in one forward */
-    int delay_us;             /* sleep inside every forward */
-    pthread_mutex_t gate_mu;
-    pthread_cond_t gate_cv;
-    bool gate_closed; /* forwards wait inside the backend while closed */
-    int waiting;
-} pt_fake;
-
-static inline void pt_fake_enter(pt_fake *f) {
+static void pt_fake_enter(pt_fake *f) {
     if (atomic_fetch_add(&f->in_call, 1) != 0) atomic_fetch_add(&f->overlaps, 1);
 }
-static inline void pt_fake_leave(pt_fake *f) { atomic_fetch_sub(&f->in_call, 1); }
+static void pt_fake_leave(pt_fake *f) { atomic_fetch_sub(&f->in_call, 1); }
 
-static inline float *pt_fake_at(pt_fake *f, int slot, int layer) {
+static float *pt_fake_at(pt_fake *f, int slot, int layer) {
     return f->store + ((size_t)slot * ls_backend_dims(f->be)->L + (size_t)layer) * f->per_layer;
 }
 
-static inline void pt_fake_free(ls_backend *be) {
+static void pt_fake_free(ls_backend *be) {
     pt_fake *f = be->ctx;
     free(f->store);
     free(f->layers_ok);
@@ -144,18 +104,18 @@ static inline void pt_fake_free(ls_backend *be) {
     free(f);
 }
 
-static inline ls_status pt_fake_memory(ls_backend *be, size_t *fr, size_t *total, ls_error *err) {
+static ls_status pt_fake_memory(ls_backend *be, size_t *fr, size_t *total, ls_error *err) {
     (void)err;
     *fr = *total = be->pool_bytes;
     return LS_OK;
 }
 
-static inline ls_status pt_fake_upload(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+static ls_status pt_fake_upload(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
     (void)be, (void)layer, (void)w13, (void)w2, (void)err;
     return LS_OK;
 }
 
-static inline ls_status pt_fake_write(ls_backend *be, int slot, int layer, const ls_slot_factors *sf, ls_error *err) {
+static ls_status pt_fake_write(ls_backend *be, int slot, int layer, const ls_slot_factors *sf, ls_error *err) {
     pt_fake *f = be->ctx;
     pt_fake_enter(f);
     atomic_fetch_add(&f->slot_writes, 1);
@@ -177,7 +137,7 @@ static inline ls_status pt_fake_write(ls_backend *be, int slot, int layer, const
     return st;
 }
 
-static inline ls_status pt_fake_clear(ls_backend *be, int slot, ls_error *err) {
+static ls_status pt_fake_clear(ls_backend *be, int slot, ls_error *err) {
     (void)err;
     pt_fake *f = be->ctx;
     pt_fake_enter(f);
@@ -188,8 +148,8 @@ static inline ls_status pt_fake_clear(ls_backend *be, int slot, ls_error *err) {
     return LS_OK;
 }
 
-static inline ls_status pt_fake_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
-                                     float *d_b, ls_error *err) {
+static ls_status pt_fake_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
+                              ls_error *err) {
     (void)err;
     pt_fake *f = be->ctx;
     const float *src = pt_fake_at(f, slot, layer);
@@ -201,8 +161,8 @@ static inline ls_status pt_fake_read(ls_backend *be, int slot, int layer, float 
     return LS_OK;
 }
 
-static inline ls_status pt_fake_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                                        const int *slot_of_token, float *y, ls_error *err) {
+static ls_status pt_fake_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                                 const int *slot_of_token, float *y, ls_error *err) {
     pt_fake *f = be->ctx;
     const ls_dims *d = &be->dims;
     const int R = be->pool.max_rank, S = be->pool.slots;
@@ -248,7 +208,7 @@ static inline ls_status pt_fake_forward(ls_backend *be, int layer, int T, const 
     return LS_OK;
 }
 
-static inline ls_status pt_fake_sync(ls_backend *be, ls_error *err) {
+static ls_status pt_fake_sync(ls_backend *be, ls_error *err) {
     (void)be, (void)err;
     return LS_OK;
 }
@@ -268,7 +228,7 @@ static const ls_backend_ops pt_fake_ops = {
 
 /* A fake backend for the shared pool layout, every layer's (no) weights
  * uploaded; freed with ls_backend_free(f->be). */
-static inline pt_fake *pt_fake_create(ls_dims d, int S, int R, int max_tokens) {
+pt_fake *pt_fake_create(ls_dims d, int S, int R, int max_tokens) {
     pt_fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
     ls_backend_config cfg = {.dims = d,
@@ -292,12 +252,13 @@ static inline pt_fake *pt_fake_create(ls_dims d, int S, int R, int max_tokens) {
     pthread_mutex_init(&f->gate_mu, NULL);
     pthread_cond_init(&f->gate_cv, NULL);
     for (int l = 0; l < d.L; l++)
-        if (ls_backend_upload_base(f->be, l, f->store, f->store, &err) != LS_OK) fail_msg("fake upload: %s", err.message);
+        if (ls_backend_upload_base(f->be, l, f->store, f->store, &err) != LS_OK)
+            fail_msg("fake upload: %s", err.message);
     ls_error_free(&err);
     return f;
 }
 
-static inline void pt_fake_gate(pt_fake *f, bool closed) {
+void pt_fake_gate(pt_fake *f, bool closed) {
     pthread_mutex_lock(&f->gate_mu);
     f->gate_closed = closed;
     pthread_cond_broadcast(&f->gate_cv);
@@ -305,13 +266,13 @@ static inline void pt_fake_gate(pt_fake *f, bool closed) {
 }
 
 /* Waits until `count` forwards wait at the closed gate. */
-static inline void pt_fake_wait_blocked(pt_fake *f, int count) {
+void pt_fake_wait_blocked(pt_fake *f, int count) {
     pthread_mutex_lock(&f->gate_mu);
     while (f->waiting < count) pthread_cond_wait(&f->gate_cv, &f->gate_mu);
     pthread_mutex_unlock(&f->gate_mu);
 }
 
-static inline ls_pool *pt_pool(ls_backend *be, int host_cache, ls_pool_reload_fn reload, void *ctx) {
+ls_pool *pt_pool(ls_backend *be, int host_cache, ls_pool_reload_fn reload, void *ctx) {
     ls_pool_config cfg = {.host_cache = host_cache, .reload = reload, .reload_ctx = ctx};
     ls_pool *p = NULL;
     ls_error err;
@@ -324,8 +285,8 @@ static inline ls_pool *pt_pool(ls_backend *be, int host_cache, ls_pool_reload_fn
 
 /* Loads pt_adapter(d, r, seed) under name with the given options. The
  * adapter goes to the pool on success and is freed here on failure. */
-static inline ls_status pt_load(ls_pool *p, const ls_dims *d, const char *name, int r, uint64_t seed, bool pinned,
-                                bool replace, const char *path, ls_adapter_info *info, ls_error *err) {
+ls_status pt_load(ls_pool *p, const ls_dims *d, const char *name, int r, uint64_t seed, bool pinned, bool replace,
+                  const char *path, ls_adapter_info *info, ls_error *err) {
     ls_adapter a;
     pt_adapter(d, r, seed, &a);
     ls_pool_load_opts o = {.pinned = pinned, .replace = replace, .source_path = path};
@@ -339,8 +300,7 @@ static inline ls_status pt_load(ls_pool *p, const ls_dims *d, const char *name, 
 /* A CPU backend (f32) with random base weights; *w13 and *w2 receive the
  * same weights in double for ls_ref_forward, [L][n*2F*H] and [L][n*H*F]
  * (caller frees). */
-static inline ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens, uint64_t seed, double **w13,
-                                        double **w2) {
+ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens, uint64_t seed, double **w13, double **w2) {
     ls_backend_config cfg = {.dims = d,
                              .pool = {.slots = S, .max_rank = R, .layout = LS_LORA_SHARED, .max_tokens = max_tokens},
                              .dtype = LS_DTYPE_F32,
@@ -368,7 +328,7 @@ static inline ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens,
 
 /* One layer of a as the reference wants it (double; arrays malloc'd,
  * released with pt_ref_lora_free). */
-static inline ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int layer) {
+ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int layer) {
     pt_layer f = pt_layer_of(d, a, layer);
     size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F, r = (size_t)a->meta.rank;
     size_t len[4] = {2 * r * H, n * 2 * F * r, n * r * F, H * r};
@@ -381,11 +341,9 @@ static inline ls_ref_lora pt_ref_lora(const ls_dims *d, const ls_adapter *a, int
     }
     return (ls_ref_lora){.r = a->meta.rank, .outer = 1, .gu_a = dst[0], .gu_b = dst[1], .d_a = dst[2], .d_b = dst[3]};
 }
-static inline void pt_ref_lora_free(ls_ref_lora *l) {
+void pt_ref_lora_free(ls_ref_lora *l) {
     free((void *)l->gu_a);
     free((void *)l->gu_b);
     free((void *)l->d_a);
     free((void *)l->d_b);
 }
-
-#endif

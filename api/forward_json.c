@@ -1,0 +1,372 @@
+/* The JSON /forward body, read in one pass (api/json_reader.h): x and
+ * gammas given as nested arrays go straight into floats, so a forward's
+ * peak memory is its body plus 4 bytes a number (at most twice the body:
+ * every number takes 2 or more bytes of it) instead of a JSON value per
+ * number; x stops at --max-request-tokens rows before more is built. A
+ * syntax error anywhere wins over every other problem (as when the body
+ * was parsed whole first); the rest are reported in the order layer,
+ * encoding, x, gammas, names. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/forward.h"
+#include "api/forward_internal.h"
+#include "api/json_reader.h"
+#include "api/json_tensor.h"
+
+/* A problem with one field, kept until the whole body is known to be
+ * well formed. */
+typedef struct {
+    ls_status st;
+    char message[256];
+    char hint[160];
+} ls_fj_problem;
+
+static void ls_fj_note(ls_fj_problem *p, ls_status st, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ls_fj_note(ls_fj_problem *p, ls_status st, const char *hint, const char *fmt, ...) {
+    if (p->st != LS_OK) return;
+    p->st = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    va_end(ap);
+    snprintf(p->hint, sizeof p->hint, "%s", hint ? hint : "");
+}
+
+/* Moves a noted problem into err. */
+static ls_status ls_fj_raise(const ls_fj_problem *p, ls_error *err) {
+    return ls_error_set(err, p->st, p->hint[0] ? p->hint : NULL, "%s", p->message);
+}
+
+/* A [rows][cols] matrix of numbers read as floats. */
+typedef struct {
+    float *v;
+    size_t count, cap; /* floats */
+    int rows;
+} ls_fj_matrix;
+
+static bool ls_fj_push(ls_fj_matrix *m, float f) {
+    if (m->count == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 1024;
+        float *v = realloc(m->v, cap * sizeof *v);
+        if (!v) return false;
+        m->v = v, m->cap = cap;
+    }
+    m->v[m->count++] = f;
+    return true;
+}
+
+/* Reads nested arrays [rows][cols] of numbers into m, noting the first
+ * problem (and then only checking the syntax of the rest). max_rows > 0
+ * stops reading rows past it. */
+static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_fj_matrix *m, ls_fj_problem *pb) {
+    if (!ls_jr_punct(r, '[')) return false;
+    if (ls_jr_peek(r) == ']') {
+        ls_fj_note(pb, LS_INVALID_SHAPE, NULL, "%s is empty, expected [T, %d] with T >= 1", what, cols);
+        return ls_jr_punct(r, ']');
+    }
+    do {
+        if (ls_jr_peek(r) != '[') {
+            /* A number or anything else at the top level: not 2-D. */
+            if (ls_jr_peek(r) == '-' || (ls_jr_peek(r) >= '0' && ls_jr_peek(r) <= '9'))
+                ls_fj_note(pb, LS_INVALID_SHAPE, NULL, "%s is one-dimensional, expected [T, %d]: a row per token",
+                           what, cols);
+            else
+                ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "%s: expected a row (an array of numbers)", what);
+            if (!ls_jr_skip(r)) return false;
+            continue;
+        }
+        r->p++; /* '[' of a row, as peeked */
+        int row = m->rows, got = 0;
+        bool keep = pb->st == LS_OK && (max_rows <= 0 || row < max_rows);
+        if (pb->st == LS_OK && max_rows > 0 && row >= max_rows)
+            ls_fj_note(pb, LS_PAYLOAD_TOO_LARGE, "send fewer tokens per request or restart with a larger --max-request-tokens",
+                       "%s has more than %d rows, the most one request may carry", what, max_rows);
+        if (ls_jr_peek(r) != ']') {
+            do {
+                char c = ls_jr_peek(r);
+                if (c == '-' || (c >= '0' && c <= '9')) {
+                    double d;
+                    bool is_int;
+                    long long iv;
+                    if (!ls_jr_number(r, &d, &is_int, &iv)) return false;
+                    float f = (float)d;
+                    if (!isfinite(f))
+                        ls_fj_note(pb, LS_INVALID_REQUEST, "send finite values", "%s[%d][%d] is not finite", what, row,
+                                   got);
+                    if (keep && pb->st == LS_OK && got < cols && !ls_fj_push(m, f))
+                        ls_fj_note(pb, LS_INTERNAL, NULL, "%s: out of memory", what);
+                } else {
+                    ls_fj_note(pb, c == '[' ? LS_INVALID_SHAPE : LS_INVALID_REQUEST, NULL,
+                               "%s[%d][%d]: expected a number, found %s", what, row, got,
+                               c == '[' ? "an array (x is [T][H], two levels deep)" : "another JSON value");
+                    if (!ls_jr_skip(r)) return false;
+                }
+                got++;
+            } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+        }
+        if (!ls_jr_punct(r, ']')) return false;
+        if (got != cols)
+            ls_fj_note(pb, LS_INVALID_SHAPE, "every row of a nested array has the width of the model",
+                       "%s row %d has %d values, expected %d", what, row, got, cols);
+        m->rows++;
+    } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+    return ls_jr_punct(r, ']');
+}
+
+/* x or gammas: nested arrays (read straight into floats) or a base64
+ * object (small to hold: parsed as a JSON value, then checked as before). */
+static bool ls_fj_tensor(ls_jr *r, const char *what, int rows, int cols, int max_rows, ls_fj_matrix *m,
+                         ls_fj_problem *pb) {
+    char c = ls_jr_peek(r);
+    if (c == '[') return ls_fj_nested(r, what, cols, max_rows, m, pb);
+    const char *from = r->p;
+    if (!ls_jr_skip(r)) return false;
+    if (c != '{') {
+        ls_fj_note(pb, LS_INVALID_REQUEST, "send nested arrays or {\"dtype\", \"shape\", \"data\"}",
+                   "%s must be nested arrays of numbers or a base64 tensor object", what);
+        return true;
+    }
+    if (pb->st != LS_OK) return true;
+    json_error_t jerr;
+    json_t *j = json_loadb(from, (size_t)(r->p - from), JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) return ls_jr_fail(r, jerr.text);
+    ls_error err;
+    ls_error_init(&err);
+    ls_tensor t;
+    ls_status st = ls_json_tensor_parse(j, what, &t, &err);
+    json_decref(j);
+    if (st == LS_OK) {
+        if (max_rows > 0 && t.ndim >= 1 && t.shape[0] > max_rows)
+            st = ls_error_set(&err, LS_PAYLOAD_TOO_LARGE,
+                              "send fewer tokens per request or restart with a larger --max-request-tokens",
+                              "%s has %lld rows, more than the %d one request may carry", what, (long long)t.shape[0],
+                              max_rows);
+        else
+            st = ls_forward_take_matrix(&t, what, rows, cols, &m->v, &m->rows, &err);
+        ls_tensor_free(&t);
+    }
+    if (st != LS_OK) ls_fj_note(pb, st, err.hint[0] ? err.hint : NULL, "%s", err.message);
+    ls_error_free(&err);
+    return true;
+}
+
+/* "adapter": a name or null (single); "adapters": a name or null per
+ * token (list; given unless absent or null). */
+typedef struct {
+    bool given;
+    char *single;   /* owned */
+    char **list;    /* owned, n entries (NULL = base) */
+    int n, cap;
+} ls_fj_names;
+
+static void ls_fj_names_free(ls_fj_names *nm) {
+    free(nm->single);
+    for (int i = 0; i < nm->n; i++) free(nm->list[i]);
+    free(nm->list);
+}
+
+/* One name or null into *out (NULL for null). */
+static bool ls_fj_name(ls_jr *r, const char *what, char **out, ls_fj_problem *pb) {
+    *out = NULL;
+    char c = ls_jr_peek(r);
+    if (c == 'n') {
+        char w;
+        return ls_jr_literal(r, &w);
+    }
+    if (c != '"') {
+        ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "%s must be a string or null", what);
+        return ls_jr_skip(r);
+    }
+    char buf[256];
+    size_t len;
+    if (!ls_jr_string(r, buf, sizeof buf, &len)) return false;
+    if (len >= sizeof buf || strlen(buf) != len) buf[0] = '\0'; /* too long, or cut: not a valid name */
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_forward_check_name(buf, what, &err) != LS_OK) ls_fj_note(pb, err.code, err.hint, "%s", err.message);
+    else if (!(*out = strdup(buf))) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+    ls_error_free(&err);
+    return true;
+}
+
+static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem *pb) {
+    if (!list) return ls_fj_name(r, "adapter", &nm->single, pb);
+    if (ls_jr_peek(r) == 'n') {
+        char w;
+        return ls_jr_literal(r, &w); /* "adapters": null is no list */
+    }
+    nm->given = true;
+    if (ls_jr_peek(r) != '[') {
+        ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "\"adapters\" must be an array (a name or null per token)");
+        return ls_jr_skip(r);
+    }
+    r->p++;
+    if (ls_jr_peek(r) == ']') return ls_jr_punct(r, ']');
+    do {
+        char what[32], *name;
+        snprintf(what, sizeof what, "adapters[%d]", nm->n);
+        if (!ls_fj_name(r, what, &name, pb)) return false;
+        if (nm->n == nm->cap) {
+            int cap = nm->cap ? nm->cap * 2 : 64;
+            char **l = realloc(nm->list, (size_t)cap * sizeof *l);
+            if (!l) {
+                free(name);
+                ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+                return ls_jr_skip(r);
+            }
+            nm->list = l, nm->cap = cap;
+        }
+        nm->list[nm->n++] = name;
+    } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+    return ls_jr_punct(r, ']');
+}
+
+/* The per-field problems, reported in the order of the fields. */
+enum { LS_FJ_KEYS, LS_FJ_LAYER, LS_FJ_ENCODING, LS_FJ_X, LS_FJ_GAMMAS, LS_FJ_NAMES, LS_FJ_FIELDS };
+
+static const char *const ls_fj_known[] = {"layer", "x", "gammas", "adapter", "adapters", "encoding", NULL};
+
+ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, int max_tokens,
+                                    ls_forward_req *req, ls_error *err) {
+    memset(req, 0, sizeof *req);
+    ls_jr r;
+    ls_jr_init(&r, body, len);
+    ls_fj_problem pb[LS_FJ_FIELDS];
+    memset(pb, 0, sizeof pb);
+    ls_fj_matrix x = {0}, g = {0};
+    ls_fj_names one = {0}, per_token = {0};
+    bool seen[7] = {false}, have_x = false, have_g = false;
+    if (ls_jr_peek(&r) != '{') {
+        if (ls_jr_skip(&r) && ls_jr_at_end(&r))
+            ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
+        else if (!r.failed)
+            ls_jr_fail(&r, "end of input expected");
+    } else {
+        r.p++;
+        bool more = ls_jr_peek(&r) != '}';
+        while (more && !r.failed) {
+            char key[80];
+            size_t klen;
+            if (!ls_jr_string(&r, key, sizeof key, &klen) || !ls_jr_punct(&r, ':')) break;
+            int k = 0;
+            while (ls_fj_known[k] && (klen != strlen(ls_fj_known[k]) || strcmp(key, ls_fj_known[k]))) k++;
+            if (ls_fj_known[k] && seen[k]) {
+                ls_jr_fail(&r, "duplicate object key");
+                break;
+            }
+            if (ls_fj_known[k]) seen[k] = true;
+            bool ok = true;
+            if (!ls_fj_known[k]) {
+                char hint[256] = "known keys:";
+                for (int i = 0; ls_fj_known[i]; i++) {
+                    size_t l = strlen(hint);
+                    snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_fj_known[i]);
+                }
+                ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request",
+                           key);
+                ok = ls_jr_skip(&r);
+            } else if (!strcmp(key, "layer")) {
+                char c = ls_jr_peek(&r);
+                double d;
+                bool is_int = false;
+                long long v = 0;
+                if (c == 'n') {
+                    char w;
+                    ok = ls_jr_literal(&r, &w);
+                } else if (c == '-' || (c >= '0' && c <= '9')) {
+                    ok = ls_jr_number(&r, &d, &is_int, &v);
+                    if (ok && !is_int) ls_fj_note(&pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
+                } else {
+                    ls_fj_note(&pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
+                    ok = ls_jr_skip(&r);
+                }
+                if (ok && is_int) {
+                    ls_error e;
+                    ls_error_init(&e);
+                    if (ls_forward_check_layer(v, dims, &e) != LS_OK)
+                        ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s", e.message);
+                    else req->layer = (int)v;
+                    ls_error_free(&e);
+                }
+            } else if (!strcmp(key, "encoding")) {
+                char c = ls_jr_peek(&r), buf[16];
+                size_t blen = 0;
+                if (c == 'n') {
+                    char w;
+                    ok = ls_jr_literal(&r, &w);
+                } else if (c == '"' && (ok = ls_jr_string(&r, buf, sizeof buf, &blen)) && blen == 6 &&
+                           !strcmp(buf, "base64")) {
+                    req->base64 = true;
+                } else if (ok && !(c == '"' && blen == 4 && !strcmp(buf, "json"))) {
+                    if (c != '"') ok = ls_jr_skip(&r);
+                    ls_fj_note(&pb[LS_FJ_ENCODING], LS_INVALID_REQUEST, NULL, "\"encoding\" is \"json\" or \"base64\"");
+                }
+            } else if (!strcmp(key, "x")) {
+                have_x = true;
+                ok = ls_fj_tensor(&r, "x", -1, dims->H, max_tokens, &x, &pb[LS_FJ_X]);
+            } else if (!strcmp(key, "gammas")) {
+                if (ls_jr_peek(&r) == 'n') {
+                    char w;
+                    ok = ls_jr_literal(&r, &w);
+                } else {
+                    have_g = true;
+                    ok = ls_fj_tensor(&r, "gammas", -1, dims->n, 0, &g, &pb[LS_FJ_GAMMAS]);
+                }
+            } else if (!strcmp(key, "adapters")) {
+                ok = ls_fj_names_read(&r, true, &per_token, &pb[LS_FJ_NAMES]);
+            } else {
+                ok = ls_fj_names_read(&r, false, &one, &pb[LS_FJ_NAMES]);
+            }
+            if (!ok) break;
+            if (ls_jr_peek(&r) != ',') break;
+            r.p++;
+        }
+        if (!r.failed) ls_jr_punct(&r, '}');
+        if (!r.failed && !ls_jr_at_end(&r)) ls_jr_fail(&r, "end of input expected");
+    }
+
+    ls_status st = LS_OK;
+    if (r.failed) {
+        st = ls_error_set(err, LS_INVALID_JSON, NULL, "the body is not valid JSON: %s (at byte %zu)", r.message, r.at);
+    } else {
+        if (!have_x && pb[LS_FJ_X].st == LS_OK)
+            ls_fj_note(&pb[LS_FJ_X], LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
+        if (have_g && pb[LS_FJ_GAMMAS].st == LS_OK && g.rows != x.rows && pb[LS_FJ_X].st == LS_OK)
+            ls_fj_note(&pb[LS_FJ_GAMMAS], LS_INVALID_SHAPE, NULL, "gammas has %d rows, expected %d (one per token)",
+                       g.rows, x.rows);
+        if (one.single && per_token.given)
+            ls_fj_note(&pb[LS_FJ_NAMES], LS_INVALID_REQUEST, "send \"adapter\" for all tokens or \"adapters\" per token",
+                       "give either \"adapter\" or \"adapters\", not both");
+        for (int f = 0; f < LS_FJ_FIELDS && st == LS_OK; f++)
+            if (pb[f].st != LS_OK) st = ls_fj_raise(&pb[f], err);
+    }
+    if (st == LS_OK) {
+        req->T = x.rows;
+        req->x = x.v, x.v = NULL;
+        if (have_g) req->gammas = g.v, g.v = NULL;
+        if (per_token.given) {
+            if (per_token.n != req->T)
+                st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
+                                  "\"adapters\" has %d entries for %d tokens", per_token.n, req->T);
+            else
+                req->names = per_token.list, per_token.list = NULL, per_token.n = 0;
+        } else if (one.single) {
+            if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
+                st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+            for (int t = 0; st == LS_OK && t < req->T; t++)
+                if (!(req->names[t] = strdup(one.single))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+        }
+    }
+    free(x.v);
+    free(g.v);
+    ls_fj_names_free(&one);
+    ls_fj_names_free(&per_token);
+    if (st != LS_OK) ls_forward_req_free(req);
+    return st;
+}

@@ -1,0 +1,240 @@
+/* The strict pull reader of json_reader.h: whitespace, punctuation,
+ * strings (escapes, surrogate pairs, UTF-8 checked), numbers in the JSON
+ * grammar, literals, and skipping a value with a depth limit. */
+#include "api/json_reader.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ls_jr_init(ls_jr *r, const char *text, size_t len) {
+    memset(r, 0, sizeof *r);
+    r->start = r->p = text;
+    r->end = text + len;
+}
+
+bool ls_jr_fail(ls_jr *r, const char *what) {
+    if (!r->failed) {
+        r->failed = true;
+        r->at = (size_t)(r->p - r->start);
+        snprintf(r->message, sizeof r->message, "%s", what);
+    }
+    return false;
+}
+
+static void ls_jr_ws(ls_jr *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++;
+}
+
+char ls_jr_peek(ls_jr *r) {
+    if (r->failed) return 0;
+    ls_jr_ws(r);
+    return r->p < r->end ? *r->p : 0;
+}
+
+bool ls_jr_punct(ls_jr *r, char c) {
+    if (ls_jr_peek(r) != c) {
+        char what[40];
+        snprintf(what, sizeof what, "'%c' expected", c);
+        return ls_jr_fail(r, what);
+    }
+    r->p++;
+    return true;
+}
+
+bool ls_jr_at_end(ls_jr *r) {
+    if (r->failed) return false;
+    ls_jr_ws(r);
+    return r->p == r->end;
+}
+
+/* Appends code point cp as UTF-8 to buf (cut at cap - 1 bytes). */
+static void ls_jr_put(char *buf, size_t cap, size_t *n, uint32_t cp) {
+    char u[4];
+    int k;
+    if (cp < 0x80) u[0] = (char)cp, k = 1;
+    else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
+    else if (cp < 0x10000)
+        u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3F)), u[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
+    else
+        u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3F)), u[2] = (char)(0x80 | (cp >> 6 & 0x3F)),
+        u[3] = (char)(0x80 | (cp & 0x3F)), k = 4;
+    for (int i = 0; i < k; i++, (*n)++)
+        if (buf && *n + 1 < cap) buf[*n] = u[i];
+}
+
+static int ls_jr_hex4(const char *p) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Length of the UTF-8 sequence at p (within end), 0 when invalid:
+ * overlong forms, surrogates and code points past U+10FFFF are refused. */
+static int ls_jr_utf8(const unsigned char *p, const unsigned char *end, uint32_t *cp) {
+    unsigned char c = p[0];
+    int k;
+    uint32_t v, min;
+    if (c < 0x80) return *cp = c, 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 2, v = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) k = 3, v = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) k = 4, v = c & 0x07, min = 0x10000;
+    else return 0;
+    if (end - p < k) return 0;
+    for (int i = 1; i < k; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        v = v << 6 | (p[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return k;
+}
+
+bool ls_jr_string(ls_jr *r, char *buf, size_t cap, size_t *len) {
+    if (ls_jr_peek(r) != '"') return ls_jr_fail(r, "string expected");
+    r->p++;
+    size_t n = 0;
+    for (;;) {
+        if (r->p >= r->end) return ls_jr_fail(r, "unterminated string");
+        unsigned char c = (unsigned char)*r->p;
+        if (c == '"') {
+            r->p++;
+            break;
+        }
+        if (c < 0x20) return ls_jr_fail(r, "control character in a string");
+        if (c == '\\') {
+            if (r->end - r->p < 2) return ls_jr_fail(r, "unterminated string");
+            char e = r->p[1];
+            r->p += 2;
+            uint32_t cp;
+            switch (e) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case 'u': {
+                int hi = r->end - r->p >= 4 ? ls_jr_hex4(r->p) : -1;
+                if (hi < 0) return ls_jr_fail(r, "invalid \\u escape");
+                r->p += 4;
+                cp = (uint32_t)hi;
+                if (hi >= 0xD800 && hi <= 0xDBFF) {
+                    int lo = r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u' ? ls_jr_hex4(r->p + 2) : -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return ls_jr_fail(r, "invalid Unicode surrogate pair");
+                    r->p += 6;
+                    cp = 0x10000 + (((uint32_t)hi - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
+                } else if (hi >= 0xDC00 && hi <= 0xDFFF) {
+                    return ls_jr_fail(r, "invalid Unicode surrogate pair");
+                }
+                if (cp == 0) return ls_jr_fail(r, "\\u0000 is not allowed in a string");
+                break;
+            }
+            default: return ls_jr_fail(r, "invalid escape");
+            }
+            ls_jr_put(buf, cap, &n, cp);
+            continue;
+        }
+        uint32_t cp;
+        int k = ls_jr_utf8((const unsigned char *)r->p, (const unsigned char *)r->end, &cp);
+        if (!k) return ls_jr_fail(r, "invalid UTF-8 in a string");
+        for (int i = 0; i < k; i++, n++)
+            if (buf && n + 1 < cap) buf[n] = r->p[i];
+        r->p += k;
+    }
+    if (buf && cap) buf[n < cap ? n : cap - 1] = '\0';
+    if (len) *len = n;
+    return true;
+}
+
+bool ls_jr_number(ls_jr *r, double *val, bool *is_int, long long *ival) {
+    char c = ls_jr_peek(r);
+    if (c != '-' && !(c >= '0' && c <= '9')) return ls_jr_fail(r, "number expected");
+    const char *s = r->p, *q = s;
+    if (*q == '-') q++;
+    if (q >= r->end) return ls_jr_fail(r, "invalid number");
+    if (*q == '0') q++;
+    else if (*q >= '1' && *q <= '9')
+        while (q < r->end && *q >= '0' && *q <= '9') q++;
+    else return ls_jr_fail(r, "invalid number");
+    bool integral = true;
+    if (q < r->end && *q == '.') {
+        integral = false;
+        q++;
+        if (q >= r->end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
+        while (q < r->end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q < r->end && (*q == 'e' || *q == 'E')) {
+        integral = false;
+        q++;
+        if (q < r->end && (*q == '+' || *q == '-')) q++;
+        if (q >= r->end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
+        while (q < r->end && *q >= '0' && *q <= '9') q++;
+    }
+    /* strtod needs a terminated copy: numbers are short; a longer one is
+     * not a number anyone means. */
+    char tmp[512];
+    size_t n = (size_t)(q - s);
+    if (n >= sizeof tmp) return ls_jr_fail(r, "number too long");
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    errno = 0;
+    double d = strtod(tmp, NULL);
+    if (errno == ERANGE && isinf(d)) return ls_jr_fail(r, "real number overflow");
+    *val = d;
+    *is_int = false;
+    if (integral) {
+        errno = 0;
+        long long v = strtoll(tmp, NULL, 10);
+        if (errno != ERANGE) *is_int = true, *ival = v;
+    }
+    r->p = q;
+    return true;
+}
+
+bool ls_jr_literal(ls_jr *r, char *which) {
+    char c = ls_jr_peek(r);
+    const char *word = c == 't' ? "true" : c == 'f' ? "false" : c == 'n' ? "null" : NULL;
+    size_t n = word ? strlen(word) : 0;
+    if (!word || (size_t)(r->end - r->p) < n || memcmp(r->p, word, n)) return ls_jr_fail(r, "invalid token");
+    r->p += n;
+    *which = c;
+    return true;
+}
+
+static bool ls_jr_skip_depth(ls_jr *r, int depth) {
+    if (depth > LS_JR_MAX_DEPTH) return ls_jr_fail(r, "maximum parsing depth reached");
+    char c = ls_jr_peek(r);
+    if (c == '{' || c == '[') {
+        const char close = c == '{' ? '}' : ']';
+        r->p++;
+        if (ls_jr_peek(r) == close) return ls_jr_punct(r, close);
+        do {
+            if (c == '{' && !(ls_jr_string(r, NULL, 0, NULL) && ls_jr_punct(r, ':'))) return false;
+            if (!ls_jr_skip_depth(r, depth + 1)) return false;
+        } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+        return ls_jr_punct(r, close);
+    }
+    if (c == '"') return ls_jr_string(r, NULL, 0, NULL);
+    if (c == 't' || c == 'f' || c == 'n') {
+        char w;
+        return ls_jr_literal(r, &w);
+    }
+    double d;
+    bool is_int;
+    long long v;
+    return ls_jr_number(r, &d, &is_int, &v);
+}
+
+bool ls_jr_skip(ls_jr *r) { return ls_jr_skip_depth(r, 1); }

@@ -1,0 +1,52 @@
+/* A strict one-pass JSON reader (RFC 8259, as jansson reads it: UTF-8
+ * strings without NUL, duplicate keys left to the caller) for bodies too
+ * large to hold as a tree of JSON values: the caller pulls one token at a
+ * time and keeps only what it needs (a number costs it 4 bytes as a
+ * float, not a JSON value). */
+#ifndef LS_API_JSON_READER_H
+#define LS_API_JSON_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define LS_JR_MAX_DEPTH 2048 /* jansson's nesting limit */
+
+typedef struct {
+    const char *start, *p, *end;
+    bool failed;       /* a syntax error was met; every call after it fails */
+    char message[160]; /* what it was */
+    size_t at;         /* its byte offset */
+} ls_jr;
+
+void ls_jr_init(ls_jr *r, const char *text, size_t len);
+
+/* The next token's first character after whitespace: '{', '}', '[', ']',
+ * ',', ':', '"', '-' or a digit (a number), 't', 'f', 'n'; 0 at the end
+ * of the text or after a failure. Consumes nothing. */
+char ls_jr_peek(ls_jr *r);
+
+/* Consumes the punctuation c ('{', '}', '[', ']', ',', ':') or fails. */
+bool ls_jr_punct(ls_jr *r, char c);
+
+/* Reads a string into buf (cap bytes with the NUL; longer strings are
+ * decoded but cut, *len still giving the whole length). Escapes are
+ * decoded, UTF-8 is checked, NUL (\u0000) is refused. */
+bool ls_jr_string(ls_jr *r, char *buf, size_t cap, size_t *len);
+
+/* Reads a number. *is_int: it had no fraction and no exponent, and
+ * *ival holds it (when it fits a long long; otherwise *is_int is false). */
+bool ls_jr_number(ls_jr *r, double *val, bool *is_int, long long *ival);
+
+/* Reads true, false or null; *which receives 't', 'f' or 'n'. */
+bool ls_jr_literal(ls_jr *r, char *which);
+
+/* Reads and discards any one value (checked all the same). */
+bool ls_jr_skip(ls_jr *r);
+
+/* True when only whitespace is left. */
+bool ls_jr_at_end(ls_jr *r);
+
+/* Marks a syntax error at the current position (first one wins). */
+bool ls_jr_fail(ls_jr *r, const char *what);
+
+#endif

@@ -1,0 +1,395 @@
+/* The state directory: adapter records as safetensors files written
+ * atomically (temporary file, fsync, rename, fsync of the directory),
+ * tombstones of deleted names, reading one back, and the restore scan
+ * that moves what it cannot read aside instead of stopping. */
+#include "lora/state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/file.h"
+#include "common/log.h"
+#include "format/safetensors.h"
+
+#define LS_STATE_FORMAT "1"
+#define LS_STATE_MAX_NAME 128
+
+struct ls_state {
+    int dirfd;
+    char dir[PATH_MAX];
+    unsigned long tmp_seq; /* names of temporary files; callers serialise writes */
+};
+
+ls_status ls_state_open(const char *dir, ls_state **out, ls_error *err) {
+    *out = NULL;
+    char ebuf[128];
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ls_error_set(err, LS_INVALID_REQUEST, "give --state-dir a directory the server may write",
+                            "cannot create the state directory %.200s: %s", dir, strerror_r(errno, ebuf, sizeof ebuf));
+    ls_state *s = calloc(1, sizeof *s);
+    if (!s) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dirfd < 0) {
+        free(s);
+        return ls_error_set(err, LS_INVALID_REQUEST, "give --state-dir a directory the server may write",
+                            "cannot open the state directory %.200s: %s", dir, strerror_r(errno, ebuf, sizeof ebuf));
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    *out = s;
+    return LS_OK;
+}
+
+void ls_state_close(ls_state *s) {
+    if (!s) return;
+    close(s->dirfd);
+    free(s);
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
+    char ebuf[128];
+    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (space, permissions)",
+                        "state directory: %s %s: %s", what, file, strerror_r(errno, ebuf, sizeof ebuf));
+}
+
+static ls_status ls_state_sync_dir(ls_state *s, ls_error *err) {
+    if (fsync(s->dirfd) != 0) return ls_state_fail(err, "cannot sync the directory of", s->dir);
+    return LS_OK;
+}
+
+/* data[len] becomes file in one step, durable when this returns LS_OK. */
+static ls_status ls_state_write_atomic(ls_state *s, const char *file, const void *data, size_t len, ls_error *err) {
+    char tmp[LS_STATE_MAX_NAME + 64];
+    snprintf(tmp, sizeof tmp, ".tmp.%lu.%s", ++s->tmp_seq, file);
+    int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return ls_state_fail(err, "cannot create", tmp);
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            ls_state_fail(err, "cannot write", tmp);
+            close(fd);
+            unlinkat(s->dirfd, tmp, 0);
+            return LS_INTERNAL;
+        }
+        p += w, left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        ls_state_fail(err, "cannot sync", tmp);
+        unlinkat(s->dirfd, tmp, 0);
+        return LS_INTERNAL;
+    }
+    if (renameat(s->dirfd, tmp, s->dirfd, file) != 0) {
+        ls_state_fail(err, "cannot rename into place", file);
+        unlinkat(s->dirfd, tmp, 0);
+        return LS_INTERNAL;
+    }
+    return ls_state_sync_dir(s, err);
+}
+
+/* Removes file if it is there; durable when this returns LS_OK. */
+static ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
+    if (unlinkat(s->dirfd, file, 0) != 0) {
+        if (errno == ENOENT) return LS_OK;
+        return ls_state_fail(err, "cannot remove", file);
+    }
+    return ls_state_sync_dir(s, err);
+}
+
+static json_t *ls_state_params_json(const ls_adapter_params *p) {
+    return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b}", "format", ls_adapter_format_name(p->format),
+                     "r", p->r, "has_alpha", p->has_alpha, "lora_alpha", p->lora_alpha, "has_rslora", p->has_rslora,
+                     "use_rslora", p->use_rslora, "has_scale", p->has_scale, "scale", p->scale, "strict", p->strict,
+                     "whole_config", p->whole_config);
+}
+
+ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) {
+    const ls_adapter *a = rec->a;
+    const int64_t L = a->layers, lf = (int64_t)a->layer_floats;
+    uint8_t *present = malloc((size_t)L ? (size_t)L : 1);
+    json_t *params = ls_state_params_json(&rec->params), *ignored = json_array();
+    for (size_t i = 0; ignored && i < a->meta.n_ignored; i++) json_array_append_new(ignored, json_string(a->ignored[i]));
+    char *params_text = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    char *ignored_text = ignored ? json_dumps(ignored, JSON_COMPACT) : NULL;
+    json_decref(params);
+    json_decref(ignored);
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    ls_status st = LS_OK;
+    if (!present || !params_text || !ignored_text) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    if (st == LS_OK) {
+        for (int64_t l = 0; l < L; l++) present[l] = a->layer_present[l] ? 1 : 0;
+        ls_tensor factors = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {L, lf}, .data = a->data,
+                             .nbytes = (size_t)(L * lf) * sizeof(float)};
+        ls_tensor flags = {.dtype = LS_DTYPE_U8, .ndim = 1, .shape = {L}, .data = present, .nbytes = (size_t)L};
+        char version[32], rank[16], outer[16], scale[40];
+        snprintf(version, sizeof version, "%" PRIu64, rec->version);
+        snprintf(rank, sizeof rank, "%d", a->meta.rank);
+        snprintf(outer, sizeof outer, "%d", a->meta.outer);
+        snprintf(scale, sizeof scale, "%.17g", a->meta.scale);
+        bool ok = ls_tensor_set_add(&set, "factors", &factors) && ls_tensor_set_add(&set, "layer_present", &flags) &&
+                  ls_tensor_set_add_meta(&set, "lorasink_state", LS_STATE_FORMAT) &&
+                  ls_tensor_set_add_meta(&set, "name", rec->name) && ls_tensor_set_add_meta(&set, "version", version) &&
+                  ls_tensor_set_add_meta(&set, "pinned", rec->pinned ? "true" : "false") &&
+                  ls_tensor_set_add_meta(&set, "format", ls_adapter_format_name(a->meta.format)) &&
+                  ls_tensor_set_add_meta(&set, "rank", rank) && ls_tensor_set_add_meta(&set, "outer", outer) &&
+                  ls_tensor_set_add_meta(&set, "scale", scale) &&
+                  ls_tensor_set_add_meta(&set, "sha256", a->meta.sha256) &&
+                  ls_tensor_set_add_meta(&set, "source", rec->source_path ? rec->source_path : "") &&
+                  ls_tensor_set_add_meta(&set, "params", params_text) &&
+                  ls_tensor_set_add_meta(&set, "ignored", ignored_text);
+        if (!ok) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    }
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (st == LS_OK) st = ls_safetensors_write(&set, &bytes, &len, err);
+    char file[LS_STATE_MAX_NAME + 16];
+    snprintf(file, sizeof file, "%s.adapter", rec->name);
+    if (st == LS_OK) st = ls_state_write_atomic(s, file, bytes, len, err);
+    snprintf(file, sizeof file, "%s.deleted", rec->name);
+    if (st == LS_OK) st = ls_state_remove(s, file, err);
+    free(bytes);
+    ls_tensor_set_free(&set);
+    free(present);
+    free(params_text);
+    free(ignored_text);
+    return st;
+}
+
+ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, ls_error *err) {
+    char file[LS_STATE_MAX_NAME + 16], text[32];
+    int n = snprintf(text, sizeof text, "%" PRIu64 "\n", version);
+    snprintf(file, sizeof file, "%s.deleted", name);
+    ls_status st = ls_state_write_atomic(s, file, text, (size_t)n, err);
+    snprintf(file, sizeof file, "%s.adapter", name);
+    if (st == LS_OK) st = ls_state_remove(s, file, err);
+    return st;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_t *out) {
+    const char *v = ls_tensor_set_meta(set, key);
+    if (!v || !*v) return false;
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(v, &end, 10);
+    if (errno || *end) return false;
+    *out = u;
+    return true;
+}
+
+static bool ls_state_params_parse(const char *text, ls_adapter_params *p) {
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    const char *format = NULL;
+    int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0;
+    double alpha = 0, scale = 0;
+    bool ok = j && !json_unpack(j, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b}", "format", &format, "r", &r,
+                                "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
+                                &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict,
+                                "whole_config", &whole) &&
+              ls_adapter_format_parse(format, &p->format);
+    if (ok) {
+        p->r = r, p->has_alpha = has_alpha, p->lora_alpha = alpha, p->has_rslora = has_rslora;
+        p->use_rslora = use_rslora, p->has_scale = has_scale, p->scale = scale, p->strict = strict;
+        p->whole_config = whole;
+    }
+    json_decref(j);
+    return ok;
+}
+
+/* A record of file (NAME.adapter) into rec and *a (the caller's). False
+ * (nothing allocated) when the file is not a whole, consistent record. */
+static bool ls_state_decode(ls_state *s, const char *file, const char *want_name, ls_state_record *rec,
+                            ls_adapter *a, char *source, size_t source_len, char *name, size_t name_len) {
+    memset(a, 0, sizeof *a);
+    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INTERNAL, &err);
+    close(fd);
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    bool ok = st == LS_OK && ls_safetensors_parse(bytes, len, &set, &err) == LS_OK;
+    ls_error_free(&err);
+    const ls_tensor *factors = ok ? ls_tensor_set_find(&set, "factors") : NULL;
+    const ls_tensor *flags = ok ? ls_tensor_set_find(&set, "layer_present") : NULL;
+    const char *fmt = ok ? ls_tensor_set_meta(&set, "lorasink_state") : NULL, *nm = NULL, *sha = NULL, *src = NULL;
+    uint64_t version = 0, rank = 0, outer = 0;
+    ok = ok && factors && flags && fmt && !strcmp(fmt, LS_STATE_FORMAT) && factors->dtype == LS_DTYPE_F32 &&
+         factors->ndim == 2 && flags->dtype == LS_DTYPE_U8 && flags->ndim == 1 && flags->shape[0] == factors->shape[0] &&
+         factors->shape[0] >= 1 && factors->shape[1] >= 1 && (nm = ls_tensor_set_meta(&set, "name")) &&
+         strlen(nm) < name_len && (!want_name || !strcmp(nm, want_name)) &&
+         ls_state_meta_u64(&set, "version", &version) && version >= 1 && ls_state_meta_u64(&set, "rank", &rank) &&
+         ls_state_meta_u64(&set, "outer", &outer) && rank >= 1 && rank <= INT32_MAX && outer >= 1 &&
+         outer <= INT32_MAX && (sha = ls_tensor_set_meta(&set, "sha256")) && strlen(sha) == 64 &&
+         (src = ls_tensor_set_meta(&set, "source")) && strlen(src) < source_len &&
+         ls_state_params_parse(ls_tensor_set_meta(&set, "params"), &rec->params) &&
+         ls_adapter_format_parse(ls_tensor_set_meta(&set, "format") ? ls_tensor_set_meta(&set, "format") : "",
+                                 &a->meta.format);
+    json_t *ignored = ok ? json_loads(ls_tensor_set_meta(&set, "ignored"), 0, NULL) : NULL;
+    ok = ok && json_is_array(ignored);
+    if (ok) {
+        const size_t L = (size_t)factors->shape[0], lf = (size_t)factors->shape[1], n_ign = json_array_size(ignored);
+        a->layers = (int)L;
+        a->layer_floats = lf;
+        a->meta.rank = (int)rank;
+        a->meta.outer = (int)outer;
+        const char *scale = ls_tensor_set_meta(&set, "scale");
+        a->meta.scale = scale ? strtod(scale, NULL) : 1.0;
+        a->data = malloc(L * lf * sizeof(float));
+        a->layer_present = calloc(L, sizeof(bool));
+        a->ignored = calloc(n_ign ? n_ign : 1, sizeof(char *));
+        ok = a->data && a->layer_present && a->ignored;
+        if (ok) {
+            memcpy(a->data, factors->data, L * lf * sizeof(float));
+            for (size_t l = 0; l < L; l++) a->layer_present[l] = ((const uint8_t *)flags->data)[l] != 0;
+            for (size_t i = 0; ok && i < n_ign; i++) {
+                const char *v = json_string_value(json_array_get(ignored, i));
+                ok = v && (a->ignored[a->meta.n_ignored] = strdup(v));
+                if (ok) a->meta.n_ignored++;
+            }
+        }
+        if (ok) {
+            /* A record whose factors do not give its digest is corrupt. */
+            ls_adapter_digest(a->data, L * lf, a->meta.sha256);
+            ok = !strcmp(a->meta.sha256, sha);
+            a->meta.bytes = ls_adapter_host_bytes(a);
+        }
+        if (ok) {
+            const char *pinned = ls_tensor_set_meta(&set, "pinned");
+            rec->pinned = pinned && !strcmp(pinned, "true");
+            rec->version = version;
+            snprintf(name, name_len, "%s", nm);
+            snprintf(source, source_len, "%s", src);
+            rec->name = name;
+            rec->source_path = *source ? source : NULL;
+        }
+    }
+    json_decref(ignored);
+    ls_tensor_set_free(&set);
+    free(bytes);
+    if (!ok) ls_adapter_free(a);
+    return ok;
+}
+
+ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adapter *out, ls_error *err) {
+    char file[LS_STATE_MAX_NAME + 16], source[4096], nm[LS_STATE_MAX_NAME + 1];
+    snprintf(file, sizeof file, "%s.adapter", name);
+    ls_state_record rec = {0};
+    if (!ls_state_decode(s, file, name, &rec, out, source, sizeof source, nm, sizeof nm))
+        return ls_error_set(err, LS_INTERNAL, "the state directory was changed behind the server",
+                            "state directory: %s cannot be read back", file);
+    if (rec.version != version) {
+        ls_adapter_free(out);
+        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: %s holds version %" PRIu64 ", not %" PRIu64,
+                            file, rec.version, version);
+    }
+    return LS_OK;
+}
+
+/* ---- restore -------------------------------------------------------------- */
+
+/* Moves file to DIR/corrupt/ (never deleted: an operator may want it). */
+static void ls_state_set_aside(ls_state *s, const char *file, const char *why) {
+    mkdirat(s->dirfd, "corrupt", 0700);
+    char dest[LS_STATE_MAX_NAME + 96];
+    snprintf(dest, sizeof dest, "corrupt/%s.%lld", file, (long long)time(NULL));
+    if (renameat(s->dirfd, file, s->dirfd, dest) == 0) {
+        fsync(s->dirfd);
+        ls_log_error("state directory: %s %s; moved to %s/%s", file, why, s->dir, dest);
+    } else {
+        ls_log_error("state directory: %s %s and cannot be moved aside; skipped", file, why);
+    }
+}
+
+static int ls_state_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The NAME of NAME.suffix when file is exactly that, else false. */
+static bool ls_state_name_of(const char *file, const char *suffix, char *name, size_t len) {
+    size_t fl = strlen(file), sl = strlen(suffix);
+    if (fl <= sl || strcmp(file + fl - sl, suffix) || fl - sl > LS_STATE_MAX_NAME || fl - sl >= len) return false;
+    memcpy(name, file, fl - sl);
+    name[fl - sl] = '\0';
+    return name[0] != '.';
+}
+
+ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn tomb, void *ctx, ls_error *err) {
+    int fd = dup(s->dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return ls_state_fail(err, "cannot list", s->dir);
+    }
+    rewinddir(d);
+    char **files = NULL;
+    size_t n = 0, cap = 0;
+    ls_status st = LS_OK;
+    for (struct dirent *e; st == LS_OK && (e = readdir(d));) {
+        if (!strncmp(e->d_name, ".tmp.", 5)) { /* a write a crash cut short */
+            unlinkat(s->dirfd, e->d_name, 0);
+            continue;
+        }
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "corrupt")) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **f = realloc(files, cap * sizeof *f);
+            if (!f) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+            else files = f;
+        }
+        if (st == LS_OK && !(files[n++] = strdup(e->d_name))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    }
+    closedir(d);
+    if (st == LS_OK) qsort(files, n, sizeof *files, ls_state_cmp);
+    char name[LS_STATE_MAX_NAME + 1];
+    /* Tombstones first: a record they outdate (a crash between the
+     * tombstone and the removal) is the delete's to finish. */
+    for (size_t i = 0; st == LS_OK && i < n; i++) {
+        if (!ls_state_name_of(files[i], ".deleted", name, sizeof name)) continue;
+        char *text = NULL, path[PATH_MAX + 160];
+        snprintf(path, sizeof path, "%s/%s", s->dir, files[i]);
+        ls_error e2;
+        ls_error_init(&e2);
+        uint64_t v = 0;
+        char *end = NULL;
+        if (ls_file_read_text(path, 64, &text, LS_INTERNAL, &e2) == LS_OK && (v = strtoull(text, &end, 10)) >= 1 &&
+            end && (*end == '\n' || !*end))
+            tomb(ctx, name, v);
+        else
+            ls_state_set_aside(s, files[i], "is not a tombstone");
+        free(text);
+        ls_error_free(&e2);
+    }
+    for (size_t i = 0; st == LS_OK && i < n; i++) {
+        if (!ls_state_name_of(files[i], ".adapter", name, sizeof name)) continue;
+        ls_state_record rec = {0};
+        ls_adapter a;
+        char source[4096], nm[LS_STATE_MAX_NAME + 1];
+        if (!ls_state_decode(s, files[i], name, &rec, &a, source, sizeof source, nm, sizeof nm)) {
+            ls_state_set_aside(s, files[i], "is truncated or corrupt");
+            continue;
+        }
+        rec.a = &a;
+        st = fn(ctx, &rec, &a, err);
+        ls_adapter_free(&a);
+    }
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    return st;
+}

@@ -1,0 +1,66 @@
+/* The route table and its lookups: kept apart from the daemon so that the
+ * routing rules (exact paths, the {name} segment, HEAD served by GET, the
+ * Allow list of a 405) can be tested without a socket. */
+#include "server/routes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const ls_route ls_routes[] = {
+    {"GET", "/health", ls_handle_health, true, false},
+    {"GET", "/ready", ls_handle_ready, true, false},
+    {"GET", "/metrics", ls_handle_metrics, false, false},
+    {"GET", "/pool", ls_handle_pool, false, false},
+    {"POST", "/forward", ls_handle_forward, false, true},
+    {"POST", "/adapters", ls_handle_adapter_load, false, true},
+    {"GET", "/adapters", ls_handle_adapter_list, false, false},
+    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true},
+    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false},
+    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false},
+};
+#define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
+
+/* Matches path against a pattern; copies the {name} segment into param. */
+static bool ls_route_match(const char *pattern, const char *path, char *param, size_t plen) {
+    const char *brace = strchr(pattern, '{');
+    if (!brace) return !strcmp(pattern, path);
+    size_t prefix = (size_t)(brace - pattern);
+    if (strncmp(pattern, path, prefix)) return false;
+    const char *seg = path + prefix;
+    if (!*seg || strchr(seg, '/') || strlen(seg) >= plen) return false;
+    snprintf(param, plen, "%s", seg);
+    return true;
+}
+
+/* See routes.h. */
+const ls_route *ls_route_find(const char *method, const char *path, char *param, size_t plen, char *allow,
+                              size_t alen) {
+    const ls_route *found = NULL;
+    allow[0] = '\0';
+    bool head = !strcmp(method, "HEAD");
+    for (size_t i = 0; i < LS_N_ROUTES; i++) {
+        /* empty unless the pattern has a {name} segment */
+        char p[256] = "";
+        if (!ls_route_match(ls_routes[i].pattern, path, p, sizeof p)) continue;
+        /* /adapters/validate is a route of its own only for POST */
+        if (!strcmp(path, "/adapters/validate") && ls_routes[i].pattern[10] == '{' && !strcmp(method, "POST"))
+            continue;
+        if (!strcmp(ls_routes[i].method, method) || (head && !strcmp(ls_routes[i].method, "GET"))) {
+            if (!found) {
+                found = &ls_routes[i];
+                snprintf(param, plen, "%s", p);
+            }
+        } else if (!strstr(allow, ls_routes[i].method)) {
+            size_t l = strlen(allow);
+            snprintf(allow + l, alen - l, "%s%s", l ? ", " : "", ls_routes[i].method);
+        }
+    }
+    return found;
+}
+
+const char *ls_route_label(const char *path) {
+    char unused[256];
+    for (size_t i = 0; i < LS_N_ROUTES; i++)
+        if (ls_route_match(ls_routes[i].pattern, path, unused, sizeof unused)) return ls_routes[i].pattern;
+    return "other";
+}

@@ -1,0 +1,359 @@
+/* server/metrics: the Prometheus text ls_metrics_render writes. Every
+ * family has its HELP and TYPE before its samples; counters count what was
+ * observed; histogram buckets are cumulative and end in +Inf with _sum
+ * and _count; validation failures per code; the queue depth gauge; the
+ * pool's gauges and counters read from a pool over the fake backend. */
+#include "tests/util/pool_fixture.h"
+
+#include <math.h>
+
+#include "server/metrics.h"
+
+/* The value of the sample whose name and labels are exactly `series`
+ * ("name" or "name{...}"); fails the test when there is none or more than
+ * one. */
+static double mt_value(const char *text, const char *series) {
+    size_t len = strlen(series);
+    const char *found = NULL;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end) end = line + strlen(line);
+        if ((size_t)(end - line) > len && !strncmp(line, series, len) && line[len] == ' ') {
+            if (found) fail_msg("two samples %s", series);
+            found = line + len + 1;
+        }
+        line = *end ? end + 1 : end;
+    }
+    if (!found) fail_msg("no sample %s in:\n%s", series, text);
+    char *stop;
+    double v = strtod(found, &stop);
+    assert_true(stop != found);
+    return v;
+}
+
+/* A sample of the request latency histogram of (route, status): the
+ * bucket le="bound", or "sum" / "count". */
+static double mt_duration(const char *text, const char *route, int status, const char *bound) {
+    char series[256];
+    if (!strcmp(bound, "sum") || !strcmp(bound, "count"))
+        snprintf(series, sizeof series, "lorasink_request_duration_seconds_%s{route=\"%s\",status=\"%d\"}", bound,
+                 route, status);
+    else
+        snprintf(series, sizeof series,
+                 "lorasink_request_duration_seconds_bucket{route=\"%s\",status=\"%d\",le=\"%s\"}", route, status,
+                 bound);
+    return mt_value(text, series);
+}
+
+static bool mt_has(const char *text, const char *needle) { return strstr(text, needle) != NULL; }
+
+/* The exposition format's rules as this renderer must keep them: every
+ * line a comment or "series value"; each family's HELP directly followed
+ * by its TYPE, both once, before any sample of the family; samples of a
+ * histogram named name_bucket/_sum/_count; every value a number. */
+static void mt_check_format(const char *text) {
+    char families[64][96], types[64][16];
+    int n = 0;
+    assert_true(strlen(text) > 0);
+    assert_int_equal(text[strlen(text) - 1], '\n');
+    const char *line = text;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        assert_non_null(end);
+        char buf[512];
+        size_t l = (size_t)(end - line);
+        assert_true(l > 0 && l < sizeof buf);
+        memcpy(buf, line, l);
+        buf[l] = '\0';
+        line = end + 1;
+        if (!strncmp(buf, "# HELP ", 7)) {
+            char name[96];
+            assert_int_equal(sscanf(buf + 7, "%95s", name), 1);
+            for (int i = 0; i < n; i++) assert_string_not_equal(families[i], name);
+            /* the TYPE line comes next */
+            const char *tend = strchr(line, '\n');
+            assert_non_null(tend);
+            char tname[96], type[16];
+            assert_int_equal(sscanf(line, "# TYPE %95s %15s", tname, type), 2);
+            assert_string_equal(tname, name);
+            assert_true(!strcmp(type, "counter") || !strcmp(type, "gauge") || !strcmp(type, "histogram"));
+            assert_true(n < 64);
+            snprintf(families[n], sizeof families[n], "%s", name);
+            snprintf(types[n], sizeof types[n], "%s", type);
+            n++;
+            line = tend + 1;
+            continue;
+        }
+        assert_true(buf[0] != '#'); /* no TYPE without its HELP, no other comment */
+        char *space = strrchr(buf, ' ');
+        assert_non_null(space);
+        char *stop;
+        double v = strtod(space + 1, &stop);
+        assert_true(*stop == '\0' && isfinite(v) && v >= 0);
+        *space = '\0';
+        char *brace = strchr(buf, '{');
+        if (brace) {
+            assert_int_equal(buf[strlen(buf) - 1], '}');
+            *brace = '\0';
+        }
+        /* the sample's family is the last one declared */
+        assert_true(n > 0);
+        const char *fam = families[n - 1];
+        if (!strcmp(types[n - 1], "histogram")) {
+            size_t fl = strlen(fam);
+            assert_true(!strncmp(buf, fam, fl));
+            const char *suffix = buf + fl;
+            assert_true(!strcmp(suffix, "_bucket") || !strcmp(suffix, "_sum") || !strcmp(suffix, "_count"));
+        } else {
+            assert_string_equal(buf, fam);
+        }
+    }
+}
+
+/* The buckets of one histogram series, in order; checks they are
+ * cumulative, that the last is le="+Inf" and equals _count. labels is
+ * "" or "k=\"v\",...," (the labels before le). Returns the +Inf count. */
+static double mt_check_histogram(const char *text, const char *name, const char *labels, const char *count_series) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s_bucket{%sle=\"", name, labels);
+    double prev = 0, inf = -1;
+    int buckets = 0;
+    for (const char *p = strstr(text, prefix); p; p = strstr(p + 1, prefix)) {
+        const char *le = p + strlen(prefix);
+        const char *close = strstr(le, "\"} ");
+        assert_non_null(close);
+        double v = strtod(close + 3, NULL);
+        assert_true(v >= prev);
+        prev = v;
+        buckets++;
+        if (!strncmp(le, "+Inf\"", 5)) {
+            inf = v;
+            assert_null(strstr(close, prefix)); /* +Inf is the last bucket */
+        }
+    }
+    assert_true(buckets >= 2);
+    assert_true(inf >= 0);
+    assert_true(mt_value(text, count_series) == inf);
+    return inf;
+}
+
+static void test_empty_families(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, NULL);
+    assert_non_null(text);
+    mt_check_format(text);
+    const char *families[] = {
+        "# TYPE lorasink_requests_total counter\n",   "# TYPE lorasink_request_duration_seconds histogram\n",
+        "# TYPE lorasink_tokens_total counter\n",     "# TYPE lorasink_validation_failures_total counter\n",
+        "# TYPE lorasink_batch_requests histogram\n", "# TYPE lorasink_batch_tokens_total counter\n",
+        "# TYPE lorasink_queue_depth gauge\n",        "# TYPE lorasink_rejected_overload_total counter\n",
+    };
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        if (!mt_has(text, families[i])) fail_msg("missing %s", families[i]);
+    assert_true(mt_value(text, "lorasink_tokens_total") == 0);
+    assert_true(mt_value(text, "lorasink_queue_depth") == 0);
+    assert_true(mt_value(text, "lorasink_rejected_overload_total") == 0);
+    assert_true(mt_check_histogram(text, "lorasink_batch_requests", "", "lorasink_batch_requests_count") == 0);
+    /* no series yet, no pool given */
+    assert_false(mt_has(text, "lorasink_requests_total{"));
+    assert_false(mt_has(text, "lorasink_validation_failures_total{"));
+    assert_false(mt_has(text, "lorasink_pool_"));
+    free(text);
+    ls_metrics_free(&m);
+}
+
+static void test_request_series(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    ls_metrics_observe_request(&m, "/health", 200, 0.0003);
+    ls_metrics_observe_request(&m, "/health", 200, 0.0005); /* on a bound: counted in it */
+    ls_metrics_observe_request(&m, "/forward", 200, 0.003);
+    ls_metrics_observe_request(&m, "/forward", 400, 20.0); /* past every finite bound */
+    char *text = ls_metrics_render(&m, NULL);
+    mt_check_format(text);
+
+    assert_true(mt_value(text, "lorasink_requests_total{route=\"/health\",status=\"200\"}") == 2);
+    assert_true(mt_value(text, "lorasink_requests_total{route=\"/forward\",status=\"200\"}") == 1);
+    assert_true(mt_value(text, "lorasink_requests_total{route=\"/forward\",status=\"400\"}") == 1);
+
+    const char *h = "lorasink_request_duration_seconds";
+    assert_true(mt_check_histogram(text, h, "route=\"/health\",status=\"200\",",
+                                   "lorasink_request_duration_seconds_count{route=\"/health\",status=\"200\"}") == 2);
+    assert_true(mt_duration(text, "/health", 200, "0.0005") == 2);
+    assert_true(fabs(mt_duration(text, "/health", 200, "sum") - 0.0008) < 1e-9);
+
+    mt_check_histogram(text, h, "route=\"/forward\",status=\"200\",",
+                       "lorasink_request_duration_seconds_count{route=\"/forward\",status=\"200\"}");
+    assert_true(mt_duration(text, "/forward", 200, "0.0025") == 0);
+    assert_true(mt_duration(text, "/forward", 200, "0.005") == 1);
+    assert_true(mt_duration(text, "/forward", 200, "10") == 1);
+
+    /* Slower than the last bound: only +Inf, _count and _sum have it. */
+    mt_check_histogram(text, h, "route=\"/forward\",status=\"400\",",
+                       "lorasink_request_duration_seconds_count{route=\"/forward\",status=\"400\"}");
+    assert_true(mt_duration(text, "/forward", 400, "10") == 0);
+    assert_true(mt_duration(text, "/forward", 400, "+Inf") == 1);
+    assert_true(mt_duration(text, "/forward", 400, "count") == 1);
+    assert_true(mt_duration(text, "/forward", 400, "sum") == 20.0);
+    free(text);
+    ls_metrics_free(&m);
+}
+
+/* Past LS_METRICS_MAX_SERIES distinct (route, status) pairs new ones are
+ * dropped; the existing ones keep counting. */
+static void test_series_cap(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    for (int s = 0; s < LS_METRICS_MAX_SERIES + 10; s++) ls_metrics_observe_request(&m, "/pool", 1000 + s, 0.001);
+    ls_metrics_observe_request(&m, "/pool", 1000, 0.001);
+    assert_int_equal(m.n_series, LS_METRICS_MAX_SERIES);
+    char *text = ls_metrics_render(&m, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_requests_total{route=\"/pool\",status=\"1000\"}") == 2);
+    char last[128];
+    snprintf(last, sizeof last, "lorasink_requests_total{route=\"/pool\",status=\"%d\"}",
+             1000 + LS_METRICS_MAX_SERIES - 1);
+    assert_true(mt_value(text, last) == 1);
+    snprintf(last, sizeof last, "status=\"%d\"", 1000 + LS_METRICS_MAX_SERIES);
+    assert_false(mt_has(text, last));
+    free(text);
+    ls_metrics_free(&m);
+}
+
+static void test_counters_and_gauge(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    ls_metrics_add_tokens(&m, 5);
+    ls_metrics_add_tokens(&m, 7);
+    ls_metrics_overload(&m);
+    ls_metrics_overload(&m);
+    ls_metrics_set_queue_depth(&m, 4);
+    char *text = ls_metrics_render(&m, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_tokens_total") == 12);
+    assert_true(mt_value(text, "lorasink_rejected_overload_total") == 2);
+    assert_true(mt_value(text, "lorasink_queue_depth") == 4);
+    free(text);
+    /* a gauge follows the last value set, down as well as up */
+    ls_metrics_set_queue_depth(&m, 1);
+    text = ls_metrics_render(&m, NULL);
+    assert_true(mt_value(text, "lorasink_queue_depth") == 1);
+    free(text);
+    ls_metrics_free(&m);
+}
+
+static void test_validation_failures(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    ls_metrics_validation_failure(&m, LS_LORA_RANK_TOO_LARGE);
+    ls_metrics_validation_failure(&m, LS_LORA_RANK_TOO_LARGE);
+    ls_metrics_validation_failure(&m, LS_SAFETENSORS_INVALID);
+    ls_metrics_validation_failure(&m, LS_STATUS_COUNT); /* out of range: ignored */
+    ls_metrics_validation_failure(&m, (ls_status)-1); /* likewise */
+    char *text = ls_metrics_render(&m, NULL);
+    mt_check_format(text);
+    char series[160];
+    snprintf(series, sizeof series, "lorasink_validation_failures_total{code=\"%s\"}",
+             ls_status_code(LS_LORA_RANK_TOO_LARGE));
+    assert_true(mt_value(text, series) == 2);
+    snprintf(series, sizeof series, "lorasink_validation_failures_total{code=\"%s\"}",
+             ls_status_code(LS_SAFETENSORS_INVALID));
+    assert_true(mt_value(text, series) == 1);
+    /* only the codes seen */
+    int lines = 0;
+    for (const char *p = strstr(text, "lorasink_validation_failures_total{"); p;
+         p = strstr(p + 1, "lorasink_validation_failures_total{"))
+        lines++;
+    assert_int_equal(lines, 2);
+    free(text);
+    ls_metrics_free(&m);
+}
+
+static void test_batch_histogram(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    ls_metrics_observe_batch(&m, 1, 3);
+    ls_metrics_observe_batch(&m, 3, 10);
+    ls_metrics_observe_batch(&m, 5, 20);
+    ls_metrics_observe_batch(&m, 5000, 5000); /* past the last bound */
+    char *text = ls_metrics_render(&m, NULL);
+    mt_check_format(text);
+    assert_true(mt_check_histogram(text, "lorasink_batch_requests", "", "lorasink_batch_requests_count") == 4);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"1\"}") == 1);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"2\"}") == 1);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"4\"}") == 2);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"8\"}") == 3);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"4096\"}") == 3);
+    assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"+Inf\"}") == 4);
+    assert_true(mt_value(text, "lorasink_batch_requests_sum") == 1 + 3 + 5 + 5000);
+    assert_true(mt_value(text, "lorasink_batch_tokens_total") == 3 + 10 + 20 + 5000);
+    free(text);
+    ls_metrics_free(&m);
+}
+
+/* The pool's families, read from the pool at render time. */
+static void test_pool_families(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    pt_fake *fk = pt_fake_create(d, 3, 4, 16);
+    ls_pool *p = pt_pool(fk->be, 8, NULL, NULL);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pt_load(p, &d, "a", 2, 1, true, false, NULL, NULL, &err), LS_OK);
+    assert_int_equal(pt_load(p, &d, "b", 3, 2, false, false, NULL, NULL, &err), LS_OK);
+    ls_pool_stats st;
+    ls_slot_info *slots;
+    assert_int_equal(ls_pool_snapshot(p, &slots, &st, NULL), LS_OK);
+    free(slots);
+
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, p);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_pool_slots") == 3);
+    assert_true(mt_value(text, "lorasink_pool_slots_used") == 2);
+    assert_true(mt_value(text, "lorasink_pool_slots_pinned") == 1);
+    assert_true(mt_value(text, "lorasink_pool_bytes") == (double)st.bytes_total);
+    assert_true(mt_value(text, "lorasink_adapters_registered") == 2);
+    assert_true(mt_value(text, "lorasink_host_cache_adapters") == st.host_used);
+    assert_true(mt_value(text, "lorasink_host_cache_bytes") == (double)st.host_bytes);
+    assert_true(mt_value(text, "lorasink_pool_loads_total") == 2);
+    assert_true(mt_value(text, "lorasink_pool_evictions_total") == 0);
+    assert_true(mt_value(text, "lorasink_pool_hits_total") == 0);
+    assert_true(mt_value(text, "lorasink_pool_misses_total") == 0);
+    assert_true(mt_has(text, "# TYPE lorasink_pool_slots gauge\n"));
+    assert_true(mt_has(text, "# TYPE lorasink_pool_loads_total counter\n"));
+    free(text);
+
+    /* A forward that hits: the counters move. */
+    const char *names[] = {"a", "b", NULL};
+    float x[3 * 6] = {0}, y[3 * 6];
+    ls_pool_used used[3];
+    int n_used;
+    assert_int_equal(ls_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK);
+    text = ls_metrics_render(&m, p);
+    assert_true(mt_value(text, "lorasink_pool_hits_total") == 2);
+    free(text);
+
+    ls_metrics_free(&m);
+    ls_error_free(&err);
+    ls_pool_free(p);
+    ls_backend_free(fk->be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty_families),      cmocka_unit_test(test_request_series),
+        cmocka_unit_test(test_series_cap),          cmocka_unit_test(test_counters_and_gauge),
+        cmocka_unit_test(test_validation_failures), cmocka_unit_test(test_batch_histogram),
+        cmocka_unit_test(test_pool_families),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,448 @@
+/* The durable registry (lora/state.c) and the pool over it: records read
+ * back exactly, tombstones, the restore scan that sets aside what it
+ * cannot read and removes cut-short writes, a pool restored from the
+ * directory (versions, sha256, pins, forwards), and a disk that refuses a
+ * write leaving the pool unchanged. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lora/pool.h"
+#include "lora/state.h"
+#include "tests/util/pool_cases.h"
+#include "tests/util/testutil.h"
+
+static ls_state *open_state(const char *dir) {
+    ls_state *s = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_state_open(dir, &s, &err) != LS_OK) fail_msg("ls_state_open: %s", err.message);
+    ls_error_free(&err);
+    return s;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Files of dir/sub (sub NULL: dir itself) whose name starts with prefix. */
+static int count_files(const char *dir, const char *sub, const char *prefix) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s%s", dir, sub ? "/" : "", sub ? sub : "");
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.' && !strncmp(e->d_name, prefix, strlen(prefix))) n++;
+    closedir(d);
+    return n;
+}
+
+static void write_file(const char *dir, const char *name, const void *data, size_t len) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+static void save(ls_state *s, const char *name, uint64_t version, bool pinned, const char *source, uint64_t seed) {
+    ls_adapter a;
+    pt_adapter(&pc_dims, PC_RK, seed, &a);
+    ls_state_record rec = {.name = name, .version = version, .pinned = pinned, .source_path = source, .a = &a};
+    rec.params.has_alpha = true;
+    rec.params.lora_alpha = 6.5;
+    rec.params.strict = true;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_state_save(s, &rec, &err) != LS_OK) fail_msg("ls_state_save: %s", err.message);
+    ls_error_free(&err);
+    ls_adapter_free(&a);
+}
+
+static void assert_same_adapter(const ls_adapter *a, const ls_adapter *b) {
+    assert_string_equal(a->meta.sha256, b->meta.sha256);
+    assert_int_equal(a->meta.rank, b->meta.rank);
+    assert_int_equal(a->meta.outer, b->meta.outer);
+    assert_int_equal(a->layers, b->layers);
+    assert_int_equal(a->layer_floats, b->layer_floats);
+    assert_memory_equal(a->data, b->data, (size_t)a->layers * a->layer_floats * sizeof(float));
+    for (int l = 0; l < a->layers; l++) assert_int_equal(a->layer_present[l], b->layer_present[l]);
+}
+
+static void test_record_reads_back_exactly(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "alpha", 3, false, NULL, 41);
+    assert_true(file_exists(dir, "alpha.adapter"));
+    assert_int_equal(count_files(dir, NULL, ".tmp"), 0);
+
+    ls_adapter want, got;
+    pt_adapter(&pc_dims, PC_RK, 41, &want);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_state_read(s, "alpha", 3, &got, &err), LS_OK);
+    assert_same_adapter(&want, &got);
+    ls_adapter_free(&got);
+    /* Another version than the file holds is refused, never served. */
+    assert_int_equal(ls_state_read(s, "alpha", 2, &got, &err), LS_INTERNAL);
+    assert_non_null(strstr(err.message, "holds version 3"));
+    ls_error_clear(&err);
+    assert_int_equal(ls_state_read(s, "nobody", 1, &got, &err), LS_INTERNAL);
+    ls_error_free(&err);
+    ls_adapter_free(&want);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* What restore hands the pool, gathered. */
+typedef struct {
+    char names[8][32];
+    uint64_t versions[8];
+    bool pinned[8];
+    char sources[8][64];
+    double alpha[8];
+    char sha[8][65];
+    int n;
+    char tomb_names[8][32];
+    uint64_t tomb_versions[8];
+    int n_tomb;
+} gathered;
+
+static ls_status gather_one(void *ctx, const ls_state_record *rec, ls_adapter *a, ls_error *err) {
+    (void)err;
+    gathered *g = ctx;
+    assert_true(g->n < 8);
+    snprintf(g->names[g->n], 32, "%s", rec->name);
+    g->versions[g->n] = rec->version;
+    g->pinned[g->n] = rec->pinned;
+    snprintf(g->sources[g->n], 64, "%s", rec->source_path ? rec->source_path : "");
+    g->alpha[g->n] = rec->params.lora_alpha;
+    snprintf(g->sha[g->n], 65, "%s", a->meta.sha256);
+    g->n++;
+    return LS_OK;
+}
+
+static void gather_tomb(void *ctx, const char *name, uint64_t version) {
+    gathered *g = ctx;
+    assert_true(g->n_tomb < 8);
+    snprintf(g->tomb_names[g->n_tomb], 32, "%s", name);
+    g->tomb_versions[g->n_tomb++] = version;
+}
+
+static gathered restore(ls_state *s) {
+    gathered g;
+    memset(&g, 0, sizeof g);
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_state_restore(s, gather_one, gather_tomb, &g, &err) != LS_OK) fail_msg("restore: %s", err.message);
+    ls_error_free(&err);
+    return g;
+}
+
+static void test_restore_gives_records_and_tombstones(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "b", 1, true, "peft/b", 7);
+    save(s, "a", 4, false, NULL, 8);
+    save(s, "gone", 2, false, NULL, 9);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_state_forget(s, "gone", 2, &err), LS_OK);
+    assert_false(file_exists(dir, "gone.adapter"));
+    assert_true(file_exists(dir, "gone.deleted"));
+    /* A new version of a deleted name drops its tombstone. */
+    save(s, "back", 1, false, NULL, 10);
+    assert_int_equal(ls_state_forget(s, "back", 1, &err), LS_OK);
+    save(s, "back", 2, false, NULL, 11);
+    assert_false(file_exists(dir, "back.deleted"));
+    ls_error_free(&err);
+
+    gathered g = restore(s);
+    assert_int_equal(g.n, 3); /* in name order */
+    assert_string_equal(g.names[0], "a");
+    assert_int_equal(g.versions[0], 4);
+    assert_false(g.pinned[0]);
+    assert_string_equal(g.sources[0], "");
+    assert_string_equal(g.names[1], "b");
+    assert_int_equal(g.versions[1], 1);
+    assert_true(g.pinned[1]);
+    assert_string_equal(g.sources[1], "peft/b");
+    assert_true(g.alpha[1] == 6.5);
+    assert_string_equal(g.names[2], "back");
+    assert_int_equal(g.versions[2], 2);
+    ls_adapter want;
+    pt_adapter(&pc_dims, PC_RK, 8, &want);
+    assert_string_equal(g.sha[0], want.meta.sha256);
+    ls_adapter_free(&want);
+    assert_int_equal(g.n_tomb, 1);
+    assert_string_equal(g.tomb_names[0], "gone");
+    assert_int_equal(g.tomb_versions[0], 2);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* Every way a file can be damaged is set aside with the others restored;
+ * what a crash cut short before its rename is removed. */
+static void test_damaged_files_are_set_aside(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "good", 1, false, NULL, 1);
+    save(s, "trunc", 1, false, NULL, 2);
+    save(s, "flip", 1, false, NULL, 3);
+    /* Truncated: the last 100 bytes gone. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/trunc.adapter", dir);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, sb.st_size - 100), 0);
+    /* One factor byte changed: the sha256 no longer matches. */
+    snprintf(path, sizeof path, "%s/flip.adapter", dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &sb), 0);
+    unsigned char c;
+    assert_int_equal(pread(fd, &c, 1, sb.st_size - 5), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, sb.st_size - 5), 1);
+    close(fd);
+    write_file(dir, "junk.adapter", "not safetensors", 15);
+    write_file(dir, "empty.adapter", "", 0);
+    write_file(dir, "bad.deleted", "seven\n", 6);
+    write_file(dir, ".tmp.9.good.adapter", "half", 4);
+    /* A record under another name than its file's is not that name's. */
+    snprintf(path, sizeof path, "%s/good.adapter", dir);
+    char other[1024];
+    snprintf(other, sizeof other, "%s/alias.adapter", dir);
+    assert_int_equal(link(path, other), 0);
+
+    gathered g = restore(s);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.names[0], "good");
+    assert_int_equal(g.n_tomb, 0);
+    assert_int_equal(count_files(dir, "corrupt", ""), 6);
+    assert_int_equal(count_files(dir, "corrupt", "trunc.adapter"), 1);
+    assert_int_equal(count_files(dir, "corrupt", "flip.adapter"), 1);
+    assert_int_equal(count_files(dir, "corrupt", "bad.deleted"), 1);
+    assert_int_equal(count_files(dir, NULL, ".tmp"), 0);
+    assert_false(file_exists(dir, ".tmp.9.good.adapter"));
+    /* A second restore finds only what is good. */
+    g = restore(s);
+    assert_int_equal(g.n, 1);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A pool over a fake backend and a state directory. */
+typedef struct {
+    pt_fake *fk;
+    ls_state *s;
+    ls_pool *p;
+} sfx;
+
+static sfx sfx_make(const char *dir, int S) {
+    sfx f;
+    f.fk = pt_fake_create(pc_dims, S, PC_RMAX, 64);
+    f.s = open_state(dir);
+    ls_pool_config cfg = {.host_cache = 8, .state = f.s};
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_pool_create(f.fk->be, &cfg, &f.p, &err) != LS_OK) fail_msg("ls_pool_create: %s", err.message);
+    ls_error_free(&err);
+    return f;
+}
+
+static void sfx_free(sfx *f) {
+    ls_pool_free(f->p);
+    ls_backend_free(f->fk->be);
+    ls_state_close(f->s);
+}
+
+static int sfx_restore(sfx *f) {
+    int n = -1;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_pool_restore(f->p, &n, &err) != LS_OK) fail_msg("ls_pool_restore: %s", err.message);
+    ls_error_free(&err);
+    return n;
+}
+
+static void del_ok(ls_pool *p, const char *name) {
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_pool_delete(p, name, &err) != LS_OK) fail_msg("delete %s: %s", name, err.message);
+    ls_error_free(&err);
+}
+
+static void test_pool_restores_what_it_acknowledged(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_make(dir, 3);
+    pc_load_ok(f.p, "a", 1, false, false);
+    pc_load_ok(f.p, "a", 2, false, true);
+    pc_load_ok(f.p, "b", 1, true, false);
+    pc_load_ok(f.p, "c", 1, false, false);
+    del_ok(f.p, "c");
+    pc_load_ok(f.p, "d", 1, false, false);
+    ls_adapter_info a_before = pc_describe(f.p, "a"), b_before = pc_describe(f.p, "b");
+    sfx_free(&f);
+
+    /* A new server over the same directory. */
+    f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 3);
+    ls_adapter_info a = pc_describe(f.p, "a"), b = pc_describe(f.p, "b");
+    assert_int_equal(a.version, 2);
+    assert_string_equal(a.meta.sha256, a_before.meta.sha256);
+    assert_int_equal(b.version, 1);
+    assert_true(b.pinned);
+    assert_string_equal(b.meta.sha256, b_before.meta.sha256);
+    assert_int_equal(pc_describe(f.p, "d").version, 1);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_pool_describe(f.p, "c", &a, &err), LS_ADAPTER_NOT_FOUND);
+    ls_error_clear(&err);
+    /* Forwards use the restored factors (pc_fwd checks every token
+     * against the factors of the version the pool reports). */
+    const char *names[4] = {"a", "b", NULL, "d"};
+    pc_fwd_ok(f.p, 4, names);
+    /* Versions continue: the deleted c comes back as 2, a goes to 3. */
+    pc_load_ok(f.p, "c", 2, false, false);
+    pc_load_ok(f.p, "a", 3, false, true);
+    del_ok(f.p, "a");
+    sfx_free(&f);
+
+    f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 3); /* b, c, d */
+    assert_int_equal(ls_pool_describe(f.p, "a", &a, &err), LS_ADAPTER_NOT_FOUND);
+    ls_error_clear(&err);
+    assert_int_equal(pc_describe(f.p, "c").version, 2);
+    pc_load_ok(f.p, "a", 4, false, false);
+    ls_error_free(&err);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A crash between the tombstone and the removal of the record leaves
+ * both: the delete wins at restore and is finished. */
+static void test_restore_finishes_a_cut_delete(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "x", 3, false, NULL, pc_seed_of("x", 3));
+    write_file(dir, "x.deleted", "3\n", 2);
+    ls_state_close(s);
+    sfx f = sfx_make(dir, 2);
+    assert_int_equal(sfx_restore(&f), 0);
+    assert_false(file_exists(dir, "x.adapter"));
+    pc_load_ok(f.p, "x", 4, false, false);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A pin that no longer fits (fewer slots now) comes back unpinned rather
+ * than lost; a record for another model shape is kept on disk, skipped,
+ * and its version stays taken. */
+static void test_restore_into_a_smaller_pool(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_make(dir, 4);
+    pc_load_ok(f.p, "p1", 1, true, false);
+    pc_load_ok(f.p, "p2", 1, true, false);
+    pc_load_ok(f.p, "p3", 1, true, false);
+    sfx_free(&f);
+    ls_state *s = open_state(dir);
+    ls_adapter odd;
+    ls_dims other = pc_dims;
+    other.H = pc_dims.H + 2;
+    pt_adapter(&other, PC_RK, 5, &odd);
+    ls_state_record rec = {.name = "odd", .version = 7, .a = &odd};
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_state_save(s, &rec, &err), LS_OK);
+    ls_adapter_free(&odd);
+    ls_state_close(s);
+
+    f = sfx_make(dir, 2); /* S-1 = 1 pin */
+    assert_int_equal(sfx_restore(&f), 3);
+    int pinned = pc_describe(f.p, "p1").pinned + pc_describe(f.p, "p2").pinned + pc_describe(f.p, "p3").pinned;
+    assert_int_equal(pinned, 1);
+    ls_adapter_info info;
+    assert_int_equal(ls_pool_describe(f.p, "odd", &info, &err), LS_ADAPTER_NOT_FOUND);
+    ls_error_clear(&err);
+    assert_true(file_exists(dir, "odd.adapter"));
+    pc_load_ok(f.p, "odd", 8, false, false);
+    ls_error_free(&err);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* When the disk refuses, the load or delete fails and the pool is as it
+ * was (the directory removed under the server: even root cannot write). */
+static void test_refused_write_changes_nothing(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_make(dir, 3);
+    pc_load_ok(f.p, "keep", 1, false, false);
+    char before[512];
+    snprintf(before, sizeof before, "%s", pc_slots(f.p));
+    ls_test_rmtree(dir);
+
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pc_load(f.p, "new", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
+    assert_non_null(strstr(err.message, "state directory"));
+    ls_error_clear(&err);
+    assert_int_equal(ls_pool_delete(f.p, "keep", &err), LS_INTERNAL);
+    ls_error_clear(&err);
+    ls_adapter_info info;
+    assert_int_equal(ls_pool_describe(f.p, "new", &info, &err), LS_ADAPTER_NOT_FOUND);
+    ls_error_clear(&err);
+    assert_string_equal(pc_slots(f.p), before);
+    /* A refused replace keeps version 1 registered (its slot, written
+     * with the new factors first, is given up: residency is a cache). */
+    ls_adapter_info keep1 = pc_describe(f.p, "keep");
+    assert_int_equal(pc_load(f.p, "keep", 2, false, true, NULL, NULL, &err), LS_INTERNAL);
+    ls_error_free(&err);
+    assert_int_equal(pc_describe(f.p, "keep").version, 1);
+    assert_string_equal(pc_describe(f.p, "keep").meta.sha256, keep1.meta.sha256);
+    assert_int_equal(pc_stats(f.p).registered, 1);
+    const char *names[2] = {"keep", NULL};
+    pc_fwd_ok(f.p, 2, names);
+    sfx_free(&f);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record_reads_back_exactly),
+        cmocka_unit_test(test_restore_gives_records_and_tombstones),
+        cmocka_unit_test(test_damaged_files_are_set_aside),
+        cmocka_unit_test(test_pool_restores_what_it_acknowledged),
+        cmocka_unit_test(test_restore_finishes_a_cut_delete),
+        cmocka_unit_test(test_restore_into_a_smaller_pool),
+        cmocka_unit_test(test_refused_write_changes_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
