@@ -66,8 +66,10 @@ static bool ls_fj_push(ls_fj_matrix *m, float f) {
  * stops reading rows past it. */
 static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_fj_matrix *m, ls_fj_problem *pb) {
     if (!ls_jr_punct(r, '[')) return false;
+    r->depth++;
     if (ls_jr_peek(r) == ']') {
         ls_fj_note(pb, LS_INVALID_SHAPE, NULL, "%s is empty, expected [T, %d] with T >= 1", what, cols);
+        r->depth--;
         return ls_jr_punct(r, ']');
     }
     do {
@@ -82,6 +84,7 @@ static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_
             continue;
         }
         r->p++; /* '[' of a row, as peeked */
+        r->depth++;
         int row = m->rows, got = 0;
         bool keep = pb->st == LS_OK && (max_rows <= 0 || row < max_rows);
         if (pb->st == LS_OK && max_rows > 0 && row >= max_rows)
@@ -111,11 +114,13 @@ static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_
             } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
         }
         if (!ls_jr_punct(r, ']')) return false;
+        r->depth--;
         if (got != cols)
             ls_fj_note(pb, LS_INVALID_SHAPE, "every row of a nested array has the width of the model",
                        "%s row %d has %d values, expected %d", what, row, got, cols);
         m->rows++;
     } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+    r->depth--;
     return ls_jr_punct(r, ']');
 }
 
@@ -208,6 +213,7 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
     }
     r->p++;
     if (ls_jr_peek(r) == ']') return ls_jr_punct(r, ']');
+    r->depth++;
     do {
         char what[32], *name;
         snprintf(what, sizeof what, "adapters[%d]", nm->n);
@@ -224,6 +230,7 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
         }
         nm->list[nm->n++] = name;
     } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+    r->depth--;
     return ls_jr_punct(r, ']');
 }
 
@@ -249,6 +256,7 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
             ls_jr_fail(&r, "end of input expected");
     } else {
         r.p++;
+        r.depth = 1; /* values are skipped inside the body's object, as jansson counts depth */
         bool more = ls_jr_peek(&r) != '}';
         while (more && !r.failed) {
             char key[80];

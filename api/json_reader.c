@@ -237,4 +237,4 @@ static bool ls_jr_skip_depth(ls_jr *r, int depth) {
     return ls_jr_number(r, &d, &is_int, &v);
 }
 
-bool ls_jr_skip(ls_jr *r) { return ls_jr_skip_depth(r, 1); }
+bool ls_jr_skip(ls_jr *r) { return ls_jr_skip_depth(r, r->depth + 1); }

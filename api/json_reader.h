@@ -13,6 +13,7 @@
 
 typedef struct {
     const char *start, *p, *end;
+    int depth;         /* arrays and objects the caller has entered itself (ls_jr_skip counts from there) */
     bool failed;       /* a syntax error was met; every call after it fails */
     char message[160]; /* what it was */
     size_t at;         /* its byte offset */
@@ -40,7 +41,9 @@ bool ls_jr_number(ls_jr *r, double *val, bool *is_int, long long *ival);
 /* Reads true, false or null; *which receives 't', 'f' or 'n'. */
 bool ls_jr_literal(ls_jr *r, char *which);
 
-/* Reads and discards any one value (checked all the same). */
+/* Reads and discards any one value (checked all the same), refusing
+ * nesting past LS_JR_MAX_DEPTH counted from the top of the text: depth
+ * is the caller's. */
 bool ls_jr_skip(ls_jr *r);
 
 /* True when only whitespace is left. */

@@ -2,7 +2,6 @@
  * base64 object form, both checked against their declared shape. */
 #include "api/json_tensor.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +33,13 @@ static ls_status ls_json_tensor_fill(const json_t *j, const int64_t *shape, int 
                                 : json_is_string(j) ? "string"
                                 : json_is_null(j)   ? "null"
                                                     : "value");
+        /* What rounds to a finite float fits: 3.4028235e38, FLT_MAX as
+         * float32 is printed, is a little above FLT_MAX as a double. */
         double v = json_number_value(j);
-        if (!isfinite(v) || fabs(v) > FLT_MAX)
+        float f = (float)v;
+        if (!isfinite(f))
             return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s: %g does not fit in float32", what, v);
-        if (dst) *(*dst)++ = (float)v;
+        if (dst) *(*dst)++ = f;
         return LS_OK;
     }
     if (!json_is_array(j) || (int64_t)json_array_size(j) != shape[depth])

@@ -72,7 +72,11 @@ static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
     if (!root) {
-        snprintf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        /* jansson's reason without its quote of the file ("near '...'"):
+         * raw bytes would break the one-line error and could be the API key. */
+        char why[sizeof jerr.text];
+        snprintf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column,
+                 ls_json_error_reason(&jerr, why, sizeof why));
         return false;
     }
     bool ok = false, seen[LS_SETTINGS_MAX] = {0};

@@ -1,0 +1,110 @@
+/* libFuzzer harness for the PEFT adapter_config.json reader
+ * (ls_adapter_config_parse_text: lora/adapter_config.c, format/json.c).
+ * Any text must be either
+ *  - accepted: r >= 1, lora_alpha given and finite, a whole config, and
+ *    nothing else of the params touched; or
+ *  - rejected as adapter_config_invalid with a message per bad key (at
+ *    most one each of r, lora_alpha, use_rslora), params untouched, and
+ *    messages that do not echo the file (its text is not the client's to
+ *    see): invalid JSON gets exactly "adapter_config.json is not valid
+ *    JSON: REASON (line L, column C)" with jansson's reason less its
+ *    "near '...'" quote of the input; a bad key of valid JSON gets one of
+ *    the messages message_shape_ok lists, whose only part taken from the
+ *    input is the value shown (ls_json_show, by design: the unit tests
+ *    expect "1.5", "\"yes\""), at most 40 characters.
+ * Built only with clang (tests/fuzz/CMakeLists.txt). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_common.h"
+#include "lora/adapter_config.h"
+
+enum { SHOWN_MAX = 40 }; /* ls_json_show: a value's rendering, cut at 37 characters plus "..." */
+
+static const char *const KINDS[] = {"an object", "an array", "a string", "an integer", "a real number", "a boolean",
+                                    "null", NULL};
+static const char *const KEYS[][2] = {{"r", "a positive integer"}, {"lora_alpha", "a number"},
+                                      {"use_rslora", "true or false"}, {NULL, NULL}};
+
+/* s starts with prefix: s past it, or NULL. */
+static const char *skip(const char *s, const char *prefix) {
+    size_t n = strlen(prefix);
+    return strncmp(s, prefix, n) ? NULL : s + n;
+}
+
+/* A message about valid JSON is one of
+ *   adapter config must be a JSON object, found KIND
+ *   adapter config: "KEY" is missing; it must be WANT
+ *   adapter config: "KEY" must be WANT, found SHOWN (KIND)
+ * where SHOWN, the only part taken from the input, has 1 to SHOWN_MAX
+ * characters. (No coverage here: the fuzzer is not to learn the words.) */
+__attribute__((no_sanitize("coverage"))) static bool message_shape_ok(const char *m) {
+    char want[160];
+    for (int k = 0; KINDS[k]; k++) {
+        snprintf(want, sizeof want, "adapter config must be a JSON object, found %s", KINDS[k]);
+        if (!strcmp(m, want)) return true;
+    }
+    for (int i = 0; KEYS[i][0]; i++) {
+        snprintf(want, sizeof want, "adapter config: \"%s\" is missing; it must be %s", KEYS[i][0], KEYS[i][1]);
+        if (!strcmp(m, want)) return true;
+        snprintf(want, sizeof want, "adapter config: \"%s\" must be %s, found ", KEYS[i][0], KEYS[i][1]);
+        const char *shown = skip(m, want);
+        if (!shown) continue;
+        size_t n = strlen(shown);
+        for (int k = 0; KINDS[k]; k++) {
+            snprintf(want, sizeof want, " (%s)", KINDS[k]);
+            size_t w = strlen(want);
+            if (n > w && n - w <= SHOWN_MAX && !strcmp(shown + n - w, want)) return true;
+        }
+    }
+    return false;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *text = malloc(size + 1);
+    FUZZ_CHECK(text);
+    memcpy(text, data, size);
+    text[size] = '\0'; /* the reader sees the text up to its first NUL */
+
+    ls_adapter_params p, before;
+    memset(&p, 0, sizeof p); /* padding too: compared with memcmp below */
+    p.format = LS_ADAPTER_FORMAT_POOL, p.strict = true, p.has_scale = true, p.scale = 0.25;
+    p.r = -7, p.lora_alpha = -3.5, p.has_rslora = true; /* none a parse would write */
+    before = p;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_adapter_config_parse_text(text, &p, &err);
+
+    json_error_t je;
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (st == LS_OK) {
+        FUZZ_CHECK(doc && json_is_object(doc) && err.code == LS_OK && err.n_violations == 0);
+        FUZZ_CHECK(p.r >= 1 && p.has_alpha && isfinite(p.lora_alpha) && p.whole_config);
+        FUZZ_CHECK(p.has_rslora || !p.use_rslora);
+        FUZZ_CHECK(p.format == before.format && p.strict == before.strict && p.has_scale == before.has_scale &&
+                   p.scale == before.scale);
+    } else {
+        fuzz_check_error(st, &err);
+        FUZZ_CHECK(st == LS_ADAPTER_CONFIG_INVALID && err.n_violations >= 1 && err.n_violations <= 3);
+        FUZZ_CHECK(!memcmp(&p, &before, sizeof p));
+        if (doc) {
+            for (size_t i = 0; i < err.n_violations; i++) FUZZ_CHECK(message_shape_ok(err.violations[i].message));
+        } else {
+            /* Exactly jansson's reason, without its quote of the input. */
+            char reason[sizeof je.text], want[sizeof err.message];
+            snprintf(reason, sizeof reason, "%s", je.text);
+            char *near = strstr(reason, " near ");
+            if (near) *near = '\0';
+            snprintf(want, sizeof want, "adapter_config.json is not valid JSON: %s (line %d, column %d)", reason,
+                     je.line, je.column);
+            FUZZ_CHECK(err.n_violations == 1 && !strcmp(err.violations[0].message, want));
+        }
+        FUZZ_CHECK(!strcmp(err.message, err.violations[0].message));
+    }
+    json_decref(doc);
+    ls_error_free(&err);
+    free(text);
+    return 0;
+}
