@@ -387,7 +387,8 @@ static json_t *ls_st_build_header(const ls_tensor_set *s, uint64_t *data_len, ls
             }
             json_t *val = json_string(s->meta[i].value);
             if (!val || json_object_set_new(m, s->meta[i].key, val)) {
-                ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: metadata \"%.64s\" is not valid UTF-8",
+                ls_error_set(err, LS_INTERNAL, NULL,
+                             "safetensors write: metadata \"%.64s\" is not valid UTF-8 (or memory ran out)",
                              s->meta[i].key);
                 goto fail;
             }
@@ -419,8 +420,11 @@ static json_t *ls_st_build_header(const ls_tensor_set *s, uint64_t *data_len, ls
             json_decref(offs);
             goto oom;
         }
-        bool bad = json_object_set_new(e, "dtype", json_string(ls_dtype_name(t->dtype))) ||
-                   json_object_set_new(e, "shape", shape) || json_object_set_new(e, "data_offsets", offs);
+        /* Each set takes its value even when it fails: all three run, or
+         * a failed first one would leak the arrays. */
+        bool bad = json_object_set_new(e, "dtype", json_string(ls_dtype_name(t->dtype)));
+        bad |= json_object_set_new(e, "shape", shape) != 0;
+        bad |= json_object_set_new(e, "data_offsets", offs) != 0;
         for (int d = 0; !bad && d < t->ndim; d++) bad = json_array_append_new(shape, json_integer(t->shape[d]));
         bad = bad || json_array_append_new(offs, json_integer((json_int_t)off)) ||
               json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes)));
@@ -429,7 +433,8 @@ static json_t *ls_st_build_header(const ls_tensor_set *s, uint64_t *data_len, ls
             goto oom;
         }
         if (json_object_set_new(root, name, e)) {
-            ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: tensor name \"%.96s\" is not valid UTF-8", name);
+            ls_error_set(err, LS_INTERNAL, NULL,
+                         "safetensors write: tensor name \"%.96s\" is not valid UTF-8 (or memory ran out)", name);
             goto fail;
         }
         off += t->nbytes;
@@ -452,8 +457,18 @@ ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *le
     json_t *root = ls_st_build_header(s, &data_len, err);
     if (!root) return LS_INTERNAL;
     char *h = json_dumps(root, JSON_COMPACT);
+    /* jansson 2.14's json_dumps drops an object key whose bytes it cannot
+     * append when memory runs out and still returns the text
+     * (akheron/jansson#655): a header is only written once it reads back
+     * as the one built. */
+    json_t *back = h ? json_loads(h, 0, NULL) : NULL;
+    const bool same = back && json_equal(root, back);
+    json_decref(back);
     json_decref(root);
-    if (!h) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: cannot serialise the header");
+    if (!same) {
+        free(h);
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: cannot serialise the header (out of memory)");
+    }
 
     /* Spaces pad the header so the data section starts 8-byte aligned,
      * as the safetensors library does. */

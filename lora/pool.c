@@ -43,7 +43,9 @@
  *   idle (it goes away at the switch), else into a slot taken by the rule
  *   above. A failed slot write clears and frees the slot and undoes the
  *   registration; the caller keeps its adapter (an old version whose slot
- *   was being reused stays registered, not resident).
+ *   was being reused is written back into it from its host copy, so a
+ *   pinned one keeps its slot; without one it stays registered, not
+ *   resident).
  * - At most S-1 adapters may be pinned, so one slot always remains for
  *   everything else. A pinned adapter must get a slot at load, else the
  *   load fails and nothing changes; it is never evicted. A deleted or
@@ -245,13 +247,29 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
         st = ls_state_save(p->cfg.state, &rec, err);
     }
     if (st != LS_OK) {
+        /* The old version's factors in the slot it lent were (partly)
+         * overwritten: written back from its host copy (held, so the tier
+         * keeps it; a pinned one always has it), a failed replace leaves
+         * it resident as it was, and a pinned one never loses its slot.
+         * Without a host copy, or when the device fails again, it stays
+         * registered, not resident. */
+        bool back = false;
+        if (reused && reused->host_data) {
+            ls_error ignored;
+            ls_error_init(&ignored);
+            back = ls_policy_fill_slot(p, reused, slot, &ignored) == LS_OK;
+            ls_error_free(&ignored);
+        }
         pthread_mutex_lock(&p->mu);
-        if (slot >= 0) {
+        if (back) {
+            p->slots[slot].state = LS_SLOT_RESIDENT;
+            p->slots[slot].entry = reused;
+        } else if (slot >= 0) {
             p->slots[slot].state = LS_SLOT_FREE;
             p->slots[slot].entry = NULL;
         }
         if (reused) {
-            reused->slot = -1; /* its factors were overwritten */
+            if (!back) reused->slot = -1; /* its factors were overwritten */
             ls_registry_release(p, reused);
         }
         pthread_mutex_unlock(&p->mu);
@@ -287,6 +305,8 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     return LS_OK;
 }
 
+static bool ls_pool_floor_reserve(ls_pool *p);
+
 static ls_status ls_pool_not_found(const char *name, ls_error *err) {
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered", name ? name : "");
 }
@@ -299,8 +319,12 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
     const uint64_t version = e ? e->version : 0;
+    /* Room for the name's last version first: a delete that could not
+     * remember it would let the name's next load reuse its versions. */
+    const bool room = !e || ls_pool_floor_reserve(p);
     pthread_mutex_unlock(&p->mu);
     ls_status st = e ? LS_OK : ls_pool_not_found(name, err);
+    if (st == LS_OK && !room) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory deleting adapter '%s'", name);
     if (st == LS_OK && p->cfg.state) st = ls_state_forget(p->cfg.state, name, version, err);
     if (st == LS_OK) {
         pthread_mutex_lock(&p->mu);
@@ -318,12 +342,14 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
 typedef struct {
     ls_pool *p;
     int restored;
+    bool no_memory; /* a tombstone's version could not be remembered */
 } ls_pool_restoring;
 
 static void ls_pool_restore_tomb(void *ctx, const char *name, uint64_t version) {
-    ls_pool *p = ((ls_pool_restoring *)ctx)->p;
+    ls_pool_restoring *r = ctx;
+    ls_pool *p = r->p;
     pthread_mutex_lock(&p->mu);
-    if (!ls_pool_floor_raise(p, name, version)) ls_log_warn("pool: out of memory restoring '%s'", name);
+    if (!ls_pool_floor_raise(p, name, version)) r->no_memory = true;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -332,6 +358,8 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
     ls_pool *p = r->p;
     pthread_mutex_lock(&p->mu);
     uint64_t floor = ls_pool_floor_of(p, rec->name);
+    const ls_pool_entry *old = ls_registry_find(p, rec->name);
+    const bool behind = old && old->version >= rec->version;
     pthread_mutex_unlock(&p->mu);
     if (floor >= rec->version) /* deleted: the crash came before the record was removed */
         return ls_state_forget(p->cfg.state, rec->name, floor, err);
@@ -340,7 +368,7 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
     ls_error why;
     ls_error_init(&why);
     ls_status st = ls_pool_load(p, rec->name, a, &o, NULL, &why);
-    if (st != LS_OK && o.pinned) {
+    if (o.pinned && (st == LS_PIN_LIMIT || st == LS_POOL_EXHAUSTED)) {
         /* A pin that no longer fits (fewer --slots now) must not lose the
          * adapter: it comes back unpinned. */
         ls_log_warn("state directory: adapter '%s' restored unpinned: %s", rec->name, why.message);
@@ -350,6 +378,15 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
     }
     if (st == LS_OK) {
         r->restored++;
+    } else if (!behind && (st == LS_DEVICE_ERROR || (st == LS_INTERNAL && ls_pool_check_adapter(p, a, NULL) == LS_OK))) {
+        /* Out of memory or a failed device, nothing the record says:
+         * skipping it would drop an acknowledged adapter (and the next
+         * load of its name would overwrite its file). The restore fails
+         * and the server does not start. */
+        ls_error_set(err, st, why.hint[0] ? why.hint : NULL, "state directory: adapter '%s' version %" PRIu64
+                     " could not be restored: %s", rec->name, rec->version, why.message);
+        ls_error_free(&why);
+        return st;
     } else {
         /* Saved for another model or pool shape: kept on disk for a server
          * that fits it, skipped here; its version stays taken. */
@@ -368,9 +405,30 @@ ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err) {
     ls_pool_restoring r = {.p = p};
     *restored = 0;
     if (!p->cfg.state) return LS_OK;
+    pthread_mutex_lock(&p->mu);
+    const uint64_t seq0 = p->seq;
+    const size_t floors0 = p->n_floors;
+    pthread_mutex_unlock(&p->mu);
     ls_status st = ls_state_restore(p->cfg.state, ls_pool_restore_one, ls_pool_restore_tomb, &r, err);
+    if (st == LS_OK && r.no_memory)
+        st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory restoring the versions of deleted "
+                                                  "adapters");
+    if (st != LS_OK) {
+        /* All or nothing: what this restore registered goes again (its
+         * files stay for the next start), and the versions it learnt of
+         * deleted names (a raise of one known before stays: it only moves
+         * towards what the disk says). */
+        pthread_mutex_lock(&p->mu);
+        for (ls_pool_entry *e = p->all, *next; e; e = next) {
+            next = e->next;
+            if (e->seq > seq0) ls_registry_destroy(p, e);
+        }
+        p->n_floors = floors0;
+        pthread_mutex_unlock(&p->mu);
+        return st;
+    }
     *restored = r.restored;
-    return st;
+    return LS_OK;
 }
 
 /* Fills *info (caller's struct) with a snapshot of name. */
@@ -481,18 +539,24 @@ uint64_t ls_pool_floor_of(const ls_pool *p, const char *name) {
     return 0;
 }
 
+/* Under mu: room for one more floor, so that the next raise cannot fail;
+ * false when out of memory. */
+static bool ls_pool_floor_reserve(ls_pool *p) {
+    if (p->n_floors < p->cap_floors) return true;
+    size_t cap = p->cap_floors ? p->cap_floors * 2 : 16;
+    ls_pool_floor *f = realloc(p->floors, cap * sizeof *f);
+    if (!f) return false;
+    p->floors = f, p->cap_floors = cap;
+    return true;
+}
+
 bool ls_pool_floor_raise(ls_pool *p, const char *name, uint64_t version) {
     for (size_t i = 0; i < p->n_floors; i++)
         if (!strcmp(p->floors[i].name, name)) {
             if (version > p->floors[i].version) p->floors[i].version = version;
             return true;
         }
-    if (p->n_floors == p->cap_floors) {
-        size_t cap = p->cap_floors ? p->cap_floors * 2 : 16;
-        ls_pool_floor *f = realloc(p->floors, cap * sizeof *f);
-        if (!f) return false;
-        p->floors = f, p->cap_floors = cap;
-    }
+    if (!ls_pool_floor_reserve(p)) return false;
     snprintf(p->floors[p->n_floors].name, sizeof p->floors[p->n_floors].name, "%s", name);
     p->floors[p->n_floors++].version = version;
     return true;

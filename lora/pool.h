@@ -81,8 +81,11 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
 
 /* Registers every adapter of the state directory with its version, and
  * the versions of deleted names; call once, before serving. What cannot
- * be read is moved aside and logged (the state module's rule); *restored
- * receives the count. */
+ * be read is moved aside and logged (the state module's rule), and a
+ * record for another model shape is skipped; *restored receives the
+ * count. All or nothing: out of memory or a device error undoes what it
+ * registered and is returned (the server must not start without an
+ * acknowledged adapter). */
 ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err);
 
 /* Snapshot of one adapter; LS_ADAPTER_NOT_FOUND when unknown. */

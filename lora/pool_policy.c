@@ -121,18 +121,32 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     bool live = e->live;
     pthread_mutex_unlock(&p->mu);
+    ls_error state_why;
+    ls_error_init(&state_why);
     if (p->cfg.state && live) {
-        ls_error why;
-        ls_error_init(&why);
-        ls_status st = ls_state_read(p->cfg.state, e->name, e->version, &tmp, &why);
-        ls_error_free(&why);
-        if (st == LS_OK && !strcmp(tmp.meta.sha256, e->meta.sha256)) return ls_policy_install(p, e, &tmp);
+        ls_status st = ls_state_read(p->cfg.state, e->name, e->version, &tmp, &state_why);
+        if (st == LS_OK && !strcmp(tmp.meta.sha256, e->meta.sha256)) {
+            ls_error_free(&state_why);
+            return ls_policy_install(p, e, &tmp);
+        }
+        if (st == LS_OK)
+            ls_error_set(&state_why, LS_INTERNAL, "the state directory was changed behind the server",
+                         "state directory: %s.adapter holds other factors than version %" PRIu64, e->name, e->version);
         ls_adapter_free(&tmp);
     }
-    if (!e->source_path || !p->cfg.reload)
-        return ls_error_set(err, LS_ADAPTER_STALE, NULL, "adapter '%s' version %" PRIu64 " has no host copy and "
-                                                         "nothing to read it back from",
-                            e->name, e->version);
+    if (!e->source_path || !p->cfg.reload) {
+        /* Nothing else to read it from: the state directory's failure
+         * (out of memory, a record changed behind the server) is the
+         * answer, not a stale adapter. */
+        ls_status st = state_why.code != LS_OK
+                           ? ls_error_set(err, state_why.code, state_why.hint, "adapter '%s' version %" PRIu64
+                                          " cannot be read back: %s", e->name, e->version, state_why.message)
+                           : ls_error_set(err, LS_ADAPTER_STALE, NULL, "adapter '%s' version %" PRIu64
+                                          " has no host copy and nothing to read it back from", e->name, e->version);
+        ls_error_free(&state_why);
+        return st;
+    }
+    ls_error_free(&state_why);
     /* Whatever is wrong with the file now (gone, unreadable, invalid,
      * different), it is not the request's fault: the adapter it names is
      * stale. Out of memory stays what it is. */

@@ -109,6 +109,22 @@ static ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
     return ls_state_sync_dir(s, err);
 }
 
+/* j as compact text, NULL when out of memory. jansson 2.14's json_dumps
+ * drops an object key it cannot append when memory runs out and still
+ * returns the text (akheron/jansson#655), which would make the record
+ * unreadable at the next start: the text is only kept once it reads
+ * back as j. */
+static char *ls_state_dump(const json_t *j) {
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+    if (!back || !json_equal(j, back)) {
+        free(text);
+        text = NULL;
+    }
+    json_decref(back);
+    return text;
+}
+
 static json_t *ls_state_params_json(const ls_adapter_params *p) {
     return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b}", "format", ls_adapter_format_name(p->format),
                      "r", p->r, "has_alpha", p->has_alpha, "lora_alpha", p->lora_alpha, "has_rslora", p->has_rslora,
@@ -121,9 +137,13 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
     const int64_t L = a->layers, lf = (int64_t)a->layer_floats;
     uint8_t *present = malloc((size_t)L ? (size_t)L : 1);
     json_t *params = ls_state_params_json(&rec->params), *ignored = json_array();
-    for (size_t i = 0; ignored && i < a->meta.n_ignored; i++) json_array_append_new(ignored, json_string(a->ignored[i]));
-    char *params_text = params ? json_dumps(params, JSON_COMPACT) : NULL;
-    char *ignored_text = ignored ? json_dumps(ignored, JSON_COMPACT) : NULL;
+    for (size_t i = 0; ignored && i < a->meta.n_ignored; i++)
+        if (json_array_append_new(ignored, json_string(a->ignored[i]))) { /* out of memory: no list, no record */
+            json_decref(ignored);
+            ignored = NULL;
+        }
+    char *params_text = ls_state_dump(params);
+    char *ignored_text = ls_state_dump(ignored);
     json_decref(params);
     json_decref(ignored);
     ls_tensor_set set;
@@ -192,46 +212,67 @@ static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_
     return true;
 }
 
-static bool ls_state_params_parse(const char *text, ls_adapter_params *p) {
-    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+/* What reading a record gave: the record, a file that is not one, or no
+ * memory to tell (which says nothing about the file: it must not be set
+ * aside for it). */
+typedef enum { LS_DECODED, LS_DECODE_BAD, LS_DECODE_NOMEM } ls_state_decoded;
+
+/* jansson's out of memory where it says so: json_unpack's error code, or
+ * a parse that failed before it could name a reason (its buffer could not
+ * be made). */
+static bool ls_state_json_nomem(const json_error_t *e) {
+    return !e->text[0] || json_error_code(e) == json_error_out_of_memory;
+}
+
+static ls_state_decoded ls_state_params_parse(const char *text, ls_adapter_params *p) {
+    json_error_t jerr;
+    json_t *j = text ? json_loads(text, 0, &jerr) : NULL;
+    if (!j) return text && ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     const char *format = NULL;
     int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0;
     double alpha = 0, scale = 0;
-    bool ok = j && !json_unpack(j, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b}", "format", &format, "r", &r,
-                                "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
-                                &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict,
-                                "whole_config", &whole) &&
-              ls_adapter_format_parse(format, &p->format);
-    if (ok) {
+    ls_state_decoded d = LS_DECODED;
+    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b}", "format", &format, "r", &r,
+                       "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
+                       &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict, "whole_config",
+                       &whole))
+        d = json_error_code(&jerr) == json_error_out_of_memory ? LS_DECODE_NOMEM : LS_DECODE_BAD;
+    else if (!ls_adapter_format_parse(format, &p->format))
+        d = LS_DECODE_BAD;
+    if (d == LS_DECODED) {
         p->r = r, p->has_alpha = has_alpha, p->lora_alpha = alpha, p->has_rslora = has_rslora;
         p->use_rslora = use_rslora, p->has_scale = has_scale, p->scale = scale, p->strict = strict;
         p->whole_config = whole;
     }
     json_decref(j);
-    return ok;
+    return d;
 }
 
-/* A record of file (NAME.adapter) into rec and *a (the caller's). False
- * (nothing allocated) when the file is not a whole, consistent record. */
-static bool ls_state_decode(ls_state *s, const char *file, const char *want_name, ls_state_record *rec,
-                            ls_adapter *a, char *source, size_t source_len, char *name, size_t name_len) {
+/* A record of file (NAME.adapter) into rec and *a (the caller's). Unless
+ * LS_DECODED, nothing is allocated. */
+static ls_state_decoded ls_state_decode(ls_state *s, const char *file, const char *want_name, ls_state_record *rec,
+                                        ls_adapter *a, char *source, size_t source_len, char *name,
+                                        size_t name_len) {
     memset(a, 0, sizeof *a);
     int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return false;
+    if (fd < 0) return LS_DECODE_BAD;
     uint8_t *bytes = NULL;
     size_t len = 0;
     ls_error err;
     ls_error_init(&err);
-    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INTERNAL, &err);
+    /* LS_INTERNAL from the reader and the parser means out of memory. */
+    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INVALID_REQUEST, &err);
     close(fd);
     ls_tensor_set set;
     ls_tensor_set_init(&set);
-    bool ok = st == LS_OK && ls_safetensors_parse(bytes, len, &set, &err) == LS_OK;
+    if (st == LS_OK) st = ls_safetensors_parse(bytes, len, &set, &err);
+    bool nomem = st == LS_INTERNAL, ok = st == LS_OK;
     ls_error_free(&err);
     const ls_tensor *factors = ok ? ls_tensor_set_find(&set, "factors") : NULL;
     const ls_tensor *flags = ok ? ls_tensor_set_find(&set, "layer_present") : NULL;
     const char *fmt = ok ? ls_tensor_set_meta(&set, "lorasink_state") : NULL, *nm = NULL, *sha = NULL, *src = NULL;
     uint64_t version = 0, rank = 0, outer = 0;
+    ls_state_decoded params = LS_DECODE_BAD;
     ok = ok && factors && flags && fmt && !strcmp(fmt, LS_STATE_FORMAT) && factors->dtype == LS_DTYPE_F32 &&
          factors->ndim == 2 && flags->dtype == LS_DTYPE_U8 && flags->ndim == 1 && flags->shape[0] == factors->shape[0] &&
          factors->shape[0] >= 1 && factors->shape[1] >= 1 && (nm = ls_tensor_set_meta(&set, "name")) &&
@@ -240,10 +281,13 @@ static bool ls_state_decode(ls_state *s, const char *file, const char *want_name
          ls_state_meta_u64(&set, "outer", &outer) && rank >= 1 && rank <= INT32_MAX && outer >= 1 &&
          outer <= INT32_MAX && (sha = ls_tensor_set_meta(&set, "sha256")) && strlen(sha) == 64 &&
          (src = ls_tensor_set_meta(&set, "source")) && strlen(src) < source_len &&
-         ls_state_params_parse(ls_tensor_set_meta(&set, "params"), &rec->params) &&
+         (params = ls_state_params_parse(ls_tensor_set_meta(&set, "params"), &rec->params)) == LS_DECODED &&
          ls_adapter_format_parse(ls_tensor_set_meta(&set, "format") ? ls_tensor_set_meta(&set, "format") : "",
                                  &a->meta.format);
-    json_t *ignored = ok ? json_loads(ls_tensor_set_meta(&set, "ignored"), 0, NULL) : NULL;
+    nomem |= params == LS_DECODE_NOMEM;
+    json_error_t jerr;
+    json_t *ignored = ok ? json_loads(ls_tensor_set_meta(&set, "ignored"), 0, &jerr) : NULL;
+    nomem |= ok && !ignored && ls_state_json_nomem(&jerr);
     ok = ok && json_is_array(ignored);
     if (ok) {
         const size_t L = (size_t)factors->shape[0], lf = (size_t)factors->shape[1], n_ign = json_array_size(ignored);
@@ -257,12 +301,14 @@ static bool ls_state_decode(ls_state *s, const char *file, const char *want_name
         a->layer_present = calloc(L, sizeof(bool));
         a->ignored = calloc(n_ign ? n_ign : 1, sizeof(char *));
         ok = a->data && a->layer_present && a->ignored;
+        nomem = !ok;
         if (ok) {
             memcpy(a->data, factors->data, L * lf * sizeof(float));
             for (size_t l = 0; l < L; l++) a->layer_present[l] = ((const uint8_t *)flags->data)[l] != 0;
             for (size_t i = 0; ok && i < n_ign; i++) {
                 const char *v = json_string_value(json_array_get(ignored, i));
                 ok = v && (a->ignored[a->meta.n_ignored] = strdup(v));
+                nomem = v && !ok;
                 if (ok) a->meta.n_ignored++;
             }
         }
@@ -286,14 +332,17 @@ static bool ls_state_decode(ls_state *s, const char *file, const char *want_name
     ls_tensor_set_free(&set);
     free(bytes);
     if (!ok) ls_adapter_free(a);
-    return ok;
+    return ok ? LS_DECODED : nomem ? LS_DECODE_NOMEM : LS_DECODE_BAD;
 }
 
 ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adapter *out, ls_error *err) {
     char file[LS_STATE_MAX_NAME + 16], source[4096], nm[LS_STATE_MAX_NAME + 1];
     snprintf(file, sizeof file, "%s.adapter", name);
     ls_state_record rec = {0};
-    if (!ls_state_decode(s, file, name, &rec, out, source, sizeof source, nm, sizeof nm))
+    ls_state_decoded d = ls_state_decode(s, file, name, &rec, out, source, sizeof source, nm, sizeof nm);
+    if (d == LS_DECODE_NOMEM)
+        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s back", file);
+    if (d != LS_DECODED)
         return ls_error_set(err, LS_INTERNAL, "the state directory was changed behind the server",
                             "state directory: %s cannot be read back", file);
     if (rec.version != version) {
@@ -317,6 +366,25 @@ static void ls_state_set_aside(ls_state *s, const char *file, const char *why) {
     } else {
         ls_log_error("state directory: %s %s and cannot be moved aside; skipped", file, why);
     }
+}
+
+/* A crash between writing a new version of a deleted name and dropping
+ * its tombstone leaves both: a tombstone older than the record restored
+ * is removed (best effort: a leftover one is harmless, only untidy). */
+static void ls_state_drop_outdated_tomb(ls_state *s, const char *name, uint64_t version) {
+    char file[LS_STATE_MAX_NAME + 16], text[32];
+    snprintf(file, sizeof file, "%s.deleted", name);
+    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return;
+    text[n] = '\0';
+    if (strtoull(text, NULL, 10) >= version) return;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_state_remove(s, file, &err) != LS_OK) ls_log_warn("%s", err.message);
+    ls_error_free(&err);
 }
 
 static int ls_state_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -356,7 +424,7 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
         if (st == LS_OK && !(files[n++] = strdup(e->d_name))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
     closedir(d);
-    if (st == LS_OK) qsort(files, n, sizeof *files, ls_state_cmp);
+    if (st == LS_OK && n) qsort(files, n, sizeof *files, ls_state_cmp); /* an empty directory: files is NULL */
     char name[LS_STATE_MAX_NAME + 1];
     /* Tombstones first: a record they outdate (a crash between the
      * tombstone and the removal) is the delete's to finish. */
@@ -368,8 +436,12 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
         ls_error_init(&e2);
         uint64_t v = 0;
         char *end = NULL;
-        if (ls_file_read_text(path, 64, &text, LS_INTERNAL, &e2) == LS_OK && (v = strtoull(text, &end, 10)) >= 1 &&
-            end && (*end == '\n' || !*end))
+        /* LS_INTERNAL is out of memory: no reason to set the file aside
+         * (a name's last version would be forgotten), a reason to stop. */
+        ls_status rd = ls_file_read_text(path, 64, &text, LS_INVALID_REQUEST, &e2);
+        if (rd == LS_INTERNAL)
+            st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
+        else if (rd == LS_OK && (v = strtoull(text, &end, 10)) >= 1 && end && (*end == '\n' || !*end))
             tomb(ctx, name, v);
         else
             ls_state_set_aside(s, files[i], "is not a tombstone");
@@ -381,13 +453,19 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
         ls_state_record rec = {0};
         ls_adapter a;
         char source[4096], nm[LS_STATE_MAX_NAME + 1];
-        if (!ls_state_decode(s, files[i], name, &rec, &a, source, sizeof source, nm, sizeof nm)) {
+        ls_state_decoded d = ls_state_decode(s, files[i], name, &rec, &a, source, sizeof source, nm, sizeof nm);
+        if (d == LS_DECODE_NOMEM) {
+            st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
+            break;
+        }
+        if (d != LS_DECODED) {
             ls_state_set_aside(s, files[i], "is truncated or corrupt");
             continue;
         }
         rec.a = &a;
         st = fn(ctx, &rec, &a, err);
         ls_adapter_free(&a);
+        if (st == LS_OK) ls_state_drop_outdated_tomb(s, name, rec.version);
     }
     for (size_t i = 0; i < n; i++) free(files[i]);
     free(files);

@@ -1,0 +1,114 @@
+/* Device failures in the pool (fault_cases.h): every backend call of
+ * ls_pool_load (a new name, pinned, a replace, a load that evicts; with
+ * and without a state directory), ls_pool_forward over a mix of adapters
+ * and ls_pool_restore, failed in turn, N = 1, 2, ..., first as a passing
+ * fault (the call fails with LS_DEVICE_ERROR, nothing registered changes,
+ * a retry gives what a run that never failed gives), then as a sticky one
+ * (the device is poisoned as CUDA's context is after an illegal address:
+ * ls_backend_usable turns false and the server's /ready, driven here
+ * in-process through its route table around the failing backend,
+ * answers 503). */
+#include "server/request.h"
+#include "server/routes.h"
+#include "tests/fault/fault_cases.h"
+
+static const fc_spec specs[] = {
+    {"pool load: new name", FC_LOAD_NEW, FC_PLAIN},
+    {"pool load: new name, state dir", FC_LOAD_NEW, FC_STATE},
+    {"pool load: new pinned, state dir", FC_LOAD_PINNED, FC_STATE},
+    {"pool load: replace", FC_LOAD_REPLACE, FC_PLAIN},
+    {"pool load: replace, state dir", FC_LOAD_REPLACE, FC_STATE},
+    {"pool load: replace pinned", FC_REPLACE_PINNED, FC_PLAIN},
+    {"pool load: replace pinned, state dir", FC_REPLACE_PINNED, FC_STATE},
+    {"pool load: evicting, state dir", FC_LOAD_EVICT, FC_STATE},
+    {"pool forward: mix, regroup, evict", FC_FORWARD, FC_PLAIN},
+    {"pool forward: read back from state dir", FC_FORWARD, FC_STATE},
+    {"pool forward: read back from its file", FC_FORWARD, FC_SOURCE},
+    {"pool restore from a state dir", FC_RESTORE, FC_STATE},
+};
+#define N_SPECS (sizeof specs / sizeof *specs)
+
+/* GET /ready through the server's route table, around w's backend: the
+ * handler reads nothing of the server but its backend. */
+static int ready_status(fx_world *w, ls_status *code) {
+    ls_server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.backend = fb_be(w->fb);
+    char param[256], allow[64];
+    const ls_route *rt = ls_route_find("GET", "/ready", param, sizeof param, allow, sizeof allow);
+    assert_non_null(rt);
+    ls_request req = {.srv = &srv, .method = "GET", .path = "/ready"};
+    ls_reply r;
+    memset(&r, 0, sizeof r);
+    rt->fn(&req, &r);
+    free(r.body);
+    *code = r.code;
+    return r.status;
+}
+
+static void ready_is_503(fx_world *w) {
+    ls_status code;
+    int status = ready_status(w, &code);
+    if (status != 503 || code != LS_DEVICE_ERROR)
+        fail_msg("/ready answered %d (%s) after a sticky device fault", status, ls_status_code(code));
+}
+
+/* A device that works answers 200, one poisoned outside any call too. */
+static void test_ready_follows_the_device(void **state) {
+    (void)state;
+    fx_opts o = {.slots = 3};
+    fx_world *w = fx_world_new(&o);
+    ls_status code;
+    assert_int_equal(ready_status(w, &code), 200);
+    fx_load(w, "A", 2, 1, false, false);
+    fb_arm(w->fb, 1, true);
+    ls_adapter a;
+    fx_adapter(2, 2, &a);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_pool_load(w->p, "B", &a, NULL, NULL, &err), LS_DEVICE_ERROR);
+    fb_disarm(w->fb);
+    assert_false(ls_backend_usable(fb_be(w->fb)));
+    ready_is_503(w);
+    /* Every later call fails cleanly, and the registry stays as it was. */
+    ls_error_clear(&err);
+    assert_int_equal(ls_pool_load(w->p, "B", &a, NULL, NULL, &err), LS_DEVICE_ERROR);
+    assert_non_null(a.data);
+    fx_state s;
+    fx_capture(w, &s);
+    assert_int_equal(s.n_reg, 1);
+    assert_string_equal(s.reg[0].name, "A");
+    fx_state_free(&s);
+    ls_adapter_free(&a);
+    ls_error_free(&err);
+    fx_world_free(w);
+}
+
+static void sweep_all(fx_kind kind) {
+    for (size_t i = 0; i < N_SPECS; i++) {
+        fx_case c = fc_case(&specs[i]);
+        fx_sweep(&c, kind);
+    }
+}
+
+static void test_device_errors(void **state) {
+    (void)state;
+    sweep_all(FX_DEVICE);
+}
+
+static void test_sticky_device_errors(void **state) {
+    (void)state;
+    fx_after_sticky = ready_is_503;
+    sweep_all(FX_DEVICE_STICKY);
+    fx_after_sticky = NULL;
+}
+
+int main(void) {
+    fx_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ready_follows_the_device),
+        cmocka_unit_test(test_device_errors),
+        cmocka_unit_test(test_sticky_device_errors),
+    };
+    return cmocka_run_group_tests(tests, fc_group_setup, fc_group_teardown);
+}
