@@ -3,7 +3,7 @@
 # and run that is not installed yet. Debian 12, as root (or with sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
-      libcmocka-dev libcurl4-openssl-dev curl python3)
+      libcmocka-dev libcurl4-openssl-dev curl python3 clang libclang-rt-dev valgrind)
 [ "${LORASINK_BENCH_DEPS:-0}" = 1 ] && pkgs+=(wrk)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,8 +3,9 @@
 # (with the CUDA backend compiled and linked when nvcc is present; tests
 # labelled gpu skip visibly without a device) twice, with and without
 # OPENBLAS_CORETYPE=Haswell, then a Release build (compiled, warnings as
-# errors), the ASan+UBSan build and the TSan build of the concurrency
-# tests. --quick runs the first pass only.
+# errors), the ASan+UBSan build, the TSan build of the concurrency
+# tests, and every libFuzzer harness for 30 s. --quick runs the first
+# pass only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -66,4 +67,9 @@ bash scripts/build.sh build-tsan -DLORASINK_CUDA=OFF -DLORASINK_SANITIZE=thread
 echo "== tests (TSan: concurrency) =="
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   run_ctest build-tsan -L concurrency || { summary; exit 1; }
+
+# Every parser under libFuzzer with ASan+UBSan, from the seed corpora in
+# tests/fuzz/corpus/, for a bounded time (docs/fuzzing.md has the long run).
+echo "== fuzz (libFuzzer, 30 s a harness) =="
+bash scripts/fuzz.sh 30 || { summary; echo "fuzz: a harness failed"; exit 1; }
 summary

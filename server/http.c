@@ -4,6 +4,7 @@
  * responses are created, queued and destroyed. The routing table is
  * server/routes.c. */
 #include <ctype.h>
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -73,8 +74,9 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
 }
 
 /* Constant-time comparison of the bearer token with the key. A value
- * holding a NUL byte is refused: as a C string it would end early, and
- * "Bearer KEY\0junk" would pass as "Bearer KEY". */
+ * whose length runs past a NUL byte is refused, as a C string would end
+ * early there. (libmicrohttpd 0.9.75 itself cuts a header value at a NUL,
+ * so "KEY\0junk" reaches us as "KEY": accepted, but only with the key.) */
 static bool ls_http_authorized(struct MHD_Connection *conn, const char *key) {
     const char *h = NULL;
     size_t hl = 0;
@@ -88,6 +90,17 @@ static bool ls_http_authorized(struct MHD_Connection *conn, const char *key) {
     unsigned char diff = (unsigned char)(tl != kl);
     for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ (i < tl ? tok[i] : 0));
     return diff == 0;
+}
+
+/* The Content-Length of the request when it is a number within max,
+ * else 4096 (a first guess for a chunked body). */
+static size_t ls_http_content_length(struct MHD_Connection *conn, size_t max) {
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || n == 0 || n > max) return 4096;
+    return (size_t)n;
 }
 
 /* Decides how to read the body from Content-Type; false = unsupported. */
@@ -230,7 +243,10 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
             return st->discarded > max ? MHD_NO : MHD_YES;
         }
         if (st->len + n > st->cap) {
-            size_t cap = st->cap ? st->cap : 4096;
+            /* Sized once from Content-Length when it is given (it is
+             * within the limit, or the request was refused above), so a
+             * large body is neither copied as it grows nor held twice. */
+            size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
             while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
             uint8_t *b = realloc(st->body, cap);
             if (!b) return MHD_NO;

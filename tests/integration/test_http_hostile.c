@@ -137,33 +137,11 @@ static void test_nonfinite_y(void **state) {
     ls_test_response_free(&r);
 }
 
-/* Opens a TCP connection to the server with a receive timeout. */
+/* A raw connection that must succeed. */
 static int raw_connect(const ls_test_server *s) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = ls_test_raw_connect(s);
     assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ls_test_server_port(s))};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {.tv_sec = 3};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
-}
-
-/* Reads until the server closes (returns true) or the timeout (false). */
-static bool raw_read_all(int fd, char *buf, size_t cap, size_t *len) {
-    *len = 0;
-    for (;;) {
-        ssize_t n = recv(fd, buf + *len, cap - 1 - *len, 0);
-        if (n <= 0) {
-            buf[*len] = '\0';
-            return n == 0;
-        }
-        *len += (size_t)n;
-        if (*len == cap - 1) {
-            buf[*len] = '\0';
-            return false;
-        }
-    }
 }
 
 static int count_responses(const char *buf) {
@@ -183,7 +161,7 @@ static void test_early_413_closes(void **state) {
     assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
     char buf[8192];
     size_t len;
-    assert_true(raw_read_all(fd, buf, sizeof buf, &len));
+    assert_true(ls_test_raw_read_all(fd, buf, sizeof buf, &len));
     close(fd);
     assert_non_null(strstr(buf, "HTTP/1.1 413"));
     assert_non_null(strstr(buf, "\"payload_too_large\""));
@@ -198,7 +176,7 @@ static void test_early_413_closes(void **state) {
              "PATCH /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(inner), inner);
     assert_int_equal(send(fd, smuggle, strlen(smuggle), 0), (ssize_t)strlen(smuggle));
-    raw_read_all(fd, buf, sizeof buf, &len);
+    ls_test_raw_read_all(fd, buf, sizeof buf, &len);
     close(fd);
     assert_non_null(strstr(buf, "HTTP/1.1 405"));
     assert_int_equal(count_responses(buf), 1);

@@ -151,19 +151,6 @@ static void test_flag_overrides_metadata(void **state) {
     run_case(NULL, "contiguous", LS_W13_CONTIGUOUS, 44);
 }
 
-/* Runs the binary to completion and returns its exit status and output. */
-static int run_binary(const char *const *args, char *out, size_t cap) {
-    char cmd[4096];
-    size_t o = (size_t)snprintf(cmd, sizeof cmd, "'%s'", LS_SERVER_BIN);
-    for (int i = 0; args[i]; i++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " '%s'", args[i]);
-    snprintf(cmd + o, sizeof cmd - o, " 2>&1");
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_broken_weights_exit_1(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -190,10 +177,10 @@ static void test_broken_weights_exit_1(void **state) {
     ls_tensor_set_free(&set);
     free(zeros);
     const char *args[] = {"--weights", path, "--port", "0", NULL};
-    assert_int_equal(run_binary(args, out, sizeof out), 1);
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
     assert_non_null(strstr(out, "model.layers.1.mlp.shared_experts.w2_weight"));
     snprintf(path, sizeof path, "%s/missing.safetensors", dir);
-    assert_int_equal(run_binary(args, out, sizeof out), 1);
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
     ls_test_rmtree(dir);
     free(dir);
 }
@@ -202,24 +189,24 @@ static void test_command_line(void **state) {
     (void)state;
     char out[65536];
     const char *version[] = {"--version", NULL};
-    assert_int_equal(run_binary(version, out, sizeof out), 0);
+    assert_int_equal(ls_test_run_binary(version, out, sizeof out), 0);
     assert_non_null(strstr(out, "lorasink 0.1.0"));
     const char *help[] = {"--help", NULL};
-    assert_int_equal(run_binary(help, out, sizeof out), 0);
+    assert_int_equal(ls_test_run_binary(help, out, sizeof out), 0);
     assert_non_null(strstr(out, "--max-rank"));
     assert_non_null(strstr(out, "LORASINK_MAX_RANK"));
     const char *bad[] = {"--no-such-flag", NULL};
-    assert_int_equal(run_binary(bad, out, sizeof out), 2);
+    assert_int_equal(ls_test_run_binary(bad, out, sizeof out), 2);
     assert_non_null(strstr(out, "--no-such-flag"));
     const char *range[] = {"--slots", "0", NULL};
-    assert_int_equal(run_binary(range, out, sizeof out), 2);
+    assert_int_equal(ls_test_run_binary(range, out, sizeof out), 2);
     const char *value[] = {"--port", "eighty", NULL};
-    assert_int_equal(run_binary(value, out, sizeof out), 2);
+    assert_int_equal(ls_test_run_binary(value, out, sizeof out), 2);
     /* --device cuda where no device answers: a clear error, exit 1 (on a
      * machine with a device it would start serving, so it is not run) */
     if (!ls_backend_cuda_available()) {
         const char *cuda[] = {"--device", "cuda", "--port", "0", NULL};
-        assert_int_equal(run_binary(cuda, out, sizeof out), 1);
+        assert_int_equal(ls_test_run_binary(cuda, out, sizeof out), 1);
         assert_non_null(strstr(out, "cuda"));
         assert_non_null(strstr(out, "starting on the cuda backend"));
     }
@@ -231,7 +218,7 @@ static void test_command_line(void **state) {
         const char *isa = ls_cpu_isa_name(paths[i]);
         const char *forced[] = {"--cpu-isa", isa, "--threads", "3", "--host", "999.1.1.1", "--experts", "1",
                                 "--hidden", "16", "--intermediate", "16", "--layers", "1", NULL};
-        assert_int_equal(run_binary(forced, out, sizeof out), 1);
+        assert_int_equal(ls_test_run_binary(forced, out, sizeof out), 1);
         char want[96];
         if (ls_cpu_isa_supported(paths[i])) {
             snprintf(want, sizeof want, "cpu engine: %s kernels (--cpu-isa %s), 3 threads", isa, isa);
@@ -244,7 +231,7 @@ static void test_command_line(void **state) {
     }
     /* auto says which backend it took in its first log line */
     const char *autod[] = {"--device", "auto", "--weights", "/nonexistent.safetensors", NULL};
-    assert_int_equal(run_binary(autod, out, sizeof out), 1);
+    assert_int_equal(ls_test_run_binary(autod, out, sizeof out), 1);
     assert_non_null(strstr(out, ls_backend_cuda_available() ? "starting on the cuda backend" : "starting on the cpu backend"));
 }
 

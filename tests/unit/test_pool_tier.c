@@ -1,7 +1,10 @@
 /* lora/pool: forwards served in groups (fake and CPU backends, against
  * single-token runs and the reference), failed slot writes and their
- * rollback, the host tier (drops, reloads, a changed file, unregistering
- * inline uploads) and the one state where nothing can be evicted. */
+ * rollback, the host tier (drops, reloads, a changed file, inline uploads
+ * kept, reloads that hold up no other forward) and the one state where
+ * nothing can be evicted. */
+#include <pthread.h>
+
 #include "tests/util/pool_cases.h"
 
 /* A forward with more distinct adapters than slots (and more tokens than
@@ -182,6 +185,75 @@ static void test_host_tier_reload(void **state) {
     pc_fx_free(&f);
 }
 
+/* A reload that waits at a gate, to see what runs meanwhile. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool open, entered;
+} gated_reload;
+
+static ls_status gated_reload_fn(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
+                                 ls_error *err) {
+    gated_reload *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    pc_reload_ctx plain = {0};
+    return pc_reload(&plain, path, params, out, err);
+}
+
+typedef struct {
+    ls_pool *p;
+    ls_status st;
+} fwd_arg;
+
+static void *forward_a(void *arg) {
+    fwd_arg *f = arg;
+    const char *na[] = {"a"};
+    f->st = pc_fwd(f->p, 0, 1, na, NULL, NULL, NULL, NULL);
+    return NULL;
+}
+
+/* Reading adapters back from disk happens before the backend is taken:
+ * one forward waiting on its files (1,000 of them stalled every other
+ * forward for seconds) does not hold up forwards that need none. */
+static void test_reload_does_not_stall_others(void **state) {
+    (void)state;
+    gated_reload g = {.open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    pc_fx f = pc_fx_make(2, 16, 2, gated_reload_fn, &g);
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "seed:%llu", (unsigned long long)pc_seed_of(ids[i], 1));
+        assert_int_equal(pc_load(f.p, ids[i], 1, false, false, path, NULL, NULL), LS_OK);
+    }
+    assert_string_equal(pc_slots(f.p), "c b"); /* a: neither resident nor in host memory */
+    fwd_arg fa = {.p = f.p, .st = LS_INTERNAL};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, forward_a, &fa), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered) pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    /* While a's file is being read: base tokens and resident adapters. */
+    const char *nc[] = {"c", NULL, "b"};
+    pc_fwd_ok(f.p, 3, nc);
+    pc_fwd_ok(f.p, 2, NULL);
+    pthread_mutex_lock(&g.mu);
+    assert_false(g.open); /* they ran with the reload still waiting */
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    assert_int_equal(fa.st, LS_OK);
+    pc_fx_free(&f);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
+}
+
 /* An inline upload cannot be read back, so the host tier never drops it
  * (dropping would unregister an adapter the client was told is stored):
  * the tier goes over its size instead. */
@@ -267,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_failed_slot_write_rolls_back),
         cmocka_unit_test(test_host_tier_reload),
         cmocka_unit_test(test_host_tier_keeps_inline),
+        cmocka_unit_test(test_reload_does_not_stall_others),
         cmocka_unit_test(test_no_slot_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

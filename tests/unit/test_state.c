@@ -343,7 +343,9 @@ static void test_pool_restores_what_it_acknowledged(void **state) {
 }
 
 /* A crash between the tombstone and the removal of the record leaves
- * both: the delete wins at restore and is finished. */
+ * both: the delete wins at restore and is finished. A crash between a
+ * new version's record and the removal of an older tombstone: the
+ * record wins. */
 static void test_restore_finishes_a_cut_delete(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -355,6 +357,17 @@ static void test_restore_finishes_a_cut_delete(void **state) {
     assert_int_equal(sfx_restore(&f), 0);
     assert_false(file_exists(dir, "x.adapter"));
     pc_load_ok(f.p, "x", 4, false, false);
+    sfx_free(&f);
+    /* A crash between writing a new version and dropping the tombstone of
+     * the name's delete: the record wins, the tombstone goes. */
+    s = open_state(dir);
+    save(s, "y", 5, false, NULL, pc_seed_of("y", 5));
+    write_file(dir, "y.deleted", "4\n", 2);
+    ls_state_close(s);
+    f = sfx_make(dir, 2);
+    assert_int_equal(sfx_restore(&f), 2); /* x and y */
+    assert_int_equal(pc_describe(f.p, "y").version, 5);
+    assert_false(file_exists(dir, "y.deleted"));
     sfx_free(&f);
     ls_test_rmtree(dir);
     free(dir);
@@ -420,14 +433,15 @@ static void test_refused_write_changes_nothing(void **state) {
     assert_int_equal(ls_pool_describe(f.p, "new", &info, &err), LS_ADAPTER_NOT_FOUND);
     ls_error_clear(&err);
     assert_string_equal(pc_slots(f.p), before);
-    /* A refused replace keeps version 1 registered (its slot, written
-     * with the new factors first, is given up: residency is a cache). */
+    /* A refused replace keeps version 1 registered and resident (its
+     * slot, written with the new factors first, gets its own back). */
     ls_adapter_info keep1 = pc_describe(f.p, "keep");
     assert_int_equal(pc_load(f.p, "keep", 2, false, true, NULL, NULL, &err), LS_INTERNAL);
     ls_error_free(&err);
     assert_int_equal(pc_describe(f.p, "keep").version, 1);
     assert_string_equal(pc_describe(f.p, "keep").meta.sha256, keep1.meta.sha256);
     assert_int_equal(pc_stats(f.p).registered, 1);
+    assert_string_equal(pc_slots(f.p), before);
     const char *names[2] = {"keep", NULL};
     pc_fwd_ok(f.p, 2, names);
     sfx_free(&f);

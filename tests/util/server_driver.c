@@ -2,8 +2,10 @@
  * port, and one HTTP request to it over libcurl. */
 #include "tests/util/server_driver.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -11,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +127,59 @@ int ls_test_server_stop(ls_test_server *s) {
     close(s->out_fd);
     free(s);
     return rc;
+}
+
+void ls_test_server_kill(ls_test_server *s) {
+    if (!s) return;
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    close(s->out_fd);
+    free(s);
+}
+
+int ls_test_server_pid(const ls_test_server *s) { return (int)s->pid; }
+
+int ls_test_run_binary(const char *const *args, char *out, size_t cap) {
+    char cmd[4096];
+    size_t o = (size_t)snprintf(cmd, sizeof cmd, "'%s'", LS_SERVER_BIN);
+    for (int i = 0; args[i] && o < sizeof cmd; i++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " '%s'", args[i]);
+    if (o < sizeof cmd) snprintf(cmd + o, sizeof cmd - o, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int ls_test_raw_connect(const ls_test_server *s) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf + *len, cap - 1 - *len, 0);
+        if (n <= 0) {
+            buf[*len] = '\0';
+            return n == 0;
+        }
+        *len += (size_t)n;
+        if (*len == cap - 1) {
+            buf[*len] = '\0';
+            return false;
+        }
+    }
 }
 
 typedef struct {

@@ -5,6 +5,7 @@
 #define LS_TESTS_SERVER_DRIVER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "tests/util/testutil.h"
@@ -20,6 +21,21 @@ ls_test_server *ls_test_server_start_env(const char *const *args, const char *co
 int ls_test_server_port(const ls_test_server *s);
 /* Sends SIGTERM, waits, returns the exit status (or -1). */
 int ls_test_server_stop(ls_test_server *s);
+/* Sends SIGKILL at once, waits and frees s: a crash, not a shutdown. */
+void ls_test_server_kill(ls_test_server *s);
+/* The server's process id (for signals and /proc). */
+int ls_test_server_pid(const ls_test_server *s);
+
+/* Runs the binary with args (NULL-terminated) to its end; out receives
+ * its stdout and stderr (cap bytes at most). Returns the exit status. */
+int ls_test_run_binary(const char *const *args, char *out, size_t cap);
+
+/* A TCP connection to the server (receive timeout 3 s), for bytes curl
+ * will not send; -1 when refused. */
+int ls_test_raw_connect(const ls_test_server *s);
+/* Reads until the server closes (true) or the timeout or cap (false);
+ * buf is NUL-terminated. */
+bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len);
 
 typedef struct {
     long status;

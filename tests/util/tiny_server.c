@@ -72,12 +72,24 @@ bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *e
     int a = 8;
     for (int i = 0; extra && extra[i] && a < 39; i++) args[a++] = extra[i];
     args[a] = NULL;
+    ts->args = calloc((size_t)a + 1, sizeof *ts->args);
+    assert_non_null(ts->args);
+    for (int i = 0; i < a; i++) assert_non_null(ts->args[i] = strdup(args[i]));
     ts->srv = ls_test_server_start(args);
+    return ts->srv != NULL;
+}
+
+bool tiny_server_restart(tiny_server *ts, bool crash) {
+    if (crash) ls_test_server_kill(ts->srv);
+    else assert_int_equal(ls_test_server_stop(ts->srv), 0);
+    ts->srv = ls_test_server_start((const char *const *)ts->args);
     return ts->srv != NULL;
 }
 
 void tiny_server_stop(tiny_server *ts) {
     assert_int_equal(ls_test_server_stop(ts->srv), 0);
+    for (int i = 0; ts->args && ts->args[i]; i++) free(ts->args[i]);
+    free(ts->args);
     ls_test_rmtree(ts->dir);
     free(ts->dir);
     json_decref(ts->tiny);

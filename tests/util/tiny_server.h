@@ -15,12 +15,16 @@ typedef struct {
     ls_test_server *srv;
     char *dir; /* temp dir: weights file and --adapter-dir */
     json_t *tiny;
+    char **args; /* the command line it was started with (owned), for restarts */
 } tiny_server;
 
 /* Starts the server with the given W13 layout and extra arguments
  * (NULL-terminated, may be NULL). */
 bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *extra);
 void tiny_server_stop(tiny_server *ts);
+/* Ends the server (SIGKILL when crash, else SIGTERM and exit status 0
+ * asserted) and starts it again with the same command line and files. */
+bool tiny_server_restart(tiny_server *ts, bool crash);
 
 /* The example adapter as an inline JSON upload (PEFT, config r=2 alpha=4):
  * dtype NULL = nested f32 arrays, "bf16"/"f16"/"f32" = base64 objects. */

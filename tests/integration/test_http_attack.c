@@ -1,0 +1,541 @@
+/* What an attack run against the server found, one regression each, over
+ * HTTP against the real binary: NUL bytes in names, a shutdown
+ * that left new clients hanging, an empty safetensors adapter= serving
+ * the base model, pins past S-1, hex alpha, PEFT factors of rank 0, a
+ * missing --adapter-dir, one request's reload failure failing its whole
+ * batch, and forwards that could hold unbounded memory (the token cap,
+ * the queue budget, and the peak RSS of a large body). */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/buf.h"
+#include "format/safetensors.h"
+#include "tests/util/tiny_server.h"
+
+/* Sends a request and asserts a JSON error body with status and code;
+ * returns the response for more checks (the caller frees it). */
+static ls_test_response expect_error(const ls_test_server *s, const char *method, const char *path, const char *ct,
+                                     const void *body, size_t len, long status, const char *code) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, method, path, ct, body, len, NULL, &r), 0);
+    if (r.status != status) fprintf(stderr, "%s %s -> %ld (wanted %ld): %s\n", method, path, r.status, status, r.body);
+    assert_int_equal(r.status, status);
+    json_t *j = ls_test_response_json(&r);
+    assert_non_null(j);
+    assert_string_equal(ls_test_error_code(j), code);
+    json_decref(j);
+    return r;
+}
+
+static void expect_error_free(const ls_test_server *s, const char *method, const char *path, const char *ct,
+                              const void *body, size_t len, long status, const char *code) {
+    ls_test_response r = expect_error(s, method, path, ct, body, len, status, code);
+    ls_test_response_free(&r);
+}
+
+static long status_of(const ls_test_server *s, const char *method, const char *path) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, method, path, NULL, NULL, 0, NULL, &r), 0);
+    long st = r.status;
+    ls_test_response_free(&r);
+    return st;
+}
+
+/* The version of name in GET /adapters/NAME (0 when unknown). */
+static long version_of(const ls_test_server *s, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/adapters/%s", name);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "GET", path, NULL, NULL, 0, NULL, &r), 0);
+    json_t *j = r.status == 200 ? ls_test_response_json(&r) : NULL;
+    long v = j ? (long)json_integer_value(json_object_get(j, "version")) : 0;
+    json_decref(j);
+    ls_test_response_free(&r);
+    return v;
+}
+
+static void load_inline(tiny_server *ts, const char *name) {
+    json_t *req = tiny_adapter_inline(ts, name, NULL);
+    json_decref(tiny_post_json(ts, "/adapters", req, 201));
+    json_decref(req);
+}
+
+/* ?name=a%00evil once registered "a", and /adapters/a%00x acted on "a":
+ * %00 stays escaped, so such a name is simply not a valid one. */
+static void test_nul_in_names(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    load_inline(&ts, "a");
+    size_t len;
+    uint8_t *st = tiny_adapter_safetensors(&ts, "4", &len);
+    expect_error_free(ts.srv, "POST", "/adapters?name=a%00evil", "application/octet-stream", st, len, 400,
+                      "invalid_request");
+    expect_error_free(ts.srv, "POST", "/adapters?name=b%00", "application/octet-stream", st, len, 400,
+                      "invalid_request");
+    free(st);
+    /* The name asked for is "a%00x", which nothing may be called. */
+    expect_error_free(ts.srv, "GET", "/adapters/a%00x", NULL, NULL, 0, 404, "adapter_not_found");
+    expect_error_free(ts.srv, "DELETE", "/adapters/a%00x", NULL, NULL, 0, 404, "adapter_not_found");
+    /* A JSON name holding \u0000 is refused by the JSON reader. */
+    const char *body = "{\"name\": \"a\\u0000evil\", \"path\": \"x.safetensors\"}";
+    expect_error_free(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 400, "invalid_json");
+    assert_int_equal(version_of(ts.srv, "a"), 1);
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/b"), 404);
+    /* An escaped name that decodes to a valid one still works. */
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/%61"), 200);
+    tiny_server_stop(&ts);
+}
+
+/* After SIGTERM a new client is refused at once (it used to wait in the
+ * backlog for 30 s, then get a reset) while the request in flight still
+ * gets its answer. */
+static void test_sigterm_refuses_new_clients(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    /* A forward whose body is half sent keeps shutdown waiting. */
+    const char *body = "{\"x\": [[1, 2, 3, 4]], \"gammas\": [[1, 1]]}";
+    char head[256];
+    int hl = snprintf(head, sizeof head,
+                      "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%.10s",
+                      strlen(body), body);
+    int fd = ls_test_raw_connect(ts.srv);
+    assert_true(fd >= 0);
+    assert_int_equal(send(fd, head, (size_t)hl, 0), hl);
+    usleep(300000);
+    assert_int_equal(kill(ls_test_server_pid(ts.srv), SIGTERM), 0);
+    bool refused = false;
+    for (int i = 0; i < 100 && !refused; i++) {
+        int c = ls_test_raw_connect(ts.srv);
+        if (c < 0) refused = errno == ECONNREFUSED;
+        else close(c);
+        if (!refused) usleep(50000);
+    }
+    assert_true(refused);
+    /* The server is still there for the request it had begun. */
+    size_t rest = strlen(body) - 10;
+    assert_int_equal(send(fd, body + 10, rest, 0), (ssize_t)rest);
+    char buf[8192];
+    size_t n;
+    ls_test_raw_read_all(fd, buf, sizeof buf, &n);
+    close(fd);
+    if (strncmp(buf, "HTTP/1.1 200", 12)) fprintf(stderr, "in-flight forward: %.300s\n", buf);
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    tiny_server_stop(&ts);
+}
+
+/* x [T, 4] and gammas [T, 2] of the tiny model as a safetensors body. */
+static uint8_t *forward_safetensors(int T, size_t *len) {
+    float *x = calloc((size_t)T * 4, sizeof(float)), *g = calloc((size_t)T * 2, sizeof(float));
+    assert_true(x && g);
+    for (int i = 0; i < T * 4; i++) x[i] = 0.25f * (float)(i % 5);
+    for (int i = 0; i < T * 2; i++) g[i] = 1.0f;
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    ls_tensor tx = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {T, 4}, .data = x, .nbytes = (size_t)T * 16};
+    ls_tensor tg = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {T, 2}, .data = g, .nbytes = (size_t)T * 8};
+    assert_true(ls_tensor_set_add(&set, "x", &tx) && ls_tensor_set_add(&set, "gammas", &tg));
+    uint8_t *buf = NULL;
+    assert_int_equal(ls_safetensors_write(&set, &buf, len, NULL), LS_OK);
+    ls_tensor_set_free(&set);
+    free(x);
+    free(g);
+    return buf;
+}
+
+static void test_safetensors_empty_adapter(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    size_t len;
+    uint8_t *body = forward_safetensors(2, &len);
+    ls_test_response r = expect_error(ts.srv, "POST", "/forward?adapter=", "application/octet-stream", body, len, 400,
+                                      "invalid_request");
+    assert_non_null(strstr(r.body, "adapter"));
+    ls_test_response_free(&r);
+    /* Without the parameter: the base model, 200. */
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", "application/octet-stream", body, len, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    free(body);
+    tiny_server_stop(&ts);
+}
+
+/* Pins past S-1 answered 503 with Retry-After though no retry helps. */
+static void test_pin_limit(void **state) {
+    (void)state;
+    tiny_server ts; /* 4 slots: 3 pins */
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", i);
+        json_t *req = tiny_adapter_inline(&ts, name, NULL);
+        json_object_set_new(req, "pinned", json_true());
+        char *text = json_dumps(req, JSON_COMPACT);
+        if (i < 3) {
+            json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+        } else {
+            ls_test_response r = expect_error(ts.srv, "POST", "/adapters", NULL, text, strlen(text), 409, "pin_limit");
+            assert_null(strcasestr(r.headers, "Retry-After"));
+            assert_non_null(strstr(r.body, "S-1 = 3"));
+            ls_test_response_free(&r);
+        }
+        free(text);
+        json_decref(req);
+    }
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/p3"), 404);
+    /* Unpinned, the fourth loads. */
+    load_inline(&ts, "p3");
+    tiny_server_stop(&ts);
+}
+
+/* Numbers in query parameters are decimal: 0x10 was read as 16. */
+static void test_alpha_is_decimal(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    size_t len;
+    uint8_t *body = tiny_adapter_safetensors(&ts, NULL, &len);
+    const char *bad[] = {"lora_alpha=0x10", "lora_alpha=inf", "lora_alpha=nan", "lora_alpha=1e999", "scale=0x1p2",
+                         "lora_alpha=-infinity"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/adapters?name=h&%s", bad[i]);
+        ls_test_response r =
+            expect_error(ts.srv, "POST", path, "application/octet-stream", body, len, 400, "invalid_request");
+        ls_test_response_free(&r);
+    }
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/h"), 404);
+    ls_test_response r;
+    assert_int_equal(
+        ls_test_http(ts.srv, "POST", "/adapters?name=h&lora_alpha=16.0", "application/octet-stream", body, len, NULL, &r),
+        0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    free(body);
+    tiny_server_stop(&ts);
+}
+
+/* PEFT factors all of rank 0 answered 500 internal. */
+static void test_rank_zero_peft(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    /* lora_A [0, in], lora_B [out, 0]: no bytes at all. */
+    const char *header = "{\"model.layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight\":"
+                         "{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[0,0]},"
+                         "\"model.layers.0.mlp.shared_experts.gate_up_proj.lora_B.weight\":"
+                         "{\"dtype\":\"F32\",\"shape\":[12,0],\"data_offsets\":[0,0]},"
+                         "\"model.layers.0.mlp.shared_experts.down_proj.lora_A.weight\":"
+                         "{\"dtype\":\"F32\",\"shape\":[0,6],\"data_offsets\":[0,0]},"
+                         "\"model.layers.0.mlp.shared_experts.down_proj.lora_B.weight\":"
+                         "{\"dtype\":\"F32\",\"shape\":[4,0],\"data_offsets\":[0,0]}}";
+    size_t hl = strlen(header), len = 8 + hl;
+    uint8_t *body = malloc(len);
+    assert_non_null(body);
+    for (int i = 0; i < 8; i++) body[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(body + 8, header, hl);
+    ls_test_response r =
+        expect_error(ts.srv, "POST", "/adapters?name=z&lora_alpha=4", "application/octet-stream", body, len, 422,
+                     "invalid_shape");
+    assert_non_null(strstr(r.body, "rank"));
+    ls_test_response_free(&r);
+    free(body);
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/z"), 404);
+    tiny_server_stop(&ts);
+}
+
+/* It started and then answered 500 to every path upload. */
+static void test_missing_adapter_dir_stops_startup(void **state) {
+    (void)state;
+    const char *args[] = {"--demo",       "--experts",      "2", "--hidden",      "8",
+                          "--intermediate", "4",            "--layers", "1",      "--port",
+                          "0",            "--adapter-dir", "/nonexistent/lorasink-adapters", NULL};
+    char out[8192];
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
+    assert_non_null(strstr(out, "the adapter directory /nonexistent/lorasink-adapters cannot be opened"));
+    assert_null(strstr(out, "listening on"));
+}
+
+/* A forward body of T tokens of the tiny model (x and gammas). */
+static char *forward_json(int T, const char *adapter) {
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"x\":[", 6);
+    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s[0.5,-0.25,0.125,1]", t ? "," : "");
+    ls_buf_append(&b, "],\"gammas\":[", 12);
+    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s[1,0.5]", t ? "," : "");
+    ls_buf_append(&b, "]", 1);
+    if (adapter) {
+        ls_buf_append(&b, ",\"adapters\":[", 13);
+        for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s\"%s\"", t ? "," : "", adapter);
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, "}", 1);
+    return ls_buf_take(&b, NULL);
+}
+
+/* A small forward body of T tokens with H values each. */
+static char *forward_json_h(int T, int H) {
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"x\":[", 6);
+    for (int t = 0; t < T; t++) {
+        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
+        for (int h = 0; h < H; h++) ls_buf_append(&b, h ? ",0.5" : "0.5", h ? 4 : 3);
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, "],\"gammas\":[", 12);
+    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s[1,0.5]", t ? "," : "");
+    ls_buf_append(&b, "]}", 2);
+    return ls_buf_take(&b, NULL);
+}
+
+static void test_max_request_tokens(void **state) {
+    (void)state;
+    const char *extra[] = {"--max-request-tokens", "2", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    char *two = forward_json(2, NULL), *three = forward_json(3, NULL);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, two, strlen(two), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    r = expect_error(ts.srv, "POST", "/forward", NULL, three, strlen(three), 413, "payload_too_large");
+    assert_non_null(strstr(r.body, "--max-request-tokens"));
+    ls_test_response_free(&r);
+    size_t len;
+    uint8_t *st = forward_safetensors(3, &len);
+    expect_error_free(ts.srv, "POST", "/forward", "application/octet-stream", st, len, 413, "payload_too_large");
+    free(st);
+    free(two);
+    free(three);
+    tiny_server_stop(&ts);
+}
+
+/* One forward in a thread: its status. */
+typedef struct {
+    const ls_test_server *srv;
+    const char *body;
+    long status;
+    char code[64];
+    useconds_t delay_us;
+} fwd_call;
+
+static void *fwd_thread(void *arg) {
+    fwd_call *c = arg;
+    usleep(c->delay_us);
+    ls_test_response r;
+    if (ls_test_http(c->srv, "POST", "/forward", NULL, c->body, strlen(c->body), NULL, &r) != 0) {
+        c->status = -1;
+        return NULL;
+    }
+    c->status = r.status;
+    json_t *j = ls_test_response_json(&r);
+    snprintf(c->code, sizeof c->code, "%s", j ? ls_test_error_code(j) : "");
+    json_decref(j);
+    ls_test_response_free(&r);
+    return NULL;
+}
+
+/* Runs the calls at once (each after its delay) and waits for all. */
+static void run_concurrently(fwd_call *calls, int n) {
+    pthread_t th[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, fwd_thread, &calls[i]), 0);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+/* Bytes held by queued forwards have a budget: past it 429, except for a
+ * request alone (which must always be able to run). */
+static void test_queue_budget(void **state) {
+    (void)state;
+    /* Each request parks a second in the batcher, holding its bytes. */
+    const char *extra[] = {"--max-queue-mb", "1", "--batch-wait-us", "1000000", "--max-batch-tokens", "1000000",
+                           "--max-request-tokens", "100000", "--max-queue-tokens", "1000000", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    char *big = forward_json(2500, NULL), *huge = forward_json(6000, NULL);
+    fwd_call calls[2] = {{.srv = ts.srv, .body = big}, {.srv = ts.srv, .body = big, .delay_us = 300000}};
+    run_concurrently(calls, 2);
+    assert_int_equal(calls[0].status, 200);
+    assert_int_equal(calls[1].status, 429);
+    assert_string_equal(calls[1].code, "overloaded");
+    /* The budget is given back: alone, even a request over it runs. */
+    fwd_call alone = {.srv = ts.srv, .body = huge};
+    fwd_thread(&alone);
+    assert_int_equal(alone.status, 200);
+    fwd_call again[2] = {{.srv = ts.srv, .body = big}, {.srv = ts.srv, .body = big, .delay_us = 300000}};
+    run_concurrently(again, 2);
+    assert_int_equal(again[0].status, 200);
+    assert_int_equal(again[1].status, 429);
+    free(big);
+    free(huge);
+    tiny_server_stop(&ts);
+}
+
+/* An adapter whose file changed under the server fails its own request
+ * with 409 adapter_stale; the requests batched with it are answered as
+ * if it were not there (they all failed with its 500 before). */
+static void test_reload_failure_stays_in_its_request(void **state) {
+    (void)state;
+    /* Two slots and a host tier of one: loading a, b, c leaves a neither
+     * resident nor in host memory, so using it reads its file again. */
+    const char *extra[] = {"--slots", "2", "--host-cache", "1", "--batch-wait-us", "300000", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    const char *names[3] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        char file[32];
+        snprintf(file, sizeof file, "%s.safetensors", names[i]);
+        tiny_write_adapter_file(&ts, file, "4");
+        json_t *req = json_pack("{s:s, s:s}", "name", names[i], "path", file);
+        json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+        json_decref(req);
+    }
+    /* As cp does: the same name, other factors (the last float's low
+     * bytes changed). */
+    size_t len;
+    uint8_t *other = tiny_adapter_safetensors(&ts, "4", &len);
+    other[len - 1] ^= 0x01;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/a.safetensors", ts.dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(other, 1, len, f), len);
+    fclose(f);
+    free(other);
+    char *with_a = forward_json(2, "a"), *with_c = forward_json(3, "c"), *base = forward_json(1, NULL);
+    fwd_call calls[3] = {{.srv = ts.srv, .body = with_a}, {.srv = ts.srv, .body = base, .delay_us = 20000},
+                         {.srv = ts.srv, .body = with_c, .delay_us = 40000}};
+    run_concurrently(calls, 3);
+    assert_int_equal(calls[0].status, 409);
+    assert_string_equal(calls[0].code, "adapter_stale");
+    assert_int_equal(calls[1].status, 200);
+    assert_int_equal(calls[2].status, 200);
+    /* A removed file is stale too, not the client's bad request. */
+    assert_int_equal(unlink(path), 0);
+    ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, with_a, strlen(with_a), 409, "adapter_stale");
+    assert_null(strstr(r.body, ts.dir)); /* paths are relative to --adapter-dir */
+    ls_test_response_free(&r);
+    free(with_a);
+    free(with_c);
+    free(base);
+    tiny_server_stop(&ts);
+}
+
+/* A /proc/PID/status field in KiB (VmRSS, VmHWM). */
+static long proc_kib(int pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long v = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
+    fclose(f);
+    assert_true(v >= 0);
+    return v;
+}
+
+/* One forward of a large JSON body raised the peak RSS by 23 times the
+ * body. Now x is parsed straight into floats: the peak of a forward is
+ * its body, its tensors (x, gammas, y) and its reply text, measured here
+ * against the bound the README states: body + 4 x tensor bytes +
+ * 32 MiB; and it is given back after the reply. */
+static void test_forward_peak_memory(void **state) {
+    (void)state;
+    enum { HID = 1024, T = 6000 };
+    /* Freed memory must leave the process as it does in a release build:
+     * no sanitizer quarantine holding it. */
+    char asan[512];
+    const char *prev = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%squarantine_size_mb=0", prev ? prev : "", prev && *prev ? ":" : "");
+    const char *env[] = {asan, NULL};
+    const char *args[] = {"--demo", "--experts", "2", "--hidden", "1024", "--intermediate", "64", "--layers", "1",
+                          "--dtype", "f32", NULL};
+    ls_test_server *s = ls_test_server_start_env(args, env);
+    assert_non_null(s);
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"x\":[", 6);
+    uint64_t rng = 7;
+    for (int t = 0; t < T; t++) {
+        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
+        for (int h = 0; h < HID; h++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            ls_buf_printf(&b, "%s%.6f", h ? "," : "", (double)(int64_t)(rng >> 11) / 9007199254740992.0 - 0.5);
+        }
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, "],\"gammas\":[", 12);
+    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s[1,0.5]", t ? "," : "");
+    ls_buf_append(&b, "]}", 2);
+    size_t body_len = 0;
+    char *body = ls_buf_take(&b, &body_len);
+    assert_non_null(body);
+    /* Warm up (thread stacks, engine buffers) on a small forward. */
+    char *small = forward_json_h(4, HID);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, small, strlen(small), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    free(small);
+    const int pid = ls_test_server_pid(s);
+    const long before = proc_kib(pid, "VmRSS");
+    assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, body, body_len, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    const size_t reply_len = r.len;
+    ls_test_response_free(&r);
+    const long peak = proc_kib(pid, "VmHWM");
+    /* What the request held is given back once its reply is sent (the
+     * server frees it a moment after the client has read it all). */
+    long after = proc_kib(pid, "VmRSS");
+    for (int i = 0; i < 50 && (double)(after - before) * 1024.0 > (double)body_len / 2; i++) {
+        usleep(100000);
+        after = proc_kib(pid, "VmRSS");
+    }
+    const double tensors = 4.0 * T * (2.0 * HID + 2), mib = 1048576.0;
+    const double grew = (double)(peak - before) * 1024.0, bound = (double)body_len + 4 * tensors + 32 * mib;
+    print_message("forward of %d tokens: body %.1f MiB, tensors %.1f MiB, reply %.1f MiB; peak RSS +%.1f MiB "
+                  "(bound %.1f MiB), RSS after %+.1f MiB\n",
+                  T, (double)body_len / mib, tensors / mib, (double)reply_len / mib, grew / mib, bound / mib,
+                  (double)(after - before) / 1024.0);
+    assert_true(grew <= bound);
+    assert_true((double)(after - before) * 1024.0 <= (double)body_len / 2);
+    free(body);
+    assert_int_equal(ls_test_server_stop(s), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nul_in_names),
+        cmocka_unit_test(test_sigterm_refuses_new_clients),
+        cmocka_unit_test(test_safetensors_empty_adapter),
+        cmocka_unit_test(test_pin_limit),
+        cmocka_unit_test(test_alpha_is_decimal),
+        cmocka_unit_test(test_rank_zero_peft),
+        cmocka_unit_test(test_missing_adapter_dir_stops_startup),
+        cmocka_unit_test(test_max_request_tokens),
+        cmocka_unit_test(test_queue_budget),
+        cmocka_unit_test(test_reload_failure_stays_in_its_request),
+        cmocka_unit_test(test_forward_peak_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
