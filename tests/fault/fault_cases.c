@@ -292,3 +292,21 @@ int fc_group_teardown(void **state) {
     fc_fini();
     return 0;
 }
+
+const fc_spec fc_specs[] = {
+    {"pool load: new name", FC_LOAD_NEW, FC_PLAIN},
+    {"pool load: new name, state dir", FC_LOAD_NEW, FC_STATE},
+    {"pool load: new pinned, state dir", FC_LOAD_PINNED, FC_STATE},
+    {"pool load: replace", FC_LOAD_REPLACE, FC_PLAIN},
+    {"pool load: replace, state dir", FC_LOAD_REPLACE, FC_STATE},
+    {"pool load: replace pinned", FC_REPLACE_PINNED, FC_PLAIN},
+    {"pool load: replace pinned, state dir", FC_REPLACE_PINNED, FC_STATE},
+    {"pool load: evicting, state dir", FC_LOAD_EVICT, FC_STATE},
+    {"pool delete", FC_DELETE, FC_PLAIN},
+    {"pool delete, state dir", FC_DELETE, FC_STATE},
+    {"pool forward: mix, regroup, evict", FC_FORWARD, FC_PLAIN},
+    {"pool forward: read back from state dir", FC_FORWARD, FC_STATE},
+    {"pool forward: read back from its file", FC_FORWARD, FC_SOURCE},
+    {"pool restore from a state dir", FC_RESTORE, FC_STATE},
+};
+const size_t fc_n_specs = sizeof fc_specs / sizeof *fc_specs;

@@ -41,6 +41,11 @@ void fc_fini(void);
 int fc_group_setup(void **state);
 int fc_group_teardown(void **state);
 
+/* Every pool operation the sweeps cover, with and without a state
+ * directory, in fc_op order. */
+extern const fc_spec fc_specs[];
+extern const size_t fc_n_specs;
+
 /* The sweep's case for spec (which must outlive it). */
 fx_case fc_case(const fc_spec *spec);
 

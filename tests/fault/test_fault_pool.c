@@ -7,28 +7,11 @@
  * attempt must satisfy). */
 #include "tests/fault/fault_cases.h"
 
-static const fc_spec specs[] = {
-    {"pool load: new name", FC_LOAD_NEW, FC_PLAIN},
-    {"pool load: new name, state dir", FC_LOAD_NEW, FC_STATE},
-    {"pool load: new pinned, state dir", FC_LOAD_PINNED, FC_STATE},
-    {"pool load: replace", FC_LOAD_REPLACE, FC_PLAIN},
-    {"pool load: replace, state dir", FC_LOAD_REPLACE, FC_STATE},
-    {"pool load: replace pinned", FC_REPLACE_PINNED, FC_PLAIN},
-    {"pool load: replace pinned, state dir", FC_REPLACE_PINNED, FC_STATE},
-    {"pool load: evicting, state dir", FC_LOAD_EVICT, FC_STATE},
-    {"pool delete", FC_DELETE, FC_PLAIN},
-    {"pool delete, state dir", FC_DELETE, FC_STATE},
-    {"pool forward: mix, regroup, evict", FC_FORWARD, FC_PLAIN},
-    {"pool forward: read back from state dir", FC_FORWARD, FC_STATE},
-    {"pool forward: read back from its file", FC_FORWARD, FC_SOURCE},
-    {"pool restore from a state dir", FC_RESTORE, FC_STATE},
-};
-
 /* Sweeps every spec whose operation is first..last. */
 static void run(fc_op first, fc_op last) {
-    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
-        if (specs[i].op < first || specs[i].op > last) continue;
-        fx_case c = fc_case(&specs[i]);
+    for (size_t i = 0; i < fc_n_specs; i++) {
+        if (fc_specs[i].op < first || fc_specs[i].op > last) continue;
+        fx_case c = fc_case(&fc_specs[i]);
         fx_sweep(&c, FX_ALLOC);
     }
 }
