@@ -21,13 +21,22 @@ struct ls_forward_job {
     unsigned long long held; /* bytes counted in srv->held_bytes */
 };
 
-void ls_forward_job_free(ls_forward_job *fj) {
-    if (!fj) return;
+/* Frees the job's tensors and gives its bytes back to the budget; the
+ * job itself stays (its connection frees it). Idempotent. */
+static void ls_forward_job_release(ls_forward_job *fj) {
     if (fj->held) atomic_fetch_sub(&fj->srv->held_bytes, fj->held);
+    fj->held = 0;
     ls_forward_req_free(&fj->fr);
-    ls_error_free(&fj->job.err);
     free(fj->y);
     free(fj->used);
+    fj->y = NULL;
+    fj->used = NULL;
+}
+
+void ls_forward_job_free(ls_forward_job *fj) {
+    if (!fj) return;
+    ls_forward_job_release(fj);
+    ls_error_free(&fj->job.err);
     free(fj);
 }
 
@@ -93,7 +102,17 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
 
 ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
 
+static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r);
+
+/* Once the reply is built the request is no longer queued: its tensors
+ * go and its bytes leave the budget before the reply is sent, so a
+ * client that has read its reply finds the budget free again. */
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
+    ls_forward_reply(srv, fj, r);
+    ls_forward_job_release(fj);
+}
+
+static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     ls_batch_job *job = &fj->job;
     ls_status st = job->status;
     if (st != LS_OK) {

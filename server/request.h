@@ -49,7 +49,8 @@ void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fm
     __attribute__((format(printf, 4, 5)));
 
 /* The asynchronous form of /forward used with the batcher: prepare parses
- * (NULL with r filled on error), the batch job runs, complete fills r.
+ * (NULL with r filled on error), the batch job runs, complete fills r
+ * and frees the job's tensors (its bytes leave --max-queue-mb's budget).
  * The job is owned by the caller until ls_forward_job_free. */
 typedef struct ls_forward_job ls_forward_job;
 struct ls_batch_job;
