@@ -2,6 +2,9 @@
  * register state, through the compiler's cpu model), the names of the
  * paths, and the choice for --cpu-isa. */
 #include <stddef.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "gpu/cpu/kernels.h"
 
@@ -15,15 +18,24 @@ const char *ls_cpu_isa_name(ls_cpu_isa isa) {
     return "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C from CPUID itself: clang's __builtin_cpu_supports does not know
+ * the name. Its instructions are VEX-encoded, so the AVX checks below
+ * (which also ask the OS) cover the register state. */
+static bool ls_cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 bool ls_cpu_isa_supported(ls_cpu_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     switch (isa) {
     case LS_CPU_ISA_AVX512:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && ls_cpu_has_f16c();
     case LS_CPU_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ls_cpu_has_f16c();
     case LS_CPU_ISA_AUTO:
     case LS_CPU_ISA_GENERIC: return true;
     }
