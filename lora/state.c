@@ -368,19 +368,38 @@ static void ls_state_set_aside(ls_state *s, const char *file, const char *why) {
     }
 }
 
+/* The version the tombstone file holds (a decimal >= 1 ending the
+ * file or its first line, the file 64 bytes at most); false when it is
+ * missing or not a tombstone. Reads into a buffer of its own: nothing to
+ * allocate, so nothing to run out of. */
+static bool ls_state_tomb_read(ls_state *s, const char *file, uint64_t *version) {
+    char text[66];
+    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    size_t len = 0;
+    for (ssize_t n; len < sizeof text - 1 && (n = read(fd, text + len, sizeof text - 1 - len)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    if (len == 0 || len > 64) return false;
+    text[len] = '\0';
+    char *end = NULL;
+    uint64_t v = strtoull(text, &end, 10);
+    if (v < 1 || !end || (*end != '\n' && *end)) return false;
+    *version = v;
+    return true;
+}
+
 /* A crash between writing a new version of a deleted name and dropping
  * its tombstone leaves both: a tombstone older than the record restored
  * is removed (best effort: a leftover one is harmless, only untidy). */
 static void ls_state_drop_outdated_tomb(ls_state *s, const char *name, uint64_t version) {
-    char file[LS_STATE_MAX_NAME + 16], text[32];
+    char file[LS_STATE_MAX_NAME + 16];
     snprintf(file, sizeof file, "%s.deleted", name);
-    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return;
-    text[n] = '\0';
-    if (strtoull(text, NULL, 10) >= version) return;
+    uint64_t tomb = 0;
+    if (!ls_state_tomb_read(s, file, &tomb) || tomb >= version) return;
     ls_error err;
     ls_error_init(&err);
     if (ls_state_remove(s, file, &err) != LS_OK) ls_log_warn("%s", err.message);
@@ -430,23 +449,9 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
      * tombstone and the removal) is the delete's to finish. */
     for (size_t i = 0; st == LS_OK && i < n; i++) {
         if (!ls_state_name_of(files[i], ".deleted", name, sizeof name)) continue;
-        char *text = NULL, path[PATH_MAX + 160];
-        snprintf(path, sizeof path, "%s/%s", s->dir, files[i]);
-        ls_error e2;
-        ls_error_init(&e2);
         uint64_t v = 0;
-        char *end = NULL;
-        /* LS_INTERNAL is out of memory: no reason to set the file aside
-         * (a name's last version would be forgotten), a reason to stop. */
-        ls_status rd = ls_file_read_text(path, 64, &text, LS_INVALID_REQUEST, &e2);
-        if (rd == LS_INTERNAL)
-            st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
-        else if (rd == LS_OK && (v = strtoull(text, &end, 10)) >= 1 && end && (*end == '\n' || !*end))
-            tomb(ctx, name, v);
-        else
-            ls_state_set_aside(s, files[i], "is not a tombstone");
-        free(text);
-        ls_error_free(&e2);
+        if (ls_state_tomb_read(s, files[i], &v)) tomb(ctx, name, v);
+        else ls_state_set_aside(s, files[i], "is not a tombstone");
     }
     for (size_t i = 0; st == LS_OK && i < n; i++) {
         if (!ls_state_name_of(files[i], ".adapter", name, sizeof name)) continue;
