@@ -14,6 +14,7 @@
 #include "common/text.h"
 #include "gpu/backend.h"
 #include "tests/util/reference.h"
+#include "tests/util/testutil.h"
 #ifdef LS_HAVE_CUDA
 #include "gpu/cuda/cuda_backend.h"
 #endif
@@ -62,15 +63,6 @@ typedef struct {
 static int g_checks, g_failures;
 
 /* ---- data -------------------------------------------------------------------- */
-
-static void *xcalloc(size_t count, size_t size) {
-    void *p = calloc(count ? count : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu x %zu bytes)\n", count, size);
-        exit(1);
-    }
-    return p;
-}
 
 /* splitmix64 to uniform floats in [-scale, scale]. */
 static void fill(float *v, size_t count, double scale, uint64_t *state) {
@@ -166,10 +158,10 @@ typedef struct {
 static void ref_adapter_make(const ls_dims *d, const ls_pool_dims *p, const slot_data *sd, int layer,
                              ref_adapter *ra) {
     const long n = d->n, H = d->H, F = d->F, R = p->max_rank, O = ls_pool_outer(d, p), r = sd->rank;
-    ra->gu_a = xcalloc((size_t)(O * 2 * r * H), sizeof(double));
-    ra->gu_b = xcalloc((size_t)(n * 2 * F * r), sizeof(double));
-    ra->d_a = xcalloc((size_t)(n * r * F), sizeof(double));
-    ra->d_b = xcalloc((size_t)(O * H * r), sizeof(double));
+    ra->gu_a = ls_test_calloc((size_t)(O * 2 * r * H), sizeof(double));
+    ra->gu_b = ls_test_calloc((size_t)(n * 2 * F * r), sizeof(double));
+    ra->d_a = ls_test_calloc((size_t)(n * r * F), sizeof(double));
+    ra->d_b = ls_test_calloc((size_t)(O * H * r), sizeof(double));
     const float *ga = sd->gu_a[layer], *gb = sd->gu_b[layer], *da = sd->d_a[layer], *db = sd->d_b[layer];
     for (long o = 0; o < O; o++)
         for (long k = 0; k < r; k++)
@@ -233,8 +225,8 @@ static void write_slot(run *rn, int s, uint64_t *st, ls_error *err) {
 static void check_forward(run *rn, const char *pattern, int layer, int T, const float *x, const float *gam,
                           const int *slot_of_token, ls_error *err) {
     const int H = rn->dims.H;
-    float *y_cpu = xcalloc((size_t)T * H, sizeof(float));
-    float *y = xcalloc((size_t)T * H, sizeof(float));
+    float *y_cpu = ls_test_calloc((size_t)T * H, sizeof(float));
+    float *y = ls_test_calloc((size_t)T * H, sizeof(float));
     char label[256];
     if (!must(ls_backend_forward(rn->cpu, layer, T, x, gam, slot_of_token, y_cpu, err), err, "cpu forward"))
         goto out;
@@ -248,16 +240,16 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
     if (rn->ref_ok) {
         const ls_dims *d = &rn->dims;
         const long n13 = (long)d->n * 2 * d->F * d->H, n2 = (long)d->n * d->H * d->F;
-        double *w13 = xcalloc((size_t)n13, sizeof(double)), *w2 = xcalloc((size_t)n2, sizeof(double));
-        double *xd = xcalloc((size_t)T * H, sizeof(double)), *gd = xcalloc((size_t)T * d->n, sizeof(double));
-        double *yd = xcalloc((size_t)T * H, sizeof(double));
+        double *w13 = ls_test_calloc((size_t)n13, sizeof(double)), *w2 = ls_test_calloc((size_t)n2, sizeof(double));
+        double *xd = ls_test_calloc((size_t)T * H, sizeof(double)), *gd = ls_test_calloc((size_t)T * d->n, sizeof(double));
+        double *yd = ls_test_calloc((size_t)T * H, sizeof(double));
         for (long i = 0; i < n13; i++) w13[i] = rn->w13[layer][i];
         for (long i = 0; i < n2; i++) w2[i] = rn->w2[layer][i];
         for (long i = 0; i < (long)T * H; i++) xd[i] = x[i];
         if (gam)
             for (long i = 0; i < (long)T * d->n; i++) gd[i] = gam[i];
-        ref_adapter *ra = xcalloc((size_t)rn->pool.slots, sizeof *ra);
-        const ls_ref_lora **lot = xcalloc((size_t)T, sizeof *lot);
+        ref_adapter *ra = ls_test_calloc((size_t)rn->pool.slots, sizeof *ra);
+        const ls_ref_lora **lot = ls_test_calloc((size_t)T, sizeof *lot);
         for (int s = 0; s < rn->pool.slots; s++)
             if (rn->slots[s].rank > 0) ref_adapter_make(d, &rn->pool, &rn->slots[s], layer, &ra[s]);
         for (int t = 0; t < T; t++) {
@@ -297,8 +289,8 @@ static void check_slot_read(run *rn, ls_error *err) {
     const ls_pool_dims *p = &rn->pool;
     const size_t la = ls_pool_gu_a_len(d, p), lb = ls_pool_gu_b_len(d, p), lc = ls_pool_d_a_len(d, p),
                  ld = ls_pool_d_b_len(d, p);
-    float *a = xcalloc(la, sizeof(float)), *b = xcalloc(lb, sizeof(float)), *c = xcalloc(lc, sizeof(float)),
-          *dd = xcalloc(ld, sizeof(float));
+    float *a = ls_test_calloc(la, sizeof(float)), *b = ls_test_calloc(lb, sizeof(float)), *c = ls_test_calloc(lc, sizeof(float)),
+          *dd = ls_test_calloc(ld, sizeof(float));
     const int layer = d->L - 1;
     char label[200];
     for (int i = 0; i < rn->ndev; i++) {
@@ -384,11 +376,11 @@ static void run_case(const pcase *pc, int threads) {
     uint64_t st = 0x5eed;
     for (const char *c = pc->name; *c; c++) st = st * 131 + (unsigned char)*c;
     const size_t n13 = (size_t)pc->n * 2 * pc->F * pc->H, n2 = (size_t)nFH;
-    rn.w13 = xcalloc((size_t)pc->L, sizeof(float *));
-    rn.w2 = xcalloc((size_t)pc->L, sizeof(float *));
+    rn.w13 = ls_test_calloc((size_t)pc->L, sizeof(float *));
+    rn.w2 = ls_test_calloc((size_t)pc->L, sizeof(float *));
     for (int l = 0; l < pc->L; l++) {
-        rn.w13[l] = xcalloc(n13, sizeof(float));
-        rn.w2[l] = xcalloc(n2, sizeof(float));
+        rn.w13[l] = ls_test_calloc(n13, sizeof(float));
+        rn.w2[l] = ls_test_calloc(n2, sizeof(float));
         fill(rn.w13[l], n13, sqrt(3.0 / pc->H), &st);
         fill(rn.w2[l], n2, sqrt(3.0 / ((double)pc->n * pc->F)), &st);
         /* Every backend and the double reference see the same weights. */
@@ -401,19 +393,19 @@ static void run_case(const pcase *pc, int threads) {
     }
 
     /* Ranks spread over 1..R; the last slot is written, then cleared. */
-    rn.slots = xcalloc((size_t)pc->S, sizeof *rn.slots);
+    rn.slots = ls_test_calloc((size_t)pc->S, sizeof *rn.slots);
     for (int s = 0; s < pc->S; s++) {
         slot_data *sd = &rn.slots[s];
         sd->rank = pc->S == 1 ? pc->R : 1 + (int)((long)s * (pc->R - 1) / (pc->S - 1));
-        sd->gu_a = xcalloc((size_t)pc->L, sizeof(float *));
-        sd->gu_b = xcalloc((size_t)pc->L, sizeof(float *));
-        sd->d_a = xcalloc((size_t)pc->L, sizeof(float *));
-        sd->d_b = xcalloc((size_t)pc->L, sizeof(float *));
+        sd->gu_a = ls_test_calloc((size_t)pc->L, sizeof(float *));
+        sd->gu_b = ls_test_calloc((size_t)pc->L, sizeof(float *));
+        sd->d_a = ls_test_calloc((size_t)pc->L, sizeof(float *));
+        sd->d_b = ls_test_calloc((size_t)pc->L, sizeof(float *));
         for (int l = 0; l < pc->L; l++) {
-            sd->gu_a[l] = xcalloc(ls_pool_gu_a_len(&rn.dims, &rn.pool), sizeof(float));
-            sd->gu_b[l] = xcalloc(ls_pool_gu_b_len(&rn.dims, &rn.pool), sizeof(float));
-            sd->d_a[l] = xcalloc(ls_pool_d_a_len(&rn.dims, &rn.pool), sizeof(float));
-            sd->d_b[l] = xcalloc(ls_pool_d_b_len(&rn.dims, &rn.pool), sizeof(float));
+            sd->gu_a[l] = ls_test_calloc(ls_pool_gu_a_len(&rn.dims, &rn.pool), sizeof(float));
+            sd->gu_b[l] = ls_test_calloc(ls_pool_gu_b_len(&rn.dims, &rn.pool), sizeof(float));
+            sd->d_a[l] = ls_test_calloc(ls_pool_d_a_len(&rn.dims, &rn.pool), sizeof(float));
+            sd->d_b[l] = ls_test_calloc(ls_pool_d_b_len(&rn.dims, &rn.pool), sizeof(float));
         }
         write_slot(&rn, s, &st, &err);
     }
@@ -429,8 +421,8 @@ static void run_case(const pcase *pc, int threads) {
 
     for (int ti = 0; ti < MAX_T && pc->T[ti]; ti++) {
         const int T = pc->T[ti];
-        float *x = xcalloc((size_t)T * pc->H, sizeof(float)), *gam = xcalloc((size_t)T * pc->n, sizeof(float));
-        int *sot = xcalloc((size_t)T, sizeof(int));
+        float *x = ls_test_calloc((size_t)T * pc->H, sizeof(float)), *gam = ls_test_calloc((size_t)T * pc->n, sizeof(float));
+        int *sot = ls_test_calloc((size_t)T, sizeof(int));
         fill(x, (size_t)T * pc->H, 1.0, &st);
         fill(gam, (size_t)T * pc->n, 1.0, &st);
         for (long i = 0; i < (long)T * pc->n; i++) gam[i] += 1.0f; /* gates in [0, 2] */
@@ -446,15 +438,15 @@ static void run_case(const pcase *pc, int threads) {
     /* A rewritten slot serves its new factors: derived operands follow. */
     {
         const int T = Tmax < 100 ? Tmax : 100;
-        float *x = xcalloc((size_t)T * pc->H, sizeof(float));
-        int *sot = xcalloc((size_t)T, sizeof(int));
+        float *x = ls_test_calloc((size_t)T * pc->H, sizeof(float));
+        int *sot = ls_test_calloc((size_t)T, sizeof(int));
         fill(x, (size_t)T * pc->H, 1.0, &st);
         write_slot(&rn, 0, &st, &err);
         check_forward(&rn, "rewritten slot 0", 0, T, x, NULL, make_pattern(1, T, pc->S, 0, sot), &err);
         check_forward(&rn, "rewritten, mixed", pc->L - 1, T, x, NULL, make_pattern(3, T, pc->S, 0, sot), &err);
         /* A slot index outside the pool is refused, and nothing breaks. */
         sot[0] = pc->S;
-        float *y = xcalloc((size_t)T * pc->H, sizeof(float));
+        float *y = ls_test_calloc((size_t)T * pc->H, sizeof(float));
         for (int i = 0; i < rn.ndev; i++) {
             char label[160];
             snprintf(label, sizeof label, "%s %s refuses slot %d", pc->name, rn.dev[i].name, pc->S);

@@ -132,10 +132,7 @@ void fx_peft_tensors(ls_tensor_set *s) {
 static void fx_write(const char *dir, const char *name, const void *data, size_t len) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
+    ls_test_write_file(path, data, len);
 }
 
 void fx_write_adapter_dir(const char *dir) {

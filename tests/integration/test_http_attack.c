@@ -415,10 +415,7 @@ static void test_reload_failure_stays_in_its_request(void **state) {
     other[len - 1] ^= 0x01;
     char path[1024];
     snprintf(path, sizeof path, "%s/a.safetensors", ts.dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(other, 1, len, f), len);
-    fclose(f);
+    ls_test_write_file(path, other, len);
     free(other);
     char *with_a = forward_json(2, "a"), *with_c = forward_json(3, "c"), *base = forward_json(1, NULL);
     fwd_call calls[3] = {{.srv = ts.srv, .body = with_a}, {.srv = ts.srv, .body = base, .delay_us = 20000},

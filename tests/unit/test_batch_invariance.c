@@ -22,22 +22,10 @@
 #include "gpu/backend.h"
 #include "gpu/cpu/gemm.h"
 #include "tests/util/reference.h"
+#include "tests/util/testutil.h"
 
 #define MAX_T 300
 #define SLOTS 4
-
-static void *xcalloc(size_t count, size_t size) {
-    void *p = calloc(count ? count : 1, size);
-    assert_non_null(p);
-    return p;
-}
-
-static void fill(float *v, size_t count, double scale, unsigned long long *state) {
-    double *d = xcalloc(count, sizeof *d);
-    ls_ref_fill_uniform(d, (long)count, scale, state);
-    for (size_t i = 0; i < count; i++) v[i] = (float)d[i];
-    free(d);
-}
 
 typedef struct {
     ls_dims d;
@@ -67,20 +55,20 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
     const int R = m->R;
     unsigned long long st = seed;
-    float *w13 = xcalloc(n * 2 * F * H, sizeof(float)), *w2 = xcalloc(n * H * F, sizeof(float));
-    fill(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
-    fill(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
+    float *w13 = ls_test_calloc(n * 2 * F * H, sizeof(float)), *w2 = ls_test_calloc(n * H * F, sizeof(float));
+    ls_ref_fill_uniform_f(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
+    ls_ref_fill_uniform_f(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
     assert_int_equal(ls_backend_upload_base(be, 0, w13, w2, &err), LS_OK);
 
     const ls_pool_dims *p = ls_backend_pool_dims(be);
     size_t lga = ls_pool_gu_a_len(d, p), lgb = ls_pool_gu_b_len(d, p);
     size_t lda = ls_pool_d_a_len(d, p), ldb = ls_pool_d_b_len(d, p);
-    float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
+    float *ga = ls_test_calloc(lga, 4), *gb = ls_test_calloc(lgb, 4), *da = ls_test_calloc(lda, 4), *db = ls_test_calloc(ldb, 4);
     for (int s = 0; s < SLOTS; s++) {
-        fill(ga, lga, 1.0 / sqrt((double)H), &st);
-        fill(gb, lgb, 0.5, &st);
-        fill(da, lda, 1.0 / sqrt((double)F), &st);
-        fill(db, ldb, 0.5, &st);
+        ls_ref_fill_uniform_f(ga, lga, 1.0 / sqrt((double)H), &st);
+        ls_ref_fill_uniform_f(gb, lgb, 0.5, &st);
+        ls_ref_fill_uniform_f(da, lda, 1.0 / sqrt((double)F), &st);
+        ls_ref_fill_uniform_f(db, ldb, 0.5, &st);
         int r = R * (s + 1) / SLOTS, O = ls_pool_outer(d, p);
         for (int o = 0; o < O; o++)
             for (int k = r; k < R; k++) {
@@ -111,11 +99,11 @@ typedef struct {
 
 static batch batch_make(const ls_dims *d, int T, int n_slots, unsigned long long *st) {
     batch b = {.T = T};
-    b.x = xcalloc((size_t)T * d->H, 4);
-    b.gam = xcalloc((size_t)T * d->n, 4);
-    b.slot = xcalloc((size_t)T, sizeof(int));
-    fill(b.x, (size_t)T * d->H, 1.0, st);
-    fill(b.gam, (size_t)T * d->n, 1.0, st);
+    b.x = ls_test_calloc((size_t)T * d->H, 4);
+    b.gam = ls_test_calloc((size_t)T * d->n, 4);
+    b.slot = ls_test_calloc((size_t)T, sizeof(int));
+    ls_ref_fill_uniform_f(b.x, (size_t)T * d->H, 1.0, st);
+    ls_ref_fill_uniform_f(b.gam, (size_t)T * d->n, 1.0, st);
     double pick[MAX_T];
     ls_ref_fill_uniform(pick, T, 1.0, st);
     for (int t = 0; t < T; t++) {
@@ -130,9 +118,9 @@ static void batch_free(batch *b) { free(b->x), free(b->gam), free(b->slot); }
 /* The batch permuted: row t of the result is row perm[t] of b. */
 static batch batch_permute(const batch *b, const int *perm, int H, int n) {
     batch p = {.T = b->T};
-    p.x = xcalloc((size_t)b->T * H, 4);
-    p.gam = xcalloc((size_t)b->T * n, 4);
-    p.slot = xcalloc((size_t)b->T, sizeof(int));
+    p.x = ls_test_calloc((size_t)b->T * H, 4);
+    p.gam = ls_test_calloc((size_t)b->T * n, 4);
+    p.slot = ls_test_calloc((size_t)b->T, sizeof(int));
     for (int t = 0; t < b->T; t++) {
         memcpy(p.x + (size_t)t * H, b->x + (size_t)perm[t] * H, (size_t)H * 4);
         memcpy(p.gam + (size_t)t * n, b->gam + (size_t)perm[t] * n, (size_t)n * 4);
@@ -153,7 +141,7 @@ static void run(ls_backend *be, const batch *b, bool gammas, float *y) {
 static int check_mix(ls_backend *be, int T, int n_slots, bool gammas, unsigned long long *st) {
     const int H = ls_backend_dims(be)->H, n = ls_backend_dims(be)->n;
     batch b = batch_make(ls_backend_dims(be), T, n_slots, st);
-    int *rev = xcalloc((size_t)T, sizeof(int)), *shuf = xcalloc((size_t)T, sizeof(int));
+    int *rev = ls_test_calloc((size_t)T, sizeof(int)), *shuf = ls_test_calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) rev[t] = T - 1 - t, shuf[t] = t;
     double u[MAX_T];
     ls_ref_fill_uniform(u, T, 1.0, st);
@@ -164,13 +152,13 @@ static int check_mix(ls_backend *be, int T, int n_slots, bool gammas, unsigned l
         shuf[t] = shuf[k], shuf[k] = tmp;
     }
     batch br = batch_permute(&b, rev, H, n), bs = batch_permute(&b, shuf, H, n);
-    float *y = xcalloc((size_t)T * H, 4), *yr = xcalloc((size_t)T * H, 4), *ys = xcalloc((size_t)T * H, 4);
-    float *y1 = xcalloc((size_t)H, 4);
+    float *y = ls_test_calloc((size_t)T * H, 4), *yr = ls_test_calloc((size_t)T * H, 4), *ys = ls_test_calloc((size_t)T * H, 4);
+    float *y1 = ls_test_calloc((size_t)H, 4);
     run(be, &b, gammas, y);
     run(be, &br, gammas, yr);
     run(be, &bs, gammas, ys);
     /* Where each token went in the permuted batches. */
-    int *at_r = xcalloc((size_t)T, sizeof(int)), *at_s = xcalloc((size_t)T, sizeof(int));
+    int *at_r = ls_test_calloc((size_t)T, sizeof(int)), *at_s = ls_test_calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) at_r[rev[t]] = t, at_s[shuf[t]] = t;
     int adapted = 0;
     for (int t = 0; t < T; t++) {
@@ -266,7 +254,7 @@ static void test_paths_agree(void **state) {
         unsigned long long st = 77 + (unsigned long long)combo;
         batch b = batch_make(&m.d, 230, SLOTS, &st);
         const size_t len = (size_t)b.T * m.d.H;
-        float *want = xcalloc(len, 4), *got = xcalloc(len, 4);
+        float *want = ls_test_calloc(len, 4), *got = ls_test_calloc(len, 4);
         ls_backend *be = setup(&m, LS_CPU_ISA_GENERIC, 1, 5000 + (unsigned long long)combo);
         run(be, &b, true, want);
         ls_backend_free(be);

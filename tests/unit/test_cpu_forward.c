@@ -16,14 +16,9 @@
 
 #include "gpu/backend.h"
 #include "tests/util/reference.h"
+#include "tests/util/testutil.h"
 
 /* ---- helpers -------------------------------------------------------- */
-
-static void *xcalloc(size_t count, size_t size) {
-    void *p = calloc(count ? count : 1, size);
-    assert_non_null(p);
-    return p;
-}
 
 /* Uniform doubles that are exact floats, so the backend (fp32) and the
  * reference (fp64) see the very same inputs. */
@@ -33,7 +28,7 @@ static void fill_exact(double *v, long count, double scale, unsigned long long *
 }
 
 static float *to_float(const double *v, long count) {
-    float *f = xcalloc((size_t)count, sizeof *f);
+    float *f = ls_test_calloc((size_t)count, sizeof *f);
     for (long i = 0; i < count; i++) f[i] = (float)v[i];
     return f;
 }
@@ -63,7 +58,7 @@ typedef struct {
 static void rand_lora_make(rand_lora *a, const ls_dims *d, int r, int outer, unsigned long long *state) {
     const long n = d->n, H = d->H, F = d->F;
     long ga = (long)outer * 2 * r * H, gb = n * 2 * F * r, da = n * r * F, db = (long)outer * H * r;
-    a->buf = xcalloc((size_t)(ga + gb + da + db), sizeof(double));
+    a->buf = ls_test_calloc((size_t)(ga + gb + da + db), sizeof(double));
     /* A ~ 1/sqrt(H) and B ~ 1/sqrt(r) make the delta as large as the base,
      * so a mistake in any LoRA term shows far above fp32 noise. */
     fill_exact(a->buf, ga, 1.0 / sqrt((double)H), state);
@@ -84,10 +79,10 @@ static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a
     const ls_dims *d = ls_backend_dims(be);
     const ls_pool_dims *p = ls_backend_pool_dims(be);
     const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
-    float *ga = xcalloc(ls_pool_gu_a_len(d, p), sizeof(float));
-    float *gb = xcalloc(ls_pool_gu_b_len(d, p), sizeof(float));
-    float *da = xcalloc(ls_pool_d_a_len(d, p), sizeof(float));
-    float *db = xcalloc(ls_pool_d_b_len(d, p), sizeof(float));
+    float *ga = ls_test_calloc(ls_pool_gu_a_len(d, p), sizeof(float));
+    float *gb = ls_test_calloc(ls_pool_gu_b_len(d, p), sizeof(float));
+    float *da = ls_test_calloc(ls_pool_d_a_len(d, p), sizeof(float));
+    float *db = ls_test_calloc(ls_pool_d_b_len(d, p), sizeof(float));
     for (long o = 0; o < O; o++) {
         long src = a->outer == 1 ? 0 : o;
         for (long k = 0; k < r; k++)
@@ -144,7 +139,7 @@ static double *json_doubles(const json_t *root, const char *path1, const char *p
     const json_t *j = json_object_get(root, path1);
     if (path2) j = json_object_get(j, path2);
     assert_non_null(j);
-    double *v = xcalloc((size_t)want, sizeof *v);
+    double *v = ls_test_calloc((size_t)want, sizeof *v);
     long k = 0;
     json_flatten(j, v, want, &k);
     assert_int_equal(k, want);
@@ -237,8 +232,8 @@ static void run_random_case(ls_w13_layout w13l, ls_lora_layout pl, unsigned long
     ls_backend *be = make_backend(&d, pl, S, R, MAXT);
     unsigned long long st = seed;
     const long c13 = (long)n * 2 * F * H, c2 = (long)n * H * F;
-    double *w13 = xcalloc((size_t)(L * c13), sizeof(double));
-    double *w2 = xcalloc((size_t)(L * c2), sizeof(double));
+    double *w13 = ls_test_calloc((size_t)(L * c13), sizeof(double));
+    double *w2 = ls_test_calloc((size_t)(L * c2), sizeof(double));
     fill_exact(w13, L * c13, 1.0 / sqrt((double)H), &st);
     fill_exact(w2, L * c2, 1.0 / sqrt((double)(n * F)), &st);
     for (int l = 0; l < L; l++) upload(be, l, w13 + l * c13, w2 + l * c2);
@@ -260,13 +255,13 @@ static void run_random_case(ls_w13_layout w13l, ls_lora_layout pl, unsigned long
     for (int ti = 0; ti < 4; ti++) {
         for (int with_gam = 0; with_gam < 2; with_gam++) {
             const int T = Ts[ti], layer = (ti + with_gam) % L;
-            double *x = xcalloc((size_t)T * H, sizeof(double));
-            double *gam = xcalloc((size_t)T * n, sizeof(double));
+            double *x = ls_test_calloc((size_t)T * H, sizeof(double));
+            double *gam = ls_test_calloc((size_t)T * n, sizeof(double));
             fill_exact(x, (long)T * H, 1.0, &st);
             fill_exact(gam, (long)T * n, 1.0, &st);
             for (long i = 0; i < (long)T * n; i++) gam[i] += 1.0; /* [0, 2] */
-            int *slots = xcalloc((size_t)T, sizeof(int));
-            const ls_ref_lora **per_tok = xcalloc((size_t)T, sizeof *per_tok);
+            int *slots = ls_test_calloc((size_t)T, sizeof(int));
+            const ls_ref_lora **per_tok = ls_test_calloc((size_t)T, sizeof *per_tok);
             double pick[300];
             ls_ref_fill_uniform(pick, T, 1.0, &st);
             for (int t = 0; t < T; t++) {
@@ -277,8 +272,8 @@ static void run_random_case(ls_w13_layout w13l, ls_lora_layout pl, unsigned long
                 per_tok[t] = s >= 0 && s < 3 ? &ad[s][layer].ref : NULL;
             }
             float *xf = to_float(x, (long)T * H), *gf = to_float(gam, (long)T * n);
-            float *y = xcalloc((size_t)T * H, sizeof(float));
-            double *yref = xcalloc((size_t)T * H, sizeof(double));
+            float *y = ls_test_calloc((size_t)T * H, sizeof(float));
+            double *yref = ls_test_calloc((size_t)T * H, sizeof(double));
             ls_error err;
             ls_error_init(&err);
             assert_int_equal(ls_backend_forward(be, layer, T, xf, with_gam ? gf : NULL, slots, y, &err), LS_OK);
@@ -445,7 +440,7 @@ static void test_slot_clear_is_base(void **state) {
     ls_backend *be = make_backend(&d, LS_LORA_PER_EXPERT, 3, 4, 40);
     unsigned long long st = 99;
     const long c13 = 2 * 2 * 12 * 24, c2 = 2 * 24 * 12;
-    double *w13 = xcalloc(2 * c13, sizeof(double)), *w2 = xcalloc(2 * c2, sizeof(double));
+    double *w13 = ls_test_calloc(2 * c13, sizeof(double)), *w2 = ls_test_calloc(2 * c2, sizeof(double));
     fill_exact(w13, 2 * c13, 0.2, &st);
     fill_exact(w2, 2 * c2, 0.2, &st);
     upload(be, 0, w13, w2);
@@ -459,7 +454,7 @@ static void test_slot_clear_is_base(void **state) {
     /* Read back what was written: the padding is zero, the rest exact. */
     size_t lga = ls_pool_gu_a_len(ls_backend_dims(be), ls_backend_pool_dims(be)), lgb = ls_pool_gu_b_len(ls_backend_dims(be), ls_backend_pool_dims(be));
     size_t lda = ls_pool_d_a_len(ls_backend_dims(be), ls_backend_pool_dims(be)), ldb = ls_pool_d_b_len(ls_backend_dims(be), ls_backend_pool_dims(be));
-    float *ga = xcalloc(lga, 4), *gb = xcalloc(lgb, 4), *da = xcalloc(lda, 4), *db = xcalloc(ldb, 4);
+    float *ga = ls_test_calloc(lga, 4), *gb = ls_test_calloc(lgb, 4), *da = ls_test_calloc(lda, 4), *db = ls_test_calloc(ldb, 4);
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_slot_read(be, 1, 0, ga, gb, da, db, &err), LS_OK);
@@ -470,11 +465,11 @@ static void test_slot_clear_is_base(void **state) {
     assert_true(db[(24 + 7) * 4 + 1] == (float)a0.ref.d_b[(24 + 7) * 3 + 1]);
 
     const int T = 40;
-    float *x = xcalloc(T * 24, 4), *y_base = xcalloc(T * 24, 4), *y_slot = xcalloc(T * 24, 4);
-    double *xd = xcalloc(T * 24, sizeof(double));
+    float *x = ls_test_calloc(T * 24, 4), *y_base = ls_test_calloc(T * 24, 4), *y_slot = ls_test_calloc(T * 24, 4);
+    double *xd = ls_test_calloc(T * 24, sizeof(double));
     fill_exact(xd, T * 24, 1.0, &st);
     for (int i = 0; i < T * 24; i++) x[i] = (float)xd[i];
-    int *on1 = xcalloc(T, sizeof(int));
+    int *on1 = ls_test_calloc(T, sizeof(int));
     for (int t = 0; t < T; t++) on1[t] = 1;
     for (int layer = 0; layer < 2; layer++) {
         assert_int_equal(ls_backend_forward(be, layer, T, x, NULL, NULL, y_base, &err), LS_OK);

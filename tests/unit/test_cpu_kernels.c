@@ -20,19 +20,7 @@
 #include "gpu/cpu/eltwise.h"
 #include "gpu/cpu/gemm.h"
 #include "tests/util/reference.h"
-
-static void *xcalloc(size_t count, size_t size) {
-    void *p = calloc(count ? count : 1, size);
-    assert_non_null(p);
-    return p;
-}
-
-static void fill(float *v, size_t count, double scale, unsigned long long *st) {
-    double *d = xcalloc(count, sizeof *d);
-    ls_ref_fill_uniform(d, (long)count, scale, st);
-    for (size_t i = 0; i < count; i++) v[i] = (float)d[i];
-    free(d);
-}
+#include "tests/util/testutil.h"
 
 static const ls_cpu_isa PATHS[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
 #define N_PATHS (sizeof PATHS / sizeof PATHS[0])
@@ -42,9 +30,9 @@ static const ls_dtype DTYPES[] = {LS_DTYPE_F32, LS_DTYPE_BF16, LS_DTYPE_F16};
  * them (rounded to dt), row-major. */
 static void *pack(const float *b, int k, int n, ls_dtype dt, float **rounded) {
     size_t esz = dt == LS_DTYPE_F32 ? 4 : 2;
-    void *p = xcalloc(ls_cpu_packed_len(k, n), esz);
+    void *p = ls_test_calloc(ls_cpu_packed_len(k, n), esz);
     ls_cpu_pack_b(p, dt, k, 0, 1, b, (size_t)n, 1, k, n);
-    *rounded = xcalloc((size_t)k * n, sizeof(float));
+    *rounded = ls_test_calloc((size_t)k * n, sizeof(float));
     ls_cpu_unpack_b(p, dt, k, 0, *rounded, (size_t)n, 1, k, n);
     return p;
 }
@@ -54,20 +42,20 @@ static void *pack(const float *b, int k, int n, ls_dtype dt, float **rounded) {
  * a K-term fp32 sum, and bit for bit equal to the portable path. */
 static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p1, unsigned long long *st) {
     const int ldc = n + 5; /* C rows wider than B: the tiles must not spill */
-    float *a = xcalloc((size_t)m * k, 4), *b = xcalloc((size_t)k * n, 4), *c0 = xcalloc((size_t)m * ldc, 4);
-    fill(a, (size_t)m * k, 1.0, st);
-    fill(b, (size_t)k * n, 1.0, st);
-    fill(c0, (size_t)m * ldc, 1.0, st);
+    float *a = ls_test_calloc((size_t)m * k, 4), *b = ls_test_calloc((size_t)k * n, 4), *c0 = ls_test_calloc((size_t)m * ldc, 4);
+    ls_ref_fill_uniform_f(a, (size_t)m * k, 1.0, st);
+    ls_ref_fill_uniform_f(b, (size_t)k * n, 1.0, st);
+    ls_ref_fill_uniform_f(c0, (size_t)m * ldc, 1.0, st);
     float *rb;
     void *pb = pack(b, k, n, dt, &rb);
     ls_cpu_mat bm = {pb, dt, k, n};
-    float *ap = xcalloc(ls_cpu_apack_len(k), 4);
+    float *ap = ls_test_calloc(ls_cpu_apack_len(k), 4);
     float *want = NULL;
     const int j0 = p0 * LS_CPU_NR, j1 = p1 * LS_CPU_NR < n ? p1 * LS_CPU_NR : n;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         const ls_cpu_kernels *kr = ls_cpu_kernels_for(PATHS[pi]);
         if (!kr) continue;
-        float *c = xcalloc((size_t)m * ldc, 4);
+        float *c = ls_test_calloc((size_t)m * ldc, 4);
         memcpy(c, c0, (size_t)m * ldc * 4);
         ls_cpu_gemm(kr, ap, m, a, (size_t)k, &bm, p0, p1, c, (size_t)ldc, LS_CPU_NR, acc);
         for (int i = 0; i < m; i++)
@@ -126,18 +114,18 @@ static void test_gemm_strided_c(void **state) {
     (void)state;
     const int m = 19, k = 45, n = 40, panels = ls_cpu_panel_count(n), step = 3 * LS_CPU_NR;
     unsigned long long st = 7;
-    float *a = xcalloc((size_t)m * k, 4), *b = xcalloc((size_t)k * n, 4);
-    fill(a, (size_t)m * k, 1.0, &st);
-    fill(b, (size_t)k * n, 1.0, &st);
+    float *a = ls_test_calloc((size_t)m * k, 4), *b = ls_test_calloc((size_t)k * n, 4);
+    ls_ref_fill_uniform_f(a, (size_t)m * k, 1.0, &st);
+    ls_ref_fill_uniform_f(b, (size_t)k * n, 1.0, &st);
     float *rb;
     void *pb = pack(b, k, n, LS_DTYPE_BF16, &rb);
     ls_cpu_mat bm = {pb, LS_DTYPE_BF16, k, n};
-    float *ap = xcalloc(ls_cpu_apack_len(k), 4);
+    float *ap = ls_test_calloc(ls_cpu_apack_len(k), 4);
     const int ldc = panels * step;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         const ls_cpu_kernels *kr = ls_cpu_kernels_for(PATHS[pi]);
         if (!kr) continue;
-        float *dense = xcalloc((size_t)m * n, 4), *sparse = xcalloc((size_t)m * ldc, 4);
+        float *dense = ls_test_calloc((size_t)m * n, 4), *sparse = ls_test_calloc((size_t)m * ldc, 4);
         ls_cpu_gemm(kr, ap, m, a, (size_t)k, &bm, 0, panels, dense, (size_t)n, LS_CPU_NR, false);
         ls_cpu_gemm(kr, ap, m, a, (size_t)k, &bm, 0, panels, sparse, (size_t)ldc, (size_t)step, false);
         for (int i = 0; i < m; i++)
@@ -159,8 +147,8 @@ static void test_pack_round_trip(void **state) {
     (void)state;
     const int k = 13, n = 21;
     unsigned long long st = 9;
-    float *b = xcalloc((size_t)k * n, 4);
-    fill(b, (size_t)k * n, 3.0, &st);
+    float *b = ls_test_calloc((size_t)k * n, 4);
+    ls_ref_fill_uniform_f(b, (size_t)k * n, 3.0, &st);
     for (size_t d = 0; d < 3; d++) {
         float *rb;
         void *pb = pack(b, k, n, DTYPES[d], &rb);
@@ -210,8 +198,8 @@ static void test_swiglu_matches_scalar(void **state) {
     unsigned long long st = 3;
     float g[40], u[40], a[40];
     for (int len = 1; len <= 40; len++) {
-        fill(g, 40, 30.0, &st);
-        fill(u, 40, 2.0, &st);
+        ls_ref_fill_uniform_f(g, 40, 30.0, &st);
+        ls_ref_fill_uniform_f(u, 40, 2.0, &st);
         g[len / 2] = len % 3 ? 100.0f : -100.0f;
         if (len > 3) g[len - 2] = 0.0f;
         if (len > 5) g[1] = NAN;

@@ -51,13 +51,6 @@ static void make_tensors(ls_tensor_set *set) {
     }
 }
 
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
 /* dir/peft/ (adapter_config.json r=LR alpha=4) and dir/bare.safetensors
  * (lora_alpha 4 in its metadata), both holding make_tensors. */
 static void write_adapters(const char *dir) {
@@ -72,15 +65,15 @@ static void write_adapters(const char *dir) {
     snprintf(path, sizeof path, "%s/peft", dir);
     assert_int_equal(mkdir(path, 0700), 0);
     snprintf(path, sizeof path, "%s/peft/adapter_model.safetensors", dir);
-    write_file(path, bytes, len);
+    ls_test_write_file(path, bytes, len);
     snprintf(path, sizeof path, "%s/peft/adapter_config.json", dir);
     const char *cfg = "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}";
-    write_file(path, cfg, strlen(cfg));
+    ls_test_write_file(path, cfg, strlen(cfg));
     free(bytes);
     assert_true(ls_tensor_set_add_meta(&set, "lora_alpha", "4"));
     assert_int_equal(ls_safetensors_write(&set, &bytes, &len, &err), LS_OK);
     snprintf(path, sizeof path, "%s/bare.safetensors", dir);
-    write_file(path, bytes, len);
+    ls_test_write_file(path, bytes, len);
     free(bytes);
     ls_tensor_set_free(&set);
     ls_error_free(&err);
@@ -277,10 +270,10 @@ static void test_file_bytes_stay_private(void **state) {
     char *dir = ls_test_mkdtemp();
     char path[4200];
     snprintf(path, sizeof path, "%s/secret.safetensors", dir);
-    write_file(path, "root:x:0:0:SECRETVALUE\n", 23);
+    ls_test_write_file(path, "root:x:0:0:SECRETVALUE\n", 23);
     assert_int_equal(mkdir(strcat(strcpy(path, dir), "/cfg"), 0700), 0);
     snprintf(path, sizeof path, "%s/cfg/adapter_config.json", dir);
-    write_file(path, "SECRETVALUE = 1", 15);
+    ls_test_write_file(path, "SECRETVALUE = 1", 15);
     ls_loader ld = make_loader(dir);
     const char *paths[] = {"secret.safetensors", "cfg"};
     for (int i = 0; i < 2; i++) {
@@ -314,7 +307,7 @@ static void test_swap_for_a_link_out(void **state) {
     /* The outside adapter differs (another alpha), so reading it shows. */
     char p1[4200], p2[4200];
     snprintf(p1, sizeof p1, "%s/peft/adapter_config.json", outside);
-    write_file(p1, "{\"r\": 2, \"lora_alpha\": 64}", 27);
+    ls_test_write_file(p1, "{\"r\": 2, \"lora_alpha\": 64}", 27);
     ls_loader ld = make_loader(dir);
     ls_adapter_source src = {.path = "peft"};
     ls_adapter_origin o;

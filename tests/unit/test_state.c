@@ -53,10 +53,7 @@ static int count_files(const char *dir, const char *sub, const char *prefix) {
 static void write_file(const char *dir, const char *name, const void *data, size_t len) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
+    ls_test_write_file(path, data, len);
 }
 
 static void save(ls_state *s, const char *name, uint64_t version, bool pinned, const char *source, uint64_t seed) {

@@ -149,3 +149,11 @@ void ls_ref_fill_uniform(double *v, long count, double scale, unsigned long long
         v[i] = (2.0 * u - 1.0) * scale;
     }
 }
+
+void ls_ref_fill_uniform_f(float *v, size_t count, double scale, unsigned long long *state) {
+    for (size_t i = 0; i < count; i++) {
+        double d;
+        ls_ref_fill_uniform(&d, 1, scale, state);
+        v[i] = (float)d;
+    }
+}

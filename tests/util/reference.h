@@ -4,6 +4,8 @@
 #ifndef LS_TESTS_REFERENCE_H
 #define LS_TESTS_REFERENCE_H
 
+#include <stddef.h>
+
 #include "common/dims.h"
 
 /* One adapter's factors for one layer in double, scale already applied to
@@ -33,5 +35,7 @@ double ls_ref_rel_err_d(const double *y, const double *ref, long count);
 /* Fills v[count] with uniform values in [-scale, scale] from a splitmix64
  * stream seeded with *state. */
 void ls_ref_fill_uniform(double *v, long count, double scale, unsigned long long *state);
+/* The same stream rounded to float. */
+void ls_ref_fill_uniform_f(float *v, size_t count, double scale, unsigned long long *state);
 
 #endif

@@ -58,3 +58,20 @@ static int ls_test_rm_one(const char *path, const struct stat *sb, int flag, str
 void ls_test_rmtree(const char *path) {
     if (path) nftw(path, ls_test_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+void *ls_test_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu x %zu bytes)\n", count, size);
+        abort();
+    }
+    return p;
+}
+
+void ls_test_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        abort();
+    }
+}

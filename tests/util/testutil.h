@@ -18,6 +18,14 @@ double *ls_test_json_doubles(const json_t *nested, long *count);
 /* Path of a file under tests/data. */
 const char *ls_test_data_path(const char *name, char *buf, size_t len);
 
+/* calloc that aborts the test when memory runs out (count 0 allocates
+ * one element, so the result is never NULL). */
+void *ls_test_calloc(size_t count, size_t size);
+
+/* Writes data[len] to path (created or truncated); aborts the test when
+ * it cannot. */
+void ls_test_write_file(const char *path, const void *data, size_t len);
+
 /* A temporary directory, created fresh; removed with ls_test_rmtree. */
 char *ls_test_mkdtemp(void);
 void ls_test_rmtree(const char *path);

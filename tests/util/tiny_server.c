@@ -40,13 +40,6 @@ static ls_tensor tiny_tensor(const json_t *nested, ls_dtype dt) {
     return t;
 }
 
-static void tiny_write_file(const char *path, const uint8_t *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
 bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *extra) {
     memset(ts, 0, sizeof *ts);
     ts->tiny = ls_test_load_tiny();
@@ -64,7 +57,7 @@ bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *e
     ls_tensor_set_free(&set);
     char path[1024];
     snprintf(path, sizeof path, "%s/weights.safetensors", ts->dir);
-    tiny_write_file(path, buf, len);
+    ls_test_write_file(path, buf, len);
     free(buf);
     char max_rank[16];
     snprintf(max_rank, sizeof max_rank, "%lld", (long long)json_integer_value(json_object_get(ts->tiny, "max_rank")));
@@ -183,11 +176,11 @@ void tiny_write_peft_dir(tiny_server *ts, const char *sub, const char *config_js
     snprintf(path, sizeof path, "%s/%s", ts->dir, sub);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/%s/adapter_config.json", ts->dir, sub);
-    tiny_write_file(path, (const uint8_t *)config_json, strlen(config_json));
+    ls_test_write_file(path, (const uint8_t *)config_json, strlen(config_json));
     size_t len;
     uint8_t *buf = tiny_adapter_safetensors(ts, NULL, &len);
     snprintf(path, sizeof path, "%s/%s/adapter_model.safetensors", ts->dir, sub);
-    tiny_write_file(path, buf, len);
+    ls_test_write_file(path, buf, len);
     free(buf);
 }
 
@@ -196,7 +189,7 @@ void tiny_write_adapter_file(tiny_server *ts, const char *file, const char *alph
     uint8_t *buf = tiny_adapter_safetensors(ts, alpha_meta, &len);
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", ts->dir, file);
-    tiny_write_file(path, buf, len);
+    ls_test_write_file(path, buf, len);
     free(buf);
 }
 
