@@ -76,7 +76,7 @@ static ls_status ls_upload_json_tensors(json_t *jt, ls_tensor_set *set, ls_error
 
 static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter_upload *up, ls_error *err) {
     static const char *const known[] = {"name", "path", "format", "config", "tensors",
-                                        "pinned", "strict", "replace", "scale", NULL};
+                                        "pinned", "strict", "replace", "scale", "gate_up_order", NULL};
     ls_status st = ls_json_check_keys(root, known, "adapter upload", err);
     if (st != LS_OK) return st;
     json_t *jname = json_object_get(root, "name");
@@ -90,7 +90,7 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
 
     json_t *jpath = json_object_get(root, "path"), *jtensors = json_object_get(root, "tensors");
     json_t *jformat = json_object_get(root, "format"), *jconfig = json_object_get(root, "config");
-    json_t *jscale = json_object_get(root, "scale");
+    json_t *jscale = json_object_get(root, "scale"), *jorder = json_object_get(root, "gate_up_order");
     if (!!jpath == !!jtensors)
         return ls_error_set(err, LS_INVALID_REQUEST, "send {\"name\", \"path\"} or {\"name\", \"config\", \"tensors\"}",
                             "the upload needs exactly one of \"path\" and \"tensors\"");
@@ -121,6 +121,14 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
         up->given.has_scale = true;
         up->given.scale = json_number_value(jscale);
     }
+    if (jorder && !json_is_null(jorder)) {
+        if (!json_is_string(jorder) || !ls_gate_up_order_parse(json_string_value(jorder), &up->given.gate_up_order))
+            return ls_error_set(err, LS_INVALID_REQUEST,
+                                "\"gate_up\": each expert's F gate rows, then its F up rows (sglang); "
+                                "\"interleaved\": gate and up rows alternate",
+                                "\"gate_up_order\" is \"gate_up\" or \"interleaved\"");
+        up->given.has_order = true;
+    }
     return LS_OK;
 }
 
@@ -150,12 +158,13 @@ ls_status ls_adapter_upload_parse_raw(const uint8_t *body, size_t len, ls_query_
         const ls_tensor_set *t = &up->tensors;
         ls_adapter_text_params meta = {ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
                                        ls_tensor_set_meta(t, "format"), ls_tensor_set_meta(t, "r"),
-                                       ls_tensor_set_meta(t, "scale")};
+                                       ls_tensor_set_meta(t, "scale"), ls_tensor_set_meta(t, "gate_up_order")};
         st = ls_adapter_params_from_text(&meta, &up->own, err);
     }
     if (st == LS_OK) {
         ls_adapter_text_params q = {query(query_ctx, "lora_alpha"), query(query_ctx, "use_rslora"),
-                                    query(query_ctx, "format"), query(query_ctx, "r"), query(query_ctx, "scale")};
+                                    query(query_ctx, "format"), query(query_ctx, "r"), query(query_ctx, "scale"),
+                                    query(query_ctx, "gate_up_order")};
         st = ls_adapter_params_from_text(&q, &up->given, err);
     }
     const char *name = query(query_ctx, "name");

@@ -40,6 +40,23 @@ bool ls_adapter_format_parse(const char *s, ls_adapter_format *out) {
     return true;
 }
 
+/* Static string; never freed. */
+const char *ls_gate_up_order_name(ls_gate_up_order o) {
+    return o == LS_GATE_UP_ORDER_INTERLEAVED ? "interleaved" : "gate_up";
+}
+
+/* Writes *out only on success; s is borrowed. */
+bool ls_gate_up_order_parse(const char *s, ls_gate_up_order *out) {
+    if (!s) return false;
+    if (!strcmp(s, "gate_up"))
+        *out = LS_GATE_UP_ORDER_GATE_UP;
+    else if (!strcmp(s, "interleaved"))
+        *out = LS_GATE_UP_ORDER_INTERLEAVED;
+    else
+        return false;
+    return true;
+}
+
 /* Copies tensor and the message into c->err (owned by the caller). */
 void ls_adapter_violation(ls_adapter_ctx *c, ls_status code, int layer, const char *tensor, int axis, int64_t expected,
                           int64_t got, const char *hint, const char *fmt, ...) {
@@ -417,6 +434,14 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
         ls_adapter_pool_check(&c);
     else
         ls_adapter_peft_check(&c);
+    /* Pool buffers have one fixed order; a stated other one means the
+     * client expects a reordering that would not happen. */
+    if (c.format == LS_ADAPTER_FORMAT_POOL && params->has_order && params->gate_up_order != LS_GATE_UP_ORDER_GATE_UP)
+        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "pool-format gate_up_lora_b holds each expert's F gate rows then its F up rows; "
+                             "reorder the rows before upload, or drop gate_up_order",
+                             "gate_up_order \"%s\" applies to PEFT factors only",
+                             ls_gate_up_order_name(params->gate_up_order));
     ls_adapter_check_data(&c);
     ls_adapter_check_finite(&c);
     if (n_peft + n_pool == 0)

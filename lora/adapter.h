@@ -18,6 +18,16 @@ typedef enum { LS_ADAPTER_FORMAT_AUTO, LS_ADAPTER_FORMAT_PEFT, LS_ADAPTER_FORMAT
 const char *ls_adapter_format_name(ls_adapter_format f);
 bool ls_adapter_format_parse(const char *s, ls_adapter_format *out);
 
+/* The row order of a PEFT gate_up_proj.lora_B [n*2F, r] within each
+ * expert's 2F rows: GATE_UP is F gate rows then F up rows (sglang's
+ * fused module), INTERLEAVED alternates gate, up, gate, up. Nothing in a
+ * PEFT file says which, so the trainer's module decides and the upload
+ * states it; the pool keeps gate then up. */
+typedef enum { LS_GATE_UP_ORDER_GATE_UP, LS_GATE_UP_ORDER_INTERLEAVED } ls_gate_up_order;
+
+const char *ls_gate_up_order_name(ls_gate_up_order o);
+bool ls_gate_up_order_parse(const char *s, ls_gate_up_order *out);
+
 /* What the upload says about itself besides its tensors. */
 typedef struct {
     ls_adapter_format format; /* AUTO: follow the tensor names */
@@ -30,6 +40,8 @@ typedef struct {
     bool has_scale; /* pool format: multiply the B factors by scale */
     double scale;
     bool strict; /* factors of other modules are errors, not ignored */
+    bool has_order; /* gate_up_order was stated */
+    ls_gate_up_order gate_up_order; /* PEFT only */
 } ls_adapter_params;
 
 /* What describes an adapter whoever holds it: the adapter itself, the

@@ -69,7 +69,17 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
         ok = false;
     }
 
+    const json_t *order = json_object_get(obj, "gate_up_order");
+    if (order && json_is_null(order)) order = NULL;
+    ls_gate_up_order order_value = LS_GATE_UP_ORDER_GATE_UP;
+    if (order && (!json_is_string(order) || !ls_gate_up_order_parse(json_string_value(order), &order_value))) {
+        ls_config_bad(err, "gate_up_order", "\"gate_up\" or \"interleaved\"", order);
+        ok = false;
+    }
+
     if (!ok) return LS_ADAPTER_CONFIG_INVALID;
+    p->has_order = order != NULL;
+    p->gate_up_order = order_value;
     p->r = (int)json_integer_value(r);
     p->has_alpha = alpha != NULL;
     p->lora_alpha = alpha ? json_number_value(alpha) : 0.0;
@@ -134,6 +144,13 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
     }
     if (st == LS_OK && t->scale && (st = ls_params_double(t->scale, "scale", &p->scale, err)) == LS_OK)
         p->has_scale = true;
+    if (st == LS_OK && t->gate_up_order) {
+        if (ls_gate_up_order_parse(t->gate_up_order, &p->gate_up_order))
+            p->has_order = true;
+        else
+            st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "gate_up_order=%.32s is not gate_up or interleaved",
+                              t->gate_up_order);
+    }
     return st;
 }
 
@@ -149,6 +166,7 @@ ls_adapter_params ls_adapter_params_merge(const ls_adapter_params *own, const ls
     if (given->has_alpha) m.has_alpha = true, m.lora_alpha = given->lora_alpha;
     if (given->has_rslora) m.has_rslora = true, m.use_rslora = given->use_rslora;
     if (given->has_scale) m.has_scale = true, m.scale = given->scale;
+    if (given->has_order) m.has_order = true, m.gate_up_order = given->gate_up_order;
     m.strict = given->strict;
     return m;
 }

@@ -11,7 +11,8 @@
 #include "lora/adapter.h"
 
 /* Reads r (positive integer), lora_alpha (number), use_rslora (bool,
- * optional) from obj into p. A missing or bad r or lora_alpha is
+ * optional) and gate_up_order ("gate_up" or "interleaved", optional)
+ * from obj into p. A missing or bad r or lora_alpha is
  * LS_ADAPTER_CONFIG_INVALID naming the key; require_alpha false lets an
  * inline config omit lora_alpha (scale 1). */
 ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adapter_params *p, ls_error *err);
@@ -22,7 +23,7 @@ ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, l
 /* Parameters as text, NULL where absent: a query string's or a
  * safetensors __metadata__'s values. */
 typedef struct {
-    const char *lora_alpha, *use_rslora, *format, *r, *scale;
+    const char *lora_alpha, *use_rslora, *format, *r, *scale, *gate_up_order;
 } ls_adapter_text_params;
 
 /* Sets in p each parameter t carries (and its has_ flag). A bad value is
@@ -32,7 +33,7 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
 /* own with every parameter given states put over it: a whole config
  * (given->whole_config: r, lora_alpha and use_rslora together, an absent
  * alpha meaning none), then format unless AUTO, r unless 0, lora_alpha,
- * use_rslora and scale when given's has_ flags say so; strict is always
+ * use_rslora, scale and gate_up_order when given's has_ flags say so; strict is always
  * given's (a file cannot ask for it). */
 ls_adapter_params ls_adapter_params_merge(const ls_adapter_params *own, const ls_adapter_params *given);
 

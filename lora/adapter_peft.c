@@ -195,9 +195,18 @@ void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst) {
     if (in->name) {
         /* One A feeds gate and up: it fills both halves of the rank axis. */
         for (size_t i = 0; i < r * H; i++) gu_a[i] = gu_a[r * H + i] = ls_adapter_value(in->t, i);
-        /* B [n*2F, r] expert-major is already [n, 2F, r] row-major. */
+        /* B [n*2F, r] expert-major is [n, 2F, r] row-major; the pool
+         * wants each expert's gate rows before its up rows. */
         in = ls_adapter_at(c, l, LS_AD_GU_B);
-        for (size_t i = 0; i < n * 2 * F * r; i++) gu_b[i] = (float)(s * ls_adapter_value(in->t, i));
+        const bool interleaved = c->params->gate_up_order == LS_GATE_UP_ORDER_INTERLEAVED;
+        for (size_t e = 0; e < n; e++)
+            for (size_t row = 0; row < 2 * F; row++) {
+                /* interleaved: source row 2j is gate j, 2j+1 is up j */
+                const size_t src = interleaved ? (row < F ? 2 * row : 2 * (row - F) + 1) : row;
+                for (size_t k = 0; k < r; k++)
+                    gu_b[(e * 2 * F + row) * r + k] =
+                        (float)(s * ls_adapter_value(in->t, (e * 2 * F + src) * r + k));
+            }
     }
     in = ls_adapter_at(c, l, LS_AD_D_A);
     if (in->name) {

@@ -126,10 +126,11 @@ static char *ls_state_dump(const json_t *j) {
 }
 
 static json_t *ls_state_params_json(const ls_adapter_params *p) {
-    return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b}", "format", ls_adapter_format_name(p->format),
-                     "r", p->r, "has_alpha", p->has_alpha, "lora_alpha", p->lora_alpha, "has_rslora", p->has_rslora,
-                     "use_rslora", p->use_rslora, "has_scale", p->has_scale, "scale", p->scale, "strict", p->strict,
-                     "whole_config", p->whole_config);
+    return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b, s:b, s:s}", "format",
+                     ls_adapter_format_name(p->format), "r", p->r, "has_alpha", p->has_alpha, "lora_alpha",
+                     p->lora_alpha, "has_rslora", p->has_rslora, "use_rslora", p->use_rslora, "has_scale",
+                     p->has_scale, "scale", p->scale, "strict", p->strict, "whole_config", p->whole_config,
+                     "has_order", p->has_order, "gate_up_order", ls_gate_up_order_name(p->gate_up_order));
 }
 
 ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) {
@@ -228,21 +229,23 @@ static ls_state_decoded ls_state_params_parse(const char *text, ls_adapter_param
     json_error_t jerr;
     json_t *j = text ? json_loads(text, 0, &jerr) : NULL;
     if (!j) return text && ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    const char *format = NULL;
-    int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0;
+    /* Records written before gate_up_order existed lack its keys: they
+     * were loaded with the only order there was. */
+    const char *format = NULL, *order = "gate_up";
+    int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0, has_order = 0;
     double alpha = 0, scale = 0;
     ls_state_decoded d = LS_DECODED;
-    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b}", "format", &format, "r", &r,
-                       "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
+    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b, s?b, s?s}", "format", &format,
+                       "r", &r, "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
                        &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict, "whole_config",
-                       &whole))
+                       &whole, "has_order", &has_order, "gate_up_order", &order))
         d = json_error_code(&jerr) == json_error_out_of_memory ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    else if (!ls_adapter_format_parse(format, &p->format))
+    else if (!ls_adapter_format_parse(format, &p->format) || !ls_gate_up_order_parse(order, &p->gate_up_order))
         d = LS_DECODE_BAD;
     if (d == LS_DECODED) {
         p->r = r, p->has_alpha = has_alpha, p->lora_alpha = alpha, p->has_rslora = has_rslora;
         p->use_rslora = use_rslora, p->has_scale = has_scale, p->scale = scale, p->strict = strict;
-        p->whole_config = whole;
+        p->whole_config = whole, p->has_order = has_order;
     }
     json_decref(j);
     return d;

@@ -199,8 +199,44 @@ static void test_base64_tensor_sizes(void **state) {
     }
 }
 
+/* gate_up_order as a JSON field and as a query parameter of a raw body:
+ * stated, it reaches the loader; a bad value is 400 naming the key. */
+static const char *query_order(void *ctx, const char *key) {
+    return !strcmp(key, "gate_up_order") ? ctx : NULL;
+}
+
+static void test_upload_gate_up_order(void **state) {
+    (void)state;
+    ls_adapter_upload up;
+    ls_error err;
+    ls_error_init(&err);
+    const char *ok = "{\"name\": \"a\", \"path\": \"p\", \"gate_up_order\": \"interleaved\"}";
+    assert_int_equal(ls_adapter_upload_parse_json(ok, strlen(ok), false, true, &up, &err), LS_OK);
+    assert_true(up.given.has_order);
+    assert_int_equal(up.given.gate_up_order, LS_GATE_UP_ORDER_INTERLEAVED);
+    ls_adapter_upload_free(&up);
+    const char *bad = "{\"name\": \"a\", \"path\": \"p\", \"gate_up_order\": \"up_gate\"}";
+    assert_int_equal(ls_adapter_upload_parse_json(bad, strlen(bad), false, true, &up, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "gate_up_order"));
+    ls_error_free(&err);
+
+    /* The smallest safetensors file: an empty header. */
+    static const uint8_t raw[] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_upload_parse_raw(raw, sizeof raw, query_order, "gate_up", false, false, &up, &err),
+                     LS_OK);
+    assert_true(up.given.has_order);
+    assert_int_equal(up.given.gate_up_order, LS_GATE_UP_ORDER_GATE_UP);
+    ls_adapter_upload_free(&up);
+    assert_int_equal(ls_adapter_upload_parse_raw(raw, sizeof raw, query_order, "both", false, false, &up, &err),
+                     LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "gate_up_order"));
+    ls_error_free(&err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_upload_gate_up_order),
         cmocka_unit_test(test_error_body_invalid_utf8),
         cmocka_unit_test(test_error_body_cut_character),
         cmocka_unit_test(test_error_body_overlong_and_surrogate),
