@@ -15,6 +15,9 @@
  * noted in the source's seen[] for the cross-setting rules. */
 static bool apply(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, bool *seen, char *err,
                   size_t errlen) {
+    /* A list's first entry from a source replaces what lower sources gave;
+     * the source's further entries add to it. */
+    if (s->type == LS_SET_LIST && !seen[s - ls_settings]) ls_setting_list_clear(s, cfg);
     if (!ls_setting_parse(s, text, cfg, origin, err, errlen)) return false;
     if (s->marks) *(bool *)((char *)cfg + s->mark_offset) = true;
     seen[s - ls_settings] = true;
@@ -58,6 +61,48 @@ static bool finish_source(ls_config *cfg, const bool *seen, source src, const ch
         cfg->demo = cfg->weights[0] == '\0';
     } else if (demo_seen && cfg->demo) {
         cfg->weights[0] = '\0';
+    }
+    return true;
+}
+
+/* A list in the file: an array of "NAME=PATH[,pinned]" strings or
+ * {"name", "path", "pinned"} objects (or one string). An empty array
+ * clears what lower sources gave. */
+static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg, const char *origin, bool *seen,
+                           char *err, size_t errlen) {
+    if (json_is_string(v)) return apply(s, json_string_value(v), cfg, origin, seen, err, errlen);
+    if (!json_is_array(v)) {
+        snprintf(err, errlen, "%s: expected an array, got %s", origin, ls_json_kind(v));
+        return false;
+    }
+    if (json_array_size(v) == 0) {
+        ls_setting_list_clear(s, cfg);
+        seen[s - ls_settings] = true;
+        return true;
+    }
+    size_t i;
+    const json_t *e;
+    json_array_foreach(v, i, e) {
+        char entry[LS_CONFIG_PATH_MAX + 160];
+        const char *name = NULL, *path = NULL;
+        int pinned = 0;
+        if (json_is_string(e)) {
+            snprintf(entry, sizeof entry, "%s", json_string_value(e));
+        } else if (json_is_object(e) && !json_unpack((json_t *)e, "{s:s, s:s, s?b !}", "name", &name, "path", &path,
+                                                     "pinned", &pinned)) {
+            /* The entry syntax cannot carry these; refused, not split. */
+            if (strpbrk(name, "=;\n") || strpbrk(path, ";\n")) {
+                snprintf(err, errlen, "%s[%zu]: a name may not hold '=', ';' or a newline, a path ';' or a newline",
+                         origin, i);
+                return false;
+            }
+            snprintf(entry, sizeof entry, "%s=%s%s", name, path, pinned ? ",pinned" : "");
+        } else {
+            snprintf(err, errlen, "%s[%zu]: expected \"NAME=PATH[,pinned]\" or {\"name\", \"path\", \"pinned\"}",
+                     origin, i);
+            return false;
+        }
+        if (!apply(s, entry, cfg, origin, seen, err, errlen)) return false;
     }
     return true;
 }
@@ -122,6 +167,9 @@ static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen
             if (json_is_string(v)) text = json_string_value(v);
             else want = "a string";
             break;
+        case LS_SET_LIST:
+            if (!load_file_list(s, v, cfg, origin, seen, err, errlen)) goto out;
+            continue;
         }
         if (want) {
             snprintf(err, errlen, "%s: expected %s, got %s", origin, want, ls_json_kind(v));

@@ -20,6 +20,8 @@
 #error "LS_VERSION is defined by the build (CMakeLists.txt, project VERSION)"
 #endif
 #define LS_CONFIG_PATH_MAX 4096
+/* --adapter entries: their text, one per line. */
+#define LS_CONFIG_ADAPTERS_MAX 65536
 
 typedef enum { LS_DEVICE_AUTO, LS_DEVICE_CPU, LS_DEVICE_CUDA } ls_device_kind;
 
@@ -50,6 +52,7 @@ typedef struct {
     int host_cache;
     char adapter_dir[LS_CONFIG_PATH_MAX]; /* "" = working directory */
     char state_dir[LS_CONFIG_PATH_MAX];   /* "" = no durable registry */
+    char adapters[LS_CONFIG_ADAPTERS_MAX]; /* --adapter NAME=PATH[,pinned], one per line; ls_config_adapter_next */
     bool strict_adapters;
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
@@ -81,6 +84,18 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
 
 /* Writes every setting with its value as one JSON object (api_key masked). */
 void ls_config_dump(const ls_config *cfg, FILE *out);
+
+/* One --adapter entry: NAME=PATH, optionally ",pinned". */
+typedef struct {
+    char name[129];
+    char path[LS_CONFIG_PATH_MAX];
+    bool pinned;
+} ls_config_adapter;
+
+/* Walks cfg->adapters: *cursor starts at cfg->adapters; each call fills
+ * out with the next entry and returns true, false after the last. The
+ * entries were checked when they were set. */
+bool ls_config_adapter_next(const char **cursor, ls_config_adapter *out);
 
 const char *ls_device_kind_name(ls_device_kind d);
 const char *ls_weight_dtype_name(ls_weight_dtype d);

@@ -50,6 +50,9 @@ const ls_setting ls_settings[] = {
     ENUM("lora-layout", lora_layout, lora_names, "shared", "pool layout of the outer LoRA factors"),
     INT("host-cache", host_cache, 1, 100000, "64", "adapters kept in host memory"),
     STR("adapter-dir", adapter_dir, 0, "", "DIR", "root of adapter paths; \"\" = the working directory"),
+    {.name = "adapter", .key = "adapters", .type = LS_SET_LIST, FIELD(adapters), .def = "", .meta = "NAME=PATH",
+     .help = "load the adapter at PATH (beneath --adapter-dir) as NAME before serving; \",pinned\" pins it; "
+             "repeatable; the variable and the file's list take several, ';'-separated"},
     STR("state-dir", state_dir, 0, "", "DIR",
         "keep every acknowledged adapter here and restore them at start; \"\" = none"),
     BOOL("strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
@@ -91,14 +94,14 @@ const char *ls_weight_dtype_name(ls_weight_dtype d) {
 
 /* "LORASINK_MAX_RANK" for "max-rank", into the caller's buf (truncated to len). */
 void ls_setting_env_name(const ls_setting *s, char *buf, size_t len) {
-    size_t n = (size_t)snprintf(buf, len, "LORASINK_%s", s->name);
+    size_t n = (size_t)snprintf(buf, len, "LORASINK_%s", s->key ? s->key : s->name);
     for (size_t i = 0; i < n && i < len; i++)
         buf[i] = buf[i] == '-' ? '_' : (char)toupper((unsigned char)buf[i]);
 }
 
 /* Likewise: "max_rank" for "max-rank". */
 void ls_setting_json_key(const ls_setting *s, char *buf, size_t len) {
-    snprintf(buf, len, "%s", s->name);
+    snprintf(buf, len, "%s", s->key ? s->key : s->name);
     for (char *p = buf; *p; p++)
         if (*p == '-') *p = '_';
 }
@@ -167,6 +170,83 @@ static void choice_list(const char *const *choices, const char *sep, char *buf, 
         size_t used = strlen(buf);
         snprintf(buf + used, len - used, "%s%s", i ? sep : "", choices[i]);
     }
+}
+
+/* The suffix that pins a start-up adapter. */
+static const char ls_pinned_suffix[] = ",pinned";
+
+/* Splits one entry "NAME=PATH[,pinned]" (len bytes of e) into out; false
+ * with the reason in why when it is not of that form. */
+static bool ls_adapter_entry_split(const char *e, size_t len, ls_config_adapter *out, const char **why) {
+    const char *eq = memchr(e, '=', len);
+    const size_t suffix = sizeof ls_pinned_suffix - 1;
+    out->pinned = len > suffix && !memcmp(e + len - suffix, ls_pinned_suffix, suffix);
+    const size_t end = out->pinned ? len - suffix : len;
+    if (!eq || eq == e || (size_t)(eq - e) >= end) {
+        *why = "is not NAME=PATH[,pinned]";
+        return false;
+    }
+    const size_t nlen = (size_t)(eq - e), plen = end - nlen - 1;
+    if (nlen >= sizeof out->name) {
+        *why = "has a name longer than 128 bytes";
+        return false;
+    }
+    if (plen == 0 || plen >= sizeof out->path) {
+        *why = plen ? "has a path longer than 4095 bytes" : "has an empty path";
+        return false;
+    }
+    memcpy(out->name, e, nlen);
+    out->name[nlen] = '\0';
+    memcpy(out->path, eq + 1, plen);
+    out->path[plen] = '\0';
+    return true;
+}
+
+/* See config.h; the field holds checked entries, one per line. */
+bool ls_config_adapter_next(const char **cursor, ls_config_adapter *out) {
+    const char *e = *cursor;
+    if (!e || !*e) return false;
+    const char *nl = strchr(e, '\n');
+    size_t len = nl ? (size_t)(nl - e) : strlen(e);
+    const char *why;
+    *cursor = nl ? nl + 1 : e + len;
+    return ls_adapter_entry_split(e, len, out, &why);
+}
+
+void ls_setting_list_clear(const ls_setting *s, ls_config *cfg) {
+    ((char *)cfg + s->offset)[0] = '\0';
+}
+
+/* Appends the ';'- or newline-separated entries of text to the list field;
+ * empty entries (a trailing ';') are skipped. */
+static bool ls_setting_list_append(const ls_setting *s, const char *text, ls_config *cfg, const char *origin,
+                                   char *err, size_t errlen) {
+    char *field = (char *)cfg + s->offset;
+    size_t used = strlen(field);
+    for (const char *e = text; *e;) {
+        size_t len = strcspn(e, ";\n");
+        if (len) {
+            ls_config_adapter a;
+            const char *why;
+            char q[48], entry[160];
+            if (!ls_adapter_entry_split(e, len, &a, &why)) {
+                snprintf(entry, sizeof entry, "%.*s", (int)(len < 150 ? len : 150), e);
+                snprintf(err, errlen, "%s: \"%s\" %s", origin, ls_setting_quote(entry, q, sizeof q), why);
+                return false;
+            }
+            if (used + len + 2 > s->size) {
+                snprintf(err, errlen, "%s: the adapters take more than %zu bytes", origin, s->size - 1);
+                return false;
+            }
+            if (used) field[used++] = '\n';
+            memcpy(field + used, e, len);
+            used += len;
+            field[used] = '\0';
+        }
+        e += len;
+        if (*e) e++;
+    }
+    return true;
 }
 
 /* Parses text for setting s into its field of cfg (the caller's); origin names where it came from
@@ -245,6 +325,7 @@ bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, con
         memcpy(field, text, n + 1);
         return true;
     }
+    case LS_SET_LIST: return ls_setting_list_append(s, text, cfg, origin, err, errlen);
     }
     return false;
 }
@@ -255,7 +336,8 @@ static size_t field_size_of(ls_setting_type t) {
     case LS_SET_ENUM: return sizeof(int);
     case LS_SET_U64: return sizeof(uint64_t);
     case LS_SET_BOOL: return sizeof(bool);
-    case LS_SET_STR: return 0;
+    case LS_SET_STR:
+    case LS_SET_LIST: return 0;
     }
     return 0;
 }
@@ -303,6 +385,7 @@ void ls_settings_help(FILE *out) {
             if (s->choices) choice_list(s->choices, "|", range, sizeof range);
             else snprintf(range, sizeof range, "<= %zu bytes", s->size - 1);
             break;
+        case LS_SET_LIST: snprintf(range, sizeof range, "[,pinned], repeatable"); break;
         }
         fprintf(out, "  %-24s %-29s default %-11s %-22s %s\n", flag, env, def, range, s->help);
     }
@@ -345,6 +428,16 @@ void ls_config_dump(const ls_config *cfg, FILE *out) {
             break;
         }
         case LS_SET_STR: v = json_string(s->secret && field[0] ? "***" : field); break;
+        case LS_SET_LIST: {
+            /* The file's form: one string per entry. */
+            v = json_array();
+            for (const char *e = field; v && *e;) {
+                size_t len = strcspn(e, "\n");
+                json_array_append_new(v, json_stringn(e, len));
+                e += len + (e[len] != '\0');
+            }
+            break;
+        }
         }
         if (!v) v = json_string("<not UTF-8>"); /* a path may be any bytes; JSON strings may not */
         json_object_set_new(o, k, v);

@@ -12,10 +12,14 @@
 /* Bound of the per-source "seen" arrays; settings.c checks the table fits. */
 #define LS_SETTINGS_MAX 64
 
-typedef enum { LS_SET_INT, LS_SET_U64, LS_SET_BOOL, LS_SET_STR, LS_SET_ENUM } ls_setting_type;
+/* LS_SET_LIST: a repeatable flag whose entries are appended, one per
+ * line, to a text field; a source that gives any replaces what lower
+ * sources gave. */
+typedef enum { LS_SET_INT, LS_SET_U64, LS_SET_BOOL, LS_SET_STR, LS_SET_ENUM, LS_SET_LIST } ls_setting_type;
 
 typedef struct {
     const char *name; /* the flag without "--"; the JSON key and env var derive from it */
+    const char *key;  /* when set, the JSON key and env var derive from this instead ("adapters") */
     ls_setting_type type;
     size_t offset, size;        /* the field in ls_config */
     long long min, max;         /* LS_SET_INT: bounds; LS_SET_STR: min length */
@@ -41,6 +45,8 @@ const ls_setting *ls_setting_find_key(const char *key);
 /* A user's text made fit to quote in a one-line error, written into buf
  * (len >= 8), which is returned. */
 const char *ls_setting_quote(const char *text, char *buf, size_t len);
+/* Empties a list setting's field (before the first entry of a source). */
+void ls_setting_list_clear(const ls_setting *s, ls_config *cfg);
 /* Parses text for s into its field of cfg. origin names the source in the
  * error ("--slots", "LORASINK_SLOTS", "file.json: slots"). */
 bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, char *err,

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/error_body.h"
+#include "api/forward.h"
 #include "common/log.h"
 #include "model/model.h"
 #include "server/batcher.h"
@@ -25,6 +27,68 @@ static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
     case LS_WDTYPE_F32: return LS_DTYPE_F32;
     default: return file_dtype;
     }
+}
+
+/* Prints err's structured body on stderr: an operator reads the same
+ * violations a client of POST /adapters would. */
+static void ls_server_preload_error(const char *name, const ls_error *err) {
+    char *body = ls_error_body_text(err);
+    ls_log_error("start-up adapter %s: %s", name, err->message);
+    fprintf(stderr, "%s\n", body ? body : "{\"error\": {\"code\": \"internal\"}}");
+    free(body);
+}
+
+/* Loads the --adapter entries (after the state directory's restore, so
+ * that an entry names what it wants served now). A name already restored
+ * with the same factors and pin is kept as it is (no new version on every
+ * restart); otherwise the entry replaces it. The first failure stops
+ * start-up. */
+static bool ls_server_preload(ls_server *srv) {
+    const char *cursor = srv->cfg.adapters;
+    ls_config_adapter e;
+    int loaded = 0, kept = 0;
+    while (ls_config_adapter_next(&cursor, &e)) {
+        ls_error err;
+        ls_error_init(&err);
+        ls_adapter a;
+        ls_adapter_origin origin;
+        ls_adapter_info info;
+        ls_status st = LS_OK;
+        if (!ls_adapter_name_valid(e.name))
+            st = ls_error_set(&err, LS_INVALID_REQUEST,
+                              "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
+                              "--adapter: \"%s\" is not a valid adapter name", e.name);
+        ls_adapter_source src = {.path = e.path, .given = {.strict = srv->cfg.strict_adapters}};
+        if (st == LS_OK) st = ls_loader_load(&srv->loader, &src, &a, &origin, &err);
+        if (st != LS_OK) {
+            ls_server_preload_error(e.name, &err);
+            ls_error_free(&err);
+            return false;
+        }
+        bool exists = ls_pool_describe(srv->pool, e.name, &info, NULL) == LS_OK;
+        if (exists && info.pinned == e.pinned && !strcmp(info.meta.sha256, a.meta.sha256)) {
+            ls_log_info("start-up adapter %s: kept v%llu restored from the state directory (same sha256)", e.name,
+                        (unsigned long long)info.version);
+            ls_adapter_free(&a);
+            ls_error_free(&err);
+            kept++;
+            continue;
+        }
+        ls_pool_load_opts opts = {.pinned = e.pinned, .replace = exists, .source_path = origin.path,
+                                  .params = origin.params};
+        if ((st = ls_pool_load(srv->pool, e.name, &a, &opts, &info, &err)) != LS_OK) {
+            ls_adapter_free(&a);
+            ls_server_preload_error(e.name, &err);
+            ls_error_free(&err);
+            return false;
+        }
+        ls_log_info("start-up adapter %s v%llu loaded from %s: rank %d, %s%s", e.name, (unsigned long long)info.version,
+                    origin.path, info.meta.rank, ls_adapter_format_name(info.meta.format), e.pinned ? ", pinned" : "");
+        ls_error_free(&err);
+        loaded++;
+    }
+    if (loaded || kept) ls_log_info("start-up adapters: %d loaded, %d kept", loaded, kept);
+    return true;
 }
 
 bool ls_server_init(ls_server *srv, const ls_config *cfg) {
@@ -78,6 +142,10 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         ls_log_error("%s", err.message);
         goto fail;
     }
+    /* Paths are taken beneath this directory only: say which it is, since
+     * the default is wherever the server was started. */
+    ls_log_info("adapter directory %s%s: adapter paths resolve beneath it", srv->loader.root,
+                cfg->adapter_dir[0] ? "" : " (the working directory; set --adapter-dir)");
     if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, &err)) != LS_OK) {
         ls_log_error("%s", err.message);
         goto fail;
@@ -96,6 +164,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         goto fail;
     }
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
+    if (!ls_server_preload(srv)) goto fail;
     if (cfg->batching &&
         (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
                                 cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {

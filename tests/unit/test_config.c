@@ -554,6 +554,8 @@ static void test_help(void **state) {
         snprintf(env, sizeof env, "LORASINK_%s", key);
         for (char *p = flag; *p; p++)
             if (*p == '_') *p = '-';
+        /* A list's key is the plural of its repeatable flag. */
+        if (!strcmp(key, "adapters")) snprintf(flag, sizeof flag, "  --adapter NAME=PATH");
         for (char *p = env; *p; p++)
             *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
         if (json_is_string(v)) {
@@ -561,6 +563,8 @@ static void test_help(void **state) {
             snprintf(def, sizeof def, s[0] ? "default %s " : "default \"%s\"", s);
         } else if (json_is_integer(v)) {
             snprintf(def, sizeof def, "default %" JSON_INTEGER_FORMAT " ", json_integer_value(v));
+        } else if (json_is_array(v)) {
+            snprintf(def, sizeof def, "default \"\"");
         } else {
             snprintf(def, sizeof def, "default %s ", json_is_true(v) ? "true" : "false");
         }
@@ -656,8 +660,64 @@ static void test_example_file(void **state) {
     free(d);
 }
 
+/* The entries of cfg->adapters as "name=path[,pinned]|..." into buf. */
+static const char *adapters_of(const ls_config *cfg, char *buf, size_t len) {
+    const char *cursor = cfg->adapters;
+    ls_config_adapter e;
+    buf[0] = '\0';
+    while (ls_config_adapter_next(&cursor, &e)) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s=%s%s", used ? "|" : "", e.name, e.path, e.pinned ? ",pinned" : "");
+    }
+    return buf;
+}
+
+/* --adapter repeats and appends; the variable takes ';'-separated entries;
+ * the file takes strings and objects; a higher source replaces a lower
+ * one's list whole; malformed entries are one-line errors. */
+static void test_adapter_list(void **state) {
+    (void)state;
+    ls_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[ERRLEN], got[512], path[PATH_MAX];
+    assert_int_equal(run(c, ARGS("--adapter", "a=x/y,pinned", "--adapter=b=z"), NULL, err), LS_CONFIG_RUN);
+    assert_string_equal(adapters_of(c, got, sizeof got), "a=x/y,pinned|b=z");
+
+    const char *env[] = {"LORASINK_ADAPTERS=e1=p1;e2=p2,pinned;", NULL};
+    assert_int_equal(run(c, NULL, env, err), LS_CONFIG_RUN);
+    assert_string_equal(adapters_of(c, got, sizeof got), "e1=p1|e2=p2,pinned");
+    assert_int_equal(run(c, ARGS("--adapter", "f=p"), env, err), LS_CONFIG_RUN);
+    assert_string_equal(adapters_of(c, got, sizeof got), "f=p");
+
+    write_file("list.json", "{\"adapters\": [\"s=p\", {\"name\": \"o\", \"path\": \"q\", \"pinned\": true}]}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_string_equal(adapters_of(c, got, sizeof got), "s=p|o=q,pinned");
+    assert_int_equal(run(c, ARGS("--config", path), env, err), LS_CONFIG_RUN);
+    assert_string_equal(adapters_of(c, got, sizeof got), "e1=p1|e2=p2,pinned");
+
+    /* The dump has the file's form and reads back the same. */
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    char *d = dump_string(c);
+    assert_non_null(strstr(d, "\"adapters\": [\"s=p\", \"o=q,pinned\"]"));
+    free(d);
+
+    const char *bad[] = {"noequals", "=p", "n=", "n=,pinned", NULL};
+    for (int i = 0; bad[i]; i++) {
+        assert_int_equal(run(c, ARGS("--adapter", bad[i]), NULL, err), LS_CONFIG_ERROR);
+        assert_non_null(strstr(err, "--adapter"));
+    }
+    write_file("bad.json", "{\"adapters\": [{\"name\": \"a=b\", \"path\": \"p\"}]}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    write_file("bad2.json", "{\"adapters\": [{\"name\": \"a\", \"path\": \"p\", \"pin\": true}]}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    write_file("bad3.json", "{\"adapters\": 3}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adapter_list),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_flags_alone),
         cmocka_unit_test(test_env_alone),

@@ -1,0 +1,184 @@
+/* Adapters loaded at start-up (--adapter NAME=PATH[,pinned], its
+ * LORASINK_ADAPTERS twin and the config file's "adapters"): served with
+ * the right factors before the server listens, pinned when asked; a bad
+ * one stops start-up with exit 1 and its structured error; with a state
+ * directory a restart keeps the restored version unless the file changed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/util/testutil.h"
+#include "tests/util/tiny_server.h"
+
+static tiny_server ts;
+
+/* The tiny server's command line with extra appended (NULL-terminated),
+ * into args (capacity 48). */
+static void args_with(const char **args, const char *const *extra) {
+    int a = 0;
+    for (; ts.args[a] && a < 40; a++) args[a] = ts.args[a];
+    for (int i = 0; extra && extra[i] && a < 47; i++) args[a++] = extra[i];
+    args[a] = NULL;
+}
+
+/* Starts the tiny server, writes the example adapter as a PEFT directory
+ * "peft" (and a broken one, "bad", whose config says r = 3 for rank-2
+ * factors), and stops it: each test starts its own command line. */
+static int setup(void **state) {
+    (void)state;
+    if (!tiny_server_start(&ts, "interleaved", NULL)) return -1;
+    tiny_write_peft_dir(&ts, "peft", "{\"r\": 2, \"lora_alpha\": 4}");
+    tiny_write_peft_dir(&ts, "bad", "{\"r\": 3, \"lora_alpha\": 4}");
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    ts.srv = NULL;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ts.srv = ls_test_server_start((const char *const *)ts.args);
+    tiny_server_stop(&ts);
+    return 0;
+}
+
+/* GET /adapters/name as JSON (status asserted). */
+static json_t *adapter_get(const char *name, long want) {
+    char path[256];
+    snprintf(path, sizeof path, "/adapters/%s", name);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, want);
+    json_t *j = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    return j;
+}
+
+static void expect_adapter(const char *name, bool pinned, long long version) {
+    json_t *j = adapter_get(name, 200);
+    assert_int_equal(json_is_true(json_object_get(j, "pinned")), pinned);
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), version);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "peft");
+    json_decref(j);
+}
+
+static void test_flags_good_and_pinned(void **state) {
+    (void)state;
+    const char *args[48];
+    const char *extra[] = {"--adapter", "good=peft,pinned", "--adapter", "plain=peft", NULL};
+    args_with(args, extra);
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    expect_adapter("good", true, 1);
+    expect_adapter("plain", false, 1);
+    json_t *j = adapter_get("good", 200);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "resident");
+    json_decref(j);
+    /* The factors are the example's: the forward matches its expected y. */
+    tiny_check_forward(&ts, "good", "interleaved");
+    tiny_check_forward(&ts, "plain", "interleaved");
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    ts.srv = NULL;
+}
+
+/* Each failure: exit 1, the structured error body with its code on the
+ * output, and the server never listened. */
+static void expect_start_fails(const char *entry, const char *code) {
+    const char *args[48];
+    const char *extra[] = {"--adapter", "ok=peft", "--adapter", entry, NULL};
+    args_with(args, extra);
+    char out[16384];
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
+    char want[96];
+    snprintf(want, sizeof want, "{\"error\":{\"code\":\"%s\"", code);
+    if (!strstr(out, want)) fprintf(stderr, "%s\n", out);
+    assert_non_null(strstr(out, want));
+    assert_null(strstr(out, "listening on"));
+}
+
+static void test_bad_adapter_stops_start(void **state) {
+    (void)state;
+    expect_start_fails("missing=nowhere", "invalid_request");
+    expect_start_fails("bad=bad", "lora_rank_mismatch");
+    expect_start_fails(".hidden=peft", "invalid_request");
+    expect_start_fails("up=../peft", "invalid_request");
+    /* A malformed entry is a bad flag: exit 2 before anything starts. */
+    const char *args[48];
+    const char *extra[] = {"--adapter", "no-path=", NULL};
+    args_with(args, extra);
+    char out[4096];
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--adapter"));
+}
+
+static void test_environment_and_file(void **state) {
+    (void)state;
+    const char *env[] = {"LORASINK_ADAPTERS=e1=peft;e2=peft,pinned", NULL};
+    ts.srv = ls_test_server_start_env((const char *const *)ts.args, env);
+    assert_non_null(ts.srv);
+    expect_adapter("e1", false, 1);
+    expect_adapter("e2", true, 1);
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+
+    /* The file's list; a flag replaces it rather than adding to it. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/lorasink.json", ts.dir);
+    const char *cfg = "{\"adapters\": [\"c1=peft\", {\"name\": \"c2\", \"path\": \"peft\", \"pinned\": true}]}";
+    ls_test_write_file(path, cfg, strlen(cfg));
+    const char *args[48];
+    const char *extra[] = {"--config", path, NULL};
+    args_with(args, extra);
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    expect_adapter("c1", false, 1);
+    expect_adapter("c2", true, 1);
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+
+    const char *over[] = {"--config", path, "--adapter", "f1=peft", NULL};
+    args_with(args, over);
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    expect_adapter("f1", false, 1);
+    json_decref(adapter_get("c1", 404));
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    ts.srv = NULL;
+}
+
+/* With --state-dir a restart finds the adapter restored: same factors,
+ * same version; a changed file is loaded as the next version. */
+static void test_state_dir_restart(void **state) {
+    (void)state;
+    char sdir[1024];
+    snprintf(sdir, sizeof sdir, "%s/state", ts.dir);
+    const char *args[48];
+    const char *extra[] = {"--state-dir", sdir, "--adapter", "s=peft", NULL};
+    args_with(args, extra);
+    for (int round = 0; round < 2; round++) {
+        ts.srv = ls_test_server_start(args);
+        assert_non_null(ts.srv);
+        expect_adapter("s", false, 1);
+        assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    }
+    tiny_write_peft_dir(&ts, "peft", "{\"r\": 2, \"lora_alpha\": 8}");
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    expect_adapter("s", false, 2);
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    tiny_write_peft_dir(&ts, "peft", "{\"r\": 2, \"lora_alpha\": 4}");
+    ts.srv = NULL;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags_good_and_pinned),
+        cmocka_unit_test(test_bad_adapter_stops_start),
+        cmocka_unit_test(test_environment_and_file),
+        cmocka_unit_test(test_state_dir_restart),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
