@@ -222,7 +222,7 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
             ls_settings_help(out);
             return LS_CONFIG_EXIT;
         }
-        if (!strcmp(arg, "--version")) {
+        if (!strcmp(arg, "--version") || !strcmp(arg, "-V")) {
             fprintf(out, "lorasink %s\n", LS_VERSION);
             return LS_CONFIG_EXIT;
         }

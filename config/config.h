@@ -68,6 +68,7 @@ typedef struct {
     int per_ip_connections;
     int connection_timeout_s;
     ls_log_level log_level;
+    bool access_log; /* one line per request on stderr */
 } ls_config;
 
 typedef enum {

@@ -72,6 +72,8 @@ const ls_setting ls_settings[] = {
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
     ENUM("log-level", log_level, ls_log_level_names, "info", "least severe level logged"),
+    BOOL("access-log", access_log, "true", "one stderr line per request: time, request id, method, path, status, "
+                                          "bytes, microseconds"),
 };
 
 const size_t ls_settings_count = sizeof ls_settings / sizeof ls_settings[0];
@@ -389,7 +391,7 @@ void ls_settings_help(FILE *out) {
         }
         fprintf(out, "  %-24s %-29s default %-11s %-22s %s\n", flag, env, def, range, s->help);
     }
-    fprintf(out, "  %-24s %-29s %s\n  %-24s %-29s %s\n", "--help, -h", "", "print this and exit", "--version", "",
+    fprintf(out, "  %-24s %-29s %s\n  %-24s %-29s %s\n", "--help, -h", "", "print this and exit", "--version, -V", "",
             "print the version and exit");
 }
 

@@ -18,6 +18,7 @@
 #include <microhttpd.h>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "server/batcher.h"
 #include "server/request.h"
 #include "server/routes.h"
@@ -37,12 +38,45 @@ typedef struct {
     ls_server *srv;               /* for the batcher's done() callback */
     struct MHD_Connection *conn;
     struct timespec t0;
+    const char *method, *url; /* MHD's, valid for the whole request: for the access log */
+    char request_id[LS_REQUEST_ID_MAX + 1];
 } ls_conn_state;
+
+/* Seeds the ids this process generates: two servers started in the same
+ * second still differ by their pid. */
+static atomic_ullong ls_http_id_state;
 
 static double ls_elapsed_s(const struct timespec *t0) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* The client's X-Request-Id when it is 1 to LS_REQUEST_ID_MAX printable
+ * ASCII characters without spaces (so it can be logged and echoed as it
+ * is), else a new 16-hex-digit id; into id. */
+static void ls_http_request_id(struct MHD_Connection *conn, char *id) {
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    size_t n = 0;
+    while (v && v[n] && n <= LS_REQUEST_ID_MAX && v[n] > ' ' && v[n] < 0x7f) n++;
+    if (v && n > 0 && n <= LS_REQUEST_ID_MAX && !v[n]) {
+        memcpy(id, v, n + 1);
+        return;
+    }
+    uint64_t s = atomic_fetch_add(&ls_http_id_state, 0x9e3779b97f4a7c15ULL);
+    snprintf(id, LS_REQUEST_ID_MAX + 1, "%016llx", (unsigned long long)ls_splitmix64(&s));
+}
+
+/* The path as the access log shows it: bytes outside printable ASCII
+ * (a decoded %0a among them) escaped again, so one request stays one
+ * line. */
+static void ls_http_log_path(const char *url, char *out, size_t len) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)url; *p && o + 4 < len; p++) {
+        if (*p > ' ' && *p < 0x7f && *p != '%') out[o++] = (char)*p;
+        else o += (size_t)snprintf(out + o, len - o, "%%%02X", *p);
+    }
+    out[o] = '\0';
 }
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
@@ -57,6 +91,7 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     r->body = NULL;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
     MHD_add_response_header(resp, "X-Lorasink-Version", LS_VERSION);
+    MHD_add_response_header(resp, "X-Request-Id", st->request_id);
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", r->retry_after);
@@ -66,9 +101,17 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
     /* While stopping, keep-alive clients must not hold shutdown open. */
     if (atomic_load(&srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    const size_t bytes = r->len;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
-    ls_metrics_observe_request(&srv->metrics, st->label, r->status, ls_elapsed_s(&st->t0));
+    const double elapsed = ls_elapsed_s(&st->t0);
+    ls_metrics_observe_request(&srv->metrics, st->label, r->status, elapsed);
+    if (srv->cfg.access_log) {
+        char path[512];
+        ls_http_log_path(st->url, path, sizeof path);
+        ls_log_access("%s %s %s %d %zu %lld", st->request_id, st->method, path, r->status, bytes,
+                      (long long)(elapsed * 1e6));
+    }
     st->replied = true;
     return ret;
 }
@@ -217,6 +260,9 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
         clock_gettime(CLOCK_MONOTONIC, &st->t0);
+        st->method = method;
+        st->url = url;
+        ls_http_request_id(conn, st->request_id);
         *con_cls = st;
         atomic_fetch_add(&srv->active, 1);
         enum MHD_Result ret;
@@ -324,6 +370,10 @@ static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) 
 }
 
 bool ls_http_start(ls_server *srv) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    atomic_store(&ls_http_id_state, (unsigned long long)now.tv_sec * 1000000007ULL ^
+                                        (unsigned long long)now.tv_nsec << 20 ^ (unsigned long long)getpid());
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     struct addrinfo *ai = NULL;
     char port[16];

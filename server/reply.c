@@ -13,7 +13,24 @@ const char *ls_request_query(const ls_request *req, const char *key) {
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+/* Text replies end with a newline, so that curl's output and a shell
+ * prompt do not run together; takes text and returns it, grown by one
+ * byte unless it ends with one (NULL when out of memory, text freed). */
+static char *ls_reply_newline(char *text) {
+    size_t n = strlen(text);
+    if (n && text[n - 1] == '\n') return text;
+    char *t = realloc(text, n + 2);
+    if (!t) {
+        free(text);
+        return NULL;
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    return t;
+}
+
 void ls_reply_json(ls_reply *r, int status, char *text) {
+    if (text) text = ls_reply_newline(text);
     if (!text) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory building the response");
         return;
@@ -29,6 +46,7 @@ void ls_reply_error(ls_reply *r, const ls_error *err) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     free(r->body);
     r->body = ls_error_body_text(err);
+    if (r->body) r->body = ls_reply_newline(r->body);
     r->len = r->body ? strlen(r->body) : 0;
     r->status = ls_status_http(code);
     r->content_type = "application/json";

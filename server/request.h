@@ -14,6 +14,9 @@ struct MHD_Connection;
 
 typedef enum { LS_BODY_NONE, LS_BODY_JSON, LS_BODY_SAFETENSORS } ls_body_kind;
 
+/* Longest X-Request-Id taken from a client (longer ones are replaced). */
+#define LS_REQUEST_ID_MAX 128
+
 typedef struct {
     ls_server *srv;
     struct MHD_Connection *conn;
@@ -63,7 +66,9 @@ void ls_forward_job_free(ls_forward_job *fj);
 void ls_handle_health(const ls_request *req, ls_reply *r);
 void ls_handle_ready(const ls_request *req, ls_reply *r);
 void ls_handle_metrics(const ls_request *req, ls_reply *r);
+void ls_handle_openapi(const ls_request *req, ls_reply *r);
 void ls_handle_pool(const ls_request *req, ls_reply *r);
+void ls_handle_dashboard(const ls_request *req, ls_reply *r);
 void ls_handle_forward(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_load(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_validate(const ls_request *req, ls_reply *r);

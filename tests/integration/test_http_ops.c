@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -231,11 +233,109 @@ static void test_key_from_environment(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* The value of header name in r's raw headers (into buf), or "". */
+static const char *header_of(const ls_test_response *r, const char *name, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (const char *h = r->headers; h && *h;) {
+        const char *eol = strstr(h, "\r\n");
+        size_t n = eol ? (size_t)(eol - h) : strlen(h), k = strlen(name);
+        if (n > k + 1 && !strncasecmp(h, name, k) && h[k] == ':') {
+            const char *v = h + k + 1;
+            while (*v == ' ') v++;
+            snprintf(buf, len, "%.*s", (int)(n - (size_t)(v - h)), v);
+            return buf;
+        }
+        h = eol ? eol + 2 : h + n;
+    }
+    return buf;
+}
+
+/* Waits (up to 2 s) for line to appear in the server's output. */
+static bool output_has(ls_test_server *s, const char *line) {
+    for (int i = 0; i < 200; i++) {
+        char *out = ls_test_server_output(s);
+        bool found = strstr(out, line) != NULL;
+        free(out);
+        if (found) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* Every response carries X-Request-Id (the client's when it is fit to
+ * echo, else a new one), the access log has one line per request with
+ * that id, method, path, status, bytes and time, and JSON bodies end with
+ * a newline. */
+static void test_request_id_and_access_log(void **state) {
+    (void)state;
+    ls_test_response r;
+    char id[160], want[512];
+    const char *mine[] = {"X-Request-Id: client-id.42", NULL};
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/health", NULL, NULL, 0, mine, &r), 0);
+    assert_string_equal(header_of(&r, "X-Request-Id", id, sizeof id), "client-id.42");
+    assert_true(r.len > 0 && r.body[r.len - 1] == '\n');
+    snprintf(want, sizeof want, " access client-id.42 GET /health 200 %zu ", r.len);
+    ls_test_response_free(&r);
+    assert_true(output_has(ts.srv, want));
+
+    /* Generated: 16 hex digits, a new one per request; an error too. */
+    char first[32];
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 404);
+    assert_true(r.body[r.len - 1] == '\n');
+    snprintf(first, sizeof first, "%s", header_of(&r, "X-Request-Id", id, sizeof id));
+    assert_int_equal(strlen(first), 16);
+    for (int i = 0; i < 16; i++) assert_true(isxdigit((unsigned char)first[i]));
+    snprintf(want, sizeof want, " access %s GET /nowhere 404 %zu ", first, r.len);
+    ls_test_response_free(&r);
+    assert_true(output_has(ts.srv, want));
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);
+    assert_string_not_equal(header_of(&r, "X-Request-Id", id, sizeof id), first);
+    ls_test_response_free(&r);
+
+    /* Ids that cannot be echoed or logged as they are get replaced. */
+    char longer[200];
+    snprintf(longer, sizeof longer, "X-Request-Id: %0129d", 7);
+    const char *bad[][2] = {{"X-Request-Id: two words", NULL}, {longer, NULL}};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ls_test_http(ts.srv, "GET", "/health", NULL, NULL, 0, bad[i], &r), 0);
+        assert_int_equal(strlen(header_of(&r, "X-Request-Id", id, sizeof id)), 16);
+        ls_test_response_free(&r);
+    }
+
+    /* A decoded %0a in the path cannot split the log line. */
+    const char *tagged[] = {"X-Request-Id: crlf-probe", NULL};
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/adapters/a%0aforged", NULL, NULL, 0, tagged, &r), 0);
+    ls_test_response_free(&r);
+    assert_true(output_has(ts.srv, " access crlf-probe GET /adapters/a%0Aforged 401 "));
+}
+
+/* --access-log false: no access lines, the id header still sent. */
+static void test_access_log_off(void **state) {
+    (void)state;
+    const char *args[] = {"--hidden", "8", "--intermediate", "4", "--layers", "1", "--access-log=false", NULL};
+    ls_test_server *s = ls_test_server_start(args);
+    assert_non_null(s);
+    ls_test_response r;
+    const char *mine[] = {"X-Request-Id: quiet-1", NULL};
+    assert_int_equal(ls_test_http(s, "GET", "/health", NULL, NULL, 0, mine, &r), 0);
+    char id[64];
+    assert_string_equal(header_of(&r, "X-Request-Id", id, sizeof id), "quiet-1");
+    ls_test_response_free(&r);
+    usleep(100000);
+    char *out = ls_test_server_output(s);
+    assert_null(strstr(out, " access "));
+    free(out);
+    assert_int_equal(ls_test_server_stop(s), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auth),    cmocka_unit_test(test_body_limits),
         cmocka_unit_test(test_metrics), cmocka_unit_test(test_pool_and_adapter_routes),
         cmocka_unit_test(test_key_from_environment),
+        cmocka_unit_test(test_request_id_and_access_log),
+        cmocka_unit_test(test_access_log_off),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -191,6 +191,9 @@ static void test_command_line(void **state) {
     const char *version[] = {"--version", NULL};
     assert_int_equal(ls_test_run_binary(version, out, sizeof out), 0);
     assert_non_null(strstr(out, "lorasink 0.1.0"));
+    const char *short_version[] = {"-V", NULL};
+    assert_int_equal(ls_test_run_binary(short_version, out, sizeof out), 0);
+    assert_non_null(strstr(out, "lorasink 0.1.0"));
     const char *help[] = {"--help", NULL};
     assert_int_equal(ls_test_run_binary(help, out, sizeof out), 0);
     assert_non_null(strstr(out, "--max-rank"));

@@ -3,6 +3,9 @@
 #include "tests/util/server_driver.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,21 +25,67 @@ struct ls_test_server {
     pid_t pid;
     int port;
     int out_fd; /* the server's stdout+stderr */
+    /* A thread reads out_fd to its end, so the server never blocks on a
+     * full pipe (its access log writes a line per request); out keeps the
+     * last LS_TEST_OUT_CAP bytes. */
+    pthread_t reader;
+    pthread_mutex_t mu;
+    char *out;
+    size_t out_len;
 };
+
+#define LS_TEST_OUT_CAP (1u << 20)
 
 int ls_test_server_port(const ls_test_server *s) { return s->port; }
 
-/* Reads what the server printed so far (non-blocking) and echoes it. */
-static void ls_test_server_drain(ls_test_server *s, char *acc, size_t cap, size_t *len) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(s->out_fd, buf, sizeof buf)) > 0) {
-        if (*len + (size_t)n < cap) {
-            memcpy(acc + *len, buf, (size_t)n);
-            *len += (size_t)n;
-            acc[*len] = '\0';
-        }
+/* Appends n bytes to s->out, dropping the oldest past the cap. */
+static void ls_test_server_keep(ls_test_server *s, const char *buf, size_t n) {
+    pthread_mutex_lock(&s->mu);
+    if (n >= LS_TEST_OUT_CAP) {
+        buf += n - (LS_TEST_OUT_CAP - 1);
+        n = LS_TEST_OUT_CAP - 1;
     }
+    if (s->out_len + n >= LS_TEST_OUT_CAP) {
+        size_t drop = s->out_len + n - (LS_TEST_OUT_CAP - 1);
+        memmove(s->out, s->out + drop, s->out_len - drop);
+        s->out_len -= drop;
+    }
+    memcpy(s->out + s->out_len, buf, n);
+    s->out_len += n;
+    s->out[s->out_len] = '\0';
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *ls_test_server_read(void *arg) {
+    ls_test_server *s = arg;
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(s->out_fd, buf, sizeof buf);
+        if (n > 0) ls_test_server_keep(s, buf, (size_t)n);
+        else if (n == 0 || errno != EINTR) break;
+    }
+    return NULL;
+}
+
+char *ls_test_server_output(ls_test_server *s) {
+    pthread_mutex_lock(&s->mu);
+    char *copy = strdup(s->out);
+    pthread_mutex_unlock(&s->mu);
+    assert(copy);
+    return copy;
+}
+
+/* After the process ended: waits for the reader to see the pipe's end. */
+static void ls_test_server_join(ls_test_server *s) {
+    pthread_join(s->reader, NULL);
+    close(s->out_fd);
+}
+
+/* Frees s once joined. */
+static void ls_test_server_free(ls_test_server *s) {
+    pthread_mutex_destroy(&s->mu);
+    free(s->out);
+    free(s);
 }
 
 ls_test_server *ls_test_server_start_env(const char *const *args, const char *const *env) {
@@ -63,37 +112,36 @@ ls_test_server *ls_test_server_start_env(const char *const *args, const char *co
         _exit(127);
     }
     close(fds[1]);
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
     ls_test_server *s = calloc(1, sizeof *s);
+    assert(s);
+    s->out = malloc(LS_TEST_OUT_CAP);
+    assert(s->out);
+    s->out[0] = '\0';
     s->pid = pid;
     s->out_fd = fds[0];
-    static char acc[1 << 16];
-    size_t len = 0;
-    acc[0] = '\0';
+    pthread_mutex_init(&s->mu, NULL);
+    if (pthread_create(&s->reader, NULL, ls_test_server_read, s)) abort();
     for (int waited = 0; waited < 60000; waited += 20) {
-        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
-        poll(&p, 1, 20);
-        ls_test_server_drain(s, acc, sizeof acc, &len);
-        const char *m = strstr(acc, "listening on http://127.0.0.1:");
-        if (m) {
-            s->port = atoi(m + strlen("listening on http://127.0.0.1:"));
-            return s;
-        }
+        usleep(20000);
+        pthread_mutex_lock(&s->mu);
+        const char *m = strstr(s->out, "listening on http://127.0.0.1:");
+        if (m) s->port = atoi(m + strlen("listening on http://127.0.0.1:"));
+        pthread_mutex_unlock(&s->mu);
+        if (s->port) return s;
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            ls_test_server_drain(s, acc, sizeof acc, &len);
+            ls_test_server_join(s);
             fprintf(stderr, "server exited early (status %d):\n%s\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-                    acc);
-            close(s->out_fd);
-            free(s);
+                    s->out);
+            ls_test_server_free(s);
             return NULL;
         }
     }
-    fprintf(stderr, "server did not start in 60 s:\n%s\n", acc);
+    fprintf(stderr, "server did not start in 60 s:\n%s\n", s->out);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    close(s->out_fd);
-    free(s);
+    ls_test_server_join(s);
+    ls_test_server_free(s);
     return NULL;
 }
 
@@ -103,12 +151,7 @@ int ls_test_server_stop(ls_test_server *s) {
     if (!s) return -1;
     kill(s->pid, SIGTERM);
     int status = -1;
-    static char tail[1 << 16];
-    size_t len = 0;
-    tail[0] = '\0';
     for (int i = 0; i < 3000; i++) {
-        /* keep the pipe drained so the server never blocks on its log */
-        ls_test_server_drain(s, tail, sizeof tail, &len);
         if (waitpid(s->pid, &status, WNOHANG) == s->pid) break;
         usleep(10000);
         if (i == 2999) {
@@ -117,15 +160,14 @@ int ls_test_server_stop(ls_test_server *s) {
             waitpid(s->pid, &status, 0);
         }
     }
-    ls_test_server_drain(s, tail, sizeof tail, &len);
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ls_test_server_join(s);
     if (rc != 0) {
         if (WIFSIGNALED(status)) fprintf(stderr, "server died of signal %d on shutdown\n", WTERMSIG(status));
         else fprintf(stderr, "server exited with %d on shutdown\n", rc);
-        fprintf(stderr, "its last output:\n%s\n", len > 4000 ? tail + len - 4000 : tail);
+        fprintf(stderr, "its last output:\n%s\n", s->out_len > 4000 ? s->out + s->out_len - 4000 : s->out);
     }
-    close(s->out_fd);
-    free(s);
+    ls_test_server_free(s);
     return rc;
 }
 
@@ -133,8 +175,8 @@ void ls_test_server_kill(ls_test_server *s) {
     if (!s) return;
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
-    close(s->out_fd);
-    free(s);
+    ls_test_server_join(s);
+    ls_test_server_free(s);
 }
 
 int ls_test_server_pid(const ls_test_server *s) { return (int)s->pid; }

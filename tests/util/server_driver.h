@@ -23,6 +23,9 @@ int ls_test_server_port(const ls_test_server *s);
 int ls_test_server_stop(ls_test_server *s);
 /* Sends SIGKILL at once, waits and frees s: a crash, not a shutdown. */
 void ls_test_server_kill(ls_test_server *s);
+/* What the server printed so far (stdout and stderr, the last MiB),
+ * malloc'd; the caller frees it. */
+char *ls_test_server_output(ls_test_server *s);
 /* The server's process id (for signals and /proc). */
 int ls_test_server_pid(const ls_test_server *s);
 
