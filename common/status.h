@@ -46,10 +46,12 @@
     X(ADAPTER_CONFIG_INVALID, "adapter_config_invalid", 422,                                       \
       "adapter_config.json needs a positive integer \"r\" and a number \"lora_alpha\"")            \
     X(INVALID_JSON, "invalid_json", 400, "send a well-formed JSON object")                         \
-    X(INVALID_REQUEST, "invalid_request", 400, "check the request against the API reference")      \
+    X(INVALID_REQUEST, "invalid_request", 400,                                                     \
+      "check the request against the API reference: GET /openapi.json, or docs/api.md")            \
     X(UNAUTHORIZED, "unauthorized", 401, "send the header Authorization: Bearer <api key>")        \
     X(ADAPTER_NOT_FOUND, "adapter_not_found", 404, "load it first with POST /adapters")            \
-    X(NOT_FOUND, "not_found", 404, "see GET /health, /ready, /pool, /adapters, /forward")          \
+    X(NOT_FOUND, "not_found", 404,                                                                 \
+      "the routes are /health, /ready, /forward, /adapters, /pool, /metrics, /dashboard, /openapi.json") \
     X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "see the Allow header")                       \
     X(ADAPTER_EXISTS, "adapter_exists", 409,                                                       \
       "pick another name, DELETE the old adapter, or send \"replace\": true")                      \
