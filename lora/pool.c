@@ -283,10 +283,16 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     if (slot >= 0) {
         p->slots[slot].state = LS_SLOT_RESIDENT;
         p->loads++;
+        e->loads++;
     }
     if (reused) reused->slot = -1;
     old = ls_registry_find(p, name); /* a delete may have raced the write */
     if (old) {
+        /* The metrics count per name: a replace must not reset them. */
+        e->requests += old->requests;
+        e->tokens += old->tokens;
+        e->loads += old->loads;
+        e->evictions += old->evictions;
         ls_registry_unlink(p, old);
         if (old != reused && old->refs == 0) ls_registry_destroy(p, old);
     }
@@ -464,6 +470,19 @@ ls_status ls_pool_list(ls_pool *p, ls_adapter_info **out, size_t *n, ls_error *e
     *out = v;
     *n = i;
     return LS_OK;
+}
+
+/* Takes mu for a moment. The counts go to whatever version is live now, so a
+ * request served by a replaced version still counts for its name. */
+void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *tokens, int n) {
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        ls_pool_entry *e = ls_registry_find(p, used[i].name);
+        if (!e) continue;
+        e->requests++;
+        e->tokens += tokens[i];
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* *out: malloc'd array of S slot snapshots (caller frees); stats filled. */

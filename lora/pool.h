@@ -60,6 +60,10 @@ typedef struct {
     int in_flight;      /* requests holding this version now */
     int64_t last_used_ms; /* unix ms of the last forward, 0 = never */
     uint64_t hits;
+    /* Per-name counters for the metrics: a replace carries them over to
+     * the new version, a delete drops them with the name. */
+    uint64_t requests, tokens; /* forwards answered (ls_pool_count_served) and their tokens */
+    uint64_t loads, evictions; /* slot writes of the adapter, and evictions from a slot */
     char source_path[4096]; /* "" for inline uploads */
 } ls_adapter_info;
 
@@ -125,6 +129,11 @@ typedef struct {
     uint64_t version;
     int slot;
 } ls_pool_used;
+
+/* Counts one answered forward request: for each of the n adapters it
+ * used, one request and tokens[i] tokens on the live version of used[i]'s
+ * name (a name deleted meanwhile is skipped). Both arrays borrowed. */
+void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *tokens, int n);
 
 /* y[T, H] for tokens whose adapter is names[t] (NULL = base). names
  * itself NULL = all base. Resolves every name first (LS_ADAPTER_NOT_FOUND

@@ -132,6 +132,7 @@ static ls_status ls_fwd_load(ls_pool *p, ls_fwd *f, ls_error *err) {
         if (failed < 0 || d < failed) {
             sl->state = LS_SLOT_RESIDENT;
             p->loads++;
+            f->ent[d]->loads++;
         } else {
             sl->state = LS_SLOT_FREE;
             sl->entry = NULL;

@@ -30,6 +30,7 @@ typedef struct ls_pool_entry {
     uint64_t tick; /* logical clock of the last use (load or forward) */
     int64_t last_used_ms;
     uint64_t hits;
+    uint64_t requests, tokens, loads, evictions; /* the name's, carried over at replace */
     uint64_t mark;  /* id of the forward call or group that last marked it */
     int mark_index; /* that call's index for it (distinct adapters) */
 

@@ -53,6 +53,7 @@ int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
         slot = victim->slot;
         victim->slot = -1;
         p->evictions++;
+        victim->evictions++;
         ls_log_debug("pool: evicting adapter '%s' version %" PRIu64 " from slot %d", victim->name, victim->version,
                      slot);
     }

@@ -125,5 +125,9 @@ void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info 
     info->in_flight = e->refs;
     info->last_used_ms = e->last_used_ms;
     info->hits = e->hits;
+    info->requests = e->requests;
+    info->tokens = e->tokens;
+    info->loads = e->loads;
+    info->evictions = e->evictions;
     snprintf(info->source_path, sizeof info->source_path, "%s", e->source_path ? e->source_path : "");
 }

@@ -104,6 +104,31 @@ ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
 
 static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 
+/* Per-adapter requests and tokens for the metrics. Counted here, per HTTP
+ * request, because the pool sees batches, not requests. Tokens are matched
+ * to used[] with the previous match tried first (a request's tokens come in
+ * runs of one adapter), so the usual cost is one strcmp a token. */
+static void ls_forward_count_adapters(ls_server *srv, const ls_forward_job *fj) {
+    const ls_batch_job *job = &fj->job;
+    if (!fj->fr.names || job->n_used <= 0) return;
+    uint64_t *tokens = calloc((size_t)job->n_used, sizeof *tokens);
+    if (!tokens) return; /* metrics only: out of memory skips them */
+    int last = 0;
+    for (int t = 0; t < fj->fr.T; t++) {
+        const char *name = fj->fr.names[t];
+        if (!name) continue;
+        if (strcmp(job->used[last].name, name) != 0)
+            for (int u = 0; u < job->n_used; u++)
+                if (!strcmp(job->used[u].name, name)) {
+                    last = u;
+                    break;
+                }
+        if (!strcmp(job->used[last].name, name)) tokens[last]++;
+    }
+    ls_pool_count_served(srv->pool, job->used, tokens, job->n_used);
+    free(tokens);
+}
+
 /* Once the reply is built the request is no longer queued: its tensors
  * go and its bytes leave the budget before the reply is sent, so a
  * client that has read its reply finds the budget free again. */
@@ -120,6 +145,7 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
         return;
     }
     ls_metrics_add_tokens(&srv->metrics, (uint64_t)fj->fr.T);
+    ls_forward_count_adapters(srv, fj);
     ls_forward_used *wire = calloc((size_t)(job->n_used ? job->n_used : 1), sizeof *wire);
     if (!wire) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
