@@ -27,7 +27,7 @@ void ls_handle_ready(const ls_request *req, ls_reply *r) {
 }
 
 void ls_handle_metrics(const ls_request *req, ls_reply *r) {
-    char *text = ls_metrics_render(&req->srv->metrics, req->srv->pool);
+    char *text = ls_metrics_render(&req->srv->metrics, req->srv->pool, req->srv->backend);
     if (!text) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory rendering metrics");
         return;

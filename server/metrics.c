@@ -1,11 +1,17 @@
 /* Counters and histograms behind one mutex, rendered in the Prometheus
- * text exposition format (version 0.0.4). */
+ * text exposition format (version 0.0.4), with what is read at render
+ * time: the pool, the per-adapter series, the build and the process. */
 #include "server/metrics.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "common/buf.h"
+#include "gpu/backend.h"
 #include "lora/pool.h"
 
 static const double ls_latency_bounds[LS_METRICS_LATENCY_BUCKETS] = {
@@ -127,10 +133,11 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                   (unsigned long long)m->rejected_overload);
 }
 
-static void ls_metrics_render_pool(struct ls_pool *pool, ls_buf *b) {
+/* Returns the slot count (0 when the pool could not be read). */
+static int ls_metrics_render_pool(struct ls_pool *pool, ls_buf *b) {
     ls_slot_info *slots = NULL;
     ls_pool_stats st;
-    if (!pool || ls_pool_snapshot(pool, &slots, &st, NULL) != LS_OK) return;
+    if (!pool || ls_pool_snapshot(pool, &slots, &st, NULL) != LS_OK) return 0;
     int resident = 0, pinned = 0;
     for (int i = 0; i < st.slots; i++) {
         resident += slots[i].state != LS_SLOT_FREE;
@@ -163,9 +170,218 @@ static void ls_metrics_render_pool(struct ls_pool *pool, ls_buf *b) {
                   st.slots, resident, pinned, st.bytes_total, st.registered, st.host_used, st.host_bytes,
                   (unsigned long long)st.loads, (unsigned long long)st.evictions, (unsigned long long)st.hits,
                   (unsigned long long)st.misses);
+    return st.slots;
 }
 
-char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool) {
+/* Appends s as a label value: the exposition format escapes backslash,
+ * double quote and line feed, and nothing else. */
+static void ls_metrics_label(ls_buf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\\') ls_buf_append(b, "\\\\", 2);
+        else if (*s == '"') ls_buf_append(b, "\\\"", 2);
+        else if (*s == '\n') ls_buf_append(b, "\\n", 2);
+        else ls_buf_append(b, s, 1);
+    }
+}
+
+#if defined(__clang__)
+#define LS_METRICS_COMPILER "clang " __clang_version__
+#elif defined(__GNUC__)
+#define LS_METRICS_COMPILER "gcc " __VERSION__
+#else
+#define LS_METRICS_COMPILER "unknown"
+#endif
+
+/* be borrowed, may be NULL. One sample whose labels are the point: join
+ * on it (`* on() group_left(version)`) to tag any series with the build. */
+static void ls_metrics_render_build(const ls_backend *be, ls_buf *b) {
+    const char *isa = be ? ls_backend_isa(be) : NULL;
+    ls_buf_printf(b, "# HELP lorasink_build_info Always 1; the labels say what runs: version, backend, CPU kernel path, "
+                     "compiler.\n# TYPE lorasink_build_info gauge\nlorasink_build_info{version=\"");
+    ls_metrics_label(b, LS_VERSION);
+    ls_buf_printf(b, "\",backend=\"");
+    ls_metrics_label(b, be ? ls_backend_name(be) : "");
+    ls_buf_printf(b, "\",isa=\"");
+    ls_metrics_label(b, isa ? isa : "");
+    ls_buf_printf(b, "\",compiler=\"");
+    ls_metrics_label(b, LS_METRICS_COMPILER);
+    ls_buf_printf(b, "\"} 1\n");
+}
+
+/* Seconds since the epoch at which the kernel booted (/proc/stat btime),
+ * 0 when unknown. */
+static long long ls_metrics_boot_time(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    char line[512];
+    long long btime = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %lld", &btime) == 1) break;
+    fclose(f);
+    return btime;
+}
+
+/* The process_* series every Prometheus client library exports, under
+ * their standard names, read from /proc/self. Left out where /proc is not
+ * there (a scrape must not fail for them). */
+static void ls_metrics_render_process(ls_buf *b) {
+    char stat[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) return;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* The command name may hold spaces and parentheses: fields are
+     * counted from the last ')'. */
+    const char *p = strrchr(stat, ')');
+    unsigned long utime, stime, vsize;
+    unsigned long long start;
+    long rss;
+    if (!p || sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %llu %lu %ld",
+                     &utime, &stime, &start, &vsize, &rss) != 5)
+        return;
+    const double ticks = (double)sysconf(_SC_CLK_TCK);
+    const long page = sysconf(_SC_PAGESIZE);
+    ls_buf_printf(b,
+                  "# HELP process_cpu_seconds_total User and system CPU time the process used, in seconds.\n"
+                  "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n"
+                  "# HELP process_resident_memory_bytes Resident set size in bytes.\n"
+                  "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n"
+                  "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                  "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %lu\n",
+                  (double)(utime + stime) / ticks, (long long)rss * page, vsize);
+    long long boot = ls_metrics_boot_time();
+    if (boot > 0)
+        ls_buf_printf(b,
+                      "# HELP process_start_time_seconds When the process started, in seconds since the epoch.\n"
+                      "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                      (double)boot + (double)start / ticks);
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long fds = 0;
+        const struct dirent *de;
+        while ((de = readdir(d)))
+            if (de->d_name[0] != '.' && atoi(de->d_name) != dirfd(d)) fds++; /* not the listing's own */
+        closedir(d);
+        ls_buf_printf(b, "# HELP process_open_fds Open file descriptors.\n"
+                         "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+                      fds);
+    }
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+        ls_buf_printf(b, "# HELP process_max_fds The limit on open file descriptors (soft RLIMIT_NOFILE).\n"
+                         "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+                      (unsigned long long)rl.rlim_cur);
+}
+
+/* One row of the per-adapter families: an adapter, or the sum of those
+ * folded under "_other". */
+typedef struct {
+    const char *name;
+    uint64_t requests, tokens, loads, evictions;
+    long long in_flight, resident;
+} ls_metrics_adapter_row;
+
+static const struct {
+    const char *name, *type, *help;
+    size_t field; /* offset in ls_metrics_adapter_row */
+    bool is_signed;
+} ls_adapter_families[] = {
+    {"lorasink_adapter_requests_total", "counter", "Forward requests answered that used the adapter.",
+     offsetof(ls_metrics_adapter_row, requests), false},
+    {"lorasink_adapter_tokens_total", "counter", "Tokens of forward requests run with the adapter.",
+     offsetof(ls_metrics_adapter_row, tokens), false},
+    {"lorasink_adapter_loads_total", "counter", "Writes of the adapter into a slot.",
+     offsetof(ls_metrics_adapter_row, loads), false},
+    {"lorasink_adapter_evictions_total", "counter", "Evictions of the adapter from its slot.",
+     offsetof(ls_metrics_adapter_row, evictions), false},
+    {"lorasink_adapter_in_flight", "gauge", "Requests holding the adapter now.",
+     offsetof(ls_metrics_adapter_row, in_flight), true},
+    {"lorasink_adapter_resident", "gauge", "1 while the adapter holds a slot (for _other: how many do).",
+     offsetof(ls_metrics_adapter_row, resident), true},
+};
+
+/* Appends, comma-separated, the names (infos is in byte order) of the
+ * adapters held by a forward that are resident (running) or not
+ * (waiting); past LS_METRICS_MAX_ADAPTERS names the list ends with
+ * ",_other". infos borrowed. */
+static void ls_metrics_name_list(ls_buf *b, const ls_adapter_info *infos, size_t n, bool running) {
+    int listed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (infos[i].in_flight <= 0 || (infos[i].slot >= 0) != running) continue;
+        if (listed) ls_buf_append(b, ",", 1);
+        if (listed == LS_METRICS_MAX_ADAPTERS) {
+            ls_buf_append(b, "_other", 6);
+            return;
+        }
+        ls_metrics_label(b, infos[i].name);
+        listed++;
+    }
+}
+
+/* The per-adapter families and lorasink_lora_requests_info (the shape of
+ * vLLM's vllm:lora_requests_info, so its dashboards carry over): running
+ * adapters are held by a forward and resident, waiting ones are held by a
+ * forward and not resident yet (a later group of the call, or a load in
+ * progress); max_lora is the slot count. */
+/* pool borrowed; what it lists is copied and freed here. */
+static void ls_metrics_render_adapters(struct ls_pool *pool, int slots, ls_buf *b) {
+    ls_adapter_info *infos = NULL;
+    size_t n = 0;
+    if (ls_pool_list(pool, &infos, &n, NULL) != LS_OK) return;
+    ls_metrics_adapter_row *rows = calloc(n + 1, sizeof *rows);
+    if (!rows) {
+        free(infos);
+        b->failed = true; /* a scrape missing families must not look complete */
+        return;
+    }
+    /* The first names in byte order keep their own series; "_other" is
+     * the bucket, so an adapter of that name is always folded into it. */
+    size_t named = 0;
+    ls_metrics_adapter_row other = {.name = "_other"};
+    long long folded = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ls_adapter_info *a = &infos[i];
+        bool own = named < LS_METRICS_MAX_ADAPTERS && strcmp(a->name, "_other") != 0;
+        ls_metrics_adapter_row *r = own ? &rows[named++] : &other;
+        if (own) r->name = a->name;
+        else folded++;
+        r->requests += a->requests;
+        r->tokens += a->tokens;
+        r->loads += a->loads;
+        r->evictions += a->evictions;
+        r->in_flight += a->in_flight;
+        r->resident += a->slot >= 0;
+    }
+    if (folded) rows[named++] = other;
+    for (size_t f = 0; f < sizeof ls_adapter_families / sizeof *ls_adapter_families; f++) {
+        ls_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", ls_adapter_families[f].name, ls_adapter_families[f].help,
+                      ls_adapter_families[f].name, ls_adapter_families[f].type);
+        for (size_t i = 0; i < named; i++) {
+            const char *field = (const char *)&rows[i] + ls_adapter_families[f].field;
+            ls_buf_printf(b, "%s{adapter=\"", ls_adapter_families[f].name);
+            ls_metrics_label(b, rows[i].name);
+            if (ls_adapter_families[f].is_signed) ls_buf_printf(b, "\"} %lld\n", *(const long long *)field);
+            else ls_buf_printf(b, "\"} %llu\n", (unsigned long long)*(const uint64_t *)field);
+        }
+    }
+    ls_buf_printf(b,
+                  "# HELP lorasink_adapters_folded Registered adapters past the per-adapter label cap, summed "
+                  "under adapter=\"_other\".\n# TYPE lorasink_adapters_folded gauge\nlorasink_adapters_folded %lld\n",
+                  folded);
+    ls_buf_printf(b, "# HELP lorasink_lora_requests_info Always 1; the labels name the adapters forwards run with now "
+                     "(resident) and wait for (not resident yet), and the slot count.\n"
+                     "# TYPE lorasink_lora_requests_info gauge\nlorasink_lora_requests_info{running_lora_adapters=\"");
+    ls_metrics_name_list(b, infos, n, true);
+    ls_buf_printf(b, "\",waiting_lora_adapters=\"");
+    ls_metrics_name_list(b, infos, n, false);
+    ls_buf_printf(b, "\",max_lora=\"%d\"} 1\n", slots);
+    free(rows);
+    free(infos);
+}
+
+char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool, const ls_backend *be) {
     ls_buf b;
     ls_buf_init(&b);
     pthread_mutex_lock(&m->lock);
@@ -181,6 +397,9 @@ char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool) {
                           (unsigned long long)m->validation_failures[c]);
     ls_metrics_render_batches(m, &b);
     pthread_mutex_unlock(&m->lock);
-    ls_metrics_render_pool(pool, &b);
+    int slots = ls_metrics_render_pool(pool, &b);
+    if (slots > 0) ls_metrics_render_adapters(pool, slots, &b);
+    ls_metrics_render_build(be, &b);
+    ls_metrics_render_process(&b);
     return ls_buf_take(&b, NULL);
 }

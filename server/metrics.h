@@ -1,6 +1,8 @@
 /* Prometheus metrics: requests and latency histograms per route and
  * status, tokens served, validation failures per code, batch sizes; the
- * pool's gauges and counters are read from the pool when rendered. */
+ * pool's gauges and counters, the per-adapter series and the vLLM-style
+ * lora_requests_info are read from the pool when rendered, the build info
+ * from the backend and the process_* series from /proc/self. */
 #ifndef LS_SERVER_METRICS_H
 #define LS_SERVER_METRICS_H
 
@@ -13,6 +15,10 @@
 #define LS_METRICS_MAX_SERIES 128
 #define LS_METRICS_LATENCY_BUCKETS 14
 #define LS_METRICS_BATCH_BUCKETS 12
+/* Adapters with series of their own (the first names in byte order); the
+ * rest are summed under adapter="_other", so a pool of thousands of
+ * adapters cannot blow up a scrape or the TSDB (docs/dashboard.md). */
+#define LS_METRICS_MAX_ADAPTERS 64
 
 typedef struct {
     const char *route; /* static string */
@@ -44,8 +50,11 @@ void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
 void ls_metrics_overload(ls_metrics *m);
 
 struct ls_pool;
+struct ls_backend;
 /* Renders everything as Prometheus text into a malloc'd string (caller
- * frees). */
-char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool);
+ * frees; NULL when out of memory). pool and be are borrowed and may be
+ * NULL (their families are then left out, and build_info has empty
+ * backend and isa labels). */
+char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool, const struct ls_backend *be);
 
 #endif

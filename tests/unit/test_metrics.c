@@ -2,10 +2,14 @@
  * family has its HELP and TYPE before its samples; counters count what was
  * observed; histogram buckets are cumulative and end in +Inf with _sum
  * and _count; validation failures per code; the queue depth gauge; the
- * pool's gauges and counters read from a pool over the fake backend. */
+ * pool's gauges and counters read from a pool over the fake backend; the
+ * build info and process_* series; the per-adapter series, their label
+ * cap (the rest summed under adapter="_other"), the escaping of names in
+ * label values, and lora_requests_info. */
 #include "tests/util/pool_fixture.h"
 
 #include <math.h>
+#include <time.h>
 
 #include "server/metrics.h"
 
@@ -60,7 +64,7 @@ static void mt_check_format(const char *text) {
     while (*line) {
         const char *end = strchr(line, '\n');
         assert_non_null(end);
-        char buf[512];
+        char buf[16384]; /* lora_requests_info may list many names */
         size_t l = (size_t)(end - line);
         assert_true(l > 0 && l < sizeof buf);
         memcpy(buf, line, l);
@@ -141,7 +145,7 @@ static void test_empty_families(void **state) {
     (void)state;
     ls_metrics m;
     ls_metrics_init(&m);
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     assert_non_null(text);
     mt_check_format(text);
     const char *families[] = {
@@ -172,7 +176,7 @@ static void test_request_series(void **state) {
     ls_metrics_observe_request(&m, "/health", 200, 0.0005); /* on a bound: counted in it */
     ls_metrics_observe_request(&m, "/forward", 200, 0.003);
     ls_metrics_observe_request(&m, "/forward", 400, 20.0); /* past every finite bound */
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     mt_check_format(text);
 
     assert_true(mt_value(text, "lorasink_requests_total{route=\"/health\",status=\"200\"}") == 2);
@@ -211,7 +215,7 @@ static void test_series_cap(void **state) {
     for (int s = 0; s < LS_METRICS_MAX_SERIES + 10; s++) ls_metrics_observe_request(&m, "/pool", 1000 + s, 0.001);
     ls_metrics_observe_request(&m, "/pool", 1000, 0.001);
     assert_int_equal(m.n_series, LS_METRICS_MAX_SERIES);
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     mt_check_format(text);
     assert_true(mt_value(text, "lorasink_requests_total{route=\"/pool\",status=\"1000\"}") == 2);
     char last[128];
@@ -233,7 +237,7 @@ static void test_counters_and_gauge(void **state) {
     ls_metrics_overload(&m);
     ls_metrics_overload(&m);
     ls_metrics_set_queue_depth(&m, 4);
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     mt_check_format(text);
     assert_true(mt_value(text, "lorasink_tokens_total") == 12);
     assert_true(mt_value(text, "lorasink_rejected_overload_total") == 2);
@@ -241,7 +245,7 @@ static void test_counters_and_gauge(void **state) {
     free(text);
     /* a gauge follows the last value set, down as well as up */
     ls_metrics_set_queue_depth(&m, 1);
-    text = ls_metrics_render(&m, NULL);
+    text = ls_metrics_render(&m, NULL, NULL);
     assert_true(mt_value(text, "lorasink_queue_depth") == 1);
     free(text);
     ls_metrics_free(&m);
@@ -256,7 +260,7 @@ static void test_validation_failures(void **state) {
     ls_metrics_validation_failure(&m, LS_SAFETENSORS_INVALID);
     ls_metrics_validation_failure(&m, LS_STATUS_COUNT); /* out of range: ignored */
     ls_metrics_validation_failure(&m, (ls_status)-1); /* likewise */
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     mt_check_format(text);
     char series[160];
     snprintf(series, sizeof series, "lorasink_validation_failures_total{code=\"%s\"}",
@@ -283,7 +287,7 @@ static void test_batch_histogram(void **state) {
     ls_metrics_observe_batch(&m, 3, 10);
     ls_metrics_observe_batch(&m, 5, 20);
     ls_metrics_observe_batch(&m, 5000, 5000); /* past the last bound */
-    char *text = ls_metrics_render(&m, NULL);
+    char *text = ls_metrics_render(&m, NULL, NULL);
     mt_check_format(text);
     assert_true(mt_check_histogram(text, "lorasink_batch_requests", "", "lorasink_batch_requests_count") == 4);
     assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"1\"}") == 1);
@@ -315,7 +319,7 @@ static void test_pool_families(void **state) {
 
     ls_metrics m;
     ls_metrics_init(&m);
-    char *text = ls_metrics_render(&m, p);
+    char *text = ls_metrics_render(&m, p, NULL);
     mt_check_format(text);
     assert_true(mt_value(text, "lorasink_pool_slots") == 3);
     assert_true(mt_value(text, "lorasink_pool_slots_used") == 2);
@@ -338,10 +342,219 @@ static void test_pool_families(void **state) {
     ls_pool_used used[3];
     int n_used;
     assert_int_equal(ls_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK);
-    text = ls_metrics_render(&m, p);
+    text = ls_metrics_render(&m, p, NULL);
     assert_true(mt_value(text, "lorasink_pool_hits_total") == 2);
     free(text);
 
+    ls_metrics_free(&m);
+    ls_error_free(&err);
+    ls_pool_free(p);
+    ls_backend_free(fk->be);
+}
+
+/* The sample line that starts with prefix (borrowed), or NULL. */
+static const char *mt_line(const char *text, const char *prefix) {
+    for (const char *line = text; *line;) {
+        if (!strncmp(line, prefix, strlen(prefix))) return line;
+        const char *end = strchr(line, '\n');
+        if (!end) break;
+        line = end + 1;
+    }
+    return NULL;
+}
+
+/* build_info names the version and the backend; process_* come from
+ * /proc/self under their standard names and types. */
+static void test_build_and_process(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    pt_fake *fk = pt_fake_create(d, 3, 4, 16);
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, NULL, fk->be);
+    mt_check_format(text);
+    char want[256];
+    snprintf(want, sizeof want, "lorasink_build_info{version=\"%s\",backend=\"%s\",isa=\"", LS_VERSION,
+             ls_backend_name(fk->be));
+    const char *build = mt_line(text, want);
+    if (!build) fail_msg("no %s in:\n%s", want, text);
+    assert_non_null(strstr(build, "\",compiler=\""));
+    assert_true(!strncmp(strchr(build, '}'), "} 1\n", 4));
+    assert_true(mt_has(text, "# TYPE lorasink_build_info gauge\n"));
+
+    assert_true(mt_has(text, "# TYPE process_cpu_seconds_total counter\n"));
+    const char *gauges[] = {"process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds",
+                            "process_max_fds", "process_start_time_seconds"};
+    for (size_t i = 0; i < sizeof gauges / sizeof *gauges; i++) {
+        char type[96];
+        snprintf(type, sizeof type, "# TYPE %s gauge\n", gauges[i]);
+        if (!mt_has(text, type)) fail_msg("missing %s", type);
+        assert_true(mt_value(text, gauges[i]) > 0);
+    }
+    assert_true(mt_value(text, "process_resident_memory_bytes") <= mt_value(text, "process_virtual_memory_bytes"));
+    assert_true(mt_value(text, "process_open_fds") <= mt_value(text, "process_max_fds"));
+    double now = (double)time(NULL), start = mt_value(text, "process_start_time_seconds");
+    assert_true(start <= now + 2 && start > now - 3600);
+    assert_true(mt_value(text, "process_cpu_seconds_total") >= 0);
+    free(text);
+    ls_metrics_free(&m);
+    ls_backend_free(fk->be);
+}
+
+/* Per-adapter counters and gauges, read from the pool: requests and
+ * tokens counted by ls_pool_count_served, loads and evictions by the
+ * pool, in flight from the references requests hold; a replace keeps
+ * the name's counters. lora_requests_info lists held adapters. */
+static void test_adapter_series(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    pt_fake *fk = pt_fake_create(d, 2, 4, 16);
+    ls_pool *p = pt_pool(fk->be, 8, NULL, NULL);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pt_load(p, &d, "a", 2, 1, false, false, NULL, NULL, &err), LS_OK);
+    assert_int_equal(pt_load(p, &d, "b", 2, 2, false, false, NULL, NULL, &err), LS_OK);
+    assert_int_equal(pt_load(p, &d, "c", 2, 3, false, false, NULL, NULL, &err), LS_OK); /* evicts a */
+    const char *names[] = {"a", "a", NULL};
+    float x[3 * 6] = {0}, y[3 * 6];
+    ls_pool_used used[3];
+    int n_used;
+    assert_int_equal(ls_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK); /* loads a again */
+    assert_int_equal(n_used, 1);
+    const uint64_t tokens[] = {2};
+    ls_pool_count_served(p, used, tokens, 1);
+    ls_pool_count_served(p, used, tokens, 1);
+
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, p, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_adapter_requests_total{adapter=\"a\"}") == 2);
+    assert_true(mt_value(text, "lorasink_adapter_tokens_total{adapter=\"a\"}") == 4);
+    assert_true(mt_value(text, "lorasink_adapter_loads_total{adapter=\"a\"}") == 2);
+    assert_true(mt_value(text, "lorasink_adapter_evictions_total{adapter=\"a\"}") == 1);
+    assert_true(mt_value(text, "lorasink_adapter_requests_total{adapter=\"b\"}") == 0);
+    assert_true(mt_value(text, "lorasink_adapter_loads_total{adapter=\"c\"}") == 1);
+    assert_true(mt_value(text, "lorasink_adapter_resident{adapter=\"a\"}") == 1);
+    assert_true(mt_value(text, "lorasink_adapter_in_flight{adapter=\"a\"}") == 0);
+    assert_true(mt_value(text, "lorasink_adapters_folded") == 0);
+    assert_false(mt_has(text, "{adapter=\"_other\"}"));
+    assert_true(mt_has(text, "# TYPE lorasink_adapter_requests_total counter\n"));
+    assert_true(mt_has(text, "# TYPE lorasink_adapter_in_flight gauge\n"));
+    assert_true(mt_value(text, "lorasink_lora_requests_info{running_lora_adapters=\"\",waiting_lora_adapters=\"\","
+                               "max_lora=\"2\"}") == 1);
+    free(text);
+
+    /* Held by requests: a resident one runs, one not resident waits. */
+    ls_pool_hold *ha, *hb;
+    assert_int_equal(ls_pool_debug_hold(p, "a", &ha, &err), LS_OK);
+    assert_int_equal(ls_pool_debug_hold(p, "b", &hb, &err), LS_OK);
+    ls_adapter_info ib;
+    assert_int_equal(ls_pool_describe(p, "b", &ib, &err), LS_OK);
+    text = ls_metrics_render(&m, p, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_adapter_in_flight{adapter=\"a\"}") == 1);
+    const char *info = ib.slot >= 0 ? "lorasink_lora_requests_info{running_lora_adapters=\"a,b\",waiting_lora_adapters="
+                                      "\"\",max_lora=\"2\"}"
+                                    : "lorasink_lora_requests_info{running_lora_adapters=\"a\",waiting_lora_adapters="
+                                      "\"b\",max_lora=\"2\"}";
+    assert_true(mt_value(text, info) == 1);
+    free(text);
+    ls_pool_debug_release(p, ha);
+    ls_pool_debug_release(p, hb);
+
+    /* A replace keeps the name's counters; a delete drops its series. */
+    assert_int_equal(pt_load(p, &d, "a", 2, 9, false, true, NULL, NULL, &err), LS_OK);
+    assert_int_equal(ls_pool_delete(p, "b", &err), LS_OK);
+    text = ls_metrics_render(&m, p, NULL);
+    assert_true(mt_value(text, "lorasink_adapter_requests_total{adapter=\"a\"}") == 2);
+    assert_true(mt_value(text, "lorasink_adapter_loads_total{adapter=\"a\"}") >= 2);
+    assert_false(mt_has(text, "adapter=\"b\""));
+    free(text);
+
+    ls_metrics_free(&m);
+    ls_error_free(&err);
+    ls_pool_free(p);
+    ls_backend_free(fk->be);
+}
+
+/* The first LS_METRICS_MAX_ADAPTERS names in byte order get series of
+ * their own; the rest, and an adapter named "_other" itself, are summed
+ * under adapter="_other". The running list in lora_requests_info is
+ * capped the same way. */
+static void test_adapter_label_cap(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    const int total = LS_METRICS_MAX_ADAPTERS + 3;
+    pt_fake *fk = pt_fake_create(d, 2, 4, 16);
+    ls_pool *p = pt_pool(fk->be, total + 1, NULL, NULL);
+    ls_error err;
+    ls_error_init(&err);
+    ls_pool_hold *holds[LS_METRICS_MAX_ADAPTERS + 3];
+    for (int i = 0; i < total; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "n%03d", i);
+        assert_int_equal(pt_load(p, &d, name, 2, (uint64_t)i + 1, false, false, NULL, NULL, &err), LS_OK);
+        assert_int_equal(ls_pool_debug_hold(p, name, &holds[i], &err), LS_OK);
+    }
+    assert_int_equal(pt_load(p, &d, "_other", 2, 99, false, false, NULL, NULL, &err), LS_OK);
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, p, NULL);
+    mt_check_format(text);
+    int own = 0;
+    for (const char *q = strstr(text, "lorasink_adapter_in_flight{adapter=\"n"); q;
+         q = strstr(q + 1, "lorasink_adapter_in_flight{adapter=\"n"))
+        own++;
+    assert_int_equal(own, LS_METRICS_MAX_ADAPTERS);
+    char last[96];
+    snprintf(last, sizeof last, "lorasink_adapter_in_flight{adapter=\"n%03d\"}", LS_METRICS_MAX_ADAPTERS - 1);
+    assert_true(mt_value(text, last) == 1);
+    snprintf(last, sizeof last, "adapter=\"n%03d\"", LS_METRICS_MAX_ADAPTERS);
+    assert_false(mt_has(text, last));
+    /* n064..n066 and "_other": 4 folded, 3 of them held */
+    assert_true(mt_value(text, "lorasink_adapters_folded") == 4);
+    assert_true(mt_value(text, "lorasink_adapter_in_flight{adapter=\"_other\"}") == 3);
+    assert_true(mt_value(text, "lorasink_adapter_loads_total{adapter=\"_other\"}") >= 0);
+    /* one _other sample per family, never two */
+    const char *info = mt_line(text, "lorasink_lora_requests_info{");
+    assert_non_null(info);
+    const char *end = strchr(info, '\n');
+    int commas = 0;
+    for (const char *c = info; c < end; c++) commas += *c == ',';
+    /* 64 names and ",_other" across running and waiting (2 separators of
+     * labels), whichever list each held adapter is in */
+    assert_true(commas <= 2 * LS_METRICS_MAX_ADAPTERS + 2);
+    assert_non_null(strstr(info, "_other"));
+    free(text);
+    for (int i = 0; i < total; i++) ls_pool_debug_release(p, holds[i]);
+    ls_metrics_free(&m);
+    ls_error_free(&err);
+    ls_pool_free(p);
+    ls_backend_free(fk->be);
+}
+
+/* Names reach label values escaped as the format wants: backslash, double
+ * quote and line feed (the HTTP API allows none of them, but the pool and
+ * a state directory do not check). */
+static void test_label_escaping(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
+    pt_fake *fk = pt_fake_create(d, 2, 4, 16);
+    ls_pool *p = pt_pool(fk->be, 8, NULL, NULL);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pt_load(p, &d, "q\"b\\s\nn", 2, 1, false, false, NULL, NULL, &err), LS_OK);
+    ls_pool_hold *h;
+    assert_int_equal(ls_pool_debug_hold(p, "q\"b\\s\nn", &h, &err), LS_OK);
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, p, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_adapter_in_flight{adapter=\"q\\\"b\\\\s\\nn\"}") == 1);
+    assert_non_null(strstr(text, "running_lora_adapters=\"q\\\"b\\\\s\\nn\""));
+    free(text);
+    ls_pool_debug_release(p, h);
     ls_metrics_free(&m);
     ls_error_free(&err);
     ls_pool_free(p);
@@ -353,7 +566,9 @@ int main(void) {
         cmocka_unit_test(test_empty_families),      cmocka_unit_test(test_request_series),
         cmocka_unit_test(test_series_cap),          cmocka_unit_test(test_counters_and_gauge),
         cmocka_unit_test(test_validation_failures), cmocka_unit_test(test_batch_histogram),
-        cmocka_unit_test(test_pool_families),
+        cmocka_unit_test(test_pool_families),       cmocka_unit_test(test_build_and_process),
+        cmocka_unit_test(test_adapter_series),      cmocka_unit_test(test_adapter_label_cap),
+        cmocka_unit_test(test_label_escaping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
