@@ -1,4 +1,5 @@
-/* The row order of a PEFT gate_up_proj.lora_B: an adapter whose module
+/* What a PEFT upload may state besides its factors. The row order of a
+ * PEFT gate_up_proj.lora_B: an adapter whose module
  * keeps each expert's gate rows before its up rows (gate_up, the default)
  * and one whose rows alternate (interleaved), each declared as such, give
  * the fp64 reference's output; the same interleaved factors read as
@@ -198,6 +199,27 @@ static void test_pool_format_refuses_interleaved(void **state) {
     ls_tensor_set_free(&s);
 }
 
+/* A scale beside PEFT factors would be ignored (they are scaled by
+ * lora_alpha / r): refused, like an order the pool format cannot take. */
+static void test_peft_refuses_scale(void **state) {
+    (void)state;
+    factors f;
+    factors_fill(&f, 3);
+    ls_tensor_set s;
+    ls_tensor_set_init(&s);
+    factors_peft(&f, LS_GATE_UP_ORDER_GATE_UP, &s);
+    ls_adapter_params p = {.has_scale = true, .scale = 5.0};
+    ls_adapter a;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(
+        ls_adapter_normalise(&s, &p, &D, &(ls_pool_dims){.slots = 2, .max_rank = R}, &a, &err),
+        LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.message, "scale"));
+    ls_error_free(&err);
+    ls_tensor_set_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate_up_default),
@@ -206,6 +228,7 @@ int main(void) {
         cmocka_unit_test(test_interleaved_undeclared_differs),
         cmocka_unit_test(test_carriers),
         cmocka_unit_test(test_pool_format_refuses_interleaved),
+        cmocka_unit_test(test_peft_refuses_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
