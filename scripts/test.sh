@@ -4,8 +4,11 @@
 # labelled gpu skip visibly without a device) twice, with and without
 # OPENBLAS_CORETYPE=Haswell, then a Release build (compiled, warnings as
 # errors), the ASan+UBSan build, the TSan build of the concurrency
-# tests, and every libFuzzer harness for 30 s. --quick runs the first
-# pass only.
+# tests, and every libFuzzer harness for 30 s; then what a user meets
+# beyond the binary: the README's Try it block as pasted, the OpenAPI
+# document (validated, and schemathesis against a live server), the
+# metrics under a real Prometheus and the dashboard in headless Chromium,
+# and the container image. --quick runs the first pass only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -72,4 +75,12 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 # tests/fuzz/corpus/, for a bounded time (docs/fuzzing.md has the long run).
 echo "== fuzz (libFuzzer, 30 s a harness) =="
 bash scripts/fuzz.sh 30 || { summary; echo "fuzz: a harness failed"; exit 1; }
+
+# Each prints PASS lines and stops at its first failure; each counts as
+# one test in the totals.
+for check in "check-readme.sh build" "check-openapi.sh build" "check-dashboard.sh build" "check-image.sh"; do
+  echo "== ${check%% *} =="
+  # shellcheck disable=SC2086 # the build dir is a second word on purpose
+  if bash scripts/$check; then passed=$((passed + 1)); else failed=$((failed + 1)); summary; exit 1; fi
+done
 summary
