@@ -1,4 +1,4 @@
-/* The JSON error body of SPEC §4: code, status, message, hint and every
+/* The JSON error body of docs/api.md: code, status, message, hint and every
  * violation. */
 #ifndef LS_API_ERROR_BODY_H
 #define LS_API_ERROR_BODY_H

@@ -1,4 +1,4 @@
-/* The /forward request and response (SPEC §5): JSON (nested arrays or
+/* The /forward request and response (docs/api.md): JSON (nested arrays or
  * base64) or a safetensors body, checked against the model's shapes. */
 #ifndef LS_API_FORWARD_H
 #define LS_API_FORWARD_H
@@ -53,7 +53,7 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
 ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err);
 
-/* Checks an adapter name (SPEC §5: 1-128 of [A-Za-z0-9._-], not starting
+/* Checks an adapter name (docs/api.md: 1-128 of [A-Za-z0-9._-], not starting
  * with '.'). */
 bool ls_adapter_name_valid(const char *name);
 

@@ -1,4 +1,4 @@
-/* Tensors in JSON (SPEC §5): nested arrays of numbers, or
+/* Tensors in JSON (docs/api.md): nested arrays of numbers, or
  * {"dtype": "f32"|"f16"|"bf16", "shape": [...], "data": "<base64>"}. */
 #ifndef LS_API_JSON_TENSOR_H
 #define LS_API_JSON_TENSOR_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The lorasink forward (SPEC section 1) in PyTorch on the CPU, fp32, written
+"""The lorasink forward (docs/math.md) in PyTorch on the CPU, fp32, written
 as a user would: the base GEMMs for all tokens, then the LoRA per adapter
 group. Same shapes and token mix as bench_cpu; prints one JSON line per
 configuration: {"T", "adapters", "ms"} (median), after one line

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager version of the lorasink forward (SPEC section 1), timed on
+"""PyTorch eager version of the lorasink forward (docs/math.md), timed on
 the same GPU and shapes as bench_gpu so the benchmark can print our/their
 ratios. bf16 weights, interleaved W13, shared LoRA pool; tokens grouped by
 adapter before timing (in torch's favour). Prints one JSON object per line:

@@ -1,4 +1,4 @@
-/* The sources of settings and their precedence (SPEC §6): the JSON file
+/* The sources of settings and their precedence (README, Command line): the JSON file
  * (--config or LORASINK_CONFIG), then LORASINK_* variables, then flags, each
  * overriding the one before; values are parsed by the table in settings.c. */
 #include "config/config.h"

@@ -1,4 +1,4 @@
-/* The settings table (SPEC §6: name, type, bounds, default, help) and what
+/* The settings table (README, Command line: name, type, bounds, default, help) and what
  * it drives directly: parsing one value, the defaults, --help and the dump
  * of the effective configuration. The sources are read in config.c. */
 #include "config/settings.h"

@@ -1,4 +1,4 @@
-/* safetensors read and write (SPEC §4's rules). The reader checks every
+/* safetensors read and write (docs/safetensors.md). The reader checks every
  * length, offset and product against the buffer before trusting it and
  * allocates nothing from a header size before that size is checked. */
 #ifndef LS_FORMAT_SAFETENSORS_H

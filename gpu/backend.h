@@ -83,7 +83,7 @@ const char *ls_backend_name(const ls_backend *be); /* "cpu", "cuda" */
 const ls_dims *ls_backend_dims(const ls_backend *be);
 const ls_pool_dims *ls_backend_pool_dims(const ls_backend *be);
 ls_dtype ls_backend_dtype(const ls_backend *be); /* storage dtype of the base weights */
-size_t ls_backend_pool_bytes(const ls_backend *be); /* all slots and layers, SPEC layout */
+size_t ls_backend_pool_bytes(const ls_backend *be); /* all slots and layers, the layout of docs/math.md */
 const char *ls_backend_isa(const ls_backend *be);   /* the CPU kernel path; NULL elsewhere */
 int ls_backend_threads(const ls_backend *be);       /* CPU engine threads; 0 elsewhere */
 

@@ -1,4 +1,4 @@
-/* Adapter normalisation, the driver: sorts the uploaded names (SPEC §3),
+/* Adapter normalisation, the driver: sorts the uploaded names (docs/api.md, adapter formats),
  * runs the format's checks (adapter_peft.c, adapter_pool.c), the checks
  * common to both formats, and on success builds the compact host copy,
  * its digest and the padding into pool slots (ls_adapter_expand). */

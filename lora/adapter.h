@@ -1,5 +1,5 @@
 /* An adapter normalised for the pool: PEFT or pool-format tensors checked
- * against every invariant of SPEC §4 (all violations collected), scaled,
+ * against every invariant of docs/api.md (all violations collected), scaled,
  * and kept on the host at the adapter's own rank. ls_adapter_expand pads
  * one layer to the pool's max rank for a slot write. */
 #ifndef LS_LORA_ADAPTER_H

@@ -48,7 +48,7 @@ typedef struct {
     int slot;                /* PEFT/POOL: LS_AD_* */
 } ls_adapter_name;
 
-/* Classifies name by the grammar of SPEC §3 (the prefix is optional; the
+/* Classifies name by the grammar of docs/api.md (the prefix is optional; the
  * layer index is 1-18 plain digits without a leading zero). */
 void ls_adapter_name_parse(const char *name, ls_adapter_name *out);
 /* Writes the canonical name of (format, layer, slot) with or without the

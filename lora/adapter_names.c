@@ -1,4 +1,4 @@
-/* The tensor-name grammar of SPEC §3: which uploaded names are factors of
+/* The tensor-name grammar of docs/api.md: which uploaded names are factors of
  * the shared experts (PEFT or pool format), which belong to other modules,
  * and which are nothing we know. */
 #include <stdio.h>

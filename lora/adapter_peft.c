@@ -1,4 +1,4 @@
-/* PEFT-format adapters (SPEC §3): the checks of each lora_A/lora_B pair
+/* PEFT-format adapters (docs/api.md, adapter formats): the checks of each lora_A/lora_B pair
  * against the model and the adapter's rank, and the layout change into
  * the compact pool layout with the scale folded into the B factors. */
 #include <math.h>
@@ -55,7 +55,7 @@ static bool ls_peft_is_2d(ls_adapter_ctx *c, int l, const ls_adapter_in *in, boo
     return false;
 }
 
-/* Checks an expert-major axis of n blocks of `per` each (SPEC §4:
+/* Checks an expert-major axis of n blocks of `per` each (docs/api.md, errors:
  * divisible by n first, then the block size against the model). */
 static void ls_peft_expert_axis(ls_adapter_ctx *c, int l, const ls_adapter_in *in, int axis, int per,
                                 const char *per_name, const char *what, const char *hint) {

@@ -1,4 +1,4 @@
-/* Pool-format adapters (SPEC §3-4): per layer the four 4D buffers of one
+/* Pool-format adapters (docs/api.md, adapter formats and errors): per layer the four 4D buffers of one
  * slot, checked in the order sglang's set_lora_info checks them, then the
  * model's axes and the adapter-wide rank and outer layout; the fill drops
  * the slot axis and folds an explicit scale into the B factors. */

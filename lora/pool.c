@@ -175,7 +175,7 @@ static void ls_pool_entry_discard(ls_pool_entry *e) {
     free(e);
 }
 
-/* Registers a under name (SPEC §2); see pool.h. On success *a is zeroed
+/* Registers a under name (docs/math.md, the pool); see pool.h. On success *a is zeroed
  * and its buffers belong to the pool; on failure they stay the caller's. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
                        ls_adapter_info *info, ls_error *err) {

@@ -1,4 +1,4 @@
-/* The adapter registry and the slot pool policy (SPEC §2): names ->
+/* The adapter registry and the slot pool policy (docs/math.md, the pool): names ->
  * immutable adapter versions held in a host tier, residency in the
  * backend's S slots with LRU eviction, pins, reference counts that keep a
  * version alive while a request uses it, and the forward over any mix of
@@ -138,7 +138,7 @@ void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *
 /* y[T, H] for tokens whose adapter is names[t] (NULL = base). names
  * itself NULL = all base. Resolves every name first (LS_ADAPTER_NOT_FOUND
  * for an unknown one, nothing run), holds each version for the whole call,
- * makes them resident (evicting as SPEC §2 says), in groups when they do
+ * makes them resident (evicting as docs/math.md says), in groups when they do
  * not fit at once, and runs the backend forward per group. used receives
  * one entry per distinct adapter (capacity T entries; *n_used set). */
 ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,

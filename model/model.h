@@ -1,5 +1,5 @@
 /* The base weights of the shared sink on the host: read from a safetensors
- * file (SPEC §1) or built deterministically as the demo model, then handed
+ * file (docs/math.md) or built deterministically as the demo model, then handed
  * to a backend. */
 #ifndef LS_MODEL_MODEL_H
 #define LS_MODEL_MODEL_H

@@ -19,7 +19,7 @@ for doc in README.md docs/*.md; do
     [ -e "$(dirname "$doc")/$path" ] || fail "$doc links to $target, which is not in the repository"
   done
 done
-if git ls-files -z | xargs -0 grep -l -E 'SPEC\.md|ARCHITECTURE\.md|\.\./shared' 2>/dev/null | grep -v '^scripts/check-readme.sh$'; then
+if git ls-files -z | xargs -0 grep -l -E 'SPEC\.md|SPEC §|ARCHITECTURE\.md|\.\./shared' 2>/dev/null | grep -v '^scripts/check-readme.sh$'; then
   fail "the files above point at documents outside the repository"
 fi
 echo "PASS links: README.md and docs/ name only files in the repository"

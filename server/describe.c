@@ -1,4 +1,4 @@
-/* Adapter and pool snapshots as the JSON of SPEC §5. */
+/* Adapter and pool snapshots as the JSON of docs/api.md. */
 #include "server/describe.h"
 
 #include <stdio.h>

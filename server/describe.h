@@ -8,7 +8,7 @@
 #include "lora/pool.h"
 #include "server/server.h"
 
-/* New reference describing one adapter (SPEC §5 GET /adapters). */
+/* New reference describing one adapter (docs/api.md, GET /adapters). */
 json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *info);
 /* New reference for GET /pool, or NULL with err set. */
 json_t *ls_describe_pool(ls_server *srv, ls_error *err);

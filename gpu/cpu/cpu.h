@@ -1,6 +1,6 @@
 /* The CPU backend's private state, shared by cpu_backend.c (create, free,
  * packing of the weights and the slots) and cpu_forward.c (the forward of
- * SPEC §1 as four jobs on the engine's threads). */
+ * docs/math.md as four jobs on the engine's threads). */
 #ifndef LS_GPU_CPU_CPU_H
 #define LS_GPU_CPU_CPU_H
 
@@ -37,7 +37,7 @@ typedef struct {
     /* The pool, packed fp32, one block of slot_len floats per slot and
      * layer: gu_a [H, O*2R]; gu_b 2n operands [R, F] (expert e's gate
      * expand at 2e, up at 2e+1); d_a n operands [F, R]; d_b O operands
-     * [R, H]. slot_write packs from the SPEC §2 layout and slot_read
+     * [R, H]. slot_write packs from the docs/math.md layout and slot_read
      * unpacks back to it. */
     float *pool;
     size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each */

@@ -138,7 +138,7 @@ static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13,
     return LS_OK;
 }
 
-/* Packs the four R-padded factors from the SPEC §2 layout: gu_a [O, 2R, H]
+/* Packs the four R-padded factors from the docs/math.md layout: gu_a [O, 2R, H]
  * (value (h, o*2R + k) of the shrink is gu_a[o][k][h]), gu_b [n, 2F, R]
  * (value (k, j) of expert e's gate expand is gu_b[e][j][k], of its up
  * expand gu_b[e][F + j][k]), d_a [n, R, F] (value (j, k) is d_a[e][k][j]),
@@ -170,7 +170,7 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     return LS_OK;
 }
 
-/* Unpacks back to the SPEC §2 layout (the inverse of slot_write). A NULL
+/* Unpacks back to the docs/math.md layout (the inverse of slot_write). A NULL
  * destination skips that buffer. */
 static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                   float *d_b, ls_error *err) {

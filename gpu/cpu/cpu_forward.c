@@ -1,4 +1,4 @@
-/* The CPU forward of SPEC §1 as four jobs on the engine's threads, with
+/* The CPU forward of docs/math.md as four jobs on the engine's threads, with
  * tokens sorted by slot so each adapter's LoRA runs on contiguous rows:
  *   A (rows)    gather x into slot order; gate/up shrink st = x · A_gu
  *   B (columns) z = x · W13 for a share of the intermediate axis, every

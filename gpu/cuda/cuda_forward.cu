@@ -1,4 +1,4 @@
-/* The CUDA forward of SPEC §1: tokens grouped by slot on the host, then on
+/* The CUDA forward of docs/math.md: tokens grouped by slot on the host, then on
  * the device two cuBLAS GEMMs for the base (fp32 accumulation), the fused
  * SwiGLU x gamma, and the LoRA shrink/expand pairs: cuBLAS when every
  * adapted token uses one slot, one SGMV launch per stage otherwise. Also

@@ -30,7 +30,7 @@ typedef struct {
     cublasComputeType_t ct; /* fp32 accumulation; pedantic for f32 (no TF32) */
     size_t esz;
 
-    /* Elements of one slot and layer: canonical fp32 (SPEC §2 order, the
+    /* Elements of one slot and layer: canonical fp32 (docs/math.md order, the
      * four buffers back to back) and derived (compute dtype, each part
      * padded to 8 elements so 16-byte loads stay aligned). */
     size_t canon_len, gu_a_len, gu_b_len, d_a_len, d_b_len;

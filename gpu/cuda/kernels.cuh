@@ -60,7 +60,7 @@ cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t
 typedef struct {
     int n, H, F, R, O;
     ls_w13_layout layout;
-    /* canonical fp32 buffers (SPEC §2 layout) */
+    /* canonical fp32 buffers (docs/math.md layout) */
     const float *gu_a, *gu_b, *d_a, *d_b;
     /* derived: agu [O*2R, H]; b13 [n*2F, 2R] in W13 row order, gate rows
      * holding Bg in columns 0..R-1 and zeros after, up rows zeros then Bu;

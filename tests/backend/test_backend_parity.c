@@ -1,6 +1,6 @@
 /* Backend parity: one list of forward cases run on every device backend
  * (CUDA with its tensor-core and its fp32 LoRA kernels) against the CPU
- * backend, the reference, with SPEC §1's tolerance; on small shapes both
+ * backend, the reference, with docs/math.md's tolerance; on small shapes both
  * are also checked against the tests' double-precision reference. Exits
  * 77 (skipped) when no CUDA device answers. */
 #include <math.h>
@@ -72,7 +72,7 @@ static void fill(float *v, size_t count, double scale, uint64_t *state) {
     }
 }
 
-/* Random factors of rank r zero-padded to R (SPEC §2), scaled so the LoRA
+/* Random factors of rank r zero-padded to R (docs/math.md, the pool), scaled so the LoRA
  * terms are as large as the base ones: a wrong adapter cannot hide. */
 static void make_factors(const ls_dims *d, const ls_pool_dims *p, int r, uint64_t *st, float *gu_a, float *gu_b,
                          float *d_a, float *d_b) {
@@ -95,7 +95,7 @@ static void make_factors(const ls_dims *d, const ls_pool_dims *p, int r, uint64_
 
 /* ---- comparison ------------------------------------------------------------------ */
 
-/* SPEC §1 on the whole output, plus every token on its own (looser, so a
+/* docs/math.md on the whole output, plus every token on its own (looser, so a
  * token served with the wrong adapter shows even among thousands). */
 static int compare(const char *label, const float *y, const float *ref_f, const double *ref_d, int T, int H,
                    double tol) {

@@ -1,4 +1,4 @@
-/* Every validation code of SPEC §4 through HTTP, from the input it
+/* Every validation code of docs/api.md through HTTP, from the input it
  * describes: status 422, the code, a message, a hint and the list of
  * violations; the pool and the registry unchanged after each. Then the
  * hostile safetensors corpus as raw uploads. */

@@ -1,5 +1,5 @@
 /* The HTTP surface on the demo model: health, readiness, routing errors,
- * /forward in every encoding, and the errors SPEC names for bad forward
+ * /forward in every encoding, and the errors docs/api.md names for bad forward
  * requests, with the server still serving after each. */
 #include <setjmp.h>
 #include <stdarg.h>

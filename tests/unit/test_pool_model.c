@@ -49,7 +49,7 @@ static bool m_older(const m_ent *a, const m_ent *b) {
     return a->tick != b->tick ? a->tick < b->tick : a->seq < b->seq;
 }
 
-/* The slot rule of SPEC §2 as the model states it: the lowest free slot,
+/* The slot rule of docs/math.md as the model states it: the lowest free slot,
  * else evict the LRU unpinned resident adapter outside the running group,
  * adapters the request itself holds (in_req) only when no other is left. */
 static int m_take_slot(model *m, int idx, const bool *in_group, const bool *in_req) {

@@ -1,4 +1,4 @@
-/* The tests' reference forward of SPEC §1, written apart from the backends:
+/* The tests' reference forward of docs/math.md, written apart from the backends:
  * every distinct adapter is merged into dense double weights
  * (W13 + B·A at the layout's row positions, W2[e] + Bd·Ad[e]), then each
  * token runs through plain loops. Slow and obviously right. */

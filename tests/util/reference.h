@@ -1,4 +1,4 @@
-/* The tests' own implementation of SPEC §1, independent of the product:
+/* The tests' own implementation of docs/math.md, independent of the product:
  * per-token loops over dense weights merged with the LoRA deltas
  * (W + B·A), in double precision. */
 #ifndef LS_TESTS_REFERENCE_H
