@@ -119,17 +119,44 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     int rows;
     if (st == LS_OK && tg) st = ls_forward_take_matrix(tg, "gammas", req->T, dims->n, &req->gammas, &rows, err);
     ls_tensor_set_free(&set);
-    /* adapter= (empty) names no adapter, which is not the base model:
-     * refused as the JSON form refuses "", never served as base. */
-    if (st == LS_OK && q_adapter) {
-        st = ls_forward_check_name(q_adapter, "adapter", err);
-        if (st == LS_OK && !(req->names = calloc((size_t)req->T, sizeof *req->names)))
-            st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        for (int t = 0; st == LS_OK && t < req->T; t++)
-            if (!(req->names[t] = strdup(q_adapter))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    }
+    if (st == LS_OK) st = ls_forward_req_route(req, q_adapter, "adapter", err);
     if (st != LS_OK) ls_forward_req_free(req);
     return st;
+}
+
+ls_status ls_forward_routed_name(const char *q_adapter, const char *h_adapter, const char **name, const char **what,
+                                 ls_error *err) {
+    *name = q_adapter ? q_adapter : h_adapter;
+    *what = q_adapter ? "adapter" : LS_FORWARD_ADAPTER_HEADER;
+    if (q_adapter && h_adapter && strcmp(q_adapter, h_adapter))
+        return ls_error_set(err, LS_INVALID_REQUEST, "name one adapter, in the query, the header or the body",
+                            "the query's adapter=%.140s and the header %s: %.140s name different adapters", q_adapter,
+                            LS_FORWARD_ADAPTER_HEADER, h_adapter);
+    return LS_OK;
+}
+
+/* An empty name names no adapter, which is not the base model: refused as
+ * the JSON form refuses "", never served as base. */
+ls_status ls_forward_req_route(ls_forward_req *req, const char *name, const char *what, ls_error *err) {
+    if (!name) return LS_OK;
+    ls_status st = ls_forward_check_name(name, what, err);
+    if (st != LS_OK) return st;
+    if (req->names) {
+        /* The body named adapters too: each token's must be this one (or
+         * none, the base model), or the proxy routed on a lie. */
+        for (int t = 0; t < req->T; t++)
+            if (req->names[t] && strcmp(req->names[t], name))
+                return ls_error_set(err, LS_INVALID_REQUEST,
+                                    "name one adapter: the body's must match the query's or the header's",
+                                    "token %d of the body names adapter \"%.140s\", but %s names \"%.140s\"", t,
+                                    req->names[t], what, name);
+        return LS_OK;
+    }
+    if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    for (int t = 0; t < req->T; t++)
+        if (!(req->names[t] = strdup(name))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    return LS_OK;
 }
 
 static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {

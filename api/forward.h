@@ -44,6 +44,22 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
 
 void ls_forward_req_free(ls_forward_req *req);
 
+/* The header that names a forward's adapter, so that a proxy can route
+ * on it without reading the body. */
+#define LS_FORWARD_ADAPTER_HEADER "X-Lorasink-Adapter"
+
+/* The adapter a request is routed to: the query's adapter= or the header
+ * (NULL when neither is given; *what names the one used, for messages).
+ * Both given and different is LS_INVALID_REQUEST. */
+ls_status ls_forward_routed_name(const char *q_adapter, const char *h_adapter, const char **name, const char **what,
+                                 ls_error *err);
+
+/* Gives every token of a parsed req the adapter name (NULL: nothing to
+ * do). A body that named adapters keeps them when each is name or none;
+ * another name is LS_INVALID_REQUEST, as is an invalid name. On failure
+ * req is left for the caller to free. */
+ls_status ls_forward_req_route(ls_forward_req *req, const char *name, const char *what, ls_error *err);
+
 /* The JSON response body (malloc'd string, caller frees). */
 char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
                            int n_used);

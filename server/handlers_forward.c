@@ -8,6 +8,7 @@
 
 #include "api/forward.h"
 #include "common/log.h"
+#include "server/autoload.h"
 #include "server/batcher.h"
 #include "server/request.h"
 
@@ -49,21 +50,45 @@ static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at)
     return false;
 }
 
+/* --auto-load: every adapter the request names is registered, loading
+ * the ones found in the adapter directory. Tokens come in runs of one
+ * adapter, so each run is checked once. */
+static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, ls_error *err) {
+    if (!fr->names) return LS_OK;
+    for (int t = 0; t < fr->T; t++) {
+        const char *name = fr->names[t];
+        if (!name || (t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) continue;
+        ls_status st = ls_autoload_ensure(srv->autoload, name, err);
+        if (st != LS_OK) return st;
+    }
+    return LS_OK;
+}
+
 ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
     ls_server *srv = req->srv;
     ls_error err;
     ls_error_init(&err);
     ls_forward_job *fj = calloc(1, sizeof *fj);
     ls_status st = fj ? LS_OK : ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
+    /* The adapter may come beside the body (query or header), so that a
+     * proxy can route on it without reading the body. */
+    const char *routed = NULL, *what = NULL;
+    if (st == LS_OK)
+        st = ls_forward_routed_name(ls_request_query(req, "adapter"), ls_request_header(req, LS_FORWARD_ADAPTER_HEADER),
+                                    &routed, &what, &err);
     if (st == LS_OK) {
         fj->kind = req->kind;
-        if (req->kind == LS_BODY_SAFETENSORS)
-            st = ls_forward_req_parse_safetensors(req->body, req->len, ls_request_query(req, "layer"),
-                                                  ls_request_query(req, "adapter"), &srv->dims,
-                                                  srv->cfg.max_request_tokens, &fj->fr, &err);
-        else
+        if (req->kind == LS_BODY_SAFETENSORS) {
+            st = ls_forward_req_parse_safetensors(req->body, req->len, ls_request_query(req, "layer"), NULL,
+                                                  &srv->dims, srv->cfg.max_request_tokens, &fj->fr, &err);
+        } else {
             st = ls_forward_req_parse_json((const char *)req->body, req->len, &srv->dims, srv->cfg.max_request_tokens,
                                            &fj->fr, &err);
+        }
+        if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
+        /* Before the batch: a load must not hold up other requests' batch. */
+        if (st == LS_OK && srv->autoload) st = ls_forward_autoload(srv, &fj->fr, &err);
+        if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {
         /* What this request holds until it is answered: its body, x,

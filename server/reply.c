@@ -13,6 +13,10 @@ const char *ls_request_query(const ls_request *req, const char *key) {
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+const char *ls_request_header(const ls_request *req, const char *name) {
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
 /* Text replies end with a newline, so that curl's output and a shell
  * prompt do not run together; takes text and returns it, grown by one
  * byte unless it ends with one (NULL when out of memory, text freed). */

@@ -41,6 +41,8 @@ typedef struct {
 
 /* Query-string value (borrowed from MHD) or NULL. */
 const char *ls_request_query(const ls_request *req, const char *key);
+/* Header value (borrowed from MHD) or NULL. */
+const char *ls_request_header(const ls_request *req, const char *name);
 
 /* Fills r with a JSON body (takes ownership of text; NULL = out of
  * memory, answered as 500). */
