@@ -38,6 +38,23 @@ ls_status ls_error_set(ls_error *err, ls_status code, const char *hint, const ch
     return code;
 }
 
+bool ls_error_copy(ls_error *dst, const ls_error *src) {
+    ls_violation *keep = dst->violations;
+    *dst = *src;
+    dst->violations = keep;
+    dst->n_violations = dst->cap_violations = 0;
+    if (src->n_violations == 0) return true;
+    ls_violation *v = realloc(keep, src->n_violations * sizeof *v);
+    if (!v) {
+        dst->dropped += (int)src->n_violations;
+        return false;
+    }
+    memcpy(v, src->violations, src->n_violations * sizeof *v);
+    dst->violations = v;
+    dst->n_violations = dst->cap_violations = src->n_violations;
+    return true;
+}
+
 ls_status ls_error_add(ls_error *err, ls_status code, int layer, const char *tensor, int axis,
                        int64_t expected, int64_t got, const char *hint, const char *fmt, ...) {
     if (!err) return code;

@@ -5,6 +5,7 @@
 #ifndef LS_COMMON_ERROR_H
 #define LS_COMMON_ERROR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,10 @@ typedef struct ls_error {
 void ls_error_init(ls_error *err);
 /* Frees the violation list; the struct can be reused after ls_error_init. */
 void ls_error_free(ls_error *err);
+/* Makes dst (initialised, empty) a copy of src with its own violation
+ * list; false when out of memory (dst then has src's top-level fields and
+ * counts the violations it could not keep as dropped). */
+bool ls_error_copy(ls_error *dst, const ls_error *src);
 /* Forgets everything, keeping the allocation. */
 void ls_error_clear(ls_error *err);
 

@@ -54,6 +54,7 @@ typedef struct {
     char state_dir[LS_CONFIG_PATH_MAX];   /* "" = no durable registry */
     char adapters[LS_CONFIG_ADAPTERS_MAX]; /* --adapter NAME=PATH[,pinned], one per line; ls_config_adapter_next */
     bool strict_adapters;
+    bool auto_load; /* forwards register adapters found in adapter_dir by name */
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
     int max_batch_tokens;

@@ -53,6 +53,8 @@ const ls_setting ls_settings[] = {
     {.name = "adapter", .key = "adapters", .type = LS_SET_LIST, FIELD(adapters), .def = "", .meta = "NAME=PATH",
      .help = "load the adapter at PATH (beneath --adapter-dir) as NAME before serving; \",pinned\" pins it; "
              "repeatable; the variable and the file's list take several, ';'-separated"},
+    BOOL("auto-load", auto_load, "false",
+         "a forward naming an unregistered adapter found in --adapter-dir as NAME/ or NAME.safetensors loads it"),
     STR("state-dir", state_dir, 0, "", "DIR",
         "keep every acknowledged adapter here and restore them at start; \"\" = none"),
     BOOL("strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),

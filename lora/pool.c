@@ -160,6 +160,7 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
     e->meta = a->meta;
     e->params = opts->params;
     e->pinned = opts->pinned;
+    e->auto_loaded = opts->auto_loaded;
     e->slot = -1;
     if (opts->source_path && !(e->source_path = strdup(opts->source_path))) {
         free(e);
@@ -441,7 +442,7 @@ ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err) {
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
-    if (e) ls_registry_info(p, e, info);
+    if (e && info) ls_registry_info(p, e, info);
     pthread_mutex_unlock(&p->mu);
     return e ? LS_OK : ls_pool_not_found(name, err);
 }

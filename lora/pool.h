@@ -45,6 +45,7 @@ typedef struct {
     const char *source_path;   /* NULL for inline uploads; else copied */
     ls_adapter_params params;  /* kept to reload from source_path */
     uint64_t restore_version;  /* > 0: restoring from the state directory: this version, nothing written */
+    bool auto_loaded;          /* registered by a forward that named it (--auto-load), not by a client's upload */
 } ls_pool_load_opts;
 
 typedef enum { LS_SLOT_FREE, LS_SLOT_LOADING, LS_SLOT_RESIDENT } ls_slot_state;
@@ -64,6 +65,7 @@ typedef struct {
      * the new version, a delete drops them with the name. */
     uint64_t requests, tokens; /* forwards answered (ls_pool_count_served) and their tokens */
     uint64_t loads, evictions; /* slot writes of the adapter, and evictions from a slot */
+    bool auto_loaded; /* registered by --auto-load */
     char source_path[4096]; /* "" for inline uploads */
 } ls_adapter_info;
 
@@ -92,7 +94,8 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
  * acknowledged adapter). */
 ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err);
 
-/* Snapshot of one adapter; LS_ADAPTER_NOT_FOUND when unknown. */
+/* Snapshot of one adapter (info NULL: only whether it is registered);
+ * LS_ADAPTER_NOT_FOUND when unknown. */
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);
 /* Snapshot of every registered adapter, by name; *out malloc'd (caller
  * frees), *n set. */

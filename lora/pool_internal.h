@@ -20,6 +20,7 @@ typedef struct ls_pool_entry {
     bool host_data; /* a holds the factors */
     ls_adapter_meta meta; /* describes the adapter even while its host copy is dropped */
     char *source_path; /* owned; NULL for inline uploads */
+    bool auto_loaded;  /* registered by --auto-load */
     ls_adapter_params params;
 
     bool live;   /* the name table points here; false once deleted or replaced */

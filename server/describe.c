@@ -33,6 +33,7 @@ json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
                           "bytes", (json_int_t)a->meta.bytes, "sha256", a->meta.sha256, "in_flight", a->in_flight, "last_used",
                           ls_describe_time_json(a->last_used_ms), "hits", (json_int_t)a->hits);
     if (j) json_object_set_new(j, "source", a->source_path[0] ? json_string(a->source_path) : json_null());
+    if (j) json_object_set_new(j, "auto_loaded", json_boolean(a->auto_loaded));
     (void)srv;
     return j;
 }

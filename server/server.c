@@ -9,6 +9,7 @@
 #include "api/forward.h"
 #include "common/log.h"
 #include "model/model.h"
+#include "server/autoload.h"
 #include "server/batcher.h"
 
 static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
@@ -165,6 +166,13 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     }
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
     if (!ls_server_preload(srv)) goto fail;
+    if (cfg->auto_load) {
+        if ((st = ls_autoload_create(&srv->loader, srv->pool, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
+            ls_log_error("auto-load: %s", err.message);
+            goto fail;
+        }
+        ls_log_info("auto-load on: forwards load unregistered adapters from %s by name", srv->loader.root);
+    }
     if (cfg->batching &&
         (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
                                 cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
@@ -183,6 +191,8 @@ fail:
 void ls_server_free(ls_server *srv) {
     ls_batcher_free(srv->batcher);
     srv->batcher = NULL;
+    ls_autoload_free(srv->autoload);
+    srv->autoload = NULL;
     ls_pool_free(srv->pool);
     srv->pool = NULL;
     ls_state_close(srv->state);

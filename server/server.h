@@ -17,6 +17,7 @@
 #include "server/metrics.h"
 
 struct MHD_Daemon;
+struct ls_autoload;
 struct ls_batcher;
 
 typedef struct ls_server {
@@ -27,6 +28,7 @@ typedef struct ls_server {
     ls_loader loader;    /* adapter directory and shapes: every adapter load goes through it */
     ls_state *state;     /* owned; NULL without --state-dir */
     ls_pool *pool;       /* owned */
+    struct ls_autoload *autoload; /* owned; NULL without --auto-load */
     struct ls_batcher *batcher; /* owned; NULL with --batching false */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;

@@ -1,0 +1,259 @@
+/* --auto-load: registering an adapter a forward named, from the adapter
+ * directory, once per name however many requests ask at the same time,
+ * and remembering a file that failed so that a bad file is not read and
+ * validated again on every request. */
+#include "server/autoload.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/log.h"
+
+/* Remembered names at most: past it, the oldest settled ones are dropped
+ * (a dropped failure is only read again once). */
+#define LS_AUTOLOAD_MAX_ENTRIES 4096
+
+/* What identifies the files of an adapter: changed when one is replaced,
+ * rewritten or touched. Zeroed whole before it is filled, so it compares
+ * with memcmp. */
+typedef struct {
+    struct {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime, ctime;
+        int missing;
+    } f[2];
+} ls_autoload_print;
+
+typedef struct ls_autoload_entry {
+    char name[129];
+    bool loading;         /* a request is loading it now */
+    int waiters;          /* requests waiting for that load */
+    uint64_t generation;  /* bumped when a load ends */
+    ls_status outcome;    /* of the last load */
+    ls_error err;         /* its error when it failed */
+    bool remembered;      /* the failure is the file's: given again until print changes */
+    ls_autoload_print print;
+    struct ls_autoload_entry *next;
+} ls_autoload_entry;
+
+struct ls_autoload {
+    const ls_loader *ld;
+    ls_pool *pool;
+    bool strict;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ls_autoload_entry *head; /* newest first */
+    size_t count;
+    atomic_ullong attempts;
+};
+
+ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, bool strict, ls_autoload **out, ls_error *err) {
+    ls_autoload *al = calloc(1, sizeof *al);
+    if (!al) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    al->ld = ld;
+    al->pool = pool;
+    al->strict = strict;
+    pthread_mutex_init(&al->mu, NULL);
+    pthread_cond_init(&al->cv, NULL);
+    *out = al;
+    return LS_OK;
+}
+
+static void ls_autoload_entry_free(ls_autoload_entry *e) {
+    ls_error_free(&e->err);
+    free(e);
+}
+
+void ls_autoload_free(ls_autoload *al) {
+    if (!al) return;
+    for (ls_autoload_entry *e = al->head, *next; e; e = next) {
+        next = e->next;
+        ls_autoload_entry_free(e);
+    }
+    pthread_cond_destroy(&al->cv);
+    pthread_mutex_destroy(&al->mu);
+    free(al);
+}
+
+unsigned long long ls_autoload_attempts(const ls_autoload *al) { return atomic_load(&al->attempts); }
+
+static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_autoload_print *p) {
+    struct stat st;
+    if (fstatat(dirfd, rel, &st, 0)) {
+        p->f[i].missing = 1;
+        return;
+    }
+    p->f[i].dev = st.st_dev;
+    p->f[i].ino = st.st_ino;
+    p->f[i].size = st.st_size;
+    p->f[i].mtime = st.st_mtim;
+    p->f[i].ctime = st.st_ctim;
+}
+
+/* Finds name's files: NAME/ (a PEFT directory, first) or NAME.safetensors,
+ * into path (relative to the adapter directory) and print; false when the
+ * directory holds neither. name is valid (no '/', not starting with '.'),
+ * so these stay in the directory; the loader's open checks links. */
+static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_autoload_print *p) {
+    struct stat st;
+    memset(p, 0, sizeof *p);
+    char rel[192];
+    if (!fstatat(al->ld->dirfd, name, &st, 0) && S_ISDIR(st.st_mode)) {
+        snprintf(path, len, "%s", name);
+        snprintf(rel, sizeof rel, "%s/adapter_model.safetensors", name);
+        ls_autoload_stat(al->ld->dirfd, rel, 0, p);
+        snprintf(rel, sizeof rel, "%s/adapter_config.json", name);
+        ls_autoload_stat(al->ld->dirfd, rel, 1, p);
+        return true;
+    }
+    snprintf(rel, sizeof rel, "%s.safetensors", name);
+    if (!fstatat(al->ld->dirfd, rel, &st, 0) && S_ISREG(st.st_mode)) {
+        snprintf(path, len, "%s", rel);
+        ls_autoload_stat(al->ld->dirfd, rel, 0, p);
+        return true;
+    }
+    return false;
+}
+
+/* With mu held: name's entry, created when absent (NULL when out of
+ * memory). Settled entries past the cap go, oldest first. */
+static ls_autoload_entry *ls_autoload_entry_get(ls_autoload *al, const char *name) {
+    for (ls_autoload_entry *e = al->head; e; e = e->next)
+        if (!strcmp(e->name, name)) return e;
+    if (al->count >= LS_AUTOLOAD_MAX_ENTRIES) {
+        ls_autoload_entry **last = NULL;
+        for (ls_autoload_entry **pe = &al->head; *pe; pe = &(*pe)->next)
+            if (!(*pe)->loading && !(*pe)->waiters) last = pe;
+        if (last) {
+            ls_autoload_entry *old = *last;
+            *last = old->next;
+            ls_autoload_entry_free(old);
+            al->count--;
+        }
+    }
+    ls_autoload_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    ls_error_init(&e->err);
+    e->next = al->head;
+    al->head = e;
+    al->count++;
+    return e;
+}
+
+/* With mu held: drops e when nothing needs it any more (a success, once
+ * its waiters have read it). */
+static void ls_autoload_entry_settle(ls_autoload *al, ls_autoload_entry *e) {
+    if (e->loading || e->waiters || e->remembered) return;
+    for (ls_autoload_entry **pe = &al->head; *pe; pe = &(*pe)->next)
+        if (*pe == e) {
+            *pe = e->next;
+            ls_autoload_entry_free(e);
+            al->count--;
+            return;
+        }
+}
+
+/* With mu held: e's outcome for a caller, its error copied into err. */
+static ls_status ls_autoload_outcome(const ls_autoload_entry *e, ls_error *err) {
+    if (e->outcome != LS_OK && err) ls_error_copy(err, &e->err);
+    return e->outcome;
+}
+
+/* Reads and registers path as name; the caller holds no lock. */
+static ls_status ls_autoload_load(ls_autoload *al, const char *name, const char *path, ls_error *err) {
+    atomic_fetch_add(&al->attempts, 1);
+    ls_adapter a;
+    ls_adapter_origin origin;
+    ls_adapter_source src = {.path = path, .given = {.strict = al->strict}};
+    ls_status st = ls_loader_load(al->ld, &src, &a, &origin, err);
+    if (st != LS_OK) return st;
+    ls_pool_load_opts opts = {.source_path = origin.path, .params = origin.params, .auto_loaded = true};
+    ls_adapter_info info;
+    ls_error perr;
+    ls_error_init(&perr);
+    st = ls_pool_load(al->pool, name, &a, &opts, &info, &perr);
+    if (st == LS_OK) {
+        ls_log_info("auto-load: adapter %s v%llu loaded from %s: rank %d, %s", name, (unsigned long long)info.version,
+                    origin.path, info.meta.rank, ls_adapter_format_name(info.meta.format));
+    } else {
+        ls_adapter_free(&a);
+        /* A client registered the name meanwhile: the forward runs on that. */
+        if (st == LS_ADAPTER_EXISTS) st = LS_OK;
+        else ls_error_copy(err, &perr);
+    }
+    ls_error_free(&perr);
+    return st;
+}
+
+ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
+    if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
+    char path[LS_LOADER_PATH_MAX];
+    ls_autoload_print print;
+    if (!ls_autoload_find(al, name, path, sizeof path, &print))
+        return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
+                            "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter "
+                            "directory",
+                            "adapter '%s' is not registered, and the adapter directory holds neither %s/ nor "
+                            "%s.safetensors",
+                            name, name, name);
+
+    pthread_mutex_lock(&al->mu);
+    ls_autoload_entry *e = ls_autoload_entry_get(al, name);
+    if (!e) {
+        pthread_mutex_unlock(&al->mu);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    }
+    ls_status st;
+    if (e->loading) {
+        /* One load per name: wait for the one running and share its end. */
+        const uint64_t gen = e->generation;
+        e->waiters++;
+        while (e->generation == gen) pthread_cond_wait(&al->cv, &al->mu);
+        e->waiters--;
+        st = ls_autoload_outcome(e, err);
+        ls_autoload_entry_settle(al, e);
+        pthread_mutex_unlock(&al->mu);
+        return st;
+    }
+    if (e->remembered && !memcmp(&e->print, &print, sizeof print)) {
+        st = ls_autoload_outcome(e, err);
+        pthread_mutex_unlock(&al->mu);
+        return st;
+    }
+    e->loading = true;
+    e->remembered = false;
+    pthread_mutex_unlock(&al->mu);
+
+    ls_error mine;
+    ls_error_init(&mine);
+    st = ls_autoload_load(al, name, path, &mine);
+
+    pthread_mutex_lock(&al->mu);
+    e->loading = false;
+    e->generation++;
+    e->outcome = st;
+    ls_error_clear(&e->err);
+    if (st != LS_OK) {
+        ls_error_copy(&e->err, &mine);
+        /* Only what the file itself got wrong is remembered; a full pool
+         * or a device error may pass, so the next request tries again. */
+        const int http = ls_status_http(st);
+        e->remembered = http == 400 || http == 422;
+        e->print = print;
+        ls_log_warn("auto-load: adapter %s from %s failed: %s", name, path, mine.message);
+    }
+    pthread_cond_broadcast(&al->cv);
+    ls_autoload_entry_settle(al, e);
+    pthread_mutex_unlock(&al->mu);
+    if (st != LS_OK && err) ls_error_copy(err, &mine);
+    ls_error_free(&mine);
+    return st;
+}

@@ -1,0 +1,229 @@
+/* --auto-load and the adapter named beside the body: a forward naming an
+ * unregistered adapter found in the adapter directory (NAME/ or
+ * NAME.safetensors) loads it once however many ask at once, says so in
+ * GET /adapters, gives a bad file's error without reading it again until
+ * it changes, refuses names that leave the directory; the adapter may be
+ * named by the query or X-Lorasink-Adapter, and a body naming another is
+ * a 400. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/util/testutil.h"
+#include "tests/util/tiny_server.h"
+
+static tiny_server ts;
+
+static int setup(void **state) {
+    (void)state;
+    const char *extra[] = {"--auto-load", NULL};
+    return tiny_server_start(&ts, "interleaved", extra) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tiny_server_stop(&ts);
+    return 0;
+}
+
+/* The example's forward (x and gammas), with adapter_json spliced in
+ * (e.g. "\"adapter\": \"a\"", or "" for none); the caller frees it. */
+static char *forward_body(const char *adapter_json) {
+    json_t *req = json_pack("{s:O, s:O}", "x", json_object_get(ts.tiny, "x"), "gammas",
+                            json_object_get(ts.tiny, "gammas"));
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!adapter_json[0]) return text;
+    size_t n = strlen(text) + strlen(adapter_json) + 2;
+    char *out = malloc(n);
+    assert_non_null(out);
+    snprintf(out, n, "%.*s,%s}", (int)strlen(text) - 1, text, adapter_json);
+    free(text);
+    return out;
+}
+
+/* POST /forward; returns the status, the body in *out when out is given. */
+static long forward(const char *path, const char *adapter_json, const char *const *headers, ls_test_response *out) {
+    char *body = forward_body(adapter_json);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "POST", path, NULL, body, strlen(body), headers, &r), 0);
+    free(body);
+    long st = r.status;
+    if (out) *out = r;
+    else ls_test_response_free(&r);
+    return st;
+}
+
+/* Occurrences of text in the server's output so far. */
+static int output_count(const char *text) {
+    char *out = ls_test_server_output(ts.srv);
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, text)); p += strlen(text)) n++;
+    free(out);
+    return n;
+}
+
+static json_t *adapter_json(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/adapters/%s", name);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    return j;
+}
+
+static void test_loads_directory_and_file(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "auto-dir", "{\"r\": 2, \"lora_alpha\": 4}");
+    tiny_write_adapter_file(&ts, "auto-file.safetensors", "4");
+    /* The first forward naming each loads it; the result is the example's. */
+    tiny_check_forward(&ts, "auto-dir", "interleaved");
+    tiny_check_forward(&ts, "auto-file", "interleaved");
+    json_t *j = adapter_json("auto-dir");
+    assert_true(json_is_true(json_object_get(j, "auto_loaded")));
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "auto-dir");
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+    json_decref(j);
+    j = adapter_json("auto-file");
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "auto-file.safetensors");
+    json_decref(j);
+    assert_int_equal(output_count("auto-load: adapter auto-dir v1 loaded"), 1);
+
+    /* Nothing by that name: 404 that says where it looked. */
+    ls_test_response r;
+    assert_int_equal(forward("/forward", "\"adapter\": \"nowhere\"", NULL, &r), 404);
+    assert_non_null(strstr(r.body, "adapter_not_found"));
+    assert_non_null(strstr(r.body, "nowhere.safetensors"));
+    ls_test_response_free(&r);
+}
+
+/* A bad file answers its validation error; the next request gets it again
+ * without the file being read; once the file changes it is read again. */
+static void test_bad_file_remembered(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/broken.safetensors", ts.dir);
+    ls_test_write_file(path, "not safetensors at all", 22);
+    for (int i = 0; i < 3; i++) {
+        ls_test_response r;
+        assert_int_equal(forward("/forward", "\"adapter\": \"broken\"", NULL, &r), 422);
+        assert_non_null(strstr(r.body, "safetensors_invalid"));
+        ls_test_response_free(&r);
+    }
+    assert_int_equal(output_count("auto-load: adapter broken from broken.safetensors failed"), 1);
+    tiny_write_adapter_file(&ts, "broken.safetensors", "4");
+    tiny_check_forward(&ts, "broken", "interleaved");
+    assert_int_equal(output_count("auto-load: adapter broken from broken.safetensors failed"), 1);
+}
+
+/* A link out of the directory is refused like a path upload's. */
+static void test_escape_refused(void **state) {
+    (void)state;
+    tiny_make_escape_link(&ts, "evil");
+    assert_int_equal(forward("/forward", "\"adapter\": \"evil\"", NULL, NULL), 400);
+    assert_int_equal(forward("/forward", "\"adapter\": \"../evil\"", NULL, NULL), 400);
+}
+
+static void *forward_thread(void *arg) {
+    long *status = arg;
+    *status = forward("/forward", "\"adapter\": \"busy\"", NULL, NULL);
+    return NULL;
+}
+
+/* Eight requests at once for one unloaded adapter: one load, all served. */
+static void test_concurrent_requests_one_load(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "busy", "{\"r\": 2, \"lora_alpha\": 4}");
+    pthread_t th[8];
+    long status[8];
+    for (int i = 0; i < 8; i++) assert_int_equal(pthread_create(&th[i], NULL, forward_thread, &status[i]), 0);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(status[i], 200);
+    }
+    assert_int_equal(output_count("auto-load: adapter busy v1 loaded"), 1);
+    json_t *j = adapter_json("busy");
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+    json_decref(j);
+}
+
+/* The y of a forward as text, to compare forms of one request. */
+static char *y_of(const ls_test_response *r) {
+    json_t *j = ls_test_response_json(r);
+    assert_non_null(j);
+    char *y = json_dumps(json_object_get(j, "y"), JSON_COMPACT);
+    json_decref(j);
+    return y;
+}
+
+static void test_adapter_beside_the_body(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "routed", "{\"r\": 2, \"lora_alpha\": 4}");
+    ls_test_response r;
+    assert_int_equal(forward("/forward", "\"adapter\": \"routed\"", NULL, &r), 200);
+    char *want = y_of(&r);
+    ls_test_response_free(&r);
+
+    const char *hdr[] = {"X-Lorasink-Adapter: routed", NULL};
+    assert_int_equal(forward("/forward", "", hdr, &r), 200);
+    char *got = y_of(&r);
+    assert_string_equal(got, want);
+    free(got);
+    ls_test_response_free(&r);
+    assert_int_equal(forward("/forward?adapter=routed", "", NULL, &r), 200);
+    got = y_of(&r);
+    assert_string_equal(got, want);
+    free(got);
+    ls_test_response_free(&r);
+    /* The same name twice is fine; a body token on the base model too. */
+    assert_int_equal(forward("/forward", "\"adapter\": \"routed\"", hdr, NULL), 200);
+    assert_int_equal(forward("/forward", "\"adapters\": [\"routed\", null, \"routed\"]", hdr, NULL), 200);
+    free(want);
+
+    /* Disagreements are refused, naming both. */
+    assert_int_equal(forward("/forward", "\"adapter\": \"auto-dir\"", hdr, &r), 400);
+    assert_non_null(strstr(r.body, "X-Lorasink-Adapter"));
+    assert_non_null(strstr(r.body, "auto-dir"));
+    ls_test_response_free(&r);
+    assert_int_equal(forward("/forward?adapter=auto-dir", "", hdr, &r), 400);
+    assert_non_null(strstr(r.body, "different adapters"));
+    ls_test_response_free(&r);
+    const char *empty[] = {"X-Lorasink-Adapter;", NULL}; /* curl's way to send an empty header */
+    assert_int_equal(forward("/forward", "", empty, NULL), 400);
+}
+
+/* Without --auto-load a file in the directory is not a registration. */
+static void test_off_by_default(void **state) {
+    (void)state;
+    const char *args[] = {"--hidden", "8", "--intermediate", "4", "--layers", "1", "--adapter-dir", ts.dir, NULL};
+    ls_test_server *s = ls_test_server_start(args);
+    assert_non_null(s);
+    const char *body = "{\"x\": [[1, 2, 3, 4, 5, 6, 7, 8]], \"adapter\": \"auto-dir\"}";
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, body, strlen(body), NULL, &r), 0);
+    assert_int_equal(r.status, 404);
+    ls_test_response_free(&r);
+    assert_int_equal(ls_test_server_stop(s), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loads_directory_and_file),
+        cmocka_unit_test(test_bad_file_remembered),
+        cmocka_unit_test(test_escape_refused),
+        cmocka_unit_test(test_concurrent_requests_one_load),
+        cmocka_unit_test(test_adapter_beside_the_body),
+        cmocka_unit_test(test_off_by_default),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
