@@ -667,7 +667,9 @@ static const char *adapters_of(const ls_config *cfg, char *buf, size_t len) {
     buf[0] = '\0';
     while (ls_config_adapter_next(&cursor, &e)) {
         size_t used = strlen(buf);
-        snprintf(buf + used, len - used, "%s%s=%s%s", used ? "|" : "", e.name, e.path, e.pinned ? ",pinned" : "");
+        int n = snprintf(buf + used, len - used, "%s%s=%s%s", used ? "|" : "", e.name, e.path,
+                         e.pinned ? ",pinned" : "");
+        assert_true(n >= 0 && (size_t)n < len - used);
     }
     return buf;
 }
