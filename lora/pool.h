@@ -66,6 +66,7 @@ typedef struct {
     uint64_t requests, tokens; /* forwards answered (ls_pool_count_served) and their tokens */
     uint64_t loads, evictions; /* slot writes of the adapter, and evictions from a slot */
     bool auto_loaded; /* registered by --auto-load */
+    ls_gate_up_order gate_up_order; /* how its PEFT gate_up_proj.lora_B rows were read */
     char source_path[4096]; /* "" for inline uploads */
 } ls_adapter_info;
 

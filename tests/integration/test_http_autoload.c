@@ -93,6 +93,13 @@ static void test_loads_directory_and_file(void **state) {
     assert_true(json_is_true(json_object_get(j, "auto_loaded")));
     assert_string_equal(json_string_value(json_object_get(j, "source")), "auto-dir");
     assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+    assert_string_equal(json_string_value(json_object_get(j, "gate_up_order")), "gate_up");
+    json_decref(j);
+    /* The directory's config declares its row order; GET says which was used. */
+    tiny_write_peft_dir(&ts, "auto-inter", "{\"r\": 2, \"lora_alpha\": 4, \"gate_up_order\": \"interleaved\"}");
+    assert_int_equal(forward("/forward", "\"adapter\": \"auto-inter\"", NULL, NULL), 200);
+    j = adapter_json("auto-inter");
+    assert_string_equal(json_string_value(json_object_get(j, "gate_up_order")), "interleaved");
     json_decref(j);
     j = adapter_json("auto-file");
     assert_string_equal(json_string_value(json_object_get(j, "source")), "auto-file.safetensors");
