@@ -184,7 +184,9 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
     } else {
         ls_json_tensor_f32_text(&b, y, req->T, H);
     }
-    ls_buf_printf(&b, ",\"layer\":%d,\"tokens\":%d,\"adapters\":%s}", req->layer, req->T, adapters);
+    /* The reply's closing newline here, in the buffer's slack: added
+     * later it would copy a reply that can be the largest thing held. */
+    ls_buf_printf(&b, ",\"layer\":%d,\"tokens\":%d,\"adapters\":%s}\n", req->layer, req->T, adapters);
     free(adapters);
     return ls_buf_take(&b, NULL);
 }
