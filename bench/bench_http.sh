@@ -5,6 +5,9 @@
 # requests/s as a fraction of /health requests/s. One summary line per
 # ratio; never passes or fails on time.
 #   bench/bench_http.sh [build dir] [seconds per run]
+# LS_BENCH_SHAPE="H F L" serves another demo shape (default "1024 512 2",
+# whose weights sit in the L3 cache; "4096 2048 1" is one layer of an
+# Inkling-Small-like model, whose weights do not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -16,7 +19,7 @@ tmp=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-H=1024
+read -r H F L <<<"${LS_BENCH_SHAPE:-1024 512 2}"
 python3 - "$tmp" "$H" <<'PY'
 import json, sys
 out, H = sys.argv[1], int(sys.argv[2])
@@ -26,7 +29,8 @@ open(out + "/forward.lua", "w").write(
 PY
 
 start() { # args: extra server flags
-  "$BIN" --demo --port 0 --http-threads 4 "$@" >"$tmp/server.log" 2>&1 &
+  "$BIN" --demo --port 0 --http-threads 4 --hidden "$H" --intermediate "$F" --layers "$L" --access-log=false "$@" \
+    >"$tmp/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 200); do
     port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/server.log" | grep -o '[0-9]*$' || true)
@@ -62,7 +66,7 @@ to_ms() { # wrk prints 812.00us, 1.23ms, 2.01s
 start --batching=true
 isa=$(curl -s "http://127.0.0.1:$port/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("isa", "?"))')
 stop
-echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=512), T=1 forwards, ${SECS}s per run, $(nproc) cores, $isa kernels"
+echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=$F, L=$L), T=1 forwards, ${SECS}s per run, $(nproc) cores, $isa kernels"
 echo "| batching | concurrency | requests/s | p50 ms | p99 ms |"
 echo "|---|---|---|---|---|"
 declare -A RPS
