@@ -244,7 +244,8 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
      * it); a failure here undoes the load like a failed slot write. */
     if (st == LS_OK && p->cfg.state && !opts->restore_version) {
         ls_state_record rec = {.name = name, .version = e->version, .pinned = opts->pinned,
-                               .source_path = e->source_path, .params = e->params, .a = &e->a};
+                               .auto_loaded = opts->auto_loaded, .source_path = e->source_path, .params = e->params,
+                               .a = &e->a};
         st = ls_state_save(p->cfg.state, &rec, err);
     }
     if (st != LS_OK) {
@@ -371,7 +372,7 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
     if (floor >= rec->version) /* deleted: the crash came before the record was removed */
         return ls_state_forget(p->cfg.state, rec->name, floor, err);
     ls_pool_load_opts o = {.pinned = rec->pinned, .source_path = rec->source_path, .params = rec->params,
-                           .restore_version = rec->version};
+                           .restore_version = rec->version, .auto_loaded = rec->auto_loaded};
     ls_error why;
     ls_error_init(&why);
     ls_status st = ls_pool_load(p, rec->name, a, &o, NULL, &why);

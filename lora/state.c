@@ -165,6 +165,7 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
                   ls_tensor_set_add_meta(&set, "lorasink_state", LS_STATE_FORMAT) &&
                   ls_tensor_set_add_meta(&set, "name", rec->name) && ls_tensor_set_add_meta(&set, "version", version) &&
                   ls_tensor_set_add_meta(&set, "pinned", rec->pinned ? "true" : "false") &&
+                  ls_tensor_set_add_meta(&set, "auto_loaded", rec->auto_loaded ? "true" : "false") &&
                   ls_tensor_set_add_meta(&set, "format", ls_adapter_format_name(a->meta.format)) &&
                   ls_tensor_set_add_meta(&set, "rank", rank) && ls_tensor_set_add_meta(&set, "outer", outer) &&
                   ls_tensor_set_add_meta(&set, "scale", scale) &&
@@ -324,6 +325,9 @@ static ls_state_decoded ls_state_decode(ls_state *s, const char *file, const cha
         if (ok) {
             const char *pinned = ls_tensor_set_meta(&set, "pinned");
             rec->pinned = pinned && !strcmp(pinned, "true");
+            /* Absent from records written before --auto-load existed. */
+            const char *auto_loaded = ls_tensor_set_meta(&set, "auto_loaded");
+            rec->auto_loaded = auto_loaded && !strcmp(auto_loaded, "true");
             rec->version = version;
             snprintf(name, name_len, "%s", nm);
             snprintf(source, source_len, "%s", src);

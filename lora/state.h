@@ -28,6 +28,7 @@ typedef struct {
     const char *name;
     uint64_t version;
     bool pinned;
+    bool auto_loaded;        /* registered by --auto-load */
     const char *source_path; /* relative to the adapter directory; NULL for inline uploads */
     ls_adapter_params params; /* what it was loaded with */
     const ls_adapter *a;

@@ -223,6 +223,33 @@ static void test_off_by_default(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* With --state-dir an auto-loaded adapter comes back after a restart as
+ * what it was: auto-loaded, same version. */
+static void test_state_dir_keeps_auto_loaded(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "kept", "{\"r\": 2, \"lora_alpha\": 4}");
+    char sdir[1024];
+    snprintf(sdir, sizeof sdir, "%s/state", ts.dir);
+    const char *args[48];
+    int a = 0;
+    for (; ts.args[a] && a < 40; a++) args[a] = ts.args[a];
+    args[a++] = "--state-dir";
+    args[a++] = sdir;
+    args[a] = NULL;
+    ls_test_server *keep = ts.srv;
+    for (int round = 0; round < 2; round++) {
+        ts.srv = ls_test_server_start(args);
+        assert_non_null(ts.srv);
+        if (round == 0) assert_int_equal(forward("/forward", "\"adapter\": \"kept\"", NULL, NULL), 200);
+        json_t *j = adapter_json("kept");
+        assert_true(json_is_true(json_object_get(j, "auto_loaded")));
+        assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+        json_decref(j);
+        assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    }
+    ts.srv = keep;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads_directory_and_file),
@@ -231,6 +258,7 @@ int main(void) {
         cmocka_unit_test(test_concurrent_requests_one_load),
         cmocka_unit_test(test_adapter_beside_the_body),
         cmocka_unit_test(test_off_by_default),
+        cmocka_unit_test(test_state_dir_keeps_auto_loaded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
