@@ -18,8 +18,8 @@
 #      screenshot goes to BUILD_DIR/artifacts/dashboard.png and a copy
 #      scaled down to at most 150 KiB beside it (to docs/dashboard.png, the
 #      README's picture, with LORASINK_UPDATE_DOCS=1).
-# Installs chromium and prometheus from Debian when missing (root or sudo,
-# as scripts/install-deps.sh). Exit status 0 only when every check passed.
+# Installs chromium and prometheus from Debian when missing
+# (scripts/install-deps.sh). Exit status 0 only when every check passed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build}
@@ -28,17 +28,7 @@ BIN=$BUILD/lorasink
 T0=$(date +%s)
 [ -x "$BIN" ] || { echo "check-dashboard: $BIN not found: build first" >&2; exit 1; }
 
-missing=()
-command -v chromium >/dev/null || missing+=(chromium)
-command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "check-dashboard: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash "$ROOT/scripts/install-deps.sh" chromium prometheus
 
 TMP=$(mktemp -d)
 PIDS=()

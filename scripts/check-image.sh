@@ -35,17 +35,7 @@ die() { echo "FAIL $*"; echo "check-image: FAILED after $((SECONDS - started)) s
 # Root: debootstrap needs it, and rootless podman would keep its images and
 # networks elsewhere and need user namespaces these machines may not allow.
 [ "$(id -u)" -eq 0 ] || die "run as root"
-pkgs=(podman runc debootstrap curl python3)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "check-image: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash scripts/install-deps.sh podman runc debootstrap curl python3
 
 # Under /var/tmp: the base image's root tree may not fit a small tmpfs /tmp.
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/check-image.XXXXXX")

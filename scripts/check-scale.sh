@@ -27,8 +27,8 @@
 # Every answer of every phase is checked bitwise against the reference
 # server's answer to the same request (the CPU backend is batch invariant).
 # Bounded: a few thousand requests, about a minute on 2 cores; each phase
-# has a time limit. Installs haproxy from Debian when missing (root or sudo,
-# as scripts/install-deps.sh). Exit status 0 only when every check passed.
+# has a time limit. Installs haproxy from Debian when missing
+# (scripts/install-deps.sh). Exit status 0 only when every check passed.
 # Sizes: LORASINK_SCALE_HIDDEN (1024), _INTERMEDIATE (512), _LAYERS (2);
 # LORASINK_SCALE_KEEP=1 keeps the logs and HAProxy's configuration.
 set -euo pipefail
@@ -40,15 +40,7 @@ T0=$(date +%s)
 [ -x "$BIN" ] || { echo "check-scale: $BIN not found: build first" >&2; exit 1; }
 H=${LORASINK_SCALE_HIDDEN:-1024} F=${LORASINK_SCALE_INTERMEDIATE:-512} L=${LORASINK_SCALE_LAYERS:-2}
 
-if ! command -v haproxy >/dev/null; then
-  echo "check-scale: installing haproxy"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  # Waits for another apt or dpkg to finish instead of failing on its lock.
-  $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq
-  $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends haproxy
-fi
+bash "$ROOT/scripts/install-deps.sh" haproxy
 
 # shellcheck source=deploy/haproxy/run.sh
 source "$ROOT/deploy/haproxy/run.sh"

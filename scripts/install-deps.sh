@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, whatever lorasink needs to build, test
 # and run that is not installed yet. Debian 12, as root (or with sudo).
+#   scripts/install-deps.sh            the packages the build and the suite need
+#   scripts/install-deps.sh PKG...     these packages only (the checks that
+#                                      need a tool of their own call it so)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
       libcmocka-dev libcurl4-openssl-dev curl python3 clang libclang-rt-dev valgrind)
 [ "${LORASINK_BENCH_DEPS:-0}" = 1 ] && pkgs+=(wrk)
+[ $# -gt 0 ] && pkgs=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,6 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Waits for another apt or dpkg to finish instead of failing on its lock.
+  $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq
+  $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"
 fi
