@@ -46,6 +46,21 @@ void ls_reply_json(ls_reply *r, int status, char *text) {
     r->code = LS_OK;
 }
 
+void ls_reply_copy(ls_reply *r, int status, const void *bytes, size_t len, const char *content_type) {
+    char *body = malloc(len + 1);
+    if (!body) {
+        ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory copying a reply of %zu bytes", len);
+        return;
+    }
+    memcpy(body, bytes, len);
+    body[len] = '\0';
+    r->status = status;
+    r->body = body;
+    r->len = len;
+    r->content_type = content_type;
+    r->code = LS_OK;
+}
+
 void ls_reply_error(ls_reply *r, const ls_error *err) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     free(r->body);

@@ -47,6 +47,9 @@ const char *ls_request_header(const ls_request *req, const char *name);
 /* Fills r with a JSON body (takes ownership of text; NULL = out of
  * memory, answered as 500). */
 void ls_reply_json(ls_reply *r, int status, char *text);
+/* Fills r with a copy of len bytes (static data: http.c frees every reply
+ * body, so they cannot be handed over as they are); content_type static. */
+void ls_reply_copy(ls_reply *r, int status, const void *bytes, size_t len, const char *content_type);
 /* Fills r with the error body of err (and its Retry-After etc.). */
 void ls_reply_error(ls_reply *r, const ls_error *err);
 /* Shortcut: one error with a formatted message. */
