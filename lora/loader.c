@@ -77,6 +77,13 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
     else if (errno == ENOENT || errno == ENOTDIR)
         ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
                      "path \"%.200s\" does not exist in the adapter directory", shown);
+    else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == EAGAIN ||
+             errno == EINTR || errno == ENOBUFS)
+        /* The server ran short (descriptors, memory) or the disk failed:
+         * nothing the client can fix in its path, and nothing to remember
+         * against the file. */
+        ls_error_set(err, LS_INTERNAL, "the server is short of a resource now; retry, and check its limits (ulimit -n)",
+                     "path \"%.200s\" cannot be opened now: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
     else
         ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be opened: %s", shown,
                      strerror_r(errno, ebuf, sizeof ebuf));

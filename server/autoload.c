@@ -228,6 +228,13 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
         pthread_mutex_unlock(&al->mu);
         return st;
     }
+    /* A load that ended between the check above and this lock registered
+     * it already: one load per name, not one per unlucky request. */
+    if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) {
+        ls_autoload_entry_settle(al, e);
+        pthread_mutex_unlock(&al->mu);
+        return LS_OK;
+    }
     e->loading = true;
     e->remembered = false;
     pthread_mutex_unlock(&al->mu);
@@ -243,8 +250,10 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
     ls_error_clear(&e->err);
     if (st != LS_OK) {
         ls_error_copy(&e->err, &mine);
-        /* Only what the file itself got wrong is remembered; a full pool
-         * or a device error may pass, so the next request tries again. */
+        /* Only what the file itself got wrong is remembered (its content,
+         * 422; its path, 400); a full pool, a device error or a server
+         * short of descriptors (500, 503) may pass, so the next request
+         * tries again. */
         const int http = ls_status_http(st);
         e->remembered = http == 400 || http == 422;
         e->print = print;

@@ -1,0 +1,127 @@
+/* server/autoload in-process, where HTTP cannot reach: many requests
+ * racing for one unloaded adapter read its file once, round after round;
+ * a server short of file descriptors answers 500 and is not remembered
+ * against the file, which loads once descriptors are back. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "format/safetensors.h"
+#include "server/autoload.h"
+#include "server/server.h"
+#include "tests/util/adapter_fixture.h"
+#include "tests/util/testutil.h"
+
+static char *dir;
+static ls_config cfg;
+static ls_server srv;
+
+/* A server on the tiny model (n=2, H=4, F=3, one layer) with --auto-load
+ * over a temporary adapter directory holding c.safetensors. */
+static int setup(void **state) {
+    (void)state;
+    dir = ls_test_mkdtemp();
+    ls_dims d = tu_tiny_dims(1);
+    ls_tensor_set s;
+    ls_tensor_set_init(&s);
+    tu_add_peft_layer(&s, NULL, &d, 0, 2, 0);
+    uint8_t *bytes;
+    size_t len;
+    if (ls_safetensors_write(&s, &bytes, &len, NULL) != LS_OK) return -1;
+    ls_tensor_set_free(&s);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    ls_test_write_file(path, bytes, len);
+    free(bytes);
+    char *argv[] = {"lorasink", "--experts", "2", "--hidden", "4", "--intermediate", "3", "--layers", "1",
+                    "--max-rank", "4", "--slots", "4", "--threads", "1", "--adapter-dir", dir, "--auto-load", NULL};
+    char *envp[] = {NULL};
+    char err[512];
+    if (ls_config_load(&cfg, 18, argv, envp, stdout, err, sizeof err) != LS_CONFIG_RUN) return -1;
+    return ls_server_init(&srv, &cfg) && srv.autoload ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ls_server_free(&srv);
+    ls_test_rmtree(dir);
+    free(dir);
+    return 0;
+}
+
+enum { RACERS = 16 };
+static pthread_barrier_t start;
+static ls_status outcome[RACERS];
+
+static void *racer(void *arg) {
+    int i = (int)(intptr_t)arg;
+    pthread_barrier_wait(&start);
+    ls_error err;
+    ls_error_init(&err);
+    outcome[i] = ls_autoload_ensure(srv.autoload, "c", &err);
+    ls_error_free(&err);
+    return NULL;
+}
+
+/* Each round: the adapter is deleted, 16 threads ask for it at once;
+ * all succeed and the file is read exactly once. */
+static void test_one_read_per_round(void **state) {
+    (void)state;
+    for (int round = 0; round < 40; round++) {
+        ls_pool_delete(srv.pool, "c", NULL);
+        const unsigned long long before = ls_autoload_attempts(srv.autoload);
+        pthread_barrier_init(&start, NULL, RACERS);
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, racer, (void *)(intptr_t)i), 0);
+        for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < RACERS; i++) assert_int_equal(outcome[i], LS_OK);
+        if (ls_autoload_attempts(srv.autoload) != before + 1)
+            fail_msg("round %d: %llu reads of one file", round, ls_autoload_attempts(srv.autoload) - before);
+    }
+}
+
+/* With the descriptor table full the load is the server's failure (500),
+ * not the file's: the next request reads the file and succeeds. */
+static void test_out_of_descriptors_not_remembered(void **state) {
+    (void)state;
+    ls_pool_delete(srv.pool, "c", NULL);
+    struct rlimit saved;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit low = {.rlim_cur = 256, .rlim_max = saved.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[256], n = 0;
+    for (int fd; n < 256 && (fd = dup(0)) >= 0;) fds[n++] = fd;
+    ls_error err;
+    ls_error_init(&err);
+    const ls_status st = ls_autoload_ensure(srv.autoload, "c", &err);
+    for (int i = 0; i < n; i++) close(fds[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    assert_int_equal(st, LS_INTERNAL);
+    assert_int_equal(ls_status_http(st), 500);
+    ls_error_free(&err);
+    ls_error_init(&err);
+    const unsigned long long before = ls_autoload_attempts(srv.autoload);
+    assert_int_equal(ls_autoload_ensure(srv.autoload, "c", &err), LS_OK);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
+    ls_error_free(&err);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_read_per_round),
+        cmocka_unit_test(test_out_of_descriptors_not_remembered),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
