@@ -87,16 +87,25 @@ static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg,
         const char *name = NULL, *path = NULL;
         int pinned = 0;
         if (json_is_string(e)) {
-            snprintf(entry, sizeof entry, "%s", json_string_value(e));
+            /* As it is: one string may hold several ';'-separated entries. */
+            if (!apply(s, json_string_value(e), cfg, origin, seen, err, errlen)) return false;
+            continue;
         } else if (json_is_object(e) && !json_unpack((json_t *)e, "{s:s, s:s, s?b !}", "name", &name, "path", &path,
                                                      "pinned", &pinned)) {
             /* The entry syntax cannot carry these; refused, not split. */
-            if (strpbrk(name, "=;\n") || strpbrk(path, ";\n")) {
-                snprintf(err, errlen, "%s[%zu]: a name may not hold '=', ';' or a newline, a path ';' or a newline",
+            const size_t pl = strlen(path), sl = strlen(",pinned");
+            if (strpbrk(name, "=;\n") || strpbrk(path, ";\n") || (pl >= sl && !strcmp(path + pl - sl, ",pinned"))) {
+                snprintf(err, errlen,
+                         "%s[%zu]: a name may not hold '=', ';' or a newline, a path ';', a newline or a final "
+                         "\",pinned\"",
                          origin, i);
                 return false;
             }
-            snprintf(entry, sizeof entry, "%s=%s%s", name, path, pinned ? ",pinned" : "");
+            int n = snprintf(entry, sizeof entry, "%s=%s%s", name, path, pinned ? ",pinned" : "");
+            if (n < 0 || (size_t)n >= sizeof entry) {
+                snprintf(err, errlen, "%s[%zu]: the name and path are too long", origin, i);
+                return false;
+            }
         } else {
             snprintf(err, errlen, "%s[%zu]: expected \"NAME=PATH[,pinned]\" or {\"name\", \"path\", \"pinned\"}",
                      origin, i);

@@ -714,6 +714,30 @@ static void test_adapter_list(void **state) {
     assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
     write_file("bad3.json", "{\"adapters\": 3}", path);
     assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    /* An object's path that ends like the pin suffix would be read as a
+     * pin on a shorter path: refused instead. */
+    write_file("bad4.json", "{\"adapters\": [{\"name\": \"a\", \"path\": \"w,pinned\", \"pinned\": false}]}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    assert_non_null(strstr(err, ",pinned"));
+
+    /* A string element holding many entries is taken whole, not cut at a
+     * fixed size (the last entry keeps its path and pin). */
+    char *many = malloc(16384);
+    assert_non_null(many);
+    int used = snprintf(many, 16384, "{\"adapters\": [\"");
+    for (int i = 0; i < 200; i++) used += snprintf(many + used, 16384 - (size_t)used, "n%d=some/longer/path/%d;", i, i);
+    snprintf(many + used, 16384 - (size_t)used, "last=final/path.safetensors,pinned\"]}");
+    write_file("many.json", many, path);
+    free(many);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    const char *cursor = c->adapters;
+    ls_config_adapter e, last = {0};
+    int count = 0;
+    while (ls_config_adapter_next(&cursor, &e)) last = e, count++;
+    assert_int_equal(count, 201);
+    assert_string_equal(last.name, "last");
+    assert_string_equal(last.path, "final/path.safetensors");
+    assert_true(last.pinned);
     free(c);
 }
 
