@@ -41,9 +41,9 @@ static void ls_server_preload_error(const char *name, const ls_error *err) {
 
 /* Loads the --adapter entries (after the state directory's restore, so
  * that an entry names what it wants served now). A name already restored
- * with the same factors and pin is kept as it is (no new version on every
- * restart); otherwise the entry replaces it. The first failure stops
- * start-up. */
+ * as this entry left it (same factors, pin and path, not auto-loaded) is
+ * kept as it is (no new version on every restart); otherwise the entry
+ * replaces it. The first failure stops start-up. */
 static bool ls_server_preload(ls_server *srv) {
     const char *cursor = srv->cfg.adapters;
     ls_config_adapter e;
@@ -67,7 +67,8 @@ static bool ls_server_preload(ls_server *srv) {
             return false;
         }
         bool exists = ls_pool_describe(srv->pool, e.name, &info, NULL) == LS_OK;
-        if (exists && info.pinned == e.pinned && !strcmp(info.meta.sha256, a.meta.sha256)) {
+        if (exists && info.pinned == e.pinned && !info.auto_loaded && !strcmp(info.source_path, origin.path) &&
+            !strcmp(info.meta.sha256, a.meta.sha256)) {
             ls_log_info("start-up adapter %s: kept v%llu restored from the state directory (same sha256)", e.name,
                         (unsigned long long)info.version);
             ls_adapter_free(&a);

@@ -169,6 +169,18 @@ static void test_state_dir_restart(void **state) {
     assert_non_null(ts.srv);
     expect_adapter("s", false, 2);
     assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    /* The same bytes under another path: the entry's source is not the
+     * restored one's, so it is loaded as the next version, not kept. */
+    tiny_write_peft_dir(&ts, "peft-copy", "{\"r\": 2, \"lora_alpha\": 8}");
+    const char *moved[] = {"--state-dir", sdir, "--adapter", "s=peft-copy", NULL};
+    args_with(args, moved);
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    json_t *j = adapter_get("s", 200);
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "peft-copy");
+    json_decref(j);
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
     tiny_write_peft_dir(&ts, "peft", "{\"r\": 2, \"lora_alpha\": 4}");
     ts.srv = NULL;
 }
