@@ -77,7 +77,7 @@ ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error 
     return LS_OK;
 }
 
-ls_status ls_forward_check_name(const char *name, const char *what, ls_error *err) {
+ls_status ls_adapter_name_check(const char *name, const char *what, ls_error *err) {
     if (!ls_adapter_name_valid(name))
         return ls_error_set(err, LS_INVALID_REQUEST,
                             "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
@@ -139,7 +139,7 @@ ls_status ls_forward_routed_name(const char *q_adapter, const char *h_adapter, c
  * the JSON form refuses "", never served as base. */
 ls_status ls_forward_req_route(ls_forward_req *req, const char *name, const char *what, ls_error *err) {
     if (!name) return LS_OK;
-    ls_status st = ls_forward_check_name(name, what, err);
+    ls_status st = ls_adapter_name_check(name, what, err);
     if (st != LS_OK) return st;
     if (req->names) {
         /* The body named adapters too: each token's must be this one (or

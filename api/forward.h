@@ -72,5 +72,8 @@ ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const fl
 /* Checks an adapter name (docs/api.md: 1-128 of [A-Za-z0-9._-], not starting
  * with '.'). */
 bool ls_adapter_name_valid(const char *name);
+/* The same, as an error: LS_INVALID_REQUEST naming what (the key, flag or
+ * header the name came in) and the rule. */
+ls_status ls_adapter_name_check(const char *name, const char *what, ls_error *err);
 
 #endif

@@ -13,7 +13,5 @@ ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, 
                                  int *rows_out, ls_error *err);
 /* A layer of the served model, or LS_INVALID_REQUEST. */
 ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error *err);
-/* A valid adapter name, or LS_INVALID_REQUEST naming what. */
-ls_status ls_forward_check_name(const char *name, const char *what, ls_error *err);
 
 #endif

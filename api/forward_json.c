@@ -194,7 +194,7 @@ static bool ls_fj_name(ls_jr *r, const char *what, char **out, ls_fj_problem *pb
     if (len >= sizeof buf || strlen(buf) != len) buf[0] = '\0'; /* too long, or cut: not a valid name */
     ls_error err;
     ls_error_init(&err);
-    if (ls_forward_check_name(buf, what, &err) != LS_OK) ls_fj_note(pb, err.code, err.hint, "%s", err.message);
+    if (ls_adapter_name_check(buf, what, &err) != LS_OK) ls_fj_note(pb, err.code, err.hint, "%s", err.message);
     else if (!(*out = strdup(buf))) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
     ls_error_free(&err);
     return true;

@@ -54,11 +54,7 @@ static bool ls_server_preload(ls_server *srv) {
         ls_adapter a;
         ls_adapter_origin origin;
         ls_adapter_info info;
-        ls_status st = LS_OK;
-        if (!ls_adapter_name_valid(e.name))
-            st = ls_error_set(&err, LS_INVALID_REQUEST,
-                              "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
-                              "--adapter: \"%s\" is not a valid adapter name", e.name);
+        ls_status st = ls_adapter_name_check(e.name, "--adapter", &err);
         ls_adapter_source src = {.path = e.path, .given = {.strict = srv->cfg.strict_adapters}};
         if (st == LS_OK) st = ls_loader_load(&srv->loader, &src, &a, &origin, &err);
         if (st != LS_OK) {
