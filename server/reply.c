@@ -19,9 +19,11 @@ const char *ls_request_header(const ls_request *req, const char *name) {
 
 /* Text replies end with a newline, so that curl's output and a shell
  * prompt do not run together; takes text and returns it, grown by one
- * byte unless it ends with one (NULL when out of memory, text freed). */
-static char *ls_reply_newline(char *text) {
+ * byte unless it ends with one (NULL when out of memory, text freed), its
+ * length in *len (a forward's reply can be megabytes: measured once). */
+static char *ls_reply_newline(char *text, size_t *len) {
     size_t n = strlen(text);
+    *len = n;
     if (n && text[n - 1] == '\n') return text;
     char *t = realloc(text, n + 2);
     if (!t) {
@@ -30,18 +32,20 @@ static char *ls_reply_newline(char *text) {
     }
     t[n] = '\n';
     t[n + 1] = '\0';
+    *len = n + 1;
     return t;
 }
 
 void ls_reply_json(ls_reply *r, int status, char *text) {
-    if (text) text = ls_reply_newline(text);
+    size_t len = 0;
+    if (text) text = ls_reply_newline(text, &len);
     if (!text) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory building the response");
         return;
     }
     r->status = status;
     r->body = text;
-    r->len = strlen(text);
+    r->len = len;
     r->content_type = "application/json";
     r->code = LS_OK;
 }
@@ -65,8 +69,9 @@ void ls_reply_error(ls_reply *r, const ls_error *err) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     free(r->body);
     r->body = ls_error_body_text(err);
-    if (r->body) r->body = ls_reply_newline(r->body);
-    r->len = r->body ? strlen(r->body) : 0;
+    r->len = 0;
+    if (r->body) r->body = ls_reply_newline(r->body, &r->len);
+    if (!r->body) r->len = 0;
     r->status = ls_status_http(code);
     r->content_type = "application/json";
     r->code = code;
