@@ -1,4 +1,4 @@
-/* The AVX-512F register tiles: up to 8 rows by up to 8 panels of 16
+/* The AVX-512F register tiles: up to 16 rows by up to 8 panels of 16
  * columns, one zmm accumulator per row and panel (24 of 32 registers in
  * the widest shapes). Built with -mavx512f -mfma -mf16c; only called when
  * the CPU has AVX-512F. Each lane runs its column's multiply-add chain in
@@ -12,7 +12,7 @@
 #error "kern_avx512.c must be built with -mavx512f -mfma -mf16c"
 #endif
 
-#define MR 8
+#define MR 16
 #define INLINE static inline __attribute__((always_inline))
 
 /* 16 consecutive B values of panel row k, widened to fp32 (exact). */
@@ -32,45 +32,51 @@ INLINE __mmask16 ls_avx512_mask(int ncols, int p) {
 /* The tile body; M and NP are constants in every instance, so the loops
  * unroll and acc lives in registers. */
 INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const ls_cpu_tile *t) {
-    __m512 acc[MR][8];
+    __m512 acc[32]; /* acc[i * NP + p], at most 24 live */
     const char *bp[8];
     const size_t esz = dt == LS_DTYPE_F32 ? 4 : 2;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * esz;
     const __mmask16 last = ls_avx512_mask(t->ncols, NP - 1);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < M; i++) {
         float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int p = 0; p < NP; p++) {
-            if (!t->acc) acc[i][p] = _mm512_setzero_ps();
-            else if (p < NP - 1) acc[i][p] = _mm512_loadu_ps(c + p * t->cstride);
-            else acc[i][p] = _mm512_maskz_loadu_ps(last, c + p * t->cstride);
+            if (!t->acc) acc[i * NP + p] = _mm512_setzero_ps();
+            else if (p < NP - 1) acc[i * NP + p] = _mm512_loadu_ps(c + p * t->cstride);
+            else acc[i * NP + p] = _mm512_maskz_loadu_ps(last, c + p * t->cstride);
         }
     }
     const float *a = t->a;
     for (int k = 0; k < t->k; k++, a += MR) {
         __m512 b[8];
-#pragma GCC unroll 8
-        for (int p = 0; p < NP; p++) b[p] = ls_avx512_load_b(dt, bp[p], (size_t)k * LS_CPU_NR);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
+        for (int p = 0; p < NP; p++) {
+            _mm_prefetch(bp[p] + ((size_t)k * LS_CPU_NR + LS_CPU_PREFETCH) * esz, _MM_HINT_T0);
+            b[p] = ls_avx512_load_b(dt, bp[p], (size_t)k * LS_CPU_NR);
+        }
+#pragma GCC unroll 16
         for (int i = 0; i < M; i++) {
             __m512 av = _mm512_set1_ps(a[i]);
-#pragma GCC unroll 8
-            for (int p = 0; p < NP; p++) acc[i][p] = _mm512_fmadd_ps(av, b[p], acc[i][p]);
+#pragma GCC unroll 16
+            for (int p = 0; p < NP; p++) acc[i * NP + p] = _mm512_fmadd_ps(av, b[p], acc[i * NP + p]);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < M; i++) {
         float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
-        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * t->cstride, acc[i][p]);
-        _mm512_mask_storeu_ps(c + (NP - 1) * t->cstride, last, acc[i][NP - 1]);
+#pragma GCC unroll 16
+        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * t->cstride, acc[i * NP + p]);
+        _mm512_mask_storeu_ps(c + (NP - 1) * t->cstride, last, acc[i * NP + NP - 1]);
     }
 }
 
 /* Widest tile per row count: at most 24 accumulators, and no more than 8
- * panels streamed at once for a lone row. */
+ * panels streamed at once for a lone row. Rows go up to 16 so that a
+ * batch of up to 16 tokens is one row group, which reads each weight
+ * panel from memory once (8-row tiles read it twice, the second time
+ * from L2). */
 #define LS_AVX512_SHAPES(X)                                                                                \
     X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8)                                        \
     X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) X(2, 7) X(2, 8)                                        \
@@ -79,7 +85,9 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
     X(5, 1) X(5, 2) X(5, 3) X(5, 4)                                                                        \
     X(6, 1) X(6, 2) X(6, 3) X(6, 4)                                                                        \
     X(7, 1) X(7, 2) X(7, 3)                                                                                \
-    X(8, 1) X(8, 2) X(8, 3)
+    X(8, 1) X(8, 2) X(8, 3)                                                                                \
+    X(9, 1) X(9, 2) X(10, 1) X(10, 2) X(11, 1) X(11, 2) X(12, 1) X(12, 2)                                  \
+    X(13, 1) X(14, 1) X(15, 1) X(16, 1)
 
 #define LS_AVX512_DEFINE(DTN)                                                                              \
     static void ls_avx512_tile_##DTN(const ls_cpu_tile *t) {                                               \
@@ -104,7 +112,7 @@ const ls_cpu_kernels ls_cpu_kernels_avx512 = {
     /* .isa       = */ LS_CPU_ISA_AVX512,
     /* .name      = */ "avx512",
     /* .mr        = */ MR,
-    /* .np        = */ {0, 8, 8, 6, 6, 4, 4, 3, 3},
+    /* .np        = */ {0, 8, 8, 6, 6, 4, 4, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1},
     /* .tile_f32  = */ ls_avx512_tile_f32,
     /* .tile_bf16 = */ ls_avx512_tile_bf16,
     /* .tile_f16  = */ ls_avx512_tile_f16,

@@ -1,6 +1,6 @@
 /* The CPU engine's building blocks on their own: the blocked GEMM over
  * every kernel path this CPU has against an fp64 reference on awkward
- * shapes (rows 1, 3, 17, 33, 100; K and N not multiples of a vector width,
+ * shapes (rows 1, 3, 12, 15, 17, 33, 100; K and N not multiples of a vector width,
  * K past one K block; f32, bf16 and f16 panels; overwrite and accumulate;
  * column subranges and strided C panels), every path bit for bit equal to
  * the portable one; packing round trips; and the element-wise step: the
@@ -94,7 +94,7 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
 
 static void test_gemm_against_fp64(void **state) {
     (void)state;
-    const int rows[] = {1, 3, 17, 33, 100}, ks[] = {1, 7, 37, LS_CPU_KC + 29}, ns[] = {1, 5, 17, 33, 70};
+    const int rows[] = {1, 3, 12, 15, 17, 33, 100}, ks[] = {1, 7, 37, LS_CPU_KC + 29}, ns[] = {1, 5, 17, 33, 70};
     unsigned long long st = 42;
     for (size_t d = 0; d < 3; d++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
