@@ -41,14 +41,15 @@ void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst,
     }
 }
 
-/* Rows [i0, i0 + mc) and columns [k0, k0 + kc) of A into ap, interleaved
- * by mr: value (i, kk) of row group g at ap[g * kc * mr + kk * mr + i % mr]. */
-static void ls_cpu_pack_a(float *ap, int mr, const float *a, size_t lda, int i0, int mc, int k0, int kc) {
-    for (int g = 0; g * mr < mc; g++) {
-        int rows = mc - g * mr < mr ? mc - g * mr : mr;
+/* Rows [i0, i0 + mc) and columns [k0, k0 + kc) of A into ap, in row
+ * groups of h <= mr rows interleaved at stride mr: value (i, kk) of group
+ * g at ap[g * kc * mr + kk * mr + i]. */
+static void ls_cpu_pack_a(float *ap, int mr, int h, const float *a, size_t lda, int i0, int mc, int k0, int kc) {
+    for (int g = 0; g * h < mc; g++) {
+        int rows = mc - g * h < h ? mc - g * h : h;
         float *dst = ap + (size_t)g * kc * mr;
         for (int i = 0; i < rows; i++) {
-            const float *src = a + (size_t)(i0 + g * mr + i) * lda + k0;
+            const float *src = a + (size_t)(i0 + g * h + i) * lda + k0;
             for (int kk = 0; kk < kc; kk++) dst[(size_t)kk * mr + i] = src[kk];
         }
     }
@@ -73,17 +74,19 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
     }
     const ls_cpu_tile_fn tile = ls_cpu_tile_for(kr, b->dt);
     const size_t esz = ls_cpu_dtype_bytes(b->dt), pstride = (size_t)K * LS_CPU_NR;
-    /* Tiles of up to mr rows; every tile of this call takes the panel
-     * count that fits the widest (first) one. */
-    const int np = kr->np[m < mr ? m : mr];
     /* With a single row group nothing reuses a B block, so K is not cut:
      * each panel streams from memory once, start to end. */
     const int kc_max = m <= mr ? K : LS_CPU_KC;
     for (int i0 = 0; i0 < m; i0 += LS_CPU_MC) {
         const int mc = m - i0 < LS_CPU_MC ? m - i0 : LS_CPU_MC;
+        /* The block's rows in as few groups of at most mr as fit, of
+         * equal height h (the last may be shorter): 34 rows are 12 + 12 +
+         * 10, not 16 + 16 + 2, whose 2-row tile would do 2 multiply-adds a
+         * B load. Every tile of the block takes the panel count of h rows. */
+        const int groups = (mc + mr - 1) / mr, h = (mc + groups - 1) / groups, np = kr->np[h];
         for (int k0 = 0; k0 < K; k0 += kc_max) {
             const int kc = K - k0 < kc_max ? K - k0 : kc_max;
-            ls_cpu_pack_a(apack, mr, a, lda, i0, mc, k0, kc);
+            ls_cpu_pack_a(apack, mr, h, a, lda, i0, mc, k0, kc);
             for (int p = p0; p < p1; p += np) {
                 ls_cpu_tile t;
                 t.np = p1 - p < np ? p1 - p : np;
@@ -95,9 +98,9 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
                 t.bstride = pstride;
                 t.ldc = ldc;
                 t.cstride = cstride;
-                for (int i = 0; i < mc; i += mr) {
-                    t.m = mc - i < mr ? mc - i : mr;
-                    t.a = apack + (size_t)(i / mr) * kc * mr;
+                for (int i = 0; i < mc; i += h) {
+                    t.m = mc - i < h ? mc - i : h;
+                    t.a = apack + (size_t)(i / h) * kc * mr;
                     t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * cstride;
                     tile(&t);
                 }
