@@ -42,10 +42,9 @@ bool ls_base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len
     return true;
 }
 
-char *ls_base64_encode(const uint8_t *src, size_t len) {
-    size_t n = (len + 2) / 3 * 4;
-    char *out = malloc(n + 1);
-    if (!out) return NULL;
+size_t ls_base64_encoded_len(size_t len) { return (len + 2) / 3 * 4; }
+
+void ls_base64_encode_to(const uint8_t *src, size_t len, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < len; i += 3) {
         uint32_t w = (uint32_t)src[i] << 16;
@@ -56,6 +55,13 @@ char *ls_base64_encode(const uint8_t *src, size_t len) {
         out[o++] = i + 1 < len ? ls_b64_chars[(w >> 6) & 63] : '=';
         out[o++] = i + 2 < len ? ls_b64_chars[w & 63] : '=';
     }
-    out[o] = '\0';
+}
+
+char *ls_base64_encode(const uint8_t *src, size_t len) {
+    size_t n = ls_base64_encoded_len(len);
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    ls_base64_encode_to(src, len, out);
+    out[n] = '\0';
     return out;
 }

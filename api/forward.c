@@ -176,14 +176,8 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
     ls_buf b;
     ls_buf_init(&b);
     ls_buf_append(&b, "{\"y\":", 5);
-    if (req->base64) {
-        char *t = ls_json_take_text(ls_json_tensor_f32_base64(y, req->T, H));
-        if (t) ls_buf_append(&b, t, strlen(t));
-        else b.failed = true;
-        free(t);
-    } else {
-        ls_json_tensor_f32_text(&b, y, req->T, H);
-    }
+    if (req->base64) ls_json_tensor_f32_base64_text(&b, y, req->T, H);
+    else ls_json_tensor_f32_text(&b, y, req->T, H);
     /* The reply's closing newline here, in the buffer's slack: added
      * later it would copy a reply that can be the largest thing held. */
     ls_buf_printf(&b, ",\"layer\":%d,\"tokens\":%d,\"adapters\":%s}\n", req->layer, req->T, adapters);

@@ -124,8 +124,69 @@ static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_
     return ls_jr_punct(r, ']');
 }
 
+/* The string at r into a new buffer of *len bytes and a NUL, the caller's
+ * to free: measured, then read again. NULL when out of memory, or with r
+ * failed on bad syntax. */
+static char *ls_fj_string_dup(ls_jr *r, size_t *len) {
+    const char *at = r->p;
+    if (!ls_jr_string(r, NULL, 0, len)) return NULL;
+    char *s = malloc(*len + 1);
+    if (!s) return NULL;
+    r->p = at;
+    ls_jr_string(r, s, *len + 1, NULL);
+    return s;
+}
+
+/* A JSON object, already checked by ls_jr_skip, as a new jansson object
+ * (the caller's reference). Its strings are copied straight into jansson
+ * strings: the data string of a base64 tensor is tens of kilobytes, and
+ * letting jansson lex it took a quarter of a batched server's CPU on
+ * H=4096 bodies. Other values are small and parsed from their text. NULL
+ * with r failed on a repeated key (refused, as JSON_REJECT_DUPLICATES
+ * refuses it), NULL alone when out of memory. */
+static json_t *ls_fj_object(ls_jr *r) {
+    json_t *o = json_object();
+    if (!o) return NULL;
+    ls_jr_punct(r, '{');
+    if (ls_jr_peek(r) != '}') {
+        do {
+            size_t klen, vlen;
+            char *key = ls_fj_string_dup(r, &klen);
+            if (!key) goto fail;
+            ls_jr_punct(r, ':');
+            json_t *v = NULL;
+            if (ls_jr_peek(r) == '"') {
+                char *text = ls_fj_string_dup(r, &vlen);
+                v = text ? json_stringn_nocheck(text, vlen) : NULL; /* UTF-8 checked by ls_jr_string */
+                free(text);
+            } else {
+                const char *from = r->p;
+                ls_jr_skip(r);
+                json_error_t jerr;
+                v = json_loadb(from, (size_t)(r->p - from), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+                /* the syntax is checked; jansson still refuses repeated
+                 * keys and integers past 64 bits, as it did whole bodies */
+                if (!v && json_error_code(&jerr) != json_error_out_of_memory) ls_jr_fail(r, jerr.text);
+            }
+            if (v && json_object_get(o, key)) {
+                ls_jr_fail(r, "duplicate object key");
+                json_decref(v);
+                v = NULL;
+            }
+            int rc = v ? json_object_set_new_nocheck(o, key, v) : -1;
+            free(key);
+            if (rc) goto fail;
+        } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+    }
+    if (ls_jr_punct(r, '}')) return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
 /* x or gammas: nested arrays (read straight into floats) or a base64
- * object (small to hold: parsed as a JSON value, then checked as before). */
+ * object (small but for its data: built as a JSON value, then checked as
+ * any tensor). */
 static bool ls_fj_tensor(ls_jr *r, const char *what, int rows, int cols, int max_rows, ls_fj_matrix *m,
                          ls_fj_problem *pb) {
     char c = ls_jr_peek(r);
@@ -138,9 +199,15 @@ static bool ls_fj_tensor(ls_jr *r, const char *what, int rows, int cols, int max
         return true;
     }
     if (pb->st != LS_OK) return true;
-    json_error_t jerr;
-    json_t *j = json_loadb(from, (size_t)(r->p - from), JSON_REJECT_DUPLICATES, &jerr);
-    if (!j) return ls_jr_fail(r, jerr.text);
+    ls_jr sub;
+    ls_jr_init(&sub, from, (size_t)(r->p - from));
+    sub.depth = r->depth;
+    json_t *j = ls_fj_object(&sub);
+    if (!j && sub.failed) return ls_jr_fail(r, sub.message);
+    if (!j) {
+        ls_fj_note(pb, LS_INTERNAL, NULL, "%s: out of memory", what);
+        return true;
+    }
     ls_error err;
     ls_error_init(&err);
     ls_tensor t;

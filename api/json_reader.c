@@ -104,6 +104,17 @@ bool ls_jr_string(ls_jr *r, char *buf, size_t cap, size_t *len) {
     r->p++;
     size_t n = 0;
     for (;;) {
+        /* A run of printable ASCII without quote or backslash is copied
+         * as is: most strings are nothing else (base64 data is tens of
+         * kilobytes of it). */
+        const char *q = r->p;
+        while (q < r->end && (unsigned char)*q >= 0x20 && (unsigned char)*q < 0x80 && *q != '"' && *q != '\\') q++;
+        if (q > r->p) {
+            size_t k = (size_t)(q - r->p);
+            if (buf && n + 1 < cap) memcpy(buf + n, r->p, k < cap - 1 - n ? k : cap - 1 - n);
+            n += k;
+            r->p = q;
+        }
         if (r->p >= r->end) return ls_jr_fail(r, "unterminated string");
         unsigned char c = (unsigned char)*r->p;
         if (c == '"') {

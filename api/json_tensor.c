@@ -277,10 +277,10 @@ bool ls_json_tensor_f32_text(ls_buf *b, const float *v, int rows, int cols) {
     return ls_buf_append(b, "]", 1);
 }
 
-json_t *ls_json_tensor_f32_base64(const float *v, int rows, int cols) {
-    char *data = ls_base64_encode((const uint8_t *)v, (size_t)rows * (size_t)cols * 4);
-    if (!data) return NULL;
-    json_t *o = json_pack("{s:s, s:[i, i], s:s}", "dtype", "f32", "shape", rows, cols, "data", data);
-    free(data);
-    return o;
+bool ls_json_tensor_f32_base64_text(ls_buf *b, const float *v, int rows, int cols) {
+    const size_t bytes = (size_t)rows * (size_t)cols * 4;
+    ls_buf_printf(b, "{\"dtype\":\"f32\",\"shape\":[%d,%d],\"data\":\"", rows, cols);
+    char *at = ls_buf_extend(b, ls_base64_encoded_len(bytes));
+    if (at) ls_base64_encode_to((const uint8_t *)v, bytes, at);
+    return ls_buf_append(b, "\"}", 2);
 }

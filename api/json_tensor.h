@@ -16,10 +16,6 @@
  * payload whose size disagrees with its shape is LS_INVALID_SHAPE. */
 ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out, ls_error *err);
 
-/* New reference: rows x cols fp32 as a base64 object. NULL on OOM. (As
- * nested arrays, ls_json_tensor_f32_text writes them far faster.) */
-json_t *ls_json_tensor_f32_base64(const float *v, int rows, int cols);
-
 /* Dumps j compactly and drops the reference: the caller frees the text.
  * NULL when j is NULL or on out of memory. */
 char *ls_json_take_text(json_t *j);
@@ -38,5 +34,8 @@ size_t ls_json_format_f32(float v, char *buf);
 /* Appends rows x cols fp32 as nested JSON arrays of such numbers (much
  * faster than building json_t values). False when b failed. */
 bool ls_json_tensor_f32_text(ls_buf *b, const float *v, int rows, int cols);
+/* Appends them as a base64 object {"dtype":"f32","shape":[rows,cols],
+ * "data":"..."}, written straight into b. False when b failed. */
+bool ls_json_tensor_f32_base64_text(ls_buf *b, const float *v, int rows, int cols);
 
 #endif

@@ -36,6 +36,14 @@ bool ls_buf_append(ls_buf *b, const void *data, size_t len) {
     return true;
 }
 
+char *ls_buf_extend(ls_buf *b, size_t len) {
+    if (!ls_buf_reserve(b, len)) return NULL;
+    char *at = b->data + b->len;
+    b->len += len;
+    b->data[b->len] = '\0';
+    return at;
+}
+
 bool ls_buf_printf(ls_buf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

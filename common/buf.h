@@ -16,6 +16,9 @@ void ls_buf_init(ls_buf *b);
 void ls_buf_free(ls_buf *b);
 bool ls_buf_append(ls_buf *b, const void *data, size_t len);
 bool ls_buf_printf(ls_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Grows the content by len bytes and returns where they start, for the
+ * caller to write them all (the NUL after them is set); NULL if failed. */
+char *ls_buf_extend(ls_buf *b, size_t len);
 /* Hands the data to the caller (who frees it); b is reset. NULL if failed. */
 char *ls_buf_take(ls_buf *b, size_t *len);
 

@@ -1,7 +1,8 @@
 /* Hostile inputs to the api/ wire formats: error bodies quoting bytes
  * that are not UTF-8, nested JSON tensors whose first elements promise
  * more than the body holds, base64 payloads that disagree with their
- * shape, and adapter paths too long to join. */
+ * shape (alone and inside a /forward body), and adapter paths too long to
+ * join. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "api/adapter_upload.h"
 #include "api/base64.h"
 #include "api/error_body.h"
+#include "api/forward.h"
 #include "api/json_tensor.h"
 #include "common/buf.h"
 #include "tests/util/testutil.h"
@@ -234,6 +236,68 @@ static void test_upload_gate_up_order(void **state) {
     ls_error_free(&err);
 }
 
+/* A /forward body whose x is a base64 tensor object: read key by key
+ * (its strings copied, not lexed by jansson), then checked as any. */
+static void test_forward_base64_object(void **state) {
+    (void)state;
+    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
+    const float xv[4] = {1.5f, -2.0f, 0.25f, 3.0f};
+    char *data = ls_base64_encode((const uint8_t *)xv, sizeof xv);
+    assert_non_null(data);
+    /* data with its slashes escaped, as some JSON writers do: decoded first */
+    char escaped[64] = "", *o = escaped;
+    for (const char *c = data; *c; c++) {
+        if (*c == '/') *o++ = '\\';
+        *o++ = *c;
+    }
+    *o = '\0';
+    char body[512];
+    const char *forms[] = {"{\"x\": {\"dtype\": \"f32\", \"shape\": [1, 4], \"data\": \"%s\"}}",
+                           "{\"x\" : { \"data\" :\"%s\" , \"shape\":[ 1,4 ],\"dtype\":\"f32\" } ,\"layer\":0}"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(body, sizeof body, forms[i], i ? escaped : data);
+        ls_forward_req req;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_forward_req_parse_json(body, strlen(body), &dims, 0, &req, &err), LS_OK);
+        assert_int_equal(req.T, 1);
+        assert_memory_equal(req.x, xv, sizeof xv);
+        ls_forward_req_free(&req);
+        ls_error_free(&err);
+    }
+    /* each refused with its code, and nothing kept */
+    struct {
+        const char *fmt;
+        ls_status want;
+        const char *says;
+    } bad[] = {
+        {"{\"x\": {\"dtype\": \"f32\", \"dtype\": \"f32\", \"shape\": [1, 4], \"data\": \"%s\"}}", LS_INVALID_JSON,
+         "duplicate"},
+        {"{\"x\": {\"dtype\": \"f32\", \"shape\": [1, 4], \"data\": \"%s\", \"extra\": {\"a\": 1, \"a\": 2}}}",
+         LS_INVALID_JSON, "duplicate"},
+        {"{\"x\": {\"dtype\": \"f32\", \"shape\": [1, 99999999999999999999], \"data\": \"%s\"}}",
+         LS_INVALID_JSON, "integer"},
+        {"{\"x\": {\"dtype\": \"f32\", \"shape\": [1, 4], \"data\": \"%s\", \"extra\": 1}}", LS_INVALID_REQUEST,
+         "exactly"},
+        {"{\"x\": {\"dtype\": \"f32\", \"shape\": [2, 4], \"data\": \"%s\"}}", LS_INVALID_SHAPE, NULL},
+        {"{\"x\": {\"dtype\": \"f32\", \"shape\": [1, 4], \"data\": \"%s\"", LS_INVALID_JSON, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(body, sizeof body, bad[i].fmt, data);
+        ls_forward_req req;
+        ls_error err;
+        ls_error_init(&err);
+        ls_status st = ls_forward_req_parse_json(body, strlen(body), &dims, 0, &req, &err);
+        if (st != bad[i].want || (bad[i].says && !strstr(err.message, bad[i].says)))
+            fprintf(stderr, "%s: %s\n", body, err.message);
+        assert_int_equal(st, bad[i].want);
+        assert_null(req.x);
+        if (bad[i].says) assert_non_null(strstr(err.message, bad[i].says));
+        ls_error_free(&err);
+    }
+    free(data);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upload_gate_up_order),
@@ -243,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_nested_tensor_cannot_amplify),
         cmocka_unit_test(test_nested_tensor_values_and_errors),
         cmocka_unit_test(test_base64_tensor_sizes),
+        cmocka_unit_test(test_forward_base64_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
