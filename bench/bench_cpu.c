@@ -4,6 +4,9 @@
  *     their storage dtype over the bandwidth of a large memcpy (the
  *     forward cycles through --layers layers so its weights come from
  *     memory, not from the last call's cache);
+ *   - the compute floor: the forward's FLOPs over the fused multiply-add
+ *     peak of the same threads on the kernels' vector width, measured by
+ *     a loop of independent FMAs (what no forward can beat);
  *   - OpenBLAS sgemm on the base forward's two GEMMs (same M, N, K);
  *   - the same forward in PyTorch (bench/torch_cpu.py, fp32), once per
  *     --python given (default /usr/bin/python3, Debian's python3-torch).
@@ -12,6 +15,7 @@
  *             [--threads N] [--layers L] [--isa auto|avx512|avx2|generic]
  *             [--python PATH]... [--no-peer] */
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -112,6 +116,75 @@ static double ls_memcpy_bandwidth(int threads) {
     return best;
 }
 
+/* ---- FMA peak: each of `threads` threads runs independent FMA chains -- */
+
+#define LS_PEAK_ITERS 20000000L
+
+/* 12 independent chains of `lanes` floats each, so latency never limits
+ * the rate; returns a value that depends on every chain. */
+__attribute__((target("avx512f"))) static float ls_peak_avx512(void) {
+    __m512 acc[12], b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < LS_PEAK_ITERS; n++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], b, c);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
+    return s;
+}
+__attribute__((target("avx2,fma"))) static float ls_peak_avx2(void) {
+    __m256 acc[12], b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long n = 0; n < LS_PEAK_ITERS; n++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], b, c);
+    float v[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(v, acc[i]);
+        for (int l = 0; l < 8; l++) s += v[l];
+    }
+    return s;
+}
+static float ls_peak_generic(void) {
+    float acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = (float)i;
+    for (long n = 0; n < LS_PEAK_ITERS / 16; n++)
+        for (int i = 0; i < 12; i++) acc[i] = fmaf(acc[i], 0.999f, 1e-3f);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += acc[i];
+    return s;
+}
+
+typedef struct {
+    int lanes; /* 16, 8 or 1 */
+    float sink;
+} ls_peak_job;
+
+static void *ls_peak_run(void *p) {
+    ls_peak_job *j = p;
+    j->sink = j->lanes == 16 ? ls_peak_avx512() : j->lanes == 8 ? ls_peak_avx2() : ls_peak_generic();
+    return NULL;
+}
+
+/* FLOP/s of `threads` threads doing nothing but FMAs `lanes` wide, best of 3. */
+static double ls_fma_peak(int threads, int lanes) {
+    pthread_t tid[64];
+    ls_peak_job job[64];
+    if (threads > 64) threads = 64;
+    const double iters = lanes == 1 ? (double)(LS_PEAK_ITERS / 16) : (double)LS_PEAK_ITERS;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = ls_now();
+        for (int i = 0; i < threads; i++) {
+            job[i].lanes = lanes;
+            if (i > 0) pthread_create(&tid[i], NULL, ls_peak_run, &job[i]);
+        }
+        ls_peak_run(&job[0]);
+        for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
+        double fl = 2.0 * 12 * lanes * iters * threads / (ls_now() - t0);
+        if (fl > best) best = fl;
+    }
+    return best;
+}
+
 /* ---- the forward and sgemm ------------------------------------------ */
 
 typedef struct {
@@ -151,6 +224,14 @@ static void ls_measure_row(void *ctx, double *ours_s, double *sgemm_s) {
     struct timespec pause = {0, 500 * 1000 * 1000};
     nanosleep(&pause, NULL);
     *ours_s = ls_median_s(ls_bench_forward, ctx);
+}
+
+/* FLOPs of one forward of T tokens, all on adapters: the base GEMMs and
+ * the LoRA's shrinks and expands (2 per multiply-add). */
+static double ls_forward_flops(int T, int n, int H, int F, int rank) {
+    double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
+    double lora = 2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F + (double)H * rank);
+    return base + lora;
 }
 
 /* ---- PyTorch peers ---------------------------------------------------- */
@@ -292,13 +373,18 @@ int main(int argc, char **argv) {
         ls_error_free(&err);
     }
 
+    const int lanes = !strcmp(isa_name, "avx512") ? 16 : !strcmp(isa_name, "avx2") ? 8 : 1;
+    const double peak = ls_fma_peak(threads, lanes);
     printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d, %d threads, %s kernels, %d layers in turn\n", n, H, F,
            rank, threads, isa_name, L);
     printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", bw / 1e9,
            threads);
-    printf("| weights | T | adapters | ours ms | floor ms | ours/floor | ours GFLOP/s | sgemm GFLOP/s | ours/sgemm |");
+    printf("# fma peak %.1f GFLOP/s (%d threads, %d lanes); compute floor = the forward's FLOPs / that peak\n",
+           peak / 1e9, threads, lanes);
+    printf("| weights | T | adapters | ours ms | floor ms | ours/floor | compute ms | ours/compute | ours GFLOP/s | "
+           "sgemm GFLOP/s | ours/sgemm |");
     for (int p = 0; p < np; p++) printf(" torch%d ms | ours/torch%d |", p + 1, p + 1);
-    printf("\n|---|---|---|---|---|---|---|---|---|");
+    printf("\n|---|---|---|---|---|---|---|---|---|---|---|");
     for (int p = 0; p < np; p++) printf("---|---|");
     printf("\n");
     for (int di = 0; di < 2; di++)
@@ -306,13 +392,12 @@ int main(int argc, char **argv) {
             for (int ai = 0; ai < NA; ai++) {
                 if (ms[di][ti][ai] <= 0) continue;
                 int T = Ts[ti];
-                double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
-                double lora = 2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F +
-                                         (double)H * rank);
-                double gf = (base + lora) / (ms[di][ti][ai] / 1e3) / 1e9;
-                printf("| %s | %d | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %.2f |", ls_dtype_name(dts[di]), T, As[ai],
-                       ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di], gf, sgemm_gf[di][ti][ai],
-                       gf / sgemm_gf[di][ti][ai]);
+                double flops = ls_forward_flops(T, n, H, F, rank);
+                double gf = flops / (ms[di][ti][ai] / 1e3) / 1e9;
+                double compute_ms = flops / peak * 1e3;
+                printf("| %s | %d | %d | %.3f | %.3f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f |",
+                       ls_dtype_name(dts[di]), T, As[ai], ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di],
+                       compute_ms, ms[di][ti][ai] / compute_ms, gf, sgemm_gf[di][ti][ai], gf / sgemm_gf[di][ti][ai]);
                 for (int p = 0; p < np; p++) {
                     double pm = peers[p].ms[ti][ai];
                     if (pm > 0) printf(" %.3f | %.2f |", pm, ms[di][ti][ai] / pm);
@@ -324,18 +409,21 @@ int main(int argc, char **argv) {
     for (int di = 0; di < 2; di++)
         for (int ti = 0; ti < 2; ti++)
             for (int ai = 0; ai < NA; ai++)
-                if (ms[di][ti][ai] > 0)
-                    printf("floor: %s T=%d adapters=%d ours/floor time ratio %.2f\n", ls_dtype_name(dts[di]), Ts[ti],
-                           As[ai], ms[di][ti][ai] / floor_ms[di]);
+                if (ms[di][ti][ai] > 0) {
+                    const int T = Ts[ti];
+                    double compute_ms = ls_forward_flops(T, n, H, F, rank) / peak * 1e3;
+                    printf("floor: %s T=%d adapters=%d ours/floor time ratio %.2f (compute floor %.3f ms = %.2f of "
+                           "the memory floor; ours/compute %.2f)\n",
+                           ls_dtype_name(dts[di]), T, As[ai], ms[di][ti][ai] / floor_ms[di], compute_ms,
+                           compute_ms / floor_ms[di], ms[di][ti][ai] / compute_ms);
+                }
     for (int ti = 2; ti < NT; ti++)
         for (int ai = 0; ai < NA; ai++) {
             int T = Ts[ti];
-            double base = 2.0 * T * ((double)n * 2 * F * H + (double)n * H * F);
-            double lora =
-                2.0 * T * (2.0 * rank * H + (double)n * 2 * F * rank + (double)n * rank * F + (double)H * rank);
+            double flops = ls_forward_flops(T, n, H, F, rank);
             for (int di = 0; di < 2; di++)
                 printf("engine: %s T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", ls_dtype_name(dts[di]), T, As[ai],
-                       (base + lora) / (ms[di][ti][ai] / 1e3) / 1e9 / sgemm_gf[di][ti][ai]);
+                       flops / (ms[di][ti][ai] / 1e3) / 1e9 / sgemm_gf[di][ti][ai]);
         }
     for (int p = 0; p < np; p++)
         for (int di = 0; di < 2; di++)

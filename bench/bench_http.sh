@@ -7,7 +7,9 @@
 #   bench/bench_http.sh [build dir] [seconds per run]
 # LS_BENCH_SHAPE="H F L" serves another demo shape (default "1024 512 2",
 # whose weights sit in the L3 cache; "4096 2048 1" is one layer of an
-# Inkling-Small-like model, whose weights do not).
+# Inkling-Small-like model, whose weights do not). LS_BENCH_BODY=base64
+# sends x as a base64 f32 tensor and asks for y the same way (default
+# json: nested arrays of numbers both ways).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -20,10 +22,17 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 read -r H F L <<<"${LS_BENCH_SHAPE:-1024 512 2}"
-python3 - "$tmp" "$H" <<'PY'
-import json, sys
-out, H = sys.argv[1], int(sys.argv[2])
-body = json.dumps({"x": [[((i * 7) % 13 - 6) / 8.0 for i in range(H)]]})
+BODY=${LS_BENCH_BODY:-json}
+case $BODY in json | base64) ;; *) echo "bench_http: LS_BENCH_BODY is json or base64"; exit 2 ;; esac
+python3 - "$tmp" "$H" "$BODY" <<'PY'
+import base64, json, struct, sys
+out, H, form = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+x = [((i * 7) % 13 - 6) / 8.0 for i in range(H)]
+if form == "json":
+    body = json.dumps({"x": [x]})
+else:
+    data = base64.b64encode(struct.pack("<%df" % H, *x)).decode()
+    body = json.dumps({"x": {"dtype": "f32", "shape": [1, H], "data": data}, "encoding": "base64"})
 open(out + "/forward.lua", "w").write(
     'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = %s\n' % json.dumps(body))
 PY
@@ -66,7 +75,7 @@ to_ms() { # wrk prints 812.00us, 1.23ms, 2.01s
 start --batching=true
 isa=$(curl -s "http://127.0.0.1:$port/ready" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("isa", "?"))')
 stop
-echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=$F, L=$L), T=1 forwards, ${SECS}s per run, $(nproc) cores, $isa kernels"
+echo "# lorasink HTTP benchmark: demo model (n=2, H=$H, F=$F, L=$L), T=1 forwards, $BODY bodies, ${SECS}s per run, $(nproc) cores, $isa kernels"
 echo "| batching | concurrency | requests/s | p50 ms | p99 ms |"
 echo "|---|---|---|---|---|"
 declare -A RPS
