@@ -42,15 +42,15 @@ void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst,
 }
 
 /* Rows [i0, i0 + mc) and columns [k0, k0 + kc) of A into ap, in row
- * groups of h <= mr rows interleaved at stride mr: value (i, kk) of group
- * g at ap[g * kc * mr + kk * mr + i]. */
-static void ls_cpu_pack_a(float *ap, int mr, int h, const float *a, size_t lda, int i0, int mc, int k0, int kc) {
+ * groups of h rows interleaved at stride as >= h: value (i, kk) of group
+ * g at ap[g * kc * as + kk * as + i]. */
+static void ls_cpu_pack_a(float *ap, int as, int h, const float *a, size_t lda, int i0, int mc, int k0, int kc) {
     for (int g = 0; g * h < mc; g++) {
         int rows = mc - g * h < h ? mc - g * h : h;
-        float *dst = ap + (size_t)g * kc * mr;
+        float *dst = ap + (size_t)g * kc * as;
         for (int i = 0; i < rows; i++) {
             const float *src = a + (size_t)(i0 + g * h + i) * lda + k0;
-            for (int kk = 0; kk < kc; kk++) dst[(size_t)kk * mr + i] = src[kk];
+            for (int kk = 0; kk < kc; kk++) dst[(size_t)kk * as + i] = src[kk];
         }
     }
 }
@@ -79,14 +79,17 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
     const int kc_max = m <= mr ? K : LS_CPU_KC;
     for (int i0 = 0; i0 < m; i0 += LS_CPU_MC) {
         const int mc = m - i0 < LS_CPU_MC ? m - i0 : LS_CPU_MC;
-        /* The block's rows in as few groups of at most mr as fit, of
-         * equal height h (the last may be shorter): 34 rows are 12 + 12 +
-         * 10, not 16 + 16 + 2, whose 2-row tile would do 2 multiply-adds a
-         * B load. Every tile of the block takes the panel count of h rows. */
-        const int groups = (mc + mr - 1) / mr, h = (mc + groups - 1) / groups, np = kr->np[h];
+        /* One group of up to mr rows, or the block's rows in as few
+         * groups of at most mr_reuse as fit, of equal height h (the last
+         * may be shorter): 20 rows are 7 + 7 + 6, not 8 + 8 + 4, whose
+         * 4-row tile would do fewer multiply-adds a B load. Every tile of
+         * the block takes the panel count of h rows. */
+        const int hmax = m <= mr ? mr : kr->mr_reuse;
+        const int groups = (mc + hmax - 1) / hmax, h = (mc + groups - 1) / groups, np = kr->np[h];
+        const int as = ls_cpu_a_stride(mr, kr->mr_reuse, h);
         for (int k0 = 0; k0 < K; k0 += kc_max) {
             const int kc = K - k0 < kc_max ? K - k0 : kc_max;
-            ls_cpu_pack_a(apack, mr, h, a, lda, i0, mc, k0, kc);
+            ls_cpu_pack_a(apack, as, h, a, lda, i0, mc, k0, kc);
             for (int p = p0; p < p1; p += np) {
                 ls_cpu_tile t;
                 t.np = p1 - p < np ? p1 - p : np;
@@ -100,7 +103,7 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
                 t.cstride = cstride;
                 for (int i = 0; i < mc; i += h) {
                     t.m = mc - i < h ? mc - i : h;
-                    t.a = apack + (size_t)(i / h) * kc * mr;
+                    t.a = apack + (size_t)(i / h) * kc * as;
                     t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * cstride;
                     tile(&t);
                 }

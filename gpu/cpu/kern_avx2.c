@@ -105,6 +105,7 @@ const ls_cpu_kernels ls_cpu_kernels_avx2 = {
     /* .isa       = */ LS_CPU_ISA_AVX2,
     /* .name      = */ "avx2",
     /* .mr        = */ MR,
+    /* .mr_reuse  = */ MR,
     /* .np        = */ {0, 4, 3, 2, 1, 1, 1, 0, 0},
     /* .tile_f32  = */ ls_avx2_tile_f32,
     /* .tile_bf16 = */ ls_avx2_tile_bf16,

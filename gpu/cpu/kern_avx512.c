@@ -13,6 +13,9 @@
 #endif
 
 #define MR 16
+/* 8 x 3 tiles (24 FMAs for 3 B loads and 8 broadcasts) measured 3-5%
+ * faster than 16 x 1 where B is reused from cache (T=256, T=2048). */
+#define MR_REUSE 8
 #define INLINE static inline __attribute__((always_inline))
 
 /* 16 consecutive B values of panel row k, widened to fp32 (exact). */
@@ -49,7 +52,8 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
         }
     }
     const float *a = t->a;
-    for (int k = 0; k < t->k; k++, a += MR) {
+    const int as = ls_cpu_a_stride(MR, MR_REUSE, M);
+    for (int k = 0; k < t->k; k++, a += as) {
         __m512 b[8];
 #pragma GCC unroll 16
         for (int p = 0; p < NP; p++) {
@@ -112,6 +116,7 @@ const ls_cpu_kernels ls_cpu_kernels_avx512 = {
     /* .isa       = */ LS_CPU_ISA_AVX512,
     /* .name      = */ "avx512",
     /* .mr        = */ MR,
+    /* .mr_reuse  = */ MR_REUSE,
     /* .np        = */ {0, 8, 8, 6, 6, 4, 4, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1},
     /* .tile_f32  = */ ls_avx512_tile_f32,
     /* .tile_bf16 = */ ls_avx512_tile_bf16,

@@ -48,6 +48,7 @@ const ls_cpu_kernels ls_cpu_kernels_generic = {
     /* .isa       = */ LS_CPU_ISA_GENERIC,
     /* .name      = */ "generic",
     /* .mr        = */ MR,
+    /* .mr_reuse  = */ MR,
     /* .np        = */ {0, NP, NP, NP, NP, 0, 0, 0, 0},
     /* .tile_f32  = */ ls_generic_tile_f32,
     /* .tile_bf16 = */ ls_generic_tile_bf16,

@@ -23,14 +23,14 @@
  * threads, CI machine, 2026-11-30). A prefetch reads nothing into the
  * arithmetic, so results are unchanged. */
 #define LS_CPU_PREFETCH 1024
-/* The most rows any tile takes; packed A blocks are interleaved by the
- * tile height of the chosen path (ls_cpu_kernels.mr <= LS_CPU_MR_MAX). */
+/* The most rows any tile takes (ls_cpu_kernels.mr <= LS_CPU_MR_MAX). */
 #define LS_CPU_MR_MAX 16
 
 /* One register tile: C[m, cols] = (acc ? C : 0) + A[m, 0:k] · B[0:k, cols]
  * where cols are np consecutive panels of which the first ncols columns
- * are written. A is packed: value (i, kk) at a[kk * mr + i] with mr the
- * path's tile height. b is the first panel's row 0; panels are bstride
+ * are written. A is packed: value (i, kk) at a[kk * s + i] with s the
+ * path's A stride for m rows (ls_cpu_a_stride). b is the first panel's
+ * row 0; panels are bstride
  * values apart. Row i of panel p's 16 columns is at c + i * ldc +
  * p * cstride (cstride 16: C's columns in order). */
 typedef struct {
@@ -48,12 +48,17 @@ typedef void (*ls_cpu_tile_fn)(const ls_cpu_tile *t);
 typedef struct {
     ls_cpu_isa isa;
     const char *name;
-    int mr;                         /* rows of a full tile */
+    int mr;                         /* rows of the tallest tile: one pass over B for up to mr rows */
+    int mr_reuse;                   /* rows of a tile when several row groups reuse B (<= mr) */
     int np[LS_CPU_MR_MAX + 1];      /* widest tile, in panels, for m rows */
     ls_cpu_tile_fn tile_f32;        /* B panels of float */
     ls_cpu_tile_fn tile_bf16;       /* B panels of bf16, widened in registers */
     ls_cpu_tile_fn tile_f16;        /* B panels of f16, widened in registers */
 } ls_cpu_kernels;
+
+/* Floats between one k's rows of a packed A block of tiles of up to m
+ * rows: mr_reuse when they fit it, else mr. */
+static inline int ls_cpu_a_stride(int mr, int mr_reuse, int m) { return m <= mr_reuse ? mr_reuse : mr; }
 
 /* The paths, each defined in its own file built for its instruction set;
  * call one only where ls_cpu_isa_supported says the CPU runs it. */
