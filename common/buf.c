@@ -28,20 +28,18 @@ static bool ls_buf_reserve(ls_buf *b, size_t extra) {
     return true;
 }
 
-bool ls_buf_append(ls_buf *b, const void *data, size_t len) {
-    if (!ls_buf_reserve(b, len)) return false;
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return true;
-}
-
 char *ls_buf_extend(ls_buf *b, size_t len) {
     if (!ls_buf_reserve(b, len)) return NULL;
     char *at = b->data + b->len;
     b->len += len;
     b->data[b->len] = '\0';
     return at;
+}
+
+bool ls_buf_append(ls_buf *b, const void *data, size_t len) {
+    char *at = ls_buf_extend(b, len);
+    if (at) memcpy(at, data, len);
+    return at != NULL;
 }
 
 bool ls_buf_printf(ls_buf *b, const char *fmt, ...) {
