@@ -164,9 +164,13 @@ static json_t *ls_fj_object(ls_jr *r) {
                 ls_jr_skip(r);
                 json_error_t jerr;
                 v = json_loadb(from, (size_t)(r->p - from), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-                /* the syntax is checked; jansson still refuses repeated
-                 * keys and integers past 64 bits, as it did whole bodies */
-                if (!v && json_error_code(&jerr) != json_error_out_of_memory) ls_jr_fail(r, jerr.text);
+                /* The syntax is checked; jansson still refuses repeated
+                 * keys and integers past 64 bits, as it did whole bodies.
+                 * Any other failure is memory: jansson 2.14 often fails an
+                 * allocation without saying so (json_error_unknown). */
+                if (!v && (json_error_code(&jerr) == json_error_duplicate_key ||
+                           json_error_code(&jerr) == json_error_numeric_overflow))
+                    ls_jr_fail(r, jerr.text);
             }
             if (v && json_object_get(o, key)) {
                 ls_jr_fail(r, "duplicate object key");
@@ -288,10 +292,10 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
         if (nm->n == nm->cap) {
             int cap = nm->cap ? nm->cap * 2 : 64;
             char **l = realloc(nm->list, (size_t)cap * sizeof *l);
-            if (!l) {
+            if (!l) { /* the rest of the list is still read, for its syntax */
                 free(name);
                 ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
-                return ls_jr_skip(r);
+                continue;
             }
             nm->list = l, nm->cap = cap;
         }

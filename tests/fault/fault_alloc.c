@@ -285,6 +285,12 @@ json_t *__wrap_json_loadf(FILE *input, size_t flags, json_error_t *error) {
 }
 static void fa_json_free(void *p) { __wrap_free(p); }
 
+void fa_fail_parser(bool on) {
+    pthread_mutex_lock(&fa_mu);
+    fa_parse_faults = on;
+    pthread_mutex_unlock(&fa_mu);
+}
+
 void fa_init(void) {
     fa_parse_faults = getenv("FAULT_JANSSON_PARSE") != NULL;
     json_set_alloc_funcs(fa_json_malloc, fa_json_free);

@@ -58,6 +58,11 @@ long fa_count(void);
 /* True when the armed failure happened since the last fa_arm. */
 bool fa_fired(void);
 
+/* Fails jansson's parser's allocations too (as FAULT_JANSSON_PARSE=1
+ * does), for a program whose parsed texts are too short for the lexer's
+ * token buffer to grow, the one failure jansson 2.14 mishandles. */
+void fa_fail_parser(bool on);
+
 /* Allocations made through the hook and not yet freed (every thread,
  * armed or not). Equal counts before and after a piece of work that
  * should leave nothing behind means it left nothing behind. */
