@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/tensor.h"
 #include "gpu/backend.h"
@@ -23,6 +24,12 @@
  * threads, CI machine, 2026-11-30). A prefetch reads nothing into the
  * arithmetic, so results are unchanged. */
 #define LS_CPU_PREFETCH 1024
+/* The address `bytes` past p, for a prefetch: it may lie past the end of
+ * p's buffer (prefetches never fault), where pointer arithmetic would be
+ * undefined, so it is computed on integers. */
+static inline const char *ls_cpu_ahead(const void *p, size_t bytes) {
+    return (const char *)((uintptr_t)p + bytes);
+}
 /* The most rows any tile takes (ls_cpu_kernels.mr <= LS_CPU_MR_MAX). */
 #define LS_CPU_MR_MAX 16
 
