@@ -173,89 +173,73 @@ bool ls_jr_string(ls_jr *r, char *buf, size_t cap, size_t *len) {
 static const double ls_jr_exact_pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                            1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* The value of the checked number text [s, q) when it is m * 10^e with
- * m <= 2^53 and |e| <= 22, which covers what clients send for float32
- * values (9 significant digits): m and 10^e are exact doubles, so one
- * IEEE multiply or divide rounds the exact value once, giving the bits
- * strtod gives (Clinger's fast path). strtod costs about 150 ns a number
- * and took a tenth of a batched server's CPU; this takes a few ns. False,
- * writing nothing, when the number needs strtod. */
-static bool ls_jr_number_fast(const char *s, const char *q, double *val, bool *is_int, long long *ival) {
-    const char *p = s;
-    const bool neg = *p == '-';
-    if (neg) p++;
-    uint64_t m = 0;
-    int digits = 0, e = 0; /* significant digits kept in m; decimal exponent */
-    bool integral = true;
-    for (; p < q && *p >= '0' && *p <= '9'; p++) {
-        if (m == 0 && *p == '0') continue;
-        if (++digits > 19) return false;
-        m = m * 10 + (uint64_t)(*p - '0');
-    }
-    if (p < q && *p == '.') {
-        integral = false;
-        for (p++; p < q && *p >= '0' && *p <= '9'; p++) {
-            e--;
-            if (m == 0 && *p == '0') continue;
-            if (++digits > 19) return false;
-            m = m * 10 + (uint64_t)(*p - '0');
-        }
-    }
-    if (p < q) { /* an exponent: e or E, a sign, digits (checked by the caller) */
-        integral = false;
-        p++;
-        const bool eneg = *p == '-';
-        if (*p == '+' || *p == '-') p++;
-        int x = 0;
-        for (; p < q; p++) {
-            if (x > 9999) return false;
-            x = x * 10 + (*p - '0');
-        }
-        e += eneg ? -x : x;
-    }
-    if (m > (UINT64_C(1) << 53)) return false;
-    double d;
-    if (m == 0) d = 0.0;
-    else if (e >= 0 && e <= 22) d = (double)m * ls_jr_exact_pow10[e];
-    else if (e < 0 && e >= -22) d = (double)m / ls_jr_exact_pow10[-e];
-    else return false;
-    *val = neg ? -d : d;
-    /* an integral number's exact value, as strtoll gives it */
-    *is_int = integral;
-    if (integral) *ival = neg ? -(long long)m : (long long)m;
-    return true;
+/* A decimal being scanned: up to 19 significant digits in m, and the
+ * power of ten they are scaled by. */
+typedef struct {
+    uint64_t m;
+    int digits, e;
+    bool slow; /* beyond the fast path: strtod reads it */
+} ls_jr_dec;
+
+static inline void ls_jr_dec_digit(ls_jr_dec *d, char c) {
+    if (d->m == 0 && c == '0') return; /* leading zeros are not significant */
+    if (++d->digits > 19) d->slow = true;
+    else d->m = d->m * 10 + (uint64_t)(c - '0');
 }
 
+/* One pass over the number: checks its syntax and gathers its digits. A
+ * number m * 10^e with m <= 2^53 and |e| <= 22 (what clients send for
+ * float32 values: 9 significant digits) is then one correctly rounded
+ * multiply or divide of two exact doubles, the bits strtod gives
+ * (Clinger's fast path): strtod costs about 150 ns a number and took a
+ * tenth of a batched server's CPU. Other numbers go to strtod. */
 bool ls_jr_number(ls_jr *r, double *val, bool *is_int, long long *ival) {
     char c = ls_jr_peek(r);
     if (c != '-' && !(c >= '0' && c <= '9')) return ls_jr_fail(r, "number expected");
-    const char *s = r->p, *q = s;
-    if (*q == '-') q++;
-    if (q >= r->end) return ls_jr_fail(r, "invalid number");
+    const char *s = r->p, *q = s, *end = r->end;
+    const bool neg = *q == '-';
+    ls_jr_dec dec = {0};
+    if (neg) q++;
+    if (q >= end) return ls_jr_fail(r, "invalid number");
     if (*q == '0') q++;
     else if (*q >= '1' && *q <= '9')
-        while (q < r->end && *q >= '0' && *q <= '9') q++;
+        while (q < end && *q >= '0' && *q <= '9') ls_jr_dec_digit(&dec, *q++);
     else return ls_jr_fail(r, "invalid number");
     bool integral = true;
-    if (q < r->end && *q == '.') {
+    if (q < end && *q == '.') {
         integral = false;
         q++;
-        if (q >= r->end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
-        while (q < r->end && *q >= '0' && *q <= '9') q++;
+        if (q >= end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
+        while (q < end && *q >= '0' && *q <= '9') {
+            dec.e--;
+            ls_jr_dec_digit(&dec, *q++);
+        }
     }
-    if (q < r->end && (*q == 'e' || *q == 'E')) {
+    if (q < end && (*q == 'e' || *q == 'E')) {
         integral = false;
         q++;
-        if (q < r->end && (*q == '+' || *q == '-')) q++;
-        if (q >= r->end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
-        while (q < r->end && *q >= '0' && *q <= '9') q++;
+        bool eneg = false;
+        if (q < end && (*q == '+' || *q == '-')) eneg = *q++ == '-';
+        if (q >= end || !(*q >= '0' && *q <= '9')) return ls_jr_fail(r, "invalid number");
+        int x = 0;
+        for (; q < end && *q >= '0' && *q <= '9'; q++)
+            if (x <= 9999) x = x * 10 + (*q - '0');
+        if (x > 9999) dec.slow = true; /* far out of the fast range */
+        dec.e += eneg ? -x : x;
     }
     /* strtod needs a terminated copy: numbers are short; a longer one is
      * not a number anyone means. */
     char tmp[512];
     size_t n = (size_t)(q - s);
     if (n >= sizeof tmp) return ls_jr_fail(r, "number too long");
-    if (ls_jr_number_fast(s, q, val, is_int, ival)) {
+    if (!dec.slow && dec.m <= (UINT64_C(1) << 53) && (dec.m == 0 || (dec.e >= -22 && dec.e <= 22))) {
+        double d = dec.m == 0 ? 0.0
+                   : dec.e >= 0 ? (double)dec.m * ls_jr_exact_pow10[dec.e]
+                                : (double)dec.m / ls_jr_exact_pow10[-dec.e];
+        *val = neg ? -d : d;
+        /* an integral number's exact value, as strtoll gives it */
+        *is_int = integral;
+        if (integral) *ival = neg ? -(long long)dec.m : (long long)dec.m;
         r->p = q;
         return true;
     }
