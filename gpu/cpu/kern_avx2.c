@@ -57,7 +57,7 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
         __m256 b[8];
 #pragma GCC unroll 4
         for (int p = 0; p < NP; p++)
-            _mm_prefetch(ls_cpu_ahead(bp[p], ((size_t)k * LS_CPU_NR + LS_CPU_PREFETCH) * esz), _MM_HINT_T0);
+            _mm_prefetch(ls_cpu_ahead(t->pf, (size_t)p * t->bstride * esz + (size_t)k * t->pf_step), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int v = 0; v < V; v++) b[v] = ls_avx2_load_b(dt, bp[v / 2], (size_t)k * LS_CPU_NR + (size_t)(v % 2) * 8);
 #pragma GCC unroll 6

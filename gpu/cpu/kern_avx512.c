@@ -57,7 +57,7 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
         __m512 b[8];
 #pragma GCC unroll 16
         for (int p = 0; p < NP; p++) {
-            _mm_prefetch(ls_cpu_ahead(bp[p], ((size_t)k * LS_CPU_NR + LS_CPU_PREFETCH) * esz), _MM_HINT_T0);
+            _mm_prefetch(ls_cpu_ahead(t->pf, (size_t)p * t->bstride * esz + (size_t)k * t->pf_step), _MM_HINT_T0);
             b[p] = ls_avx512_load_b(dt, bp[p], (size_t)k * LS_CPU_NR);
         }
 #pragma GCC unroll 16

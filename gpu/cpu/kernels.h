@@ -17,8 +17,8 @@
 /* Columns of one packed panel: a B operand [K, N] is stored as ceil(N/16)
  * panels, each K rows of 16 values (k-major), columns past N zero. */
 #define LS_CPU_NR 16
-/* How far ahead of the k row a tile reads, in B values, each of its
- * panels is prefetched. A lone row group streams its panels from memory
+/* How far ahead of the k row a lone row group prefetches each of its
+ * panels, in B values. A lone row group streams its panels from memory
  * once, and the hardware prefetcher alone left the tiles waiting: with it,
  * T=16 on bf16 weights went from 2.3 to 2.0 ms (n=2, H=2048, F=1024, 2
  * threads, CI machine, 2026-11-30). A prefetch reads nothing into the
@@ -48,6 +48,11 @@ typedef struct {
     size_t bstride;
     float *c;
     size_t ldc, cstride;
+    /* At step k the tile prefetches pf + k * pf_step bytes, plus q *
+     * bstride values for panel q < np: the B bytes it wants in cache next
+     * (gemm.c chooses them). Never dereferenced; may lie past any buffer. */
+    const char *pf;
+    size_t pf_step;
 } ls_cpu_tile;
 
 typedef void (*ls_cpu_tile_fn)(const ls_cpu_tile *t);
