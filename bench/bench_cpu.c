@@ -58,14 +58,16 @@ static void *ls_xmalloc(size_t bytes) {
     return p;
 }
 
-/* Median seconds of fn over enough runs to fill ~0.6 s (at least 3). */
+/* Median seconds of fn over enough runs to fill ~1.5 s (at least 5). On
+ * a shared machine a neighbour takes the CPUs for a few calls now and
+ * then; with 3 calls of T=2048 one slow call moved the median by a third. */
 typedef void (*ls_bench_fn)(void *ctx);
 static double ls_median_s(ls_bench_fn fn, void *ctx) {
     fn(ctx); /* warm-up */
     double times[64];
     int n = 0;
     double start = ls_now();
-    while (n < 64 && (n < 3 || ls_now() - start < 0.6)) {
+    while (n < 64 && (n < 5 || ls_now() - start < 1.5)) {
         double t0 = ls_now();
         fn(ctx);
         times[n++] = ls_now() - t0;
@@ -73,7 +75,6 @@ static double ls_median_s(ls_bench_fn fn, void *ctx) {
     qsort(times, (size_t)n, sizeof *times, ls_cmp_double);
     return times[n / 2];
 }
-
 
 /* ---- memcpy bandwidth: each of `threads` threads copies its slice ---- */
 
