@@ -55,13 +55,17 @@ static void ls_cpu_pack_a(float *ap, int as, int h, const float *a, size_t lda, 
     }
 }
 
+/* Row k of panel p of b: the first B value a tile of that panel block reads. */
+static const char *ls_cpu_panel_row(const ls_cpu_mat *b, int p, int k) {
+    return (const char *)b->p + ((size_t)p * b->k + (size_t)k) * LS_CPU_NR * ls_cpu_dtype_bytes(b->dt);
+}
+
 /* The first B value of the block the tiles after this panel block's will
  * read: the next np panels over the same K rows, else the first panel of
  * the next K block; NULL after the last. */
 static const char *ls_cpu_next_block(const ls_cpu_mat *b, int p, int np, int p0, int p1, int k0, int kc) {
-    const size_t esz = ls_cpu_dtype_bytes(b->dt), pstride = (size_t)b->k * LS_CPU_NR;
-    if (p + np < p1) return (const char *)b->p + ((size_t)(p + np) * pstride + (size_t)k0 * LS_CPU_NR) * esz;
-    if (k0 + kc < b->k) return (const char *)b->p + ((size_t)p0 * pstride + (size_t)(k0 + kc) * LS_CPU_NR) * esz;
+    if (p + np < p1) return ls_cpu_panel_row(b, p + np, k0);
+    if (k0 + kc < b->k) return ls_cpu_panel_row(b, p0, k0 + kc);
     return NULL;
 }
 
@@ -134,7 +138,7 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
                 if (t.ncols > t.np * LS_CPU_NR) t.ncols = t.np * LS_CPU_NR;
                 t.k = kc;
                 t.acc = acc || k0 > 0;
-                t.b = (const char *)b->p + ((size_t)p * pstride + (size_t)k0 * LS_CPU_NR) * esz;
+                t.b = ls_cpu_panel_row(b, p, k0);
                 t.bstride = pstride;
                 t.ldc = ldc;
                 t.cstride = cstride;
