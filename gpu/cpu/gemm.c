@@ -79,14 +79,11 @@ static const char *ls_cpu_next_block(const ls_cpu_mat *b, int p, int np, int p0,
  * 2.35 ms on the avx2 path (bf16; f32 3.3 to 2.65) and T=32 on avx512
  * f32 from 4.5 to 3.9 ms; T >= 256 gained 2-7%. */
 static void ls_cpu_prefetch_plan(ls_cpu_tile *t, size_t esz, int groups, int g, const char *next, int kc) {
-    if (groups == 1) {
+    /* The last block has no next one: its tiles read ahead in their own
+     * panels, which is harmless once they are in cache. */
+    if (groups == 1 || !next) {
         t->pf = ls_cpu_ahead(t->b, (size_t)LS_CPU_PREFETCH * esz);
         t->pf_step = LS_CPU_NR * esz;
-        return;
-    }
-    if (!next) {
-        t->pf = (const char *)t->b;
-        t->pf_step = 0;
         return;
     }
     /* The next block has at most kc rows; the share is rounded up so the
