@@ -62,7 +62,12 @@ ls_status ls_cuda_fail(ls_error *err, cudaError_t e, const char *call, const cha
     char msg[400];
     snprintf(msg, sizeof msg, "CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), call,
              short_file(file), line);
-    if (ls_cuda_error_is_sticky(e)) mark_poisoned(msg);
+    /* A sticky error stays for good; any other must not be read again by
+     * the next launch's cudaGetLastError and blamed on that call. */
+    if (ls_cuda_error_is_sticky(e))
+        mark_poisoned(msg);
+    else
+        (void)cudaGetLastError();
     return ls_error_set(err, LS_DEVICE_ERROR, NULL, "%s", msg);
 }
 

@@ -127,8 +127,12 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_CUDA_TRY(err, cudaEventCreate(&c->ev_stop));
     LS_CUBLAS_TRY(err, cublasCreate(&c->blas));
     LS_CUBLAS_TRY(err, cublasSetStream(c->blas, c->stream));
-    /* No TF32 anywhere: f32 weights must agree with the CPU to 1e-5. */
-    LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas, f32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    /* No TF32 anywhere: f32 weights must agree with the CPU to 1e-5. The
+     * 16-bit GEMMs write 16-bit outputs: split-K partial sums must still
+     * be added in fp32, not in the output type. */
+    const cublasMath_t math = f32 ? CUBLAS_PEDANTIC_MATH
+                                  : (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas, math));
 
     dev_part parts[LS_CUDA_MAX_PARTS] = {
         {&c->d_w13, L * n * 2 * F * H * esz},
