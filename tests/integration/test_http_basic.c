@@ -77,6 +77,13 @@ static void test_health_ready(void **state) {
     assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
     json_decref(j);
     j = request_json("GET", "/ready", NULL, 200);
+    /* --device auto: CUDA where a device answers, else the CPU. */
+    if (ls_backend_cuda_available()) {
+        assert_string_equal(json_string_value(json_object_get(j, "backend")), "cuda");
+        assert_null(json_object_get(j, "isa"));
+        json_decref(j);
+        return;
+    }
     assert_string_equal(json_string_value(json_object_get(j, "backend")), "cpu");
     /* --cpu-isa auto: the widest path this CPU runs, named. */
     const char *want = ls_cpu_isa_supported(LS_CPU_ISA_AVX512) ? "avx512"
