@@ -1,8 +1,9 @@
 /* The batcher's worker: take the oldest job, wait until the batch is full
- * or the oldest job has waited --batch-wait-us, gather every queued job of
- * that layer (FIFO) up to the token cap into one call of ls_pool_forward,
- * and scatter the results. The CPU backend is batch-invariant, so a
- * token's y is bitwise what it would be served alone. */
+ * or the oldest job has waited --batch-wait-us (only while companions are
+ * likely), gather every queued job of that layer (FIFO) up to the token
+ * cap into one call of ls_pool_forward, and scatter the results. The CPU
+ * backend is batch-invariant, so a token's y is bitwise what it would be
+ * served alone. */
 #include "server/batcher.h"
 
 #include <pthread.h>
@@ -19,6 +20,8 @@ struct ls_batcher {
     pthread_cond_t cond;
     ls_batch_job *head, *tail;
     int queued_tokens, queued_jobs;
+    int arriving;  /* forwards being read, not yet submitted */
+    int last_jobs; /* requests in the last batch */
     bool stop;
     pthread_t worker;
     /* scratch for one merged call, allocated once (max_tokens rows) */
@@ -120,6 +123,14 @@ static int ls_batcher_tokens_for(const ls_batcher *b, int layer) {
     return tokens;
 }
 
+/* Whether holding the batch open is likely to gather more: another
+ * forward is being read, or requests are queued together, or the last
+ * batch merged several (the server is under load). A lone client's
+ * request is never held: waiting would only add to its latency. */
+static bool ls_batcher_worth_waiting(const ls_batcher *b) {
+    return b->arriving > 0 || b->queued_jobs > 1 || b->last_jobs > 1;
+}
+
 static void *ls_batcher_main(void *arg) {
     ls_batcher *b = arg;
     pthread_mutex_lock(&b->lock);
@@ -127,9 +138,13 @@ static void *ls_batcher_main(void *arg) {
         while (!b->head && !b->stop) pthread_cond_wait(&b->cond, &b->lock);
         if (!b->head) break; /* stopping with an empty queue */
         /* Fill the batch until the cap or the head's deadline. */
-        while (!b->stop && ls_batcher_tokens_for(b, b->head->layer) < b->max_tokens) {
+        struct timespec wait0;
+        bool waited = false;
+        while (!b->stop && ls_batcher_tokens_for(b, b->head->layer) < b->max_tokens && ls_batcher_worth_waiting(b)) {
             double left = b->wait_us - ls_batcher_age_us(&b->head->enqueued);
             if (left <= 0) break;
+            if (!waited) clock_gettime(CLOCK_MONOTONIC, &wait0);
+            waited = true;
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             long long ns = until.tv_nsec + (long long)(left * 1e3);
@@ -137,6 +152,7 @@ static void *ls_batcher_main(void *arg) {
             until.tv_nsec = (long)(ns % 1000000000LL);
             pthread_cond_timedwait(&b->cond, &b->lock, &until);
         }
+        if (waited) ls_metrics_observe_batch_wait(b->metrics, ls_batcher_age_us(&wait0) * 1e-6);
         /* Take the head's layer, FIFO, up to the cap. */
         int layer = b->head->layer, count = 0, tokens = 0;
         ls_batch_job **link = &b->head, *prev = NULL;
@@ -155,6 +171,7 @@ static void *ls_batcher_main(void *arg) {
                 link = &j->next;
             }
         }
+        b->last_jobs = count;
         ls_metrics_set_queue_depth(b->metrics, b->queued_jobs);
         pthread_mutex_unlock(&b->lock);
         if (count == 1) ls_batcher_run_alone(b, b->batch[0]);
@@ -211,15 +228,39 @@ void ls_batcher_free(ls_batcher *b) {
     free(b);
 }
 
+void ls_batcher_arriving(ls_batcher *b) {
+    pthread_mutex_lock(&b->lock);
+    b->arriving++;
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* The caller holds the lock. A batch held open only for this one must
+ * not wait on past its arrival. */
+static void ls_batcher_uncount(ls_batcher *b) {
+    if (--b->arriving == 0) pthread_cond_signal(&b->cond);
+}
+
+void ls_batcher_arrived(ls_batcher *b) {
+    pthread_mutex_lock(&b->lock);
+    ls_batcher_uncount(b);
+    pthread_mutex_unlock(&b->lock);
+}
+
 ls_status ls_batcher_submit(ls_batcher *b, ls_batch_job *job, ls_error *err) {
     ls_error_init(&job->err);
     /* A job of no tokens would never fill a batch's cap: the batch array
      * (sized in tokens) could overflow. */
-    if (job->T < 1) return ls_error_set(err, LS_INTERNAL, NULL, "a batch job needs at least one token");
+    if (job->T < 1) {
+        if (job->arriving) ls_batcher_arrived(b);
+        return ls_error_set(err, LS_INTERNAL, NULL, "a batch job needs at least one token");
+    }
     job->n_used = 0;
     job->next = NULL;
     clock_gettime(CLOCK_MONOTONIC, &job->enqueued);
     pthread_mutex_lock(&b->lock);
+    /* Enqueued (or refused) and uncounted in one step, so the worker never
+     * sees this job both queued and still arriving. */
+    if (job->arriving) ls_batcher_uncount(b);
     /* A request bigger than the whole queue still runs when it is alone. */
     if (b->stop || (b->queued_tokens > 0 && b->queued_tokens + job->T > b->max_queue_tokens)) {
         int queued = b->queued_tokens;

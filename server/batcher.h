@@ -1,7 +1,8 @@
 /* The forward batcher: concurrent /forward requests for the same layer
  * are coalesced into one pool forward (up to --max-batch-tokens, waiting
- * at most --batch-wait-us after the first arrives), every token keeping
- * its own adapter. One worker thread; a bounded queue (429 when full). */
+ * at most --batch-wait-us after the first arrives, and only when more are
+ * likely), every token keeping its own adapter. One worker thread; a
+ * bounded queue (429 when full). */
 #ifndef LS_SERVER_BATCHER_H
 #define LS_SERVER_BATCHER_H
 
@@ -29,6 +30,7 @@ typedef struct ls_batch_job {
     ls_error err;     /* initialised by submit; the caller frees it */
     void (*done)(void *ctx); /* called once, from the worker, for every accepted job */
     void *done_ctx;
+    bool arriving; /* counted by ls_batcher_arriving: submit uncounts it, accepted or not */
     /* queue bookkeeping */
     struct ls_batch_job *next;
     struct timespec enqueued;
@@ -39,6 +41,12 @@ ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, int H, int n, in
                             int max_queue_tokens, ls_batcher **out, ls_error *err);
 /* Runs what is queued, stops the worker, frees everything. */
 void ls_batcher_free(ls_batcher *b);
+
+/* A forward has begun to arrive (its body is being read): until it is
+ * submitted (with job->arriving set) or given up (ls_batcher_arrived), a
+ * batch may wait for it. */
+void ls_batcher_arriving(ls_batcher *b);
+void ls_batcher_arrived(ls_batcher *b);
 
 /* Queues job. On LS_OVERLOADED (queue full) the job is not queued and
  * done() is not called; otherwise done() is called once the job has run. */

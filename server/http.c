@@ -35,6 +35,7 @@ typedef struct {
     size_t discarded; /* body bytes dropped past the limit */
     bool replied; /* a response was queued in the first phase */
     ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
+    bool arriving;        /* counted by ls_batcher_arriving, not yet submitted */
     ls_server *srv;               /* for the batcher's done() callback */
     struct MHD_Connection *conn;
     struct timespec t0;
@@ -213,6 +214,14 @@ static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, const 
     st->route->fn(&req, r);
 }
 
+/* This forward will not reach the batcher after all (refused, served
+ * synchronously, or its client went away): batches stop waiting for it. */
+static void ls_http_arrived(ls_server *srv, ls_conn_state *st) {
+    if (!st->arriving) return;
+    st->arriving = false;
+    ls_batcher_arrived(srv->batcher);
+}
+
 /* The batcher's done(): resumes the connection. st may be freed as soon
  * as the connection is resumed, so it is read before. */
 static void ls_http_resume(void *ctx) {
@@ -232,6 +241,7 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
                       .kind = st->kind};
     st->fjob = ls_forward_prepare(&req, &r);
     if (!st->fjob) {
+        ls_http_arrived(srv, st);
         atomic_fetch_sub(&srv->suspended, 1);
         return ls_http_send(conn, srv, st, &r);
     }
@@ -240,6 +250,8 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     st->conn = conn;
     job->done = ls_http_resume;
     job->done_ctx = st;
+    job->arriving = st->arriving; /* submit uncounts it */
+    st->arriving = false;
     /* Suspend before submitting: the worker may resume at once. */
     MHD_suspend_connection(conn);
     ls_status s = ls_batcher_submit(srv->batcher, job, &job->err);
@@ -267,6 +279,10 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         atomic_fetch_add(&srv->active, 1);
         enum MHD_Result ret;
         if (ls_http_begin(srv, conn, url, method, st, &ret)) return ret;
+        if (srv->batcher && st->route->fn == ls_handle_forward) {
+            ls_batcher_arriving(srv->batcher);
+            st->arriving = true;
+        }
         return MHD_YES;
     }
     if (st->replied) {
@@ -317,6 +333,7 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         if (!atomic_load(&srv->stopping)) return ls_http_forward_async(srv, conn, url, method, st);
         atomic_fetch_sub(&srv->suspended, 1);
     }
+    ls_http_arrived(srv, st);
     ls_http_dispatch(srv, conn, url, method, st, &r);
     if (r.status >= 400 && r.code == LS_DEVICE_ERROR) ls_log_error("%s %s: %s", method, url, "device error");
     return ls_http_send(conn, srv, st, &r);
@@ -329,6 +346,7 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
     if (!st) return;
+    ls_http_arrived(srv, st); /* a body cut short */
     ls_forward_job_free(st->fjob);
     free(st->body);
     free(st);

@@ -37,6 +37,8 @@ typedef struct {
     uint64_t batches, batch_tokens_sum, batch_requests_sum;
     uint64_t batch_size_buckets[LS_METRICS_BATCH_BUCKETS]; /* requests per backend call */
     uint64_t rejected_overload;
+    uint64_t batch_waits;      /* batches held open for companions */
+    double batch_wait_seconds; /* and how long, in all */
     int64_t queue_depth; /* gauge, set by the batcher */
 } ls_metrics;
 
@@ -46,6 +48,7 @@ void ls_metrics_observe_request(ls_metrics *m, const char *route, int status, do
 void ls_metrics_add_tokens(ls_metrics *m, uint64_t tokens);
 void ls_metrics_validation_failure(ls_metrics *m, ls_status code);
 void ls_metrics_observe_batch(ls_metrics *m, int requests, int tokens);
+void ls_metrics_observe_batch_wait(ls_metrics *m, double seconds);
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
 void ls_metrics_overload(ls_metrics *m);
 

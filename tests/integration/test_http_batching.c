@@ -174,6 +174,8 @@ static void batched_equals_alone(const char *device) {
     send_alone(alone);
     double calls0 = metric("\nlorasink_batch_requests_count "), reqs0 = metric("\nlorasink_batch_requests_sum ");
     assert_true(calls0 == NREQ); /* served one at a time: one call each */
+    /* ... and none held open for company: a lone client never waits. */
+    assert_true(metric("\nlorasink_batch_wait_seconds_count ") == 0);
 
     worker_arg w[NREQ];
     send_together(w);
@@ -202,6 +204,7 @@ static void batched_equals_alone(const char *device) {
         printf(", largest relative L2 distance to alone %.2g\n", worst);
     assert_true(reqs == NREQ);
     assert_true(calls < NREQ);
+    assert_true(metric("\nlorasink_batch_wait_seconds_count ") >= 1); /* the merged ones waited */
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 

@@ -396,6 +396,44 @@ static void test_run_blocking(void **state) {
     bt_job_free(&j);
 }
 
+/* A lone job runs at once, however long --batch-wait-us: nothing else is
+ * coming, and waiting would only add to its latency. A forward announced
+ * as arriving holds the batch open until it is submitted, and both go out
+ * in one call; one announced and given up (its client went away) holds
+ * nothing. */
+static void test_waits_only_for_company(void **state) {
+    (void)state;
+    bt_fx f;
+    bt_fx_make(&f, 64, 300 * 1000, 1000);
+    const char *a[] = {"a"}, *b[] = {"b"};
+    bt_job lone[2], j[2];
+    for (int i = 0; i < 2; i++) bt_job_init(&lone[i], &f.tr, 0, 2, a, 1, true, 70 + (uint64_t)i);
+    assert_int_equal(ls_batcher_run(f.b, &lone[0].job), LS_OK);
+    ls_batcher_arriving(f.b);
+    ls_batcher_arrived(f.b);
+    assert_int_equal(ls_batcher_run(f.b, &lone[1].job), LS_OK);
+    assert_int_equal(f.m.batches, 2);
+    assert_int_equal(f.m.batch_waits, 0);
+    for (int i = 0; i < 2; i++) bt_expect_alone(f.p, &lone[i]);
+
+    bt_job_init(&j[0], &f.tr, 0, 1, a, 1, true, 72);
+    bt_job_init(&j[1], &f.tr, 0, 2, b, 1, false, 73);
+    ls_batcher_arriving(f.b); /* j[1]'s body is being read */
+    assert_int_equal(bt_submit(f.b, &j[0]), LS_OK);
+    j[1].job.arriving = true;
+    assert_int_equal(bt_submit(f.b, &j[1]), LS_OK);
+    bt_wait_done(&f.tr, 2);
+    assert_int_equal(f.m.batches, 3);
+    assert_int_equal(f.m.batch_requests_sum, 1 + 1 + 2);
+    assert_int_equal(f.m.batch_waits, 1);
+    for (int i = 0; i < 2; i++) bt_expect_alone(f.p, &j[i]);
+    bt_fx_free(&f);
+    for (int i = 0; i < 2; i++) {
+        bt_job_free(&lone[i]);
+        bt_job_free(&j[i]);
+    }
+}
+
 /* Frees the batcher from another thread (it blocks until the queue has
  * run). */
 static void *bt_free_thread(void *arg) {
@@ -509,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_failed_batch_isolates_the_job),
         cmocka_unit_test(test_queue_limit),
         cmocka_unit_test(test_run_blocking),
+        cmocka_unit_test(test_waits_only_for_company),
         cmocka_unit_test(test_free_runs_pending),
         cmocka_unit_test(test_concurrent_submitters),
     };

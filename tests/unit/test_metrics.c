@@ -80,7 +80,8 @@ static void mt_check_format(const char *text) {
             char tname[96], type[16];
             assert_int_equal(sscanf(line, "# TYPE %95s %15s", tname, type), 2);
             assert_string_equal(tname, name);
-            assert_true(!strcmp(type, "counter") || !strcmp(type, "gauge") || !strcmp(type, "histogram"));
+            assert_true(!strcmp(type, "counter") || !strcmp(type, "gauge") || !strcmp(type, "histogram") ||
+                        !strcmp(type, "summary"));
             assert_true(n < 64);
             snprintf(families[n], sizeof families[n], "%s", name);
             snprintf(types[n], sizeof types[n], "%s", type);
@@ -108,6 +109,11 @@ static void mt_check_format(const char *text) {
             assert_true(!strncmp(buf, fam, fl));
             const char *suffix = buf + fl;
             assert_true(!strcmp(suffix, "_bucket") || !strcmp(suffix, "_sum") || !strcmp(suffix, "_count"));
+        } else if (!strcmp(types[n - 1], "summary")) {
+            /* no quantiles are exported: just _sum and _count */
+            size_t fl = strlen(fam);
+            assert_true(!strncmp(buf, fam, fl));
+            assert_true(!strcmp(buf + fl, "_sum") || !strcmp(buf + fl, "_count"));
         } else {
             assert_string_equal(buf, fam);
         }
@@ -153,6 +159,7 @@ static void test_empty_families(void **state) {
         "# TYPE lorasink_tokens_total counter\n",     "# TYPE lorasink_validation_failures_total counter\n",
         "# TYPE lorasink_batch_requests histogram\n", "# TYPE lorasink_batch_tokens_total counter\n",
         "# TYPE lorasink_queue_depth gauge\n",        "# TYPE lorasink_rejected_overload_total counter\n",
+        "# TYPE lorasink_batch_wait_seconds summary\n",
     };
     for (size_t i = 0; i < sizeof families / sizeof *families; i++)
         if (!mt_has(text, families[i])) fail_msg("missing %s", families[i]);
@@ -298,6 +305,14 @@ static void test_batch_histogram(void **state) {
     assert_true(mt_value(text, "lorasink_batch_requests_bucket{le=\"+Inf\"}") == 4);
     assert_true(mt_value(text, "lorasink_batch_requests_sum") == 1 + 3 + 5 + 5000);
     assert_true(mt_value(text, "lorasink_batch_tokens_total") == 3 + 10 + 20 + 5000);
+    assert_true(mt_value(text, "lorasink_batch_wait_seconds_count") == 0);
+    free(text);
+    ls_metrics_observe_batch_wait(&m, 0.25);
+    ls_metrics_observe_batch_wait(&m, 0.5);
+    text = ls_metrics_render(&m, NULL, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_batch_wait_seconds_count") == 2);
+    assert_true(mt_value(text, "lorasink_batch_wait_seconds_sum") == 0.75);
     free(text);
     ls_metrics_free(&m);
 }
