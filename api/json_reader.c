@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
+
 void ls_jr_init(ls_jr *r, const char *text, size_t len) {
     memset(r, 0, sizeof *r);
     r->start = r->p = text;
@@ -169,10 +171,6 @@ bool ls_jr_string(ls_jr *r, char *buf, size_t cap, size_t *len) {
     return true;
 }
 
-/* Powers of ten that doubles hold exactly. */
-static const double ls_jr_exact_pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                           1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
 /* A decimal being scanned: up to 19 significant digits in m, and the
  * power of ten they are scaled by. */
 typedef struct {
@@ -234,8 +232,8 @@ bool ls_jr_number(ls_jr *r, double *val, bool *is_int, long long *ival) {
     if (n >= sizeof tmp) return ls_jr_fail(r, "number too long");
     if (!dec.slow && dec.m <= (UINT64_C(1) << 53) && (dec.m == 0 || (dec.e >= -22 && dec.e <= 22))) {
         double d = dec.m == 0 ? 0.0
-                   : dec.e >= 0 ? (double)dec.m * ls_jr_exact_pow10[dec.e]
-                                : (double)dec.m / ls_jr_exact_pow10[-dec.e];
+                   : dec.e >= 0 ? (double)dec.m * ls_pow10(dec.e)
+                                : (double)dec.m / ls_pow10(-dec.e);
         *val = neg ? -d : d;
         /* an integral number's exact value, as strtoll gives it */
         *is_int = integral;

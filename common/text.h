@@ -1,12 +1,19 @@
 /* Small pieces of plain-text parsing and hashing that several folders
  * need the same way: booleans as flags, query strings and metadata spell
- * them, the splitmix64 stream the demo model and the tests draw from, and
- * the FNV-1a hash of names. */
+ * them, the splitmix64 stream the demo model and the tests draw from, the
+ * FNV-1a hash of names, and the powers of ten that decimal numbers are
+ * read and written with. */
 #ifndef LS_COMMON_TEXT_H
 #define LS_COMMON_TEXT_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* 10^k for k in [-60, 60], each correctly rounded: exact for 0..22, the
+ * powers a double holds exactly (the JSON reader's fast path relies on
+ * that); the JSON writer scales by the others. */
+extern const double ls_pow10_table[121];
+static inline double ls_pow10(int k) { return ls_pow10_table[60 + k]; }
 
 /* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
 bool ls_text_bool(const char *text, bool *out);
