@@ -231,6 +231,7 @@ void ls_batcher_free(ls_batcher *b) {
 void ls_batcher_arriving(ls_batcher *b) {
     pthread_mutex_lock(&b->lock);
     b->arriving++;
+    ls_metrics_set_receiving(b->metrics, b->arriving);
     pthread_mutex_unlock(&b->lock);
 }
 
@@ -238,6 +239,7 @@ void ls_batcher_arriving(ls_batcher *b) {
  * not wait on past its arrival. */
 static void ls_batcher_uncount(ls_batcher *b) {
     if (--b->arriving == 0) pthread_cond_signal(&b->cond);
+    ls_metrics_set_receiving(b->metrics, b->arriving);
 }
 
 void ls_batcher_arrived(ls_batcher *b) {

@@ -80,6 +80,12 @@ void ls_metrics_observe_batch_wait(ls_metrics *m, double seconds) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards) {
+    pthread_mutex_lock(&m->lock);
+    m->receiving = forwards;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth) {
     pthread_mutex_lock(&m->lock);
     m->queue_depth = depth;
@@ -132,10 +138,15 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
     ls_buf_printf(b, "# HELP lorasink_batch_tokens_total Tokens run through batched backend calls.\n"
                      "# TYPE lorasink_batch_tokens_total counter\nlorasink_batch_tokens_total %llu\n",
                   (unsigned long long)m->batch_tokens_sum);
-    ls_buf_printf(b, "# HELP lorasink_batch_wait_seconds Time a batch was held open for more requests (only batches that waited).\n"
+    ls_buf_printf(b, "# HELP lorasink_batch_wait_seconds Time a batch was held open for more requests "
+                     "(only batches that waited).\n"
                      "# TYPE lorasink_batch_wait_seconds summary\nlorasink_batch_wait_seconds_sum %.9g\n"
                      "lorasink_batch_wait_seconds_count %llu\n",
                   m->batch_wait_seconds, (unsigned long long)m->batch_waits);
+    ls_buf_printf(b, "# HELP lorasink_forwards_receiving Forward requests whose body is being read "
+                     "(a batch may wait for them).\n"
+                     "# TYPE lorasink_forwards_receiving gauge\nlorasink_forwards_receiving %lld\n",
+                  (long long)m->receiving);
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);

@@ -363,18 +363,6 @@ static void run_concurrently(fwd_call *calls, int n) {
 
 /* Bytes held by queued forwards have a budget: past it 429, except for a
  * request alone (which must always be able to run). */
-/* A /forward whose headers are sent and whose body never comes: while it
- * is open the batcher expects it, and holds each batch open (up to
- * --batch-wait-us) for it. The caller closes the descriptor. */
-static int open_arriving_forward(const tiny_server *ts) {
-    const char *head = "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       "Content-Length: 100\r\n\r\n{\"x\": ";
-    int fd = ls_test_raw_connect(ts->srv);
-    assert_true(fd >= 0);
-    assert_int_equal(send(fd, head, strlen(head), 0), (ssize_t)strlen(head));
-    return fd;
-}
-
 static void test_queue_budget(void **state) {
     (void)state;
     /* Each request parks a second in the batcher, holding its bytes: a
@@ -384,9 +372,9 @@ static void test_queue_budget(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", extra));
     char *big = forward_json(2500, NULL), *huge = forward_json(6000, NULL);
-    int slow = open_arriving_forward(&ts);
-    fwd_call calls[2] = {{.srv = ts.srv, .body = big, .delay_us = 200000},
-                         {.srv = ts.srv, .body = big, .delay_us = 500000}};
+    int slow = ls_test_open_receiving_forward(ts.srv);
+    assert_true(slow >= 0);
+    fwd_call calls[2] = {{.srv = ts.srv, .body = big}, {.srv = ts.srv, .body = big, .delay_us = 300000}};
     run_concurrently(calls, 2);
     close(slow);
     assert_int_equal(calls[0].status, 200);
@@ -396,9 +384,9 @@ static void test_queue_budget(void **state) {
     fwd_call alone = {.srv = ts.srv, .body = huge};
     fwd_thread(&alone);
     assert_int_equal(alone.status, 200);
-    slow = open_arriving_forward(&ts);
-    fwd_call again[2] = {{.srv = ts.srv, .body = big, .delay_us = 200000},
-                         {.srv = ts.srv, .body = big, .delay_us = 500000}};
+    slow = ls_test_open_receiving_forward(ts.srv);
+    assert_true(slow >= 0);
+    fwd_call again[2] = {{.srv = ts.srv, .body = big}, {.srv = ts.srv, .body = big, .delay_us = 300000}};
     run_concurrently(again, 2);
     close(slow);
     assert_int_equal(again[0].status, 200);

@@ -410,7 +410,9 @@ static void test_waits_only_for_company(void **state) {
     for (int i = 0; i < 2; i++) bt_job_init(&lone[i], &f.tr, 0, 2, a, 1, true, 70 + (uint64_t)i);
     assert_int_equal(ls_batcher_run(f.b, &lone[0].job), LS_OK);
     ls_batcher_arriving(f.b);
+    assert_int_equal(f.m.receiving, 1);
     ls_batcher_arrived(f.b);
+    assert_int_equal(f.m.receiving, 0);
     assert_int_equal(ls_batcher_run(f.b, &lone[1].job), LS_OK);
     assert_int_equal(f.m.batches, 2);
     assert_int_equal(f.m.batch_waits, 0);
@@ -423,6 +425,7 @@ static void test_waits_only_for_company(void **state) {
     j[1].job.arriving = true;
     assert_int_equal(bt_submit(f.b, &j[1]), LS_OK);
     bt_wait_done(&f.tr, 2);
+    assert_int_equal(f.m.receiving, 0);
     assert_int_equal(f.m.batches, 3);
     assert_int_equal(f.m.batch_requests_sum, 1 + 1 + 2);
     assert_int_equal(f.m.batch_waits, 1);

@@ -224,6 +224,33 @@ bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len) {
     }
 }
 
+/* lorasink_forwards_receiving from /metrics, -1 when unreadable. */
+static long ls_test_receiving(const ls_test_server *s) {
+    ls_test_response r;
+    if (ls_test_http(s, "GET", "/metrics", NULL, NULL, 0, NULL, &r) != 0) return -1;
+    const char *key = "\nlorasink_forwards_receiving ";
+    const char *p = r.status == 200 && r.body ? strstr(r.body, key) : NULL;
+    long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+    ls_test_response_free(&r);
+    return v;
+}
+
+int ls_test_open_receiving_forward(const ls_test_server *s) {
+    const char *head = "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 100\r\n\r\n{\"x\": ";
+    const long before = ls_test_receiving(s);
+    int fd = ls_test_raw_connect(s);
+    if (fd < 0 || before < 0) goto fail;
+    if (send(fd, head, strlen(head), 0) != (ssize_t)strlen(head)) goto fail;
+    for (int i = 0; i < 1000; i++) { /* 10 s at most */
+        if (ls_test_receiving(s) > before) return fd;
+        usleep(10000);
+    }
+fail:
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
 typedef struct {
     char *data;
     size_t len, cap;
