@@ -20,8 +20,9 @@ struct ls_batcher {
     pthread_cond_t cond;
     ls_batch_job *head, *tail;
     int queued_tokens, queued_jobs;
-    int arriving;  /* forwards being read, not yet submitted */
-    int last_jobs; /* requests in the last batch */
+    int arriving;              /* forwards being read, not yet submitted */
+    int last_jobs;             /* requests in the last batch */
+    struct timespec last_end;  /* when it had run */
     bool stop;
     pthread_t worker;
     /* scratch for one merged call, allocated once (max_tokens rows) */
@@ -109,10 +110,15 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
     ls_error_free(&err);
 }
 
+/* Microseconds from a to b (negative when b is earlier). */
+static double ls_batcher_us_between(const struct timespec *a, const struct timespec *b) {
+    return (double)(b->tv_sec - a->tv_sec) * 1e6 + (double)(b->tv_nsec - a->tv_nsec) / 1e3;
+}
+
 static double ls_batcher_age_us(const struct timespec *t0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) * 1e6 + (double)(now.tv_nsec - t0->tv_nsec) / 1e3;
+    return ls_batcher_us_between(t0, &now);
 }
 
 /* Tokens queued for layer (the batch the head job would lead). */
@@ -124,11 +130,14 @@ static int ls_batcher_tokens_for(const ls_batcher *b, int layer) {
 }
 
 /* Whether holding the batch open is likely to gather more: another
- * forward is being read, or requests are queued together, or the last
- * batch merged several (the server is under load). A lone client's
- * request is never held: waiting would only add to its latency. */
+ * forward is being read, or the server is under load (the last batch
+ * merged several and the head came within --batch-wait-us of its end)
+ * and fewer are queued than that batch took. A request that finds the
+ * server idle is never held: waiting would only add to its latency. */
 static bool ls_batcher_worth_waiting(const ls_batcher *b) {
-    return b->arriving > 0 || b->queued_jobs > 1 || b->last_jobs > 1;
+    if (b->arriving > 0) return true;
+    const bool loaded = b->last_jobs > 1 && ls_batcher_us_between(&b->last_end, &b->head->enqueued) <= b->wait_us;
+    return loaded && b->queued_jobs < b->last_jobs;
 }
 
 static void *ls_batcher_main(void *arg) {
@@ -177,6 +186,7 @@ static void *ls_batcher_main(void *arg) {
         if (count == 1) ls_batcher_run_alone(b, b->batch[0]);
         else ls_batcher_run_merged(b, b->batch, count);
         pthread_mutex_lock(&b->lock);
+        clock_gettime(CLOCK_MONOTONIC, &b->last_end);
     }
     pthread_mutex_unlock(&b->lock);
     return NULL;

@@ -377,6 +377,7 @@ static void test_queue_budget(void **state) {
     fwd_call calls[2] = {{.srv = ts.srv, .body = big}, {.srv = ts.srv, .body = big, .delay_us = 300000}};
     run_concurrently(calls, 2);
     close(slow);
+    assert_true(ls_test_wait_receiving(ts.srv, 0)); /* the refused and the abandoned one too */
     assert_int_equal(calls[0].status, 200);
     assert_int_equal(calls[1].status, 429);
     assert_string_equal(calls[1].code, "overloaded");

@@ -228,6 +228,8 @@ static void test_forward_errors(void **state) {
     expect_error("POST", "/forward", "{\"x\": [[1, \"a\"]]}", 400, "invalid_request");
     expect_error("POST", "/forward", "{\"x\": []}", 422, "invalid_shape");
     free(x);
+    /* Every refused forward was counted out again: none holds a batch. */
+    assert_true(ls_test_wait_receiving(srv, 0));
 }
 
 int main(void) {

@@ -178,8 +178,15 @@ static void batched_equals_alone(const char *device) {
     /* ... and none held open for company: a lone client never waits. */
     assert_true(metric("\nlorasink_batch_wait_seconds_count ") == 0);
 
+    /* A client still sending a forward holds each batch open for the
+     * whole wait, so the concurrent requests merge however they are
+     * scheduled. */
+    int slow = ls_test_open_receiving_forward(srv);
+    assert_true(slow >= 0);
     worker_arg w[NREQ];
     send_together(w);
+    close(slow);
+    assert_true(ls_test_wait_receiving(srv, 0));
     double worst = 0;
     for (int i = 0; i < NREQ; i++) {
         assert_int_equal(w[i].status, 200);
@@ -299,6 +306,7 @@ static void test_queue_full_is_429(void **state) {
         json_decref(w[i].result);
     }
     close(slow);
+    assert_true(ls_test_wait_receiving(srv, 0)); /* refused ones are counted out */
     assert_true(ok >= 1);
     assert_true(overloaded >= 1);
     assert_int_equal(ok + overloaded, 6);

@@ -396,45 +396,70 @@ static void test_run_blocking(void **state) {
     bt_job_free(&j);
 }
 
-/* A lone job runs at once, however long --batch-wait-us: nothing else is
- * coming, and waiting would only add to its latency. A forward announced
- * as arriving holds the batch open until it is submitted, and both go out
- * in one call; one announced and given up (its client went away) holds
- * nothing. */
+/* Submits a then, 50 ms later, b: merged only if the batcher held a open. */
+static void bt_submit_apart(bt_fx *f, bt_job *a, bt_job *b) {
+    const int done = f->tr.total + 2; /* nothing else is in flight */
+    assert_int_equal(bt_submit(f->b, a), LS_OK);
+    usleep(50000);
+    assert_int_equal(atomic_load(&a->done_calls), 0); /* still held */
+    assert_int_equal(bt_submit(f->b, b), LS_OK);
+    bt_wait_done(&f->tr, done);
+}
+
+/* When a batch is held open for more (--batch-wait-us, here 5 s): a job
+ * that finds the server idle runs at once; one announced as arriving
+ * holds the batch until it is submitted (or given up); right after a
+ * merged batch the next waits until as many are queued again. */
 static void test_waits_only_for_company(void **state) {
     (void)state;
     bt_fx f;
-    bt_fx_make(&f, 64, 300 * 1000, 1000);
+    bt_fx_make(&f, 64, 5 * 1000 * 1000, 1000);
     const char *a[] = {"a"}, *b[] = {"b"};
-    bt_job lone[2], j[2];
+    bt_job lone[2], j[4];
     for (int i = 0; i < 2; i++) bt_job_init(&lone[i], &f.tr, 0, 2, a, 1, true, 70 + (uint64_t)i);
+    for (int i = 0; i < 4; i++) bt_job_init(&j[i], &f.tr, 0, 1 + i % 2, i % 2 ? b : a, 1, i < 2, 72 + (uint64_t)i);
     assert_int_equal(ls_batcher_run(f.b, &lone[0].job), LS_OK);
     ls_batcher_arriving(f.b);
     assert_int_equal(f.m.receiving, 1);
-    ls_batcher_arrived(f.b);
+    ls_batcher_arrived(f.b); /* its client went away */
     assert_int_equal(f.m.receiving, 0);
     assert_int_equal(ls_batcher_run(f.b, &lone[1].job), LS_OK);
     assert_int_equal(f.m.batches, 2);
     assert_int_equal(f.m.batch_waits, 0);
-    for (int i = 0; i < 2; i++) bt_expect_alone(f.p, &lone[i]);
 
-    bt_job_init(&j[0], &f.tr, 0, 1, a, 1, true, 72);
-    bt_job_init(&j[1], &f.tr, 0, 2, b, 1, false, 73);
     ls_batcher_arriving(f.b); /* j[1]'s body is being read */
-    assert_int_equal(bt_submit(f.b, &j[0]), LS_OK);
     j[1].job.arriving = true;
-    assert_int_equal(bt_submit(f.b, &j[1]), LS_OK);
-    bt_wait_done(&f.tr, 2);
+    bt_submit_apart(&f, &j[0], &j[1]);
     assert_int_equal(f.m.receiving, 0);
     assert_int_equal(f.m.batches, 3);
     assert_int_equal(f.m.batch_requests_sum, 1 + 1 + 2);
     assert_int_equal(f.m.batch_waits, 1);
-    for (int i = 0; i < 2; i++) bt_expect_alone(f.p, &j[i]);
+
+    bt_submit_apart(&f, &j[2], &j[3]); /* under load: as many as last time */
+    assert_int_equal(f.m.batches, 4);
+    assert_int_equal(f.m.batch_requests_sum, 1 + 1 + 2 + 2);
+    assert_int_equal(f.m.batch_waits, 2);
+    for (int i = 0; i < 2; i++) bt_expect_alone(f.p, &lone[i]);
+    for (int i = 0; i < 4; i++) bt_expect_alone(f.p, &j[i]);
     bt_fx_free(&f);
-    for (int i = 0; i < 2; i++) {
-        bt_job_free(&lone[i]);
-        bt_job_free(&j[i]);
-    }
+    for (int i = 0; i < 2; i++) bt_job_free(&lone[i]);
+    for (int i = 0; i < 4; i++) bt_job_free(&j[i]);
+
+    /* Load is forgotten --batch-wait-us (here 100 ms) after the last
+     * merged batch: a job after that finds the server idle. */
+    bt_fx_make(&f, 64, 100 * 1000, 1000);
+    bt_job k[3];
+    for (int i = 0; i < 3; i++) bt_job_init(&k[i], &f.tr, 0, 1, a, 1, false, 80 + (uint64_t)i);
+    ls_batcher_arriving(f.b);
+    k[1].job.arriving = true;
+    bt_submit_apart(&f, &k[0], &k[1]);
+    assert_int_equal(f.m.batch_requests_sum, 2);
+    usleep(150000);
+    assert_int_equal(ls_batcher_run(f.b, &k[2].job), LS_OK);
+    assert_int_equal(f.m.batches, 2);
+    assert_int_equal(f.m.batch_waits, 1);
+    bt_fx_free(&f);
+    for (int i = 0; i < 3; i++) bt_job_free(&k[i]);
 }
 
 /* Frees the batcher from another thread (it blocks until the queue has

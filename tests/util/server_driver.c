@@ -251,6 +251,14 @@ fail:
     return -1;
 }
 
+bool ls_test_wait_receiving(const ls_test_server *s, long want) {
+    for (int i = 0; i < 1000; i++) {
+        if (ls_test_receiving(s) == want) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
 typedef struct {
     char *data;
     size_t len, cap;

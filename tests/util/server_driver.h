@@ -45,6 +45,10 @@ bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len);
  * server must have no API key. Returns the descriptor (the caller closes
  * it), -1 on failure. */
 int ls_test_open_receiving_forward(const ls_test_server *s);
+/* Waits (10 s at most) until lorasink_forwards_receiving is want: every
+ * forward the server has begun to read is counted out again once it is
+ * queued, refused or abandoned. */
+bool ls_test_wait_receiving(const ls_test_server *s, long want);
 
 typedef struct {
     long status;
