@@ -225,6 +225,7 @@ static void test_batched_equals_alone(void **state) {
         printf("no CUDA device: batching on the cuda backend not tested here\n");
 }
 
+/* Starts a server on one kernel path with the two adapters loaded. */
 static void start_on(const char *isa, bool batching) {
     const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1", "--slots", "3",
                           "--max-rank", "8", "--batch-wait-us", "300000", "--http-threads", "2", "--device", "cpu",
