@@ -89,14 +89,10 @@ static json_t *get_json(const char *path) {
     return j;
 }
 
-/* Scrapes one sample value from /metrics. */
-static double metric(const char *line_prefix) {
-    ls_test_response r;
-    assert_int_equal(ls_test_http(srv, "GET", "/metrics", NULL, NULL, 0, NULL, &r), 0);
-    const char *p = strstr(r.body, line_prefix);
-    assert_non_null(p);
-    double v = strtod(p + strlen(line_prefix), NULL);
-    ls_test_response_free(&r);
+/* Scrapes one sample value from /metrics; the sample must be there. */
+static double metric(const char *name) {
+    double v = ls_test_metric(srv, name);
+    assert_true(v >= 0);
     return v;
 }
 
@@ -173,10 +169,10 @@ static void batched_equals_alone(const char *device) {
 
     json_t *alone[NREQ];
     send_alone(alone);
-    double calls0 = metric("\nlorasink_batch_requests_count "), reqs0 = metric("\nlorasink_batch_requests_sum ");
+    double calls0 = metric("lorasink_batch_requests_count"), reqs0 = metric("lorasink_batch_requests_sum");
     assert_true(calls0 == NREQ); /* served one at a time: one call each */
     /* ... and none held open for company: a lone client never waits. */
-    assert_true(metric("\nlorasink_batch_wait_seconds_count ") == 0);
+    assert_true(metric("lorasink_batch_wait_seconds_count") == 0);
 
     /* A client still sending a forward holds each batch open for the
      * whole wait, so the concurrent requests merge however they are
@@ -203,8 +199,8 @@ static void batched_equals_alone(const char *device) {
         json_decref(w[i].result);
         json_decref(alone[i]);
     }
-    double calls = metric("\nlorasink_batch_requests_count ") - calls0;
-    double reqs = metric("\nlorasink_batch_requests_sum ") - reqs0;
+    double calls = metric("lorasink_batch_requests_count") - calls0;
+    double reqs = metric("lorasink_batch_requests_sum") - reqs0;
     printf("%s: %d concurrent requests served by %.0f backend calls", device, NREQ, calls);
     if (bitwise)
         printf(", each bitwise as alone\n");
@@ -212,7 +208,7 @@ static void batched_equals_alone(const char *device) {
         printf(", largest relative L2 distance to alone %.2g\n", worst);
     assert_true(reqs == NREQ);
     assert_true(calls < NREQ);
-    assert_true(metric("\nlorasink_batch_wait_seconds_count ") >= 1); /* the merged ones waited */
+    assert_true(metric("lorasink_batch_wait_seconds_count") >= 1); /* the merged ones waited */
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 
@@ -311,7 +307,7 @@ static void test_queue_full_is_429(void **state) {
     assert_true(ok >= 1);
     assert_true(overloaded >= 1);
     assert_int_equal(ok + overloaded, 6);
-    assert_true(metric("\nlorasink_rejected_overload_total ") == overloaded);
+    assert_true(metric("lorasink_rejected_overload_total") == overloaded);
     ls_test_response r;
     char *body = request_body(0);
     assert_int_equal(ls_test_http(srv, "POST", "/forward", NULL, body, strlen(body), NULL, &r), 0);

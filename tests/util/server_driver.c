@@ -224,15 +224,19 @@ bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len) {
     }
 }
 
-/* lorasink_forwards_receiving from /metrics, -1 when unreadable. */
-static long ls_test_receiving(const ls_test_server *s) {
+double ls_test_metric(const ls_test_server *s, const char *name) {
     ls_test_response r;
     if (ls_test_http(s, "GET", "/metrics", NULL, NULL, 0, NULL, &r) != 0) return -1;
-    const char *key = "\nlorasink_forwards_receiving ";
+    char key[160];
+    snprintf(key, sizeof key, "\n%s ", name);
     const char *p = r.status == 200 && r.body ? strstr(r.body, key) : NULL;
-    long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+    double v = p ? strtod(p + strlen(key), NULL) : -1;
     ls_test_response_free(&r);
     return v;
+}
+
+static long ls_test_receiving(const ls_test_server *s) {
+    return (long)ls_test_metric(s, "lorasink_forwards_receiving");
 }
 
 int ls_test_open_receiving_forward(const ls_test_server *s) {

@@ -39,6 +39,9 @@ int ls_test_raw_connect(const ls_test_server *s);
 /* Reads until the server closes (true) or the timeout or cap (false);
  * buf is NUL-terminated. */
 bool ls_test_raw_read_all(int fd, char *buf, size_t cap, size_t *len);
+/* The value of the unlabelled sample name in /metrics; -1 when the
+ * scrape fails or has no such line. The server must have no API key. */
+double ls_test_metric(const ls_test_server *s, const char *name);
 /* A /forward whose headers are sent and whose body never comes, once the
  * server counts it in lorasink_forwards_receiving: while it is open the
  * batcher holds each batch open (up to --batch-wait-us) for it. The
