@@ -35,12 +35,20 @@ typedef struct {
     size_t w13_len, w2_len; /* values of one layer's operand */
 
     /* The pool, packed fp32, one block of slot_len floats per slot and
-     * layer: gu_a [H, O*2R]; gu_b 2n operands [R, F] (expert e's gate
-     * expand at 2e, up at 2e+1); d_a n operands [F, R]; d_b O operands
-     * [R, H]. slot_write packs from the docs/math.md layout and slot_read
-     * unpacks back to it. */
+     * layer, room for rank R. A block holds its factors at the rank r the
+     * slot has in that layer (rank[slot * L + layer]: past it every
+     * factor the pool gave was zero), so a rank-16 adapter in a
+     * --max-rank 64 pool streams and multiplies a quarter of R's values:
+     * gu_a [H, O*2r] (outer block o's gate shrink in columns o*2r + k,
+     * its up shrink in o*2r + r + k); gu_b 2n operands [r, F] (expert
+     * e's gate expand at 2e, up at 2e+1); d_a n operands [F, r]; d_b O
+     * operands [r, H]. Rank 0 (never written, cleared, or all zero)
+     * adds nothing, and the forward skips the slot. slot_write packs from
+     * the docs/math.md layout and slot_read unpacks back to it. */
     float *pool;
-    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each */
+    int *rank;                                   /* [S * L] */
+    float *gather;                               /* [O*2R*H] slot_write/slot_read's staging of gu_a */
+    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R */
     size_t off_gu_b, off_d_a, off_d_b, slot_len;
 
     /* Scratch for max_tokens tokens, allocated once. Rows are in slot
@@ -58,7 +66,9 @@ typedef struct {
     size_t apack_len;
 } ls_cpu;
 
-/* Operand views of a layer's weights and of a slot's factors. */
+/* Operand views of a layer's weights and of a slot's factors (at the
+ * slot's rank in that layer). */
+int ls_cpu_rank(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);

@@ -46,23 +46,25 @@ static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
     return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot_len;
 }
 
+int ls_cpu_rank(const ls_cpu *c, int slot, int layer) { return c->rank[(size_t)slot * (size_t)c->L + (size_t)layer]; }
+
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer) {
-    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), LS_DTYPE_F32, c->H, c->O * 2 * c->R};
+    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), LS_DTYPE_F32, c->H, c->O * 2 * ls_cpu_rank(c, slot, layer)};
 }
 
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half) {
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + (size_t)(2 * e + half) * c->gu_b_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, c->R, c->F};
+    return (ls_cpu_mat){p, LS_DTYPE_F32, ls_cpu_rank(c, slot, layer), c->F};
 }
 
 ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e) {
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_a + (size_t)e * c->d_a_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, c->F, c->R};
+    return (ls_cpu_mat){p, LS_DTYPE_F32, c->F, ls_cpu_rank(c, slot, layer)};
 }
 
 ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) {
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_b + (size_t)o * c->d_b_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, c->R, c->H};
+    return (ls_cpu_mat){p, LS_DTYPE_F32, ls_cpu_rank(c, slot, layer), c->H};
 }
 
 /* Frees the context (whatever part of it create made); backend.c frees
@@ -74,6 +76,8 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->w13);
         free(c->w2);
         free(c->pool);
+        free(c->rank);
+        free(c->gather);
         free(c->order);
         free(c->group);
         free(c->xs);
@@ -138,28 +142,65 @@ static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13,
     return LS_OK;
 }
 
-/* Packs the four R-padded factors from the docs/math.md layout: gu_a [O, 2R, H]
- * (value (h, o*2R + k) of the shrink is gu_a[o][k][h]), gu_b [n, 2F, R]
- * (value (k, j) of expert e's gate expand is gu_b[e][j][k], of its up
- * expand gu_b[e][F + j][k]), d_a [n, R, F] (value (j, k) is d_a[e][k][j]),
- * d_b [O, H, R] (value (k, h) is d_b[o][h][k]). These are the only
- * operands the forward reads, so nothing else needs a refresh. */
+static bool ls_cpu_any_nonzero(const float *v, size_t count, size_t stride) {
+    for (size_t i = 0; i < count; i++)
+        if (v[i * stride] != 0.0f) return true;
+    return false;
+}
+
+/* The smallest r such that every factor value at rank index k >= r is
+ * zero (a NaN counts as nonzero). The pool pads each adapter to R with
+ * zeros; an index that is zero in both the shrink and the expand adds
+ * exactly nothing to any output (a +0 or -0 term, which can only turn a
+ * -0 sum into +0), so the forward stops at r. */
+static int ls_cpu_factors_rank(const ls_cpu *c, const ls_slot_factors *f) {
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
+    int r = 0;
+    for (int k = c->R - 1; k >= r; k--) {
+        bool used = false;
+        for (int b = 0; !used && b < 2 * c->O; b++) /* outer block b / 2's gate (b even) or up shrink */
+            used = ls_cpu_any_nonzero(f->gu_a + ((size_t)b * R + (size_t)k) * H, H, 1);
+        for (int e = 0; !used && e < c->n; e++)
+            used = ls_cpu_any_nonzero(f->gu_b + (size_t)e * 2 * F * R + (size_t)k, 2 * F, R) ||
+                   ls_cpu_any_nonzero(f->d_a + ((size_t)e * R + (size_t)k) * F, F, 1);
+        for (int o = 0; !used && o < c->O; o++)
+            used = ls_cpu_any_nonzero(f->d_b + (size_t)o * H * R + (size_t)k, H, R);
+        if (used) r = k + 1;
+    }
+    return r;
+}
+
+/* Packs the four R-padded factors from the docs/math.md layout, cut to
+ * the slot's rank r (cpu.h): gu_a [O, 2R, H] (value (h, o*2r + k) of the
+ * shrink is gu_a[o][k][h], value (h, o*2r + r + k) is gu_a[o][R + k][h]),
+ * gu_b [n, 2F, R] (value (k, j) of expert e's gate expand is
+ * gu_b[e][j][k], of its up expand gu_b[e][F + j][k]), d_a [n, R, F]
+ * (value (j, k) is d_a[e][k][j]), d_b [O, H, R] (value (k, h) is
+ * d_b[o][h][k]). These are the only operands the forward reads, so
+ * nothing else needs a refresh. */
 static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
-    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, 1, f->gu_a, 1, H, c->H,
-                  c->O * 2 * c->R);
+    const int r = ls_cpu_factors_rank(c, f);
+    c->rank[(size_t)slot * (size_t)c->L + (size_t)layer] = r;
+    if (r == 0) return LS_OK;
+    /* gu_a's shrinks sit r apart in the operand and R apart in the pool's
+     * layout: gather their rows first, so one pack lays whole panels. */
+    for (int b = 0; b < 2 * c->O; b++)
+        memcpy(c->gather + (size_t)b * (size_t)r * H, f->gu_a + (size_t)b * R * H, (size_t)r * H * sizeof(float));
+    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, 1, c->gather, 1, H, c->H,
+                  c->O * 2 * r);
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++)
-            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0, 1,
-                          f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, c->R, c->F);
+            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, r, 0, 1,
+                          f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, r, c->F);
         ls_cpu_pack_b((void *)ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, 1, f->d_a + (size_t)e * R * F, 1,
-                      F, c->F, c->R);
+                      F, c->F, r);
     }
     for (int o = 0; o < c->O; o++)
-        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, 1, f->d_b + (size_t)o * H * R, 1,
-                      R, c->R, c->H);
+        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, r, 0, 1, f->d_b + (size_t)o * H * R, 1, R,
+                      r, c->H);
     return LS_OK;
 }
 
@@ -167,28 +208,38 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot_len * sizeof(float));
+    memset(c->rank + (size_t)slot * (size_t)c->L, 0, (size_t)c->L * sizeof *c->rank);
     return LS_OK;
 }
 
-/* Unpacks back to the docs/math.md layout (the inverse of slot_write). A NULL
- * destination skips that buffer. */
+/* Unpacks back to the docs/math.md layout (the inverse of slot_write),
+ * zero past the slot's rank. A NULL destination skips that buffer. */
 static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                   float *d_b, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
-    if (gu_a) ls_cpu_unpack_b(ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, gu_a, 1, H, c->H, c->O * 2 * c->R);
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R, n = (size_t)c->n, O = (size_t)c->O;
+    const int r = ls_cpu_rank(c, slot, layer);
+    if (gu_a) memset(gu_a, 0, O * 2 * R * H * sizeof(float));
+    if (gu_b) memset(gu_b, 0, n * 2 * F * R * sizeof(float));
+    if (d_a) memset(d_a, 0, n * R * F * sizeof(float));
+    if (d_b) memset(d_b, 0, O * H * R * sizeof(float));
+    if (r == 0) return LS_OK;
+    if (gu_a) {
+        ls_cpu_unpack_b(ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, c->gather, 1, H, c->H, c->O * 2 * r);
+        for (size_t b = 0; b < 2 * O; b++)
+            memcpy(gu_a + b * R * H, c->gather + b * (size_t)r * H, (size_t)r * H * sizeof(float));
+    }
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; gu_b && half < 2; half++)
-            ls_cpu_unpack_b(ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, c->R, 0,
-                            gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, c->R, c->F);
+            ls_cpu_unpack_b(ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, r, 0,
+                            gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, r, c->F);
         if (d_a)
             ls_cpu_unpack_b(ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, d_a + (size_t)e * R * F, 1, F,
-                            c->F, c->R);
+                            c->F, r);
     }
     for (int o = 0; d_b && o < c->O; o++)
-        ls_cpu_unpack_b(ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, c->R, 0, d_b + (size_t)o * H * R, 1, R, c->R,
-                        c->H);
+        ls_cpu_unpack_b(ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, r, 0, d_b + (size_t)o * H * R, 1, R, r, c->H);
     return LS_OK;
 }
 
@@ -279,6 +330,8 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
+    c->rank = ls_cpu_alloc(S, L, 1, sizeof *c->rank);
+    c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
     c->order = malloc(T * sizeof *c->order);
     c->group = malloc((S + 2) * sizeof *c->group);
     c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
@@ -288,7 +341,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->pool || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->pool || !c->rank || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

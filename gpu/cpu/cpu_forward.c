@@ -33,7 +33,8 @@ static void ls_cpu_share(int items, int index, int count, int *lo, int *hi) {
 
 static float *ls_cpu_apack_of(const ls_cpu *c, int index) { return c->apack + (size_t)index * c->apack_len; }
 
-/* Rows [r0, r1) of the adapter rows, one slot's run at a time:
+/* Rows [r0, r1) of the adapter rows, one slot's run at a time, skipping
+ * slots of rank 0 in this layer (they add nothing):
  * fn(job, slot, first row, row count, thread index). */
 typedef void (*ls_cpu_rows_fn)(const ls_cpu_job *j, int slot, int r, int m, int index);
 static void ls_cpu_each_slot_rows(const ls_cpu_job *j, int r0, int r1, int index, ls_cpu_rows_fn fn) {
@@ -41,11 +42,12 @@ static void ls_cpu_each_slot_rows(const ls_cpu_job *j, int r0, int r1, int index
     for (int s = 0; s < c->S; s++) {
         int a = c->group[s + 1] > r0 ? c->group[s + 1] : r0;
         int b = c->group[s + 2] < r1 ? c->group[s + 2] : r1;
-        if (a < b) fn(j, s, a, b - a, index);
+        if (a < b && ls_cpu_rank(c, s, j->layer) > 0) fn(j, s, a, b - a, index);
     }
 }
 
-/* st[r:r+m] = xs[r:r+m] · gu_a(slot): every outer block's 2R columns. */
+/* st[r:r+m] = xs[r:r+m] · gu_a(slot): every outer block's 2r columns
+ * (the slot's rank r; st's rows are O*2R apart). */
 static void ls_cpu_shrink_gate_up(const ls_cpu_job *j, int slot, int r, int m, int index) {
     const ls_cpu *c = j->c;
     const int SW = c->O * 2 * c->R;
@@ -56,13 +58,13 @@ static void ls_cpu_shrink_gate_up(const ls_cpu_job *j, int slot, int r, int m, i
 
 /* pt[r:r+m] = the down shrink of as[r:r+m]: with one outer block the
  * experts' shrinks sum in one chain (expert 0's K first), with n blocks
- * each expert writes its own R columns. */
+ * each expert writes its own rank columns (pt's rows are O*R apart). */
 static void ls_cpu_shrink_down(const ls_cpu_job *j, int slot, int r, int m, int index) {
     const ls_cpu *c = j->c;
-    const int AW = c->n * c->F, PW = c->O * c->R;
+    const int AW = c->n * c->F, PW = c->O * c->R, rank = ls_cpu_rank(c, slot, j->layer);
     for (int e = 0; e < c->n; e++) {
         ls_cpu_mat b = ls_cpu_d_a(c, slot, j->layer, e);
-        float *dst = c->pt + (size_t)r * PW + (c->O == 1 ? 0 : (size_t)e * c->R);
+        float *dst = c->pt + (size_t)r * PW + (c->O == 1 ? 0 : (size_t)e * rank);
         ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, c->as + (size_t)r * AW + (size_t)e * c->F, (size_t)AW, &b,
                     0, ls_cpu_panel_count(b.n), dst, (size_t)PW, LS_CPU_NR, c->O == 1 && e > 0);
     }
@@ -95,12 +97,13 @@ static void ls_cpu_job_b(void *p, int index, int count) {
     ls_cpu_mat w13 = ls_cpu_w13(c, j->layer);
     ls_cpu_gemm(c->kr, ap, j->T, j->xs, (size_t)H, &w13, q0 * 2 * n, q1 * 2 * n, c->zs, (size_t)ZW, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
-        const int r = c->group[s + 1], m = c->group[s + 2] - r;
-        if (m == 0) continue;
+        const int r = c->group[s + 1], m = c->group[s + 2] - r, rank = ls_cpu_rank(c, s, j->layer);
+        if (m == 0 || rank == 0) continue;
         for (int e = 0; e < n; e++)
             for (int half = 0; half < 2; half++) {
                 ls_cpu_mat b = ls_cpu_gu_b(c, s, j->layer, e, half);
-                const float *a = c->st + (size_t)r * SW + (size_t)(c->O == 1 ? 0 : e) * 2 * R + (size_t)half * R;
+                const float *a =
+                    c->st + (size_t)r * SW + (size_t)(c->O == 1 ? 0 : e) * 2 * rank + (size_t)half * rank;
                 float *z = c->zs + (size_t)r * ZW + (size_t)(2 * e + half) * LS_CPU_NR;
                 ls_cpu_gemm(c->kr, ap, m, a, (size_t)SW, &b, q0, q1, z, (size_t)ZW, step, true);
             }
@@ -138,10 +141,10 @@ static void ls_cpu_job_d(void *p, int index, int count) {
     ls_cpu_mat w2 = ls_cpu_w2(c, j->layer);
     ls_cpu_gemm(c->kr, ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
-        const int r = c->group[s + 1], m = c->group[s + 2] - r;
-        for (int o = 0; m > 0 && o < c->O; o++) {
+        const int r = c->group[s + 1], m = c->group[s + 2] - r, rank = ls_cpu_rank(c, s, j->layer);
+        for (int o = 0; m > 0 && rank > 0 && o < c->O; o++) {
             ls_cpu_mat b = ls_cpu_d_b(c, s, j->layer, o);
-            ls_cpu_gemm(c->kr, ap, m, c->pt + (size_t)r * PW + (size_t)o * R, (size_t)PW, &b, q0, q1,
+            ls_cpu_gemm(c->kr, ap, m, c->pt + (size_t)r * PW + (size_t)o * rank, (size_t)PW, &b, q0, q1,
                         j->ys + (size_t)r * H, (size_t)H, LS_CPU_NR, true);
         }
     }

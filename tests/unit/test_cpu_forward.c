@@ -1,7 +1,8 @@
 /* The CPU backend against the conformance example (tests/data/tiny.json)
  * and against the independent fp64 reference (tests/util/reference.c) on
  * random models and adapters written straight into slots; its error
- * statuses; slot write, read and clear. */
+ * statuses; slot write, read and clear; and that a slot's cost and bits
+ * follow its adapter's rank, not the pool's. */
 #include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
@@ -493,6 +494,110 @@ static void test_slot_clear_is_base(void **state) {
     ls_backend_free(be);
 }
 
+/* ---- (e) a slot costs its own rank, not --max-rank ------------------- */
+
+/* Every value slot_read returns equals the adapter's (broadcast over
+ * outer blocks) below its rank, and zero past it. */
+static void check_read_back(ls_backend *be, int slot, int layer, const ls_ref_lora *a) {
+    const ls_dims *d = ls_backend_dims(be);
+    const ls_pool_dims *p = ls_backend_pool_dims(be);
+    const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
+    float *ga = ls_test_calloc(ls_pool_gu_a_len(d, p), 4), *gb = ls_test_calloc(ls_pool_gu_b_len(d, p), 4);
+    float *da = ls_test_calloc(ls_pool_d_a_len(d, p), 4), *db = ls_test_calloc(ls_pool_d_b_len(d, p), 4);
+    /* Garbage first: slot_read must write every value, padding included. */
+    memset(ga, 0x7f, ls_pool_gu_a_len(d, p) * 4), memset(gb, 0x7f, ls_pool_gu_b_len(d, p) * 4);
+    memset(da, 0x7f, ls_pool_d_a_len(d, p) * 4), memset(db, 0x7f, ls_pool_d_b_len(d, p) * 4);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_slot_read(be, slot, layer, ga, gb, da, db, &err), LS_OK);
+    for (long o = 0; o < O; o++) {
+        long src = a->outer == 1 ? 0 : o;
+        for (long half = 0; half < 2; half++)
+            for (long k = 0; k < R; k++)
+                for (long h = 0; h < H; h++)
+                    assert_true(ga[(o * 2 * R + half * R + k) * H + h] ==
+                                (k < r ? (float)a->gu_a[(src * 2 * r + half * r + k) * H + h] : 0.0f));
+        for (long h = 0; h < H; h++)
+            for (long k = 0; k < R; k++)
+                assert_true(db[(o * H + h) * R + k] == (k < r ? (float)a->d_b[(src * H + h) * r + k] : 0.0f));
+    }
+    for (long e = 0; e < n; e++) {
+        for (long i = 0; i < 2 * F; i++)
+            for (long k = 0; k < R; k++)
+                assert_true(gb[(e * 2 * F + i) * R + k] == (k < r ? (float)a->gu_b[(e * 2 * F + i) * r + k] : 0.0f));
+        for (long k = 0; k < R; k++)
+            for (long j = 0; j < F; j++)
+                assert_true(da[(e * R + k) * F + j] == (k < r ? (float)a->d_a[(e * r + k) * F + j] : 0.0f));
+    }
+    ls_error_free(&err);
+    free(ga), free(gb), free(da), free(db);
+}
+
+/* The same adapters (ranks 1, 5 and 12, and one of all-zero factors) in
+ * a pool of --max-rank 12 and in one of 40: the forward cuts each slot
+ * to its own rank, so the two pools give the same bits for every token,
+ * read back the same factors, and the all-zero adapter gives the base
+ * model's bits. For both pool layouts. */
+static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
+    enum { S = 4, T = 33 };
+    const int n = 3, H = 48, F = 40;
+    ls_dims d = {.n = n, .H = H, .F = F, .L = 1, .w13_layout = LS_W13_INTERLEAVED};
+    ls_backend *tight = make_backend(&d, pl, S, 12, T), *loose = make_backend(&d, pl, S, 40, T);
+    unsigned long long st = seed;
+    const long c13 = (long)n * 2 * F * H, c2 = (long)n * H * F;
+    double *w13 = ls_test_calloc((size_t)c13, sizeof(double)), *w2 = ls_test_calloc((size_t)c2, sizeof(double));
+    fill_exact(w13, c13, 1.0 / sqrt((double)H), &st);
+    fill_exact(w2, c2, 1.0 / sqrt((double)(n * F)), &st);
+    upload(tight, 0, w13, w2);
+    upload(loose, 0, w13, w2);
+    const int ranks[S] = {1, 5, 12, 3};
+    rand_lora ad[S];
+    for (int s = 0; s < S; s++) {
+        rand_lora_make(&ad[s], &d, ranks[s], pl == LS_LORA_PER_EXPERT && s != 1 ? n : 1, &st);
+        if (s == 3) { /* slot 3: an adapter whose factors are all zero */
+            const ls_ref_lora *a = &ad[s].ref;
+            long count = (long)a->outer * 2 * a->r * H + (long)n * 2 * F * a->r + (long)n * a->r * F +
+                         (long)a->outer * H * a->r;
+            memset(ad[s].buf, 0, (size_t)count * sizeof(double));
+        }
+        write_slot(tight, s, 0, &ad[s].ref);
+        write_slot(loose, s, 0, &ad[s].ref);
+        check_read_back(loose, s, 0, &ad[s].ref);
+    }
+    double *xd = ls_test_calloc((size_t)T * H, sizeof(double));
+    fill_exact(xd, (long)T * H, 1.0, &st);
+    float *x = to_float(xd, (long)T * H);
+    float *y_tight = ls_test_calloc((size_t)T * H, 4), *y_loose = ls_test_calloc((size_t)T * H, 4);
+    float *y_base = ls_test_calloc((size_t)T * H, 4);
+    int slots[T], zero[T];
+    for (int t = 0; t < T; t++) slots[t] = t % (S + 1) - 1, zero[t] = 3; /* base, then slots 0..3 in turn */
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_forward(tight, 0, T, x, NULL, slots, y_tight, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, slots, y_loose, &err), LS_OK);
+    assert_memory_equal(y_tight, y_loose, (size_t)T * H * sizeof(float));
+    assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, NULL, y_base, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, zero, y_loose, &err), LS_OK);
+    assert_memory_equal(y_base, y_loose, (size_t)T * H * sizeof(float));
+    /* And the adapters did change their tokens. */
+    for (int t = 1; t < 4; t++)
+        assert_true(memcmp(y_tight + (size_t)t * H, y_base + (size_t)t * H, (size_t)H * sizeof(float)) != 0);
+    ls_error_free(&err);
+    for (int s = 0; s < S; s++) free(ad[s].buf);
+    free(w13), free(w2), free(xd), free(x), free(y_tight), free(y_loose), free(y_base);
+    ls_backend_free(tight);
+    ls_backend_free(loose);
+}
+
+static void test_max_rank_shared(void **state) {
+    (void)state;
+    run_max_rank_case(LS_LORA_SHARED, 21);
+}
+static void test_max_rank_per_expert(void **state) {
+    (void)state;
+    run_max_rank_case(LS_LORA_PER_EXPERT, 22);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_conformance),
@@ -503,6 +608,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_storage_rounds),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_slot_clear_is_base),
+        cmocka_unit_test(test_max_rank_shared),
+        cmocka_unit_test(test_max_rank_per_expert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
