@@ -11,9 +11,11 @@
  *   - the same forward in PyTorch (bench/torch_cpu.py, fp32), once per
  *     --python given (default /usr/bin/python3, Debian's python3-torch).
  * Prints a table and one line per ratio; never passes or fails on time.
+ * --max-rank puts the rank-r adapters in a pool of a larger rank (as a
+ * server started with that --max-rank holds them; the default is r).
  *   bench_cpu [--hidden H] [--intermediate F] [--experts n] [--rank r]
- *             [--threads N] [--layers L] [--isa auto|avx512|avx2|generic]
- *             [--python PATH]... [--no-peer] */
+ *             [--max-rank R] [--threads N] [--layers L]
+ *             [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer] */
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
@@ -46,6 +48,19 @@ static void ls_fill(float *v, size_t n, unsigned *state, float scale) {
     for (size_t i = 0; i < n; i++) {
         *state = *state * 1664525u + 1013904223u;
         v[i] = scale * ((float)(*state >> 8) / 16777216.0f * 2.0f - 1.0f);
+    }
+}
+
+/* Zeroes rank indices k >= r of one slot's factors in the pool's layout
+ * (gu_a [1, 2R, H], gu_b [n, 2F, R], d_a [n, R, F], d_b [1, H, R]), as
+ * the server pads a rank-r adapter. */
+static void ls_pad_rank(float *ga, float *gb, float *da, float *db, int n, int H, int F, int R, int r) {
+    for (int k = r; k < R; k++) {
+        memset(ga + (size_t)k * H, 0, (size_t)H * 4);
+        memset(ga + ((size_t)R + k) * H, 0, (size_t)H * 4);
+        for (size_t i = 0; i < (size_t)n * 2 * F; i++) gb[i * R + k] = 0;
+        for (int e = 0; e < n; e++) memset(da + ((size_t)e * R + k) * F, 0, (size_t)F * 4);
+        for (int h = 0; h < H; h++) db[(size_t)h * R + k] = 0;
     }
 }
 
@@ -274,7 +289,7 @@ static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int t
 }
 
 int main(int argc, char **argv) {
-    int H = 2048, F = 1024, n = 2, rank = 16, threads = 2, L = 4, peer = 1, npy = 0;
+    int H = 2048, F = 1024, n = 2, rank = 16, max_rank = 0, threads = 2, L = 4, peer = 1, npy = 0;
     const char *python[MAX_PEERS];
     ls_cpu_isa isa = LS_CPU_ISA_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -282,6 +297,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) F = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) max_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
@@ -293,13 +309,15 @@ int main(int argc, char **argv) {
                   : !strcmp(v, "generic") ? LS_CPU_ISA_GENERIC
                                           : LS_CPU_ISA_AUTO;
         } else {
-            fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--threads N] "
-                            "[--layers L] [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer]\n",
+            fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--max-rank R] "
+                            "[--threads N] [--layers L] [--isa auto|avx512|avx2|generic] [--python PATH]... "
+                            "[--no-peer]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (L < 1 || threads < 1) return 2;
+    if (max_rank == 0) max_rank = rank;
+    if (L < 1 || threads < 1 || rank < 1 || max_rank < rank) return 2;
     if (npy == 0) python[npy++] = "/usr/bin/python3";
     openblas_set_num_threads(threads);
     const int maxT = 2048, S = 8;
@@ -333,7 +351,7 @@ int main(int argc, char **argv) {
     const char *isa_name = "?";
     for (int di = 0; di < 2; di++) {
         ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
-                                 .pool = {.slots = S, .max_rank = rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
+                                 .pool = {.slots = S, .max_rank = max_rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
                                  .dtype = dts[di],
                                  .threads = threads,
                                  .cpu_isa = isa};
@@ -355,6 +373,7 @@ int main(int argc, char **argv) {
             for (int l = 0; l < L; l++) {
                 ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
                     ls_fill(fd, ld, &seed, 0.05f);
+                ls_pad_rank(fa, fb, fc, fd, n, H, F, max_rank, rank);
                 ls_slot_factors f = {fa, fb, fc, fd};
                 if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) return 1;
             }
@@ -376,8 +395,9 @@ int main(int argc, char **argv) {
 
     const int lanes = !strcmp(isa_name, "avx512") ? 16 : !strcmp(isa_name, "avx2") ? 8 : 1;
     const double peak = ls_fma_peak(threads, lanes);
-    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d, %d threads, %s kernels, %d layers in turn\n", n, H, F,
-           rank, threads, isa_name, L);
+    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d), %d threads, %s kernels, %d layers in "
+           "turn\n",
+           n, H, F, rank, max_rank, threads, isa_name, L);
     printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", bw / 1e9,
            threads);
     printf("# fma peak %.1f GFLOP/s (%d threads, %d lanes); compute floor = the forward's FLOPs / that peak\n",
