@@ -11,6 +11,13 @@
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/threads.h"
 
+/* How one slot's factors for one layer are packed (see the pool below). */
+typedef struct {
+    int rank;       /* every factor value at a rank index >= rank is zero */
+    ls_dtype dt[4]; /* gu_a, gu_b, d_a, d_b: BF16 or F16 when every value
+                     * of that factor is exactly such a number, else F32 */
+} ls_cpu_form;
+
 typedef struct {
     int n, H, F, L;
     int S, R, O;
@@ -34,21 +41,24 @@ typedef struct {
     int zw;                 /* columns of w13 and of zs: ceil(F/16) * 2n * 16 */
     size_t w13_len, w2_len; /* values of one layer's operand */
 
-    /* The pool, packed fp32, one block of slot_len floats per slot and
-     * layer, room for rank R. A block holds its factors at the rank r the
-     * slot has in that layer (rank[slot * L + layer]: past it every
-     * factor the pool gave was zero), so a rank-16 adapter in a
-     * --max-rank 64 pool streams and multiplies a quarter of R's values:
-     * gu_a [H, O*2r] (outer block o's gate shrink in columns o*2r + k,
-     * its up shrink in o*2r + r + k); gu_b 2n operands [r, F] (expert
-     * e's gate expand at 2e, up at 2e+1); d_a n operands [F, r]; d_b O
-     * operands [r, H]. Rank 0 (never written, cleared, or all zero)
-     * adds nothing, and the forward skips the slot. slot_write packs from
-     * the docs/math.md layout and slot_read unpacks back to it. */
+    /* The pool, one block of slot_len floats per slot and layer, room for
+     * rank R in fp32. A block holds its factors at the rank r and dtypes
+     * of form[slot * L + layer], which change no value: past r every
+     * factor value the pool gave was zero, and a factor whose every value
+     * is a bf16 (or f16) number is kept at 2 bytes and widened exactly in
+     * registers. So a rank-16 adapter in a --max-rank 64 pool streams and
+     * multiplies a quarter of R's values, and one saved in bf16 (scaled
+     * by a power of two) half the bytes again. The operands: gu_a
+     * [H, O*2r] (outer block o's gate shrink in columns o*2r + k, its up
+     * shrink in o*2r + r + k); gu_b 2n operands [r, F] (expert e's gate
+     * expand at 2e, up at 2e+1); d_a n operands [F, r]; d_b O operands
+     * [r, H]. Rank 0 (never written, cleared, or all zero) adds nothing,
+     * and the forward skips the slot. slot_write packs from the
+     * docs/math.md layout and slot_read unpacks back to it. */
     float *pool;
-    int *rank;                                   /* [S * L] */
+    ls_cpu_form *form;                           /* [S * L] */
     float *gather;                               /* [O*2R*H] slot_write/slot_read's staging of gu_a */
-    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R */
+    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R in fp32 (the room) */
     size_t off_gu_b, off_d_a, off_d_b, slot_len;
 
     /* Scratch for max_tokens tokens, allocated once. Rows are in slot

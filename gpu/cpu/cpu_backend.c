@@ -46,25 +46,36 @@ static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
     return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot_len;
 }
 
-int ls_cpu_rank(const ls_cpu *c, int slot, int layer) { return c->rank[(size_t)slot * (size_t)c->L + (size_t)layer]; }
+static ls_cpu_form *ls_cpu_form_of(const ls_cpu *c, int slot, int layer) {
+    return &c->form[(size_t)slot * (size_t)c->L + (size_t)layer];
+}
+
+int ls_cpu_rank(const ls_cpu *c, int slot, int layer) { return ls_cpu_form_of(c, slot, layer)->rank; }
+
+/* The four factors' indices in ls_cpu_form.dt. */
+enum { LS_CPU_GU_A, LS_CPU_GU_B, LS_CPU_D_A, LS_CPU_D_B };
 
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer) {
-    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), LS_DTYPE_F32, c->H, c->O * 2 * ls_cpu_rank(c, slot, layer)};
+    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
+    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), f->dt[LS_CPU_GU_A], c->H, c->O * 2 * f->rank};
 }
 
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half) {
+    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + (size_t)(2 * e + half) * c->gu_b_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, ls_cpu_rank(c, slot, layer), c->F};
+    return (ls_cpu_mat){p, f->dt[LS_CPU_GU_B], f->rank, c->F};
 }
 
 ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e) {
+    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_a + (size_t)e * c->d_a_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, c->F, ls_cpu_rank(c, slot, layer)};
+    return (ls_cpu_mat){p, f->dt[LS_CPU_D_A], c->F, f->rank};
 }
 
 ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) {
+    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_b + (size_t)o * c->d_b_len;
-    return (ls_cpu_mat){p, LS_DTYPE_F32, ls_cpu_rank(c, slot, layer), c->H};
+    return (ls_cpu_mat){p, f->dt[LS_CPU_D_B], f->rank, c->H};
 }
 
 /* Frees the context (whatever part of it create made); backend.c frees
@@ -76,7 +87,7 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->w13);
         free(c->w2);
         free(c->pool);
-        free(c->rank);
+        free(c->form);
         free(c->gather);
         free(c->order);
         free(c->group);
@@ -170,37 +181,65 @@ static int ls_cpu_factors_rank(const ls_cpu *c, const ls_slot_factors *f) {
     return r;
 }
 
+/* BF16 when every value is a bf16 number (its low 16 bits are zero),
+ * else F16 when every value is an f16 number, else F32: the narrowest
+ * dtype that holds them all exactly. An adapter saved in bf16 or f16
+ * keeps that property through the pool's scale when the scale is a power
+ * of two (alpha = 2r, say). */
+static ls_dtype ls_cpu_exact_dtype(const float *v, size_t count) {
+    bool bf16 = true, f16 = true;
+    for (size_t i = 0; i < count && (bf16 || f16); i++) {
+        uint32_t bits, back;
+        memcpy(&bits, &v[i], sizeof bits);
+        if (bits & 0xFFFFu) bf16 = false;
+        if (f16) {
+            float w = ls_f16_to_f32(ls_f32_to_f16(v[i]));
+            memcpy(&back, &w, sizeof back);
+            f16 = back == bits;
+        }
+    }
+    return bf16 ? LS_DTYPE_BF16 : f16 ? LS_DTYPE_F16 : LS_DTYPE_F32;
+}
+
 /* Packs the four R-padded factors from the docs/math.md layout, cut to
- * the slot's rank r (cpu.h): gu_a [O, 2R, H] (value (h, o*2r + k) of the
- * shrink is gu_a[o][k][h], value (h, o*2r + r + k) is gu_a[o][R + k][h]),
- * gu_b [n, 2F, R] (value (k, j) of expert e's gate expand is
- * gu_b[e][j][k], of its up expand gu_b[e][F + j][k]), d_a [n, R, F]
- * (value (j, k) is d_a[e][k][j]), d_b [O, H, R] (value (k, h) is
- * d_b[o][h][k]). These are the only operands the forward reads, so
- * nothing else needs a refresh. */
+ * the slot's rank r, each at its exact dtype (cpu.h): gu_a [O, 2R, H]
+ * (value (h, o*2r + k) of the shrink is gu_a[o][k][h], value
+ * (h, o*2r + r + k) is gu_a[o][R + k][h]), gu_b [n, 2F, R] (value (k, j)
+ * of expert e's gate expand is gu_b[e][j][k], of its up expand
+ * gu_b[e][F + j][k]), d_a [n, R, F] (value (j, k) is d_a[e][k][j]), d_b
+ * [O, H, R] (value (k, h) is d_b[o][h][k]). These are the only operands
+ * the forward reads, so nothing else needs a refresh. */
 static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R, n = (size_t)c->n, O = (size_t)c->O;
     const int r = ls_cpu_factors_rank(c, f);
-    c->rank[(size_t)slot * (size_t)c->L + (size_t)layer] = r;
+    ls_cpu_form *form = ls_cpu_form_of(c, slot, layer);
+    form->rank = r;
+    form->dt[LS_CPU_GU_A] = ls_cpu_exact_dtype(f->gu_a, O * 2 * R * H);
+    form->dt[LS_CPU_GU_B] = ls_cpu_exact_dtype(f->gu_b, n * 2 * F * R);
+    form->dt[LS_CPU_D_A] = ls_cpu_exact_dtype(f->d_a, n * R * F);
+    form->dt[LS_CPU_D_B] = ls_cpu_exact_dtype(f->d_b, O * H * R);
     if (r == 0) return LS_OK;
     /* gu_a's shrinks sit r apart in the operand and R apart in the pool's
      * layout: gather their rows first, so one pack lays whole panels. */
-    for (int b = 0; b < 2 * c->O; b++)
-        memcpy(c->gather + (size_t)b * (size_t)r * H, f->gu_a + (size_t)b * R * H, (size_t)r * H * sizeof(float));
-    ls_cpu_pack_b((void *)ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, 1, c->gather, 1, H, c->H,
-                  c->O * 2 * r);
+    for (size_t b = 0; b < 2 * O; b++)
+        memcpy(c->gather + b * (size_t)r * H, f->gu_a + b * R * H, (size_t)r * H * sizeof(float));
+    ls_cpu_mat m = ls_cpu_gu_a(c, slot, layer);
+    ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, c->gather, 1, H, m.k, m.n);
     for (int e = 0; e < c->n; e++) {
-        for (int half = 0; half < 2; half++)
-            ls_cpu_pack_b((void *)ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, r, 0, 1,
-                          f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, r, c->F);
-        ls_cpu_pack_b((void *)ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, 1, f->d_a + (size_t)e * R * F, 1,
-                      F, c->F, r);
+        for (int half = 0; half < 2; half++) {
+            m = ls_cpu_gu_b(c, slot, layer, e, half);
+            ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, m.k,
+                          m.n);
+        }
+        m = ls_cpu_d_a(c, slot, layer, e);
+        ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->d_a + (size_t)e * R * F, 1, F, m.k, m.n);
     }
-    for (int o = 0; o < c->O; o++)
-        ls_cpu_pack_b((void *)ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, r, 0, 1, f->d_b + (size_t)o * H * R, 1, R,
-                      r, c->H);
+    for (int o = 0; o < c->O; o++) {
+        m = ls_cpu_d_b(c, slot, layer, o);
+        ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->d_b + (size_t)o * H * R, 1, R, m.k, m.n);
+    }
     return LS_OK;
 }
 
@@ -208,7 +247,7 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot_len * sizeof(float));
-    memset(c->rank + (size_t)slot * (size_t)c->L, 0, (size_t)c->L * sizeof *c->rank);
+    for (int l = 0; l < c->L; l++) ls_cpu_form_of(c, slot, l)->rank = 0;
     return LS_OK;
 }
 
@@ -225,21 +264,27 @@ static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu
     if (d_a) memset(d_a, 0, n * R * F * sizeof(float));
     if (d_b) memset(d_b, 0, O * H * R * sizeof(float));
     if (r == 0) return LS_OK;
+    ls_cpu_mat m;
     if (gu_a) {
-        ls_cpu_unpack_b(ls_cpu_gu_a(c, slot, layer).p, LS_DTYPE_F32, c->H, 0, c->gather, 1, H, c->H, c->O * 2 * r);
+        m = ls_cpu_gu_a(c, slot, layer);
+        ls_cpu_unpack_b(m.p, m.dt, m.k, 0, c->gather, 1, H, m.k, m.n);
         for (size_t b = 0; b < 2 * O; b++)
             memcpy(gu_a + b * R * H, c->gather + b * (size_t)r * H, (size_t)r * H * sizeof(float));
     }
     for (int e = 0; e < c->n; e++) {
-        for (int half = 0; gu_b && half < 2; half++)
-            ls_cpu_unpack_b(ls_cpu_gu_b(c, slot, layer, e, half).p, LS_DTYPE_F32, r, 0,
-                            gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, r, c->F);
-        if (d_a)
-            ls_cpu_unpack_b(ls_cpu_d_a(c, slot, layer, e).p, LS_DTYPE_F32, c->F, 0, d_a + (size_t)e * R * F, 1, F,
-                            c->F, r);
+        for (int half = 0; gu_b && half < 2; half++) {
+            m = ls_cpu_gu_b(c, slot, layer, e, half);
+            ls_cpu_unpack_b(m.p, m.dt, m.k, 0, gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, m.k, m.n);
+        }
+        if (d_a) {
+            m = ls_cpu_d_a(c, slot, layer, e);
+            ls_cpu_unpack_b(m.p, m.dt, m.k, 0, d_a + (size_t)e * R * F, 1, F, m.k, m.n);
+        }
     }
-    for (int o = 0; d_b && o < c->O; o++)
-        ls_cpu_unpack_b(ls_cpu_d_b(c, slot, layer, o).p, LS_DTYPE_F32, r, 0, d_b + (size_t)o * H * R, 1, R, r, c->H);
+    for (int o = 0; d_b && o < c->O; o++) {
+        m = ls_cpu_d_b(c, slot, layer, o);
+        ls_cpu_unpack_b(m.p, m.dt, m.k, 0, d_b + (size_t)o * H * R, 1, R, m.k, m.n);
+    }
     return LS_OK;
 }
 
@@ -330,7 +375,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
-    c->rank = ls_cpu_alloc(S, L, 1, sizeof *c->rank);
+    c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
     c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
     c->order = malloc(T * sizeof *c->order);
     c->group = malloc((S + 2) * sizeof *c->group);
@@ -341,7 +386,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->pool || !c->rank || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->pool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

@@ -37,9 +37,18 @@ typedef struct {
 static const ls_cpu_isa PATHS[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
 #define N_PATHS (sizeof PATHS / sizeof PATHS[0])
 
+/* v rounded to bf16 (to_bf16) or f16 numbers, as a 16-bit adapter's
+ * factors arrive. */
+static void round_to(float *v, size_t count, bool to_bf16) {
+    for (size_t i = 0; i < count; i++)
+        v[i] = to_bf16 ? ls_bf16_to_f32(ls_f32_to_bf16(v[i])) : ls_f16_to_f32(ls_f32_to_f16(v[i]));
+}
+
 /* A random model and SLOTS random adapters of ranks R/4.., padding left
- * zero past each rank as the pool's contract says. The same seed gives
- * the same weights whatever the path and thread count. */
+ * zero past each rank as the pool's contract says; slot 1's factors are
+ * bf16 numbers and slot 2's f16 numbers, which the engine keeps at 2
+ * bytes. The same seed gives the same weights whatever the path and
+ * thread count. */
 static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsigned long long seed) {
     ls_backend_config cfg = {.dims = m->d,
                              .pool = {.slots = SLOTS, .max_rank = m->R, .layout = m->layout, .max_tokens = MAX_T},
@@ -69,6 +78,10 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
         ls_ref_fill_uniform_f(gb, lgb, 0.5, &st);
         ls_ref_fill_uniform_f(da, lda, 1.0 / sqrt((double)F), &st);
         ls_ref_fill_uniform_f(db, ldb, 0.5, &st);
+        if (s == 1 || s == 2) {
+            round_to(ga, lga, s == 1), round_to(gb, lgb, s == 1);
+            round_to(da, lda, s == 1), round_to(db, ldb, s == 1);
+        }
         int r = R * (s + 1) / SLOTS, O = ls_pool_outer(d, p);
         for (int o = 0; o < O; o++)
             for (int k = r; k < R; k++) {

@@ -537,7 +537,9 @@ static void check_read_back(ls_backend *be, int slot, int layer, const ls_ref_lo
  * a pool of --max-rank 12 and in one of 40: the forward cuts each slot
  * to its own rank, so the two pools give the same bits for every token,
  * read back the same factors, and the all-zero adapter gives the base
- * model's bits. For both pool layouts. */
+ * model's bits. The rank-1 adapter's factors are bf16 numbers and the
+ * rank-5 one's f16 numbers (kept at 2 bytes, read back exactly); every
+ * token agrees with the fp64 reference. For both pool layouts. */
 static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
     enum { S = 4, T = 33 };
     const int n = 3, H = 48, F = 40;
@@ -554,11 +556,13 @@ static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
     rand_lora ad[S];
     for (int s = 0; s < S; s++) {
         rand_lora_make(&ad[s], &d, ranks[s], pl == LS_LORA_PER_EXPERT && s != 1 ? n : 1, &st);
-        if (s == 3) { /* slot 3: an adapter whose factors are all zero */
-            const ls_ref_lora *a = &ad[s].ref;
-            long count = (long)a->outer * 2 * a->r * H + (long)n * 2 * F * a->r + (long)n * a->r * F +
-                         (long)a->outer * H * a->r;
-            memset(ad[s].buf, 0, (size_t)count * sizeof(double));
+        const ls_ref_lora *a = &ad[s].ref;
+        const long count =
+            (long)a->outer * 2 * a->r * H + (long)n * 2 * F * a->r + (long)n * a->r * F + (long)a->outer * H * a->r;
+        if (s == 3) memset(ad[s].buf, 0, (size_t)count * sizeof(double)); /* all zero */
+        for (long i = 0; s < 2 && i < count; i++) {
+            float v = (float)ad[s].buf[i];
+            ad[s].buf[i] = s == 0 ? ls_bf16_to_f32(ls_f32_to_bf16(v)) : ls_f16_to_f32(ls_f32_to_f16(v));
         }
         write_slot(tight, s, 0, &ad[s].ref);
         write_slot(loose, s, 0, &ad[s].ref);
@@ -576,6 +580,13 @@ static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
     assert_int_equal(ls_backend_forward(tight, 0, T, x, NULL, slots, y_tight, &err), LS_OK);
     assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, slots, y_loose, &err), LS_OK);
     assert_memory_equal(y_tight, y_loose, (size_t)T * H * sizeof(float));
+    const ls_ref_lora *per_tok[T];
+    for (int t = 0; t < T; t++) per_tok[t] = slots[t] >= 0 ? &ad[slots[t]].ref : NULL;
+    double *yref = ls_test_calloc((size_t)T * H, sizeof(double));
+    ls_ref_forward(&d, w13, w2, T, xd, NULL, per_tok, yref);
+    for (int t = 0; t < T; t++)
+        assert_true(ls_ref_rel_err_f(y_tight + (size_t)t * H, yref + (size_t)t * H, H) <= 1e-5);
+    free(yref);
     assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, NULL, y_base, &err), LS_OK);
     assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, zero, y_loose, &err), LS_OK);
     assert_memory_equal(y_base, y_loose, (size_t)T * H * sizeof(float));

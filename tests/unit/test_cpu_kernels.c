@@ -39,7 +39,10 @@ static void *pack(const float *b, int k, int n, ls_dtype dt, float **rounded) {
 
 /* One case on every path: C (m x ldc, columns of panels [p0, p1) only)
  * against the fp64 sum of A times the rounded B, within the error bound of
- * a K-term fp32 sum, and bit for bit equal to the portable path. */
+ * a K-term fp32 sum, and bit for bit equal to the portable path. With
+ * bf16 or f16 panels, also bit for bit equal to f32 panels of the same
+ * (rounded) values: the engine keeps LoRA factors that are exact bf16 or
+ * f16 numbers at 2 bytes on that promise. */
 static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p1, unsigned long long *st) {
     const int ldc = n + 5; /* C rows wider than B: the tiles must not spill */
     float *a = ls_test_calloc((size_t)m * k, 4), *b = ls_test_calloc((size_t)k * n, 4), *c0 = ls_test_calloc((size_t)m * ldc, 4);
@@ -51,6 +54,7 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
     ls_cpu_mat bm = {pb, dt, k, n};
     float *ap = ls_test_calloc(ls_cpu_apack_len(k), 4);
     float *want = NULL;
+    const ls_cpu_kernels *first = NULL;
     const int j0 = p0 * LS_CPU_NR, j1 = p1 * LS_CPU_NR < n ? p1 * LS_CPU_NR : n;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         const ls_cpu_kernels *kr = ls_cpu_kernels_for(PATHS[pi]);
@@ -81,6 +85,7 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
             }
         if (!want) {
             want = c;
+            first = kr;
             continue;
         }
         if (memcmp(c, want, (size_t)m * ldc * 4) != 0) {
@@ -88,6 +93,20 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
             fail();
         }
         free(c);
+    }
+    if (dt != LS_DTYPE_F32) {
+        float *same;
+        void *pf = pack(rb, k, n, LS_DTYPE_F32, &same);
+        ls_cpu_mat fm = {pf, LS_DTYPE_F32, k, n};
+        float *c = ls_test_calloc((size_t)m * ldc, 4);
+        memcpy(c, c0, (size_t)m * ldc * 4);
+        ls_cpu_gemm(first, ap, m, a, (size_t)k, &fm, p0, p1, c, (size_t)ldc, LS_CPU_NR, acc);
+        if (memcmp(c, want, (size_t)m * ldc * 4) != 0) {
+            fprintf(stderr, "%s: %s panels and f32 panels of the same values differ: m=%d k=%d n=%d\n", first->name,
+                    ls_dtype_name(dt), m, k, n);
+            fail();
+        }
+        free(c), free(same), free(pf);
     }
     free(want), free(a), free(b), free(c0), free(rb), free(pb), free(ap);
 }
