@@ -13,8 +13,11 @@
  * Prints a table and one line per ratio; never passes or fails on time.
  * --max-rank puts the rank-r adapters in a pool of a larger rank (as a
  * server started with that --max-rank holds them; the default is r).
+ * --factors bf16 makes every factor value a bf16 number, as an adapter
+ * saved in bf16 with a power-of-two scale arrives (the default, f32, is
+ * full fp32 values).
  *   bench_cpu [--hidden H] [--intermediate F] [--experts n] [--rank r]
- *             [--max-rank R] [--threads N] [--layers L]
+ *             [--max-rank R] [--factors f32|bf16] [--threads N] [--layers L]
  *             [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer] */
 #include <cblas.h>
 #include <immintrin.h>
@@ -62,6 +65,11 @@ static void ls_pad_rank(float *ga, float *gb, float *da, float *db, int n, int H
         for (int e = 0; e < n; e++) memset(da + ((size_t)e * R + k) * F, 0, (size_t)F * 4);
         for (int h = 0; h < H; h++) db[(size_t)h * R + k] = 0;
     }
+}
+
+/* v rounded to bf16 numbers. */
+static void ls_round_bf16(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++) v[i] = ls_bf16_to_f32(ls_f32_to_bf16(v[i]));
 }
 
 static void *ls_xmalloc(size_t bytes) {
@@ -290,6 +298,7 @@ static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int t
 
 int main(int argc, char **argv) {
     int H = 2048, F = 1024, n = 2, rank = 16, max_rank = 0, threads = 2, L = 4, peer = 1, npy = 0;
+    bool bf16_factors = false;
     const char *python[MAX_PEERS];
     ls_cpu_isa isa = LS_CPU_ISA_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -298,6 +307,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) max_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--factors") && i + 1 < argc) bf16_factors = !strcmp(argv[++i], "bf16");
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
@@ -310,8 +320,8 @@ int main(int argc, char **argv) {
                                           : LS_CPU_ISA_AUTO;
         } else {
             fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--max-rank R] "
-                            "[--threads N] [--layers L] [--isa auto|avx512|avx2|generic] [--python PATH]... "
-                            "[--no-peer]\n",
+                            "[--factors f32|bf16] [--threads N] [--layers L] [--isa auto|avx512|avx2|generic] "
+                            "[--python PATH]... [--no-peer]\n",
                     argv[0]);
             return 2;
         }
@@ -374,6 +384,7 @@ int main(int argc, char **argv) {
                 ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
                     ls_fill(fd, ld, &seed, 0.05f);
                 ls_pad_rank(fa, fb, fc, fd, n, H, F, max_rank, rank);
+                if (bf16_factors) ls_round_bf16(fa, la), ls_round_bf16(fb, lb), ls_round_bf16(fc, lc), ls_round_bf16(fd, ld);
                 ls_slot_factors f = {fa, fb, fc, fd};
                 if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) return 1;
             }
@@ -395,9 +406,9 @@ int main(int argc, char **argv) {
 
     const int lanes = !strcmp(isa_name, "avx512") ? 16 : !strcmp(isa_name, "avx2") ? 8 : 1;
     const double peak = ls_fma_peak(threads, lanes);
-    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d), %d threads, %s kernels, %d layers in "
-           "turn\n",
-           n, H, F, rank, max_rank, threads, isa_name, L);
+    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d, %s factors), %d threads, %s kernels, %d "
+           "layers in turn\n",
+           n, H, F, rank, max_rank, bf16_factors ? "bf16" : "f32", threads, isa_name, L);
     printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", bw / 1e9,
            threads);
     printf("# fma peak %.1f GFLOP/s (%d threads, %d lanes); compute floor = the forward's FLOPs / that peak\n",
