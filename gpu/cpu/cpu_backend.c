@@ -153,29 +153,33 @@ static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13,
     return LS_OK;
 }
 
-static bool ls_cpu_any_nonzero(const float *v, size_t count, size_t stride) {
-    for (size_t i = 0; i < count; i++)
-        if (v[i * stride] != 0.0f) return true;
+/* True when some value is not +0 (by its bits: a -0 counts, so that
+ * slot_read gives back every bit slot_write received). */
+static bool ls_cpu_any_set(const float *v, size_t count, size_t stride) {
+    for (size_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i * stride], sizeof bits);
+        if (bits) return true;
+    }
     return false;
 }
 
 /* The smallest r such that every factor value at rank index k >= r is
- * zero (a NaN counts as nonzero). The pool pads each adapter to R with
- * zeros; an index that is zero in both the shrink and the expand adds
- * exactly nothing to any output (a +0 or -0 term, which can only turn a
- * -0 sum into +0), so the forward stops at r. */
+ * +0, as the pool pads each adapter to R. An index that is zero in both
+ * the shrink and the expand adds exactly nothing to any output (a +0
+ * term, which can only turn a -0 sum into +0), so the forward stops at r. */
 static int ls_cpu_factors_rank(const ls_cpu *c, const ls_slot_factors *f) {
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
     int r = 0;
     for (int k = c->R - 1; k >= r; k--) {
         bool used = false;
         for (int b = 0; !used && b < 2 * c->O; b++) /* outer block b / 2's gate (b even) or up shrink */
-            used = ls_cpu_any_nonzero(f->gu_a + ((size_t)b * R + (size_t)k) * H, H, 1);
+            used = ls_cpu_any_set(f->gu_a + ((size_t)b * R + (size_t)k) * H, H, 1);
         for (int e = 0; !used && e < c->n; e++)
-            used = ls_cpu_any_nonzero(f->gu_b + (size_t)e * 2 * F * R + (size_t)k, 2 * F, R) ||
-                   ls_cpu_any_nonzero(f->d_a + ((size_t)e * R + (size_t)k) * F, F, 1);
+            used = ls_cpu_any_set(f->gu_b + (size_t)e * 2 * F * R + (size_t)k, 2 * F, R) ||
+                   ls_cpu_any_set(f->d_a + ((size_t)e * R + (size_t)k) * F, F, 1);
         for (int o = 0; !used && o < c->O; o++)
-            used = ls_cpu_any_nonzero(f->d_b + (size_t)o * H * R + (size_t)k, H, R);
+            used = ls_cpu_any_set(f->d_b + (size_t)o * H * R + (size_t)k, H, R);
         if (used) r = k + 1;
     }
     return r;
@@ -368,7 +372,10 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->slot_len = c->off_d_b + (size_t)O * c->d_b_len;
 
     const int cpus = ls_cpu_online(), threads = cfg->threads > 0 ? cfg->threads : cpus;
+    /* K of every GEMM: H (w13, gate/up shrink), n*F (w2), F (down
+     * shrink) or at most R (the expands). */
     int kmax = H > n * F ? H : n * F;
+    if (R > kmax) kmax = R;
     c->apack_len = ls_cpu_apack_len(kmax);
     const size_t wb = ls_cpu_wbytes(c->dtype);
     c->w13 = ls_cpu_alloc(L, 1, c->w13_len, wb);

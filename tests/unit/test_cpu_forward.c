@@ -536,8 +536,9 @@ static void check_read_back(ls_backend *be, int slot, int layer, const ls_ref_lo
 /* The same adapters (ranks 1, 5 and 12, and one of all-zero factors) in
  * a pool of --max-rank 12 and in one of 40: the forward cuts each slot
  * to its own rank, so the two pools give the same bits for every token,
- * read back the same factors, and the all-zero adapter gives the base
- * model's bits. The rank-1 adapter's factors are bf16 numbers and the
+ * before and after the slots are rewritten with other ranks, read back
+ * the same factors, and the all-zero adapter gives the base model's
+ * bits. The rank-1 adapter's factors are bf16 numbers and the
  * rank-5 one's f16 numbers (kept at 2 bytes, read back exactly); every
  * token agrees with the fp64 reference. For both pool layouts. */
 static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
@@ -593,11 +594,97 @@ static void run_max_rank_case(ls_lora_layout pl, unsigned long long seed) {
     /* And the adapters did change their tokens. */
     for (int t = 1; t < 4; t++)
         assert_true(memcmp(y_tight + (size_t)t * H, y_base + (size_t)t * H, (size_t)H * sizeof(float)) != 0);
+    /* Slots rewritten with another rank (1 and 12 swapped, the all-zero
+     * one replaced by rank 5): nothing of the previous contents is read. */
+    const int next[S] = {2, 1, 0, 1};
+    for (int s = 0; s < S; s++) {
+        write_slot(tight, s, 0, &ad[next[s]].ref);
+        write_slot(loose, s, 0, &ad[next[s]].ref);
+        check_read_back(loose, s, 0, &ad[next[s]].ref);
+    }
+    assert_int_equal(ls_backend_forward(tight, 0, T, x, NULL, slots, y_tight, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(loose, 0, T, x, NULL, slots, y_loose, &err), LS_OK);
+    assert_memory_equal(y_tight, y_loose, (size_t)T * H * sizeof(float));
+    for (int t = 0; t < T; t++) per_tok[t] = slots[t] >= 0 ? &ad[next[slots[t]]].ref : NULL;
+    yref = ls_test_calloc((size_t)T * H, sizeof(double));
+    ls_ref_forward(&d, w13, w2, T, xd, NULL, per_tok, yref);
+    for (int t = 0; t < T; t++)
+        assert_true(ls_ref_rel_err_f(y_tight + (size_t)t * H, yref + (size_t)t * H, H) <= 1e-5);
+    free(yref);
     ls_error_free(&err);
     for (int s = 0; s < S; s++) free(ad[s].buf);
     free(w13), free(w2), free(xd), free(x), free(y_tight), free(y_loose), free(y_base);
     ls_backend_free(tight);
     ls_backend_free(loose);
+}
+
+/* slot_read gives back every bit slot_write received, a -0 past the
+ * values' rank included (the rank the engine keeps counts it). */
+static void test_read_back_negative_zero(void **state) {
+    (void)state;
+    ls_dims d = {.n = 1, .H = 16, .F = 16, .L = 1, .w13_layout = LS_W13_INTERLEAVED};
+    ls_backend *be = make_backend(&d, LS_LORA_SHARED, 1, 4, 4);
+    const ls_pool_dims *p = ls_backend_pool_dims(be);
+    size_t len[4] = {ls_pool_gu_a_len(&d, p), ls_pool_gu_b_len(&d, p), ls_pool_d_a_len(&d, p), ls_pool_d_b_len(&d, p)};
+    float *in[4], *out[4];
+    unsigned long long st = 3;
+    for (int i = 0; i < 4; i++) {
+        in[i] = ls_test_calloc(len[i], 4), out[i] = ls_test_calloc(len[i], 4);
+        ls_ref_fill_uniform_f(in[i], len[i], 1.0, &st);
+    }
+    /* Rank 2: rank indices 2 and 3 zero, but d_b[0][5][3] is -0. */
+    for (int k = 2; k < 4; k++) {
+        memset(in[0] + (size_t)k * 16, 0, 16 * 4), memset(in[0] + (size_t)(4 + k) * 16, 0, 16 * 4);
+        for (int i = 0; i < 32; i++) in[1][i * 4 + k] = 0.0f;
+        memset(in[2] + (size_t)k * 16, 0, 16 * 4);
+        for (int h = 0; h < 16; h++) in[3][h * 4 + k] = 0.0f;
+    }
+    in[3][5 * 4 + 3] = -0.0f;
+    ls_slot_factors f = {.gu_a = in[0], .gu_b = in[1], .d_a = in[2], .d_b = in[3]};
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_slot_write(be, 0, 0, &f, &err), LS_OK);
+    assert_int_equal(ls_backend_slot_read(be, 0, 0, out[0], out[1], out[2], out[3], &err), LS_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_memory_equal(in[i], out[i], len[i] * 4);
+        free(in[i]), free(out[i]);
+    }
+    ls_error_free(&err);
+    ls_backend_free(be);
+}
+
+/* A rank above H and n*F (the backend allows it; the server caps
+ * --max-rank at 1024): the expands' K is the rank, and 16 rows of one
+ * slot pack 16 x K floats of A, past one packed block. Under ASan this
+ * overflowed the packing scratch when it was sized for K <= max(H, n*F). */
+static void test_rank_above_hidden(void **state) {
+    (void)state;
+    enum { T = 16 };
+    const int n = 1, H = 16, F = 8, R = 2400;
+    ls_dims d = {.n = n, .H = H, .F = F, .L = 1, .w13_layout = LS_W13_CONTIGUOUS};
+    ls_backend *be = make_backend(&d, LS_LORA_SHARED, 1, R, T);
+    unsigned long long st = 77;
+    double w13[2 * 8 * 16], w2[16 * 8], xd[T * 16];
+    fill_exact(w13, 2 * F * H, 0.25, &st);
+    fill_exact(w2, H * F, 0.25, &st);
+    fill_exact(xd, T * H, 1.0, &st);
+    upload(be, 0, w13, w2);
+    rand_lora a;
+    rand_lora_make(&a, &d, R, 1, &st);
+    write_slot(be, 0, 0, &a.ref);
+    float *x = to_float(xd, T * H), y[T * 16];
+    int slots[T] = {0};
+    const ls_ref_lora *per_tok[T];
+    for (int t = 0; t < T; t++) per_tok[t] = &a.ref;
+    double yref[T * 16];
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_forward(be, 0, T, x, NULL, slots, y, &err), LS_OK);
+    ls_ref_forward(&d, w13, w2, T, xd, NULL, per_tok, yref);
+    assert_true(ls_ref_rel_err_f(y, yref, T * H) <= 1e-5);
+    ls_error_free(&err);
+    free(a.buf), free(x);
+    ls_backend_free(be);
 }
 
 static void test_max_rank_shared(void **state) {
@@ -621,6 +708,8 @@ int main(void) {
         cmocka_unit_test(test_slot_clear_is_base),
         cmocka_unit_test(test_max_rank_shared),
         cmocka_unit_test(test_max_rank_per_expert),
+        cmocka_unit_test(test_read_back_negative_zero),
+        cmocka_unit_test(test_rank_above_hidden),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
