@@ -31,9 +31,19 @@ static void ls_count_validation_failure(ls_server *srv, const ls_error *err) {
  * *origin are the caller's (up and a to free); on failure all are empty. */
 static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls_adapter_upload *up, ls_adapter *a,
                                     ls_adapter_origin *origin, ls_error *err) {
+    /* The query parameters a raw body reads; a JSON body reads none. */
+    static const char *const raw_query[] = {"name",          "format", "r",      "lora_alpha", "use_rslora", "scale",
+                                            "gate_up_order", "pinned", "strict", "replace",    NULL};
     ls_server *srv = req->srv;
-    ls_status st;
-    if (req->kind == LS_BODY_SAFETENSORS)
+    const bool raw = req->kind == LS_BODY_SAFETENSORS;
+    memset(up, 0, sizeof *up);
+    ls_status st = ls_request_check_query(req, raw ? raw_query : NULL,
+                                          raw ? "" : "; a JSON body gives its parameters as keys of the body", err);
+    if (st != LS_OK) {
+        ls_count_validation_failure(srv, err);
+        return st;
+    }
+    if (raw)
         st = ls_adapter_upload_parse_raw(req->body, req->len, ls_query_mhd, req->conn, srv->cfg.strict_adapters,
                                          require_name, up, err);
     else
@@ -140,7 +150,8 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_adapter_info info;
-    ls_status st = ls_pool_describe(req->srv->pool, req->param, &info, &err);
+    ls_status st = ls_request_check_query(req, NULL, "", &err);
+    if (st == LS_OK) st = ls_pool_describe(req->srv->pool, req->param, &info, &err);
     if (st == LS_OK) st = ls_pool_delete(req->srv->pool, req->param, &err);
     if (st != LS_OK) {
         ls_reply_error(r, &err);

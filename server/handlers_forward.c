@@ -64,12 +64,20 @@ static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, l
     return LS_OK;
 }
 
+/* The query parameters a forward reads, by body kind. */
+static const char *const ls_forward_query_raw[] = {"layer", "adapter", NULL};
+static const char *const ls_forward_query_json[] = {"adapter", NULL};
+
 ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
     ls_server *srv = req->srv;
     ls_error err;
     ls_error_init(&err);
     ls_forward_job *fj = calloc(1, sizeof *fj);
     ls_status st = fj ? LS_OK : ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
+    const bool raw = req->kind == LS_BODY_SAFETENSORS;
+    if (st == LS_OK)
+        st = ls_request_check_query(req, raw ? ls_forward_query_raw : ls_forward_query_json,
+                                    raw ? "" : "; a JSON body gives layer and gammas as keys of the body", &err);
     /* The adapter may come beside the body (query or header), so that a
      * proxy can route on it without reading the body. */
     const char *routed = NULL, *what = NULL;

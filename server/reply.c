@@ -13,6 +13,50 @@ const char *ls_request_query(const ls_request *req, const char *key) {
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+typedef struct {
+    const char *const *known;
+    const char *hint;
+    const char *seen[16]; /* known keys met so far (a key is met at most once) */
+    int n_seen;
+    ls_error *err;
+    ls_status st;
+} ls_query_check;
+
+static enum MHD_Result ls_query_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    ls_query_check *q = cls;
+    int i = 0;
+    while (q->known && q->known[i] && strcmp(key, q->known[i])) i++;
+    if (!q->known || !q->known[i]) {
+        char list[256] = "";
+        for (int k = 0; q->known && q->known[k]; k++) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", k ? ", " : "", q->known[k]);
+        }
+        char hint[512];
+        snprintf(hint, sizeof hint, "%s%s%s", list[0] ? "known query parameters: " : "this request takes no query "
+                                                                                    "parameters",
+                 list, q->hint);
+        q->st = ls_error_set(q->err, LS_INVALID_REQUEST, hint, "unknown query parameter \"%.64s\"", key);
+        return MHD_NO;
+    }
+    for (int k = 0; k < q->n_seen; k++)
+        if (q->seen[k] == q->known[i]) {
+            q->st = ls_error_set(q->err, LS_INVALID_REQUEST, "give each query parameter once",
+                                 "query parameter \"%s\" is given more than once", key);
+            return MHD_NO;
+        }
+    if (q->n_seen < (int)(sizeof q->seen / sizeof q->seen[0])) q->seen[q->n_seen++] = q->known[i];
+    return MHD_YES;
+}
+
+ls_status ls_request_check_query(const ls_request *req, const char *const *known, const char *hint, ls_error *err) {
+    ls_query_check q = {.known = known, .hint = hint, .err = err, .st = LS_OK};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, ls_query_visit, &q);
+    return q.st;
+}
+
 const char *ls_request_header(const ls_request *req, const char *name) {
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }

@@ -231,6 +231,64 @@ static void test_alpha_is_decimal(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* A query parameter the server would not read was ignored: ?adaptor=a
+ * (a typo) ran the base model, ?layer=1 beside a JSON body answered
+ * layer 0, ?pinned=true beside a JSON upload did not pin. Each is 400
+ * now, naming the parameter and listing the known ones, and so is a
+ * parameter given twice; nothing is run or registered. */
+static void test_query_is_strict(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    load_inline(&ts, "a");
+    const char *x = "{\"x\": [[0.5, -0.25, 0.125, 1.0]]}";
+    struct {
+        const char *method, *path, *ct, *want; /* want: in the message or hint */
+    } cases[] = {
+        {"POST", "/forward?adaptor=a", NULL, "adaptor"},
+        {"POST", "/forward?layer=0", NULL, "a JSON body gives layer"},
+        {"POST", "/forward?adapter=a&adapter=a", NULL, "more than once"},
+        {"POST", "/adapters?pinned=true", NULL, "keys of the body"},
+        {"POST", "/adapters?name=q&lora-alpha=16", "application/octet-stream", "lora-alpha"},
+        {"POST", "/adapters/validate?alpha=16", "application/octet-stream", "known query parameters: name"},
+        {"POST", "/adapters?name=q&name=r", "application/octet-stream", "more than once"},
+        {"DELETE", "/adapters/a?force=1", NULL, "takes no query parameters"},
+    };
+    size_t st_len;
+    uint8_t *st = tiny_adapter_safetensors(&ts, "4", &st_len);
+    json_t *inline_a = tiny_adapter_inline(&ts, "q", NULL);
+    char *inline_text = json_dumps(inline_a, JSON_COMPACT);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bool raw = cases[i].ct != NULL, upload = strstr(cases[i].path, "/adapters") == cases[i].path;
+        const void *body = raw ? (const void *)st : upload ? inline_text : x;
+        size_t len = !strcmp(cases[i].method, "DELETE") ? 0 : raw ? st_len : strlen(body);
+        ls_test_response r =
+            expect_error(ts.srv, cases[i].method, cases[i].path, cases[i].ct, len ? body : NULL, len, 400,
+                         "invalid_request");
+        if (!strstr(r.body, cases[i].want)) fprintf(stderr, "%s %s: %s\n", cases[i].method, cases[i].path, r.body);
+        assert_non_null(strstr(r.body, cases[i].want));
+        ls_test_response_free(&r);
+    }
+    /* Nothing was registered, deleted or pinned by any of them. */
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/q"), 404);
+    assert_int_equal(status_of(ts.srv, "GET", "/adapters/r"), 404);
+    assert_int_equal(version_of(ts.srv, "a"), 1);
+    /* The parameters each form reads still work. */
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward?adapter=a", NULL, x, strlen(x), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=q&lora_alpha=4&pinned=true&replace=false",
+                                  "application/octet-stream", st, st_len, NULL, &r),
+                     0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    free(inline_text);
+    json_decref(inline_a);
+    free(st);
+    tiny_server_stop(&ts);
+}
+
 /* PEFT factors all of rank 0 answered 500 internal. */
 static void test_rank_zero_peft(void **state) {
     (void)state;
@@ -550,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_pin_limit),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
+        cmocka_unit_test(test_query_is_strict),
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
         cmocka_unit_test(test_queue_budget),
