@@ -158,13 +158,14 @@ ls_status ls_adapter_upload_parse_raw(const uint8_t *body, size_t len, ls_query_
         const ls_tensor_set *t = &up->tensors;
         ls_adapter_text_params meta = {ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
                                        ls_tensor_set_meta(t, "format"), ls_tensor_set_meta(t, "r"),
-                                       ls_tensor_set_meta(t, "scale"), ls_tensor_set_meta(t, "gate_up_order")};
+                                       ls_tensor_set_meta(t, "scale"), ls_tensor_set_meta(t, "gate_up_order"),
+                                       "the body's __metadata__"};
         st = ls_adapter_params_from_text(&meta, &up->own, err);
     }
     if (st == LS_OK) {
         ls_adapter_text_params q = {query(query_ctx, "lora_alpha"), query(query_ctx, "use_rslora"),
                                     query(query_ctx, "format"), query(query_ctx, "r"), query(query_ctx, "scale"),
-                                    query(query_ctx, "gate_up_order")};
+                                    query(query_ctx, "gate_up_order"), NULL};
         st = ls_adapter_params_from_text(&q, &up->given, err);
     }
     const char *name = query(query_ctx, "name");

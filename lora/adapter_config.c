@@ -27,11 +27,19 @@ static void ls_json_show(const json_t *v, char *buf, size_t len) {
     free(s);
 }
 
-static void ls_config_bad(ls_error *err, const char *key, const char *want, const json_t *v) {
+/* Reports key's bad value v. A config read from a file (from_file)
+ * quotes a number or boolean it found but only names the kind of a
+ * string, array or object: an error never shows a file's text. */
+static void ls_config_bad(ls_error *err, const char *key, const char *want, const json_t *v, bool from_file) {
     char shown[48];
     if (!v) {
         ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
                      "adapter config: \"%s\" is missing; it must be %s", key, want);
+        return;
+    }
+    if (from_file && (json_is_string(v) || json_is_array(v) || json_is_object(v))) {
+        ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
+                     "adapter config: \"%s\" must be %s, found %s", key, want, ls_json_kind(v));
         return;
     }
     ls_json_show(v, shown, sizeof shown);
@@ -41,7 +49,8 @@ static void ls_config_bad(ls_error *err, const char *key, const char *want, cons
 
 /* Writes into p only when every key is valid (p's other fields, such as
  * format and strict, are left as the caller set them). */
-ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adapter_params *p, ls_error *err) {
+static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool from_file, ls_adapter_params *p,
+                                 ls_error *err) {
     if (!obj || !json_is_object(obj))
         return ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
                             "adapter config must be a JSON object, found %s", obj ? ls_json_kind(obj) : "nothing");
@@ -51,21 +60,21 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
     const json_t *r = json_object_get(obj, "r");
     if (r && json_is_null(r)) r = NULL;
     if (!r || !json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > INT_MAX) {
-        ls_config_bad(err, "r", "a positive integer", r);
+        ls_config_bad(err, "r", "a positive integer", r, from_file);
         ok = false;
     }
 
     const json_t *alpha = json_object_get(obj, "lora_alpha");
     if (alpha && json_is_null(alpha)) alpha = NULL;
     if (alpha ? !json_is_number(alpha) || !isfinite(json_number_value(alpha)) : require_alpha) {
-        ls_config_bad(err, "lora_alpha", "a number", alpha);
+        ls_config_bad(err, "lora_alpha", "a number", alpha, from_file);
         ok = false;
     }
 
     const json_t *rs = json_object_get(obj, "use_rslora");
     if (rs && json_is_null(rs)) rs = NULL;
     if (rs && !json_is_boolean(rs)) {
-        ls_config_bad(err, "use_rslora", "true or false", rs);
+        ls_config_bad(err, "use_rslora", "true or false", rs, from_file);
         ok = false;
     }
 
@@ -73,7 +82,7 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
     if (order && json_is_null(order)) order = NULL;
     ls_gate_up_order order_value = LS_GATE_UP_ORDER_GATE_UP;
     if (order && (!json_is_string(order) || !ls_gate_up_order_parse(json_string_value(order), &order_value))) {
-        ls_config_bad(err, "gate_up_order", "\"gate_up\" or \"interleaved\"", order);
+        ls_config_bad(err, "gate_up_order", "\"gate_up\" or \"interleaved\"", order, from_file);
         ok = false;
     }
 
@@ -89,6 +98,10 @@ ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adap
     return LS_OK;
 }
 
+ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adapter_params *p, ls_error *err) {
+    return ls_config_parse(obj, require_alpha, false, p, err);
+}
+
 /* The text of an adapter_config.json; PEFT always writes lora_alpha, so
  * it is required here. */
 ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, ls_error *err) {
@@ -100,20 +113,31 @@ ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, l
                             "adapter_config.json is not valid JSON: %s (line %d, column %d)",
                             text ? ls_json_error_reason(&jerr, why, sizeof why) : "no text", text ? jerr.line : 0,
                             text ? jerr.column : 0);
-    ls_status st = ls_adapter_config_parse(obj, true, p, err);
+    ls_status st = ls_config_parse(obj, true, true, p, err);
     json_decref(obj);
     return st;
 }
 
-static ls_status ls_params_bool(const char *v, const char *key, bool *out, ls_error *err) {
+/* What a message calls a bad value: "key=value" for the client's own,
+ * "key in WHERE" for a file's (see ls_adapter_text_params.where). */
+static const char *ls_params_subject(char *buf, size_t len, const char *key, const char *v, const char *where) {
+    if (where) snprintf(buf, len, "%s in %s", key, where);
+    else snprintf(buf, len, "%s=%.32s", key, v);
+    return buf;
+}
+
+static ls_status ls_params_bool(const char *v, const char *key, const char *where, bool *out, ls_error *err) {
+    char subject[160];
     if (!ls_text_bool(v, out))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not true or false",
+                            ls_params_subject(subject, sizeof subject, key, v, where));
     return LS_OK;
 }
 
 /* A finite decimal number: strtod also reads hexadecimal ("0x10" is 16),
  * infinities and NaN, none of which a client means by alpha or scale. */
-static ls_status ls_params_double(const char *v, const char *key, double *out, ls_error *err) {
+static ls_status ls_params_double(const char *v, const char *key, const char *where, double *out, ls_error *err) {
+    char subject[160];
     bool decimal = *v != '\0';
     for (const char *c = v; *c && decimal; c++)
         decimal = (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || *c == '+' || *c == 'e' || *c == 'E';
@@ -121,35 +145,41 @@ static ls_status ls_params_double(const char *v, const char *key, double *out, l
     errno = 0;
     double d = decimal ? strtod(v, &end) : 0.0;
     if (!decimal || errno || end == v || *end || !isfinite(d))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not a finite decimal number", key, v);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not a finite decimal number",
+                            ls_params_subject(subject, sizeof subject, key, v, where));
     *out = d;
     return LS_OK;
 }
 
 ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapter_params *p, ls_error *err) {
     ls_status st = LS_OK;
-    if (t->lora_alpha && (st = ls_params_double(t->lora_alpha, "lora_alpha", &p->lora_alpha, err)) == LS_OK)
+    const char *w = t->where;
+    char subject[160];
+    if (t->lora_alpha && (st = ls_params_double(t->lora_alpha, "lora_alpha", w, &p->lora_alpha, err)) == LS_OK)
         p->has_alpha = true;
-    if (st == LS_OK && t->use_rslora && (st = ls_params_bool(t->use_rslora, "use_rslora", &p->use_rslora, err)) == LS_OK)
+    if (st == LS_OK && t->use_rslora &&
+        (st = ls_params_bool(t->use_rslora, "use_rslora", w, &p->use_rslora, err)) == LS_OK)
         p->has_rslora = true;
     if (st == LS_OK && t->format && !ls_adapter_format_parse(t->format, &p->format))
-        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "format=%.32s is not peft, pool or auto", t->format);
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not peft, pool or auto",
+                          ls_params_subject(subject, sizeof subject, "format", t->format, w));
     if (st == LS_OK && t->r) {
         char *end;
         errno = 0;
         long v = strtol(t->r, &end, 10);
         if (errno || end == t->r || *end || v <= 0 || v > INT_MAX)
-            st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID, NULL, "r=%.32s is not a positive integer", t->r);
+            st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID, NULL, "%s is not a positive integer",
+                              ls_params_subject(subject, sizeof subject, "r", t->r, w));
         else p->r = (int)v;
     }
-    if (st == LS_OK && t->scale && (st = ls_params_double(t->scale, "scale", &p->scale, err)) == LS_OK)
+    if (st == LS_OK && t->scale && (st = ls_params_double(t->scale, "scale", w, &p->scale, err)) == LS_OK)
         p->has_scale = true;
     if (st == LS_OK && t->gate_up_order) {
         if (ls_gate_up_order_parse(t->gate_up_order, &p->gate_up_order))
             p->has_order = true;
         else
-            st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "gate_up_order=%.32s is not gate_up or interleaved",
-                              t->gate_up_order);
+            st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not gate_up or interleaved",
+                              ls_params_subject(subject, sizeof subject, "gate_up_order", t->gate_up_order, w));
     }
     return st;
 }

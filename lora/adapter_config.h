@@ -17,13 +17,19 @@
  * inline config omit lora_alpha (scale 1). */
 ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adapter_params *p, ls_error *err);
 
-/* Same, from the text of an adapter_config.json. */
+/* Same, from the text of an adapter_config.json file: a bad string,
+ * array or object value is named by its kind, never quoted. */
 ls_status ls_adapter_config_parse_text(const char *text, ls_adapter_params *p, ls_error *err);
 
 /* Parameters as text, NULL where absent: a query string's or a
  * safetensors __metadata__'s values. */
 typedef struct {
     const char *lora_alpha, *use_rslora, *format, *r, *scale, *gate_up_order;
+    /* NULL: the values are the client's (a query), and a bad one is
+     * quoted in the error. Else where they come from in a file ("the
+     * file's __metadata__"), named instead: an error never shows a
+     * file's bytes. */
+    const char *where;
 } ls_adapter_text_params;
 
 /* Sets in p each parameter t carries (and its has_ flag). A bad value is

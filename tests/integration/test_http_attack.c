@@ -289,6 +289,36 @@ static void test_query_is_strict(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* A file loaded by path had its text quoted in errors: a bad
+ * __metadata__ value (r=SECRET is not a positive integer) or a string in
+ * adapter_config.json. The key and where it is are named instead. */
+static void test_file_text_never_quoted(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    tiny_write_adapter_file(&ts, "meta.safetensors", "SECRETALPHA");
+    const char *body = "{\"name\": \"m\", \"path\": \"meta.safetensors\"}";
+    ls_test_response r = expect_error(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 400, "invalid_request");
+    assert_null(strstr(r.body, "SECRET"));
+    assert_non_null(strstr(r.body, "lora_alpha in the file's __metadata__"));
+    ls_test_response_free(&r);
+    tiny_write_peft_dir(&ts, "peft", "{\"r\": \"SECRETR\", \"lora_alpha\": 8}");
+    body = "{\"name\": \"p\", \"path\": \"peft\"}";
+    r = expect_error(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 422, "adapter_config_invalid");
+    assert_null(strstr(r.body, "SECRET"));
+    assert_non_null(strstr(r.body, "found a string"));
+    ls_test_response_free(&r);
+    /* The client's own query value is still quoted back. */
+    size_t len;
+    uint8_t *st = tiny_adapter_safetensors(&ts, NULL, &len);
+    r = expect_error(ts.srv, "POST", "/adapters?name=q&lora_alpha=MINE", "application/octet-stream", st, len, 400,
+                     "invalid_request");
+    assert_non_null(strstr(r.body, "lora_alpha=MINE"));
+    ls_test_response_free(&r);
+    free(st);
+    tiny_server_stop(&ts);
+}
+
 /* PEFT factors all of rank 0 answered 500 internal. */
 static void test_rank_zero_peft(void **state) {
     (void)state;
@@ -609,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
+        cmocka_unit_test(test_file_text_never_quoted),
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
         cmocka_unit_test(test_queue_budget),

@@ -110,7 +110,9 @@ static void test_rslora_must_be_bool(void **state) {
     ls_error err;
     assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": 16, \"use_rslora\": \"yes\"}", &p, &err),
                      LS_ADAPTER_CONFIG_INVALID);
-    assert_true(has_message(&err, "\"use_rslora\"", "\"yes\""));
+    assert_true(has_message(&err, "\"use_rslora\"", "a string"));
+    /* A file's text is never quoted: the string's content is not shown. */
+    assert_false(strstr(err.violations[0].message, "yes"));
     ls_error_free(&err);
 }
 
