@@ -239,6 +239,16 @@ static bool ls_setting_list_append(const ls_setting *s, const char *text, ls_con
                 snprintf(err, errlen, "%s: \"%s\" %s", origin, ls_setting_quote(entry, q, sizeof q), why);
                 return false;
             }
+            /* One name twice would load the second over the first as
+             * version 2: surely a mistake, and which path wins would
+             * depend on the order of the sources. */
+            ls_config_adapter prev;
+            for (const char *c = field; ls_config_adapter_next(&c, &prev);)
+                if (!strcmp(prev.name, a.name)) {
+                    snprintf(err, errlen, "%s: adapter \"%s\" is given twice", origin,
+                             ls_setting_quote(a.name, q, sizeof q));
+                    return false;
+                }
             if (used + len + 2 > s->size) {
                 snprintf(err, errlen, "%s: the adapters take more than %zu bytes", origin, s->size - 1);
                 return false;

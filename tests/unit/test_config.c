@@ -708,6 +708,16 @@ static void test_adapter_list(void **state) {
         assert_int_equal(run(c, ARGS("--adapter", bad[i]), NULL, err), LS_CONFIG_ERROR);
         assert_non_null(strstr(err, "--adapter"));
     }
+    /* A name given twice (which loaded the second as version 2) in any
+     * source is an error naming it. */
+    assert_int_equal(run(c, ARGS("--adapter", "x=a", "--adapter", "x=b,pinned"), NULL, err), LS_CONFIG_ERROR);
+    assert_non_null(strstr(err, "adapter \"x\" is given twice"));
+    const char *twice[] = {"LORASINK_ADAPTERS=d=p;e=q;d=r", NULL};
+    assert_int_equal(run(c, NULL, twice, err), LS_CONFIG_ERROR);
+    assert_non_null(strstr(err, "LORASINK_ADAPTERS"));
+    write_file("twice.json", "{\"adapters\": [\"s=p\", {\"name\": \"s\", \"path\": \"q\"}]}", path);
+    assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
+    assert_non_null(strstr(err, "\"s\" is given twice"));
     write_file("bad.json", "{\"adapters\": [{\"name\": \"a=b\", \"path\": \"p\"}]}", path);
     assert_int_equal(run(c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
     write_file("bad2.json", "{\"adapters\": [{\"name\": \"a\", \"path\": \"p\", \"pin\": true}]}", path);
