@@ -12,6 +12,7 @@
 #include "api/forward.h"
 #include "api/json_tensor.h"
 #include "common/text.h"
+#include "format/json.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 
@@ -138,10 +139,11 @@ ls_status ls_adapter_upload_parse_json(const char *body, size_t len, bool strict
     ls_tensor_set_init(&up->tensors);
     up->given.strict = strict_default;
     json_error_t jerr;
+    char why[sizeof jerr.text];
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return ls_error_set(err, LS_INVALID_JSON, NULL, "the body is not valid JSON: %s (line %d, column %d)",
-                            jerr.text, jerr.line, jerr.column);
+                            ls_json_error_reason(&jerr, why, sizeof why), jerr.line, jerr.column);
     ls_status st = ls_upload_from_json(root, require_name, up, err);
     json_decref(root);
     if (st != LS_OK) ls_adapter_upload_free(up);

@@ -21,5 +21,8 @@ const char *ls_json_error_reason(const json_error_t *e, char *buf, size_t len) {
     snprintf(buf, len, "%s", e->text);
     char *near = strstr(buf, " near ");
     if (near) *near = '\0';
+    /* jansson names its own flag; the client needs the rule. */
+    char *flag = strstr(buf, " without JSON_ALLOW_NUL");
+    if (flag) snprintf(flag, len - (size_t)(flag - buf), " in a string");
     return buf;
 }

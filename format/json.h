@@ -9,8 +9,9 @@
 const char *ls_json_kind(const json_t *v);
 
 /* jansson's reason for a parse error without the text it quotes ("near
- * '...'"), written into buf (len bytes), which is returned: a message
- * about a file read from disk must not carry the file's bytes. */
+ * '...'") or its own flag names, written into buf (len bytes), which is
+ * returned: a message about a file read from disk must not carry the
+ * file's bytes. */
 const char *ls_json_error_reason(const json_error_t *e, char *buf, size_t len);
 
 #endif

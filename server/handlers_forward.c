@@ -111,9 +111,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
         fj->held = bytes;
         if (before + bytes > budget && before > 0)
             st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
-                              "forward requests in flight hold %llu MiB; this one needs %llu MiB more than the %d MiB "
-                              "budget (--max-queue-mb) allows",
-                              before >> 20, (before + bytes - budget) >> 20, srv->cfg.max_queue_mb);
+                              "forward requests in flight hold %.1f MiB and this one needs %.1f MiB: together over "
+                              "the %d MiB budget (--max-queue-mb)",
+                              (double)before / 1048576.0, (double)bytes / 1048576.0, srv->cfg.max_queue_mb);
     }
     if (st == LS_OK) {
         fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);

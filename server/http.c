@@ -324,6 +324,14 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         ls_forward_complete(srv, st->fjob, &r);
         return ls_http_send(conn, srv, st, &r);
     }
+    if (st->route->has_body && st->kind == LS_BODY_JSON && st->len == 0 && !st->too_large) {
+        /* Said plainly: the JSON readers would call it a malformed
+         * number. (An empty safetensors body is the safetensors reader's
+         * safetensors_invalid, as any file too short for its header.) */
+        ls_http_arrived(srv, st);
+        ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
+        return ls_http_send(conn, srv, st, &r);
+    }
     if (srv->batcher && st->route->fn == ls_handle_forward && !st->too_large) {
         /* Count before looking at stopping, so ls_http_stop either sees
          * this suspension or this request sees stopping (then it runs the

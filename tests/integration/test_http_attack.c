@@ -92,7 +92,11 @@ static void test_nul_in_names(void **state) {
     expect_error_free(ts.srv, "DELETE", "/adapters/a%00x", NULL, NULL, 0, 404, "adapter_not_found");
     /* A JSON name holding \u0000 is refused by the JSON reader. */
     const char *body = "{\"name\": \"a\\u0000evil\", \"path\": \"x.safetensors\"}";
-    expect_error_free(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 400, "invalid_json");
+    ls_test_response nul = expect_error(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 400, "invalid_json");
+    /* The rule, not the JSON library's flag name. */
+    assert_non_null(strstr(nul.body, "not allowed in a string"));
+    assert_null(strstr(nul.body, "JSON_ALLOW_NUL"));
+    ls_test_response_free(&nul);
     assert_int_equal(version_of(ts.srv, "a"), 1);
     assert_int_equal(status_of(ts.srv, "GET", "/adapters/b"), 404);
     /* An escaped name that decodes to a valid one still works. */
@@ -228,6 +232,21 @@ static void test_alpha_is_decimal(void **state) {
     assert_int_equal(r.status, 201);
     ls_test_response_free(&r);
     free(body);
+    tiny_server_stop(&ts);
+}
+
+/* An empty JSON body was "number expected (at byte 0)" (and "wrong
+ * arguments (line -1, column -1)" for an upload): it is said plainly. */
+static void test_empty_body(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    const char *paths[] = {"/forward", "/adapters", "/adapters/validate"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        ls_test_response r = expect_error(ts.srv, "POST", paths[i], NULL, NULL, 0, 400, "invalid_json");
+        assert_non_null(strstr(r.body, "the body is empty"));
+        ls_test_response_free(&r);
+    }
     tiny_server_stop(&ts);
 }
 
@@ -639,6 +658,7 @@ int main(void) {
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
+        cmocka_unit_test(test_empty_body),
         cmocka_unit_test(test_file_text_never_quoted),
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
