@@ -85,6 +85,7 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"name\" must be a string");
     st = ls_upload_set_name(up, json_string_value(jname), require_name, err);
     if (st == LS_OK) st = ls_upload_json_bool(root, "pinned", &up->pinned, err);
+    up->pinned_given = json_object_get(root, "pinned") && !json_is_null(json_object_get(root, "pinned"));
     if (st == LS_OK) st = ls_upload_json_bool(root, "strict", &up->given.strict, err);
     if (st == LS_OK) st = ls_upload_json_bool(root, "replace", &up->replace, err);
     if (st != LS_OK) return st;
@@ -174,7 +175,10 @@ ls_status ls_adapter_upload_parse_raw(const uint8_t *body, size_t len, ls_query_
     if (!name) name = ls_tensor_set_meta(&up->tensors, "name");
     if (st == LS_OK) st = ls_upload_set_name(up, name, require_name, err);
     const char *v;
-    if (st == LS_OK && (v = query(query_ctx, "pinned"))) st = ls_upload_parse_bool_text(v, "pinned", &up->pinned, err);
+    if (st == LS_OK && (v = query(query_ctx, "pinned"))) {
+        st = ls_upload_parse_bool_text(v, "pinned", &up->pinned, err);
+        up->pinned_given = true;
+    }
     if (st == LS_OK && (v = query(query_ctx, "strict")))
         st = ls_upload_parse_bool_text(v, "strict", &up->given.strict, err);
     if (st == LS_OK && (v = query(query_ctx, "replace")))

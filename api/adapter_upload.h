@@ -17,6 +17,7 @@
 typedef struct {
     char name[129];
     bool pinned, replace;
+    bool pinned_given;             /* pinned was stated (a replace without it keeps the old version's pin) */
     char path[LS_LOADER_PATH_MAX]; /* as the client wrote it; "" when the tensors came with the request */
     ls_tensor_set tensors;         /* owned; inline JSON, or borrowing from a raw body */
     ls_adapter_params own;         /* what a raw body's __metadata__ says of it */

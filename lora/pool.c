@@ -197,11 +197,12 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
     const uint64_t floor = ls_pool_floor_of(p, name);
     int pins = p->pinned - (old && old->pinned ? 1 : 0);
+    if (opts->keep_pin && opts->replace) e->pinned = old && old->pinned;
     int slot = -1;
     if (old && !opts->replace) {
         st = ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
                           old->version);
-    } else if (opts->pinned && pins >= p->S - 1) {
+    } else if (e->pinned && pins >= p->S - 1) {
         /* Not 503: waiting does not help, only the client's own change. */
         st = ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
                           pins);
@@ -231,7 +232,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
         } else {
             slot = ls_policy_take_slot(p, e, 0);
         }
-        if (slot < 0 && opts->pinned)
+        if (slot < 0 && e->pinned)
             st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
                               "no slot for pinned adapter '%s' now: every slot is pinned or holds a deleted or "
                               "replaced version still in use",
@@ -243,7 +244,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     /* Durable before it is published (and so before the client hears of
      * it); a failure here undoes the load like a failed slot write. */
     if (st == LS_OK && p->cfg.state && !opts->restore_version) {
-        ls_state_record rec = {.name = name, .version = e->version, .pinned = opts->pinned,
+        ls_state_record rec = {.name = name, .version = e->version, .pinned = e->pinned,
                                .auto_loaded = opts->auto_loaded, .source_path = e->source_path, .params = e->params,
                                .a = &e->a};
         st = ls_state_save(p->cfg.state, &rec, err);

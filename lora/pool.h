@@ -41,6 +41,7 @@ void ls_pool_free(ls_pool *p);
 
 typedef struct {
     bool pinned;
+    bool keep_pin;             /* with replace: pinned as the version replaced is (pinned is then ignored) */
     bool replace;              /* swap an existing name atomically, version + 1 */
     const char *source_path;   /* NULL for inline uploads; else copied */
     ls_adapter_params params;  /* kept to reload from source_path */

@@ -74,6 +74,7 @@ void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
     if (st == LS_OK) {
         json_t *ignored = ls_ignored_json(&a);
         ls_pool_load_opts opts = {.pinned = up.pinned,
+                                  .keep_pin = !up.pinned_given,
                                   .replace = up.replace,
                                   .source_path = origin.path[0] ? origin.path : NULL,
                                   .params = origin.params};

@@ -235,6 +235,63 @@ static void test_alpha_is_decimal(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* The pin of name in GET /adapters/NAME. */
+static bool pinned_of(tiny_server *ts, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/adapters/%s", name);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts->srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = ls_test_response_json(&r);
+    bool pinned = json_is_true(json_object_get(j, "pinned"));
+    json_decref(j);
+    ls_test_response_free(&r);
+    return pinned;
+}
+
+/* A replace that did not say "pinned" unpinned a pinned adapter (the
+ * new version took the request's default, false): it keeps the replaced
+ * version's pin now; stating "pinned" either way still decides. */
+static void test_replace_keeps_pin(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    json_t *req = tiny_adapter_inline(&ts, "p", NULL);
+    json_object_set_new(req, "pinned", json_true());
+    json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+    json_object_del(req, "pinned");
+    json_object_set_new(req, "replace", json_true());
+    json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+    assert_true(pinned_of(&ts, "p"));
+    assert_int_equal(version_of(ts.srv, "p"), 2);
+    json_object_set_new(req, "pinned", json_null()); /* null: not given */
+    json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+    assert_true(pinned_of(&ts, "p"));
+    json_object_set_new(req, "pinned", json_false());
+    json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+    assert_false(pinned_of(&ts, "p"));
+    json_object_del(req, "pinned"); /* unpinned stays unpinned */
+    json_decref(tiny_post_json(&ts, "/adapters", req, 201));
+    assert_false(pinned_of(&ts, "p"));
+    json_decref(req);
+    /* A raw body's query says it the same way. */
+    size_t len;
+    uint8_t *st = tiny_adapter_safetensors(&ts, "4", &len);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=p&replace=true&pinned=true",
+                                  "application/octet-stream", st, len, NULL, &r),
+                     0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    assert_int_equal(
+        ls_test_http(ts.srv, "POST", "/adapters?name=p&replace=true", "application/octet-stream", st, len, NULL, &r), 0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    assert_true(pinned_of(&ts, "p"));
+    free(st);
+    tiny_server_stop(&ts);
+}
+
 /* An empty JSON body was "number expected (at byte 0)" (and "wrong
  * arguments (line -1, column -1)" for an upload): it is said plainly. */
 static void test_empty_body(void **state) {
@@ -659,6 +716,7 @@ int main(void) {
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
         cmocka_unit_test(test_empty_body),
+        cmocka_unit_test(test_replace_keeps_pin),
         cmocka_unit_test(test_file_text_never_quoted),
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
