@@ -203,15 +203,20 @@ ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, ls_er
 
 /* ---- reading ------------------------------------------------------------- */
 
-static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_t *out) {
-    const char *v = ls_tensor_set_meta(set, key);
-    if (!v || !*v) return false;
+/* v, a decimal number and nothing else, into *out. */
+static bool ls_state_u64_text(const char *v, uint64_t *out) {
+    /* Digits only: strtoull would take "-1" as 2^64 - 1. */
+    if (!v || *v < '0' || *v > '9') return false;
     char *end;
     errno = 0;
     unsigned long long u = strtoull(v, &end, 10);
     if (errno || *end) return false;
     *out = u;
     return true;
+}
+
+static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_t *out) {
+    return ls_state_u64_text(ls_tensor_set_meta(set, key), out);
 }
 
 /* What reading a record gave: the record, a file that is not one, or no
@@ -392,9 +397,14 @@ static bool ls_state_tomb_read(ls_state *s, const char *file, uint64_t *version)
     close(fd);
     if (len == 0 || len > 64) return false;
     text[len] = '\0';
+    /* Digits only, and no overflow: strtoull would take "-1" (and any
+     * number past 2^64 - 1) as 2^64 - 1, a version no name could go on
+     * from. */
+    if (text[0] < '0' || text[0] > '9') return false;
     char *end = NULL;
+    errno = 0;
     uint64_t v = strtoull(text, &end, 10);
-    if (v < 1 || !end || (*end != '\n' && *end)) return false;
+    if (errno || v < 1 || !end || (*end != '\n' && *end)) return false;
     *version = v;
     return true;
 }

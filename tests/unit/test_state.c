@@ -224,6 +224,8 @@ static void test_damaged_files_are_set_aside(void **state) {
     write_file(dir, "junk.adapter", "not safetensors", 15);
     write_file(dir, "empty.adapter", "", 0);
     write_file(dir, "bad.deleted", "seven\n", 6);
+    /* Not 2^64 - 1, which no name could go on from. */
+    write_file(dir, "neg.deleted", "-1\n", 3);
     write_file(dir, ".tmp.9.good.adapter", "half", 4);
     /* A record under another name than its file's is not that name's. */
     snprintf(path, sizeof path, "%s/good.adapter", dir);
@@ -235,7 +237,8 @@ static void test_damaged_files_are_set_aside(void **state) {
     assert_int_equal(g.n, 1);
     assert_string_equal(g.names[0], "good");
     assert_int_equal(g.n_tomb, 0);
-    assert_int_equal(count_files(dir, "corrupt", ""), 6);
+    assert_int_equal(count_files(dir, "corrupt", ""), 7);
+    assert_int_equal(count_files(dir, "corrupt", "neg.deleted"), 1);
     assert_int_equal(count_files(dir, "corrupt", "trunc.adapter"), 1);
     assert_int_equal(count_files(dir, "corrupt", "flip.adapter"), 1);
     assert_int_equal(count_files(dir, "corrupt", "bad.deleted"), 1);
