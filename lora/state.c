@@ -1,7 +1,8 @@
 /* The state directory: adapter records as safetensors files written
  * atomically (temporary file, fsync, rename, fsync of the directory),
- * tombstones of deleted names, reading one back, and the restore scan
- * that moves what it cannot read aside instead of stopping. */
+ * the floor of each name's versions, tombstones of deleted names, reading
+ * one back, and the restore scan that moves what it cannot read aside
+ * instead of stopping (keeping the versions it held). */
 #include "lora/state.h"
 
 #include <dirent.h>
@@ -100,6 +101,14 @@ static ls_status ls_state_write_atomic(ls_state *s, const char *file, const void
     return ls_state_sync_dir(s, err);
 }
 
+/* version as the text of file (a tombstone or a floor: decimal digits
+ * and a newline), durable when this returns LS_OK. */
+static ls_status ls_state_write_version(ls_state *s, const char *file, uint64_t version, ls_error *err) {
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRIu64 "\n", version);
+    return ls_state_write_atomic(s, file, text, (size_t)n, err);
+}
+
 /* Removes file if it is there; durable when this returns LS_OK. */
 static ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
     if (unlinkat(s->dirfd, file, 0) != 0) {
@@ -179,6 +188,14 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
     size_t len = 0;
     if (st == LS_OK) st = ls_safetensors_write(&set, &bytes, &len, err);
     char file[LS_STATE_MAX_NAME + 16];
+    /* The name's floor before its record: once a record of this version
+     * is on disk, so is a file that knows the version, whatever later
+     * becomes of the record (a restore that cannot read even the
+     * record's header reads the floor). A floor left ahead of its record
+     * (the record's write failed or a crash came between) only bounds
+     * the name's versions from below: it costs nothing. */
+    snprintf(file, sizeof file, "%s.floor", rec->name);
+    if (st == LS_OK) st = ls_state_write_version(s, file, rec->version, err);
     snprintf(file, sizeof file, "%s.adapter", rec->name);
     if (st == LS_OK) st = ls_state_write_atomic(s, file, bytes, len, err);
     snprintf(file, sizeof file, "%s.deleted", rec->name);
@@ -192,10 +209,9 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
 }
 
 ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, ls_error *err) {
-    char file[LS_STATE_MAX_NAME + 16], text[32];
-    int n = snprintf(text, sizeof text, "%" PRIu64 "\n", version);
+    char file[LS_STATE_MAX_NAME + 16];
     snprintf(file, sizeof file, "%s.deleted", name);
-    ls_status st = ls_state_write_atomic(s, file, text, (size_t)n, err);
+    ls_status st = ls_state_write_version(s, file, version, err);
     snprintf(file, sizeof file, "%s.adapter", name);
     if (st == LS_OK) st = ls_state_remove(s, file, err);
     return st;
@@ -380,11 +396,11 @@ static void ls_state_set_aside(ls_state *s, const char *file, const char *why) {
     }
 }
 
-/* The version the tombstone file holds (a decimal >= 1 ending the
- * file or its first line, the file 64 bytes at most); false when it is
- * missing or not a tombstone. Reads into a buffer of its own: nothing to
- * allocate, so nothing to run out of. */
-static bool ls_state_tomb_read(ls_state *s, const char *file, uint64_t *version) {
+/* The version a tombstone or a floor file holds (a decimal >= 1 ending
+ * the file or its first line, the file 64 bytes at most); false when it
+ * is missing or holds no version. Reads into a buffer of its own:
+ * nothing to allocate, so nothing to run out of. */
+static bool ls_state_version_read(ls_state *s, const char *file, uint64_t *version) {
     char text[66];
     int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return false;
@@ -416,11 +432,81 @@ static void ls_state_drop_outdated_tomb(ls_state *s, const char *name, uint64_t 
     char file[LS_STATE_MAX_NAME + 16];
     snprintf(file, sizeof file, "%s.deleted", name);
     uint64_t tomb = 0;
-    if (!ls_state_tomb_read(s, file, &tomb) || tomb >= version) return;
+    if (!ls_state_version_read(s, file, &tomb) || tomb >= version) return;
     ls_error err;
     ls_error_init(&err);
     if (ls_state_remove(s, file, &err) != LS_OK) ls_log_warn("%s", err.message);
     ls_error_free(&err);
+}
+
+/* The version the header of file (NAME.adapter) gives, where it still
+ * reads as a record of name; 0 when it does not. What breaks in a record
+ * is mostly its factors (a digest that does not match, a file cut
+ * short), and the header before them still says which version it was.
+ * The file is read whole again, as the decode read it: only records that
+ * failed to decode come here, rarely enough not to need a reader of
+ * their own. LS_DECODE_NOMEM when memory ran out before it could tell
+ * (which says nothing about the file). */
+static ls_state_decoded ls_state_header_version(ls_state *s, const char *file, const char *name,
+                                                uint64_t *version) {
+    *version = 0;
+    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return LS_DECODE_BAD;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    ls_error err;
+    ls_error_init(&err);
+    /* LS_INTERNAL from the reader means out of memory. */
+    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INVALID_REQUEST, &err);
+    close(fd);
+    ls_error_free(&err);
+    if (st != LS_OK) return st == LS_INTERNAL ? LS_DECODE_NOMEM : LS_DECODE_BAD;
+    /* safetensors: the header's length (8 bytes, little-endian), then
+     * the header, a JSON object whose __metadata__ holds what
+     * ls_state_save put there. */
+    uint64_t n = 0;
+    for (int i = 0; len >= 8 && i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
+    const bool framed = len >= 8 && n >= 1 && n <= len - 8;
+    json_error_t jerr;
+    json_t *header = framed ? json_loadb((const char *)bytes + 8, (size_t)n, 0, &jerr) : NULL;
+    const bool nomem = framed && !header && ls_state_json_nomem(&jerr);
+    free(bytes);
+    const json_t *m = json_object_get(header, "__metadata__");
+    const char *fmt = json_string_value(json_object_get(m, "lorasink_state"));
+    const char *nm = json_string_value(json_object_get(m, "name"));
+    const char *v = json_string_value(json_object_get(m, "version"));
+    uint64_t u = 0;
+    if (fmt && !strcmp(fmt, LS_STATE_FORMAT) && nm && !strcmp(nm, name) && ls_state_u64_text(v, &u) && u >= 1)
+        *version = u;
+    json_decref(header);
+    return nomem ? LS_DECODE_NOMEM : LS_DECODED;
+}
+
+/* A record set aside would take its name's versions with it: the next
+ * upload of the name would start again at 1 (or after an older
+ * tombstone). *lost comes in as the version its header gives (0: none)
+ * and leaves as the highest version the record could have held, that or
+ * the name's floor (0 when neither tells). That version becomes the
+ * name's tombstone, which every later start reads as the name's lower
+ * bound as it does a delete's, unless a tombstone says as much already;
+ * tomb hears of it now. False when the disk refuses the tombstone: the
+ * record then stays where it is, for the next start to try again. */
+static bool ls_state_keep_versions(ls_state *s, const char *name, uint64_t *lost, ls_state_tomb_fn tomb,
+                                   void *ctx) {
+    char file[LS_STATE_MAX_NAME + 16];
+    snprintf(file, sizeof file, "%s.floor", name);
+    uint64_t floor = 0, last = 0;
+    if (ls_state_version_read(s, file, &floor) && floor > *lost) *lost = floor;
+    if (!*lost) return true;
+    snprintf(file, sizeof file, "%s.deleted", name);
+    if (ls_state_version_read(s, file, &last) && last >= *lost) return true; /* tomb heard of it first */
+    ls_error err;
+    ls_error_init(&err);
+    const bool kept = ls_state_write_version(s, file, *lost, &err) == LS_OK;
+    if (!kept) ls_log_error("%s; %s.adapter, unreadable, is left in place", err.message, name);
+    ls_error_free(&err);
+    tomb(ctx, name, *lost);
+    return kept;
 }
 
 static int ls_state_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -467,7 +553,7 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
     for (size_t i = 0; st == LS_OK && i < n; i++) {
         if (!ls_state_name_of(files[i], ".deleted", name, sizeof name)) continue;
         uint64_t v = 0;
-        if (ls_state_tomb_read(s, files[i], &v)) tomb(ctx, name, v);
+        if (ls_state_version_read(s, files[i], &v)) tomb(ctx, name, v);
         else ls_state_set_aside(s, files[i], "is not a tombstone");
     }
     for (size_t i = 0; st == LS_OK && i < n; i++) {
@@ -481,7 +567,23 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
             break;
         }
         if (d != LS_DECODED) {
-            ls_state_set_aside(s, files[i], "is truncated or corrupt");
+            /* Set aside, but not with its name's versions. */
+            uint64_t lost = 0;
+            if (ls_state_header_version(s, files[i], name, &lost) == LS_DECODE_NOMEM) {
+                st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
+                break;
+            }
+            if (!ls_state_keep_versions(s, name, &lost, tomb, ctx)) continue;
+            char why[LS_STATE_MAX_NAME + 128];
+            if (lost)
+                snprintf(why, sizeof why, "is truncated or corrupt (the name's versions go on after %" PRIu64 ")",
+                         lost);
+            else
+                snprintf(why, sizeof why,
+                         "is truncated or corrupt, and neither it nor %s.floor gives its version (the name's next "
+                         "version may repeat one given before)",
+                         name);
+            ls_state_set_aside(s, files[i], why);
             continue;
         }
         rec.a = &a;

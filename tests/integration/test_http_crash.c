@@ -277,8 +277,9 @@ static void test_sigkill_loses_nothing_acknowledged(void **state) {
     print_message("%d kills: %ld changes acknowledged, %ld in flight at a kill (%ld of them done)\n", KILLS, acked,
                   in_doubt, doubt_done);
     assert_true(acked > KILLS);
-    /* Nothing left behind but one file per name. */
-    assert_true(count_entries(state_dir) <= NNAMES + 1 /* ref.deleted */);
+    /* Nothing left behind but two files per name: its record or
+     * tombstone, and its floor. */
+    assert_true(count_entries(state_dir) <= 2 * (NNAMES + 1 /* ref */));
     tiny_server_stop(&ts);
     for (int a = 0; a < NALPHA; a++) free(y_of[a]);
     free(body);

@@ -56,6 +56,49 @@ static void write_file(const char *dir, const char *name, const void *data, size
     ls_test_write_file(path, data, len);
 }
 
+/* Changes one byte of dir/file, at off from its end (a factor byte: the
+ * header before the factors still reads). */
+static void flip_byte(const char *dir, const char *file, off_t off) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    unsigned char c;
+    assert_int_equal(pread(fd, &c, 1, sb.st_size - off), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, sb.st_size - off), 1);
+    close(fd);
+}
+
+/* Overwrites the first 64 bytes of dir/file: the header's length field
+ * and its start are gone, so nothing in the file names its version. */
+static void destroy_header(const char *dir, const char *file) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    char junk[64];
+    memset(junk, 'x', sizeof junk);
+    assert_int_equal(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+    close(fd);
+}
+
+/* The text of dir/file ("" when it is missing), in a static buffer. */
+static const char *file_text(const char *dir, const char *file) {
+    static char text[128];
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    text[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return text;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
 static void save(ls_state *s, const char *name, uint64_t version, bool pinned, const char *source, uint64_t seed) {
     ls_adapter a;
     pt_adapter(&pc_dims, PC_RK, seed, &a);
@@ -86,6 +129,7 @@ static void test_record_reads_back_exactly(void **state) {
     ls_state *s = open_state(dir);
     save(s, "alpha", 3, false, NULL, 41);
     assert_true(file_exists(dir, "alpha.adapter"));
+    assert_string_equal(file_text(dir, "alpha.floor"), "3\n"); /* written first */
     assert_int_equal(count_files(dir, NULL, ".tmp"), 0);
 
     ls_adapter want, got;
@@ -196,8 +240,10 @@ static void test_restore_gives_records_and_tombstones(void **state) {
     free(dir);
 }
 
-/* Every way a file can be damaged is set aside with the others restored;
- * what a crash cut short before its rename is removed. */
+/* Every way a file can be damaged is set aside with the others restored
+ * (a record whose header still reads leaves its version as its name's
+ * tombstone: test_set_aside_records_keep_their_versions); what a crash
+ * cut short before its rename is removed. */
 static void test_damaged_files_are_set_aside(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -212,15 +258,7 @@ static void test_damaged_files_are_set_aside(void **state) {
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(truncate(path, sb.st_size - 100), 0);
     /* One factor byte changed: the sha256 no longer matches. */
-    snprintf(path, sizeof path, "%s/flip.adapter", dir);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    assert_int_equal(fstat(fd, &sb), 0);
-    unsigned char c;
-    assert_int_equal(pread(fd, &c, 1, sb.st_size - 5), 1);
-    c ^= 0x40;
-    assert_int_equal(pwrite(fd, &c, 1, sb.st_size - 5), 1);
-    close(fd);
+    flip_byte(dir, "flip.adapter", 5);
     write_file(dir, "junk.adapter", "not safetensors", 15);
     write_file(dir, "empty.adapter", "", 0);
     write_file(dir, "bad.deleted", "seven\n", 6);
@@ -236,7 +274,10 @@ static void test_damaged_files_are_set_aside(void **state) {
     gathered g = restore(s);
     assert_int_equal(g.n, 1);
     assert_string_equal(g.names[0], "good");
-    assert_int_equal(g.n_tomb, 0);
+    assert_int_equal(g.n_tomb, 2);
+    assert_string_equal(g.tomb_names[0], "flip");
+    assert_string_equal(g.tomb_names[1], "trunc");
+    assert_string_equal(file_text(dir, "trunc.deleted"), "1\n");
     assert_int_equal(count_files(dir, "corrupt", ""), 7);
     assert_int_equal(count_files(dir, "corrupt", "neg.deleted"), 1);
     assert_int_equal(count_files(dir, "corrupt", "trunc.adapter"), 1);
@@ -247,6 +288,72 @@ static void test_damaged_files_are_set_aside(void **state) {
     /* A second restore finds only what is good. */
     g = restore(s);
     assert_int_equal(g.n, 1);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A record set aside keeps its name's versions: the version in its
+ * header where that still reads (a factor byte changed, the file cut
+ * short), else the name's floor (NAME.floor, written before every
+ * record). Either becomes the name's tombstone, so every later start
+ * knows it once the record is gone; a tombstone already higher stays.
+ * Only a record whose header is destroyed and that has no floor (one
+ * written before floors existed) tells nothing. */
+static void test_set_aside_records_keep_their_versions(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "flip", 2, false, NULL, 1);
+    save(s, "head", 5, false, NULL, 2);
+    save(s, "lost", 4, false, NULL, 3);
+    save(s, "old", 3, false, NULL, 4);
+    save(s, "tomb", 6, false, NULL, 5);
+    save(s, "gone", 7, false, NULL, 6);
+    flip_byte(dir, "flip.adapter", 5);
+    destroy_header(dir, "head.adapter");
+    destroy_header(dir, "lost.adapter");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/lost.floor", dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/old.floor", dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/old.adapter", dir);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, sb.st_size - 100), 0);
+    /* An older tombstone (a crash before a new version dropped it) gives
+     * way to the record's version; a newer one (a crash before a delete
+     * removed the record) stays. */
+    write_file(dir, "tomb.deleted", "4\n", 2);
+    flip_byte(dir, "tomb.adapter", 5);
+    write_file(dir, "gone.deleted", "9\n", 2);
+    flip_byte(dir, "gone.adapter", 5);
+
+    gathered g = restore(s);
+    assert_int_equal(g.n, 0);
+    assert_int_equal(count_files(dir, "corrupt", ""), 6);
+    assert_int_equal(count_files(dir, NULL, ""), 4 + 5 + 1); /* floors (not lost's, old's), tombstones, corrupt/ */
+    assert_string_equal(file_text(dir, "flip.deleted"), "2\n");
+    assert_string_equal(file_text(dir, "head.deleted"), "5\n");
+    assert_false(file_exists(dir, "lost.deleted"));
+    assert_string_equal(file_text(dir, "old.deleted"), "3\n");
+    assert_string_equal(file_text(dir, "tomb.deleted"), "6\n");
+    assert_string_equal(file_text(dir, "gone.deleted"), "9\n");
+    /* Tombstones first, then what each record set aside could have held. */
+    assert_int_equal(g.n_tomb, 6);
+    const char *names[6] = {"gone", "tomb", "flip", "head", "old", "tomb"};
+    const uint64_t versions[6] = {9, 4, 2, 5, 3, 6};
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(g.tomb_names[i], names[i]);
+        assert_int_equal(g.tomb_versions[i], versions[i]);
+    }
+    /* The next start reads them back from the tombstones. */
+    g = restore(s);
+    assert_int_equal(g.n, 0);
+    assert_int_equal(g.n_tomb, 5);
+    assert_string_equal(g.tomb_names[4], "tomb");
+    assert_int_equal(g.tomb_versions[4], 6);
     ls_state_close(s);
     ls_test_rmtree(dir);
     free(dir);
@@ -337,6 +444,50 @@ static void test_pool_restores_what_it_acknowledged(void **state) {
     assert_int_equal(pc_describe(f.p, "c").version, 2);
     pc_load_ok(f.p, "a", 4, false, false);
     ls_error_free(&err);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* The audit's case: a name at version 2 whose record is damaged goes on
+ * at version 3 after a restart, not at 1 again; so does a name whose
+ * record's header is destroyed too (from its floor); and a start between
+ * (nothing uploaded) still knows both. */
+static void test_damaged_record_keeps_its_versions(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_make(dir, 3);
+    pc_load_ok(f.p, "b", 1, false, false);
+    pc_load_ok(f.p, "b", 2, false, true);
+    pc_load_ok(f.p, "h", 1, false, false);
+    pc_load_ok(f.p, "h", 2, false, true);
+    pc_load_ok(f.p, "h", 3, false, true);
+    pc_load_ok(f.p, "k", 1, false, false);
+    sfx_free(&f);
+    flip_byte(dir, "b.adapter", 5);
+    destroy_header(dir, "h.adapter");
+
+    for (int start = 0; start < 2; start++) {
+        f = sfx_make(dir, 3);
+        assert_int_equal(sfx_restore(&f), 1); /* k */
+        ls_adapter_info info;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_pool_describe(f.p, "b", &info, &err), LS_ADAPTER_NOT_FOUND);
+        ls_error_free(&err);
+        assert_int_equal(count_files(dir, "corrupt", ""), 2);
+        if (start == 1) {
+            pc_load_ok(f.p, "b", 3, false, false);
+            pc_load_ok(f.p, "h", 4, false, false);
+        }
+        sfx_free(&f);
+    }
+    f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 3);
+    assert_int_equal(pc_describe(f.p, "b").version, 3);
+    assert_int_equal(pc_describe(f.p, "h").version, 4);
+    assert_false(file_exists(dir, "b.deleted"));
+    assert_false(file_exists(dir, "h.deleted"));
     sfx_free(&f);
     ls_test_rmtree(dir);
     free(dir);
@@ -453,7 +604,9 @@ int main(void) {
         cmocka_unit_test(test_record_reads_back_exactly),
         cmocka_unit_test(test_restore_gives_records_and_tombstones),
         cmocka_unit_test(test_damaged_files_are_set_aside),
+        cmocka_unit_test(test_set_aside_records_keep_their_versions),
         cmocka_unit_test(test_pool_restores_what_it_acknowledged),
+        cmocka_unit_test(test_damaged_record_keeps_its_versions),
         cmocka_unit_test(test_restore_finishes_a_cut_delete),
         cmocka_unit_test(test_restore_into_a_smaller_pool),
         cmocka_unit_test(test_refused_write_changes_nothing),
