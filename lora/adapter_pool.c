@@ -7,10 +7,13 @@
 
 #include "lora/adapter_internal.h"
 
-/* What one layer establishes once its own checks pass (0 = nothing). */
+/* What one layer establishes once its own checks pass (0 = nothing), and
+ * the buffer that shows its outer layout (gate_up_lora_a unless that one
+ * is not 4D), to name in the checks across layers. */
 typedef struct {
     int64_t rank;
     int64_t outer;
+    const char *outer_from;
 } ls_pool_layer;
 
 static void ls_pool_missing(ls_adapter_ctx *c, int l, int slot, bool prefixed) {
@@ -41,7 +44,10 @@ static void ls_pool_axis(ls_adapter_ctx *c, ls_status code, int l, const ls_adap
 }
 
 /* One layer, in sglang's order. A structural failure stops the checks
- * that depend on it; independent ones still run. */
+ * that depend on it; independent ones still run. A buffer that is not 4D
+ * is reported once and left out of every check that reads its axes, but
+ * the other buffers of the layer are still checked: one squeezed buffer
+ * must not hide the problems of the rest ("every problem at once"). */
 static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
     const ls_adapter_in *b[LS_AD_SLOTS];
     const char *lab[LS_AD_SLOTS];
@@ -53,6 +59,7 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
         if (b[k]->name && !present++) prefixed = b[k]->prefixed;
     }
     out->rank = out->outer = 0;
+    out->outer_from = NULL;
     if (present == 0) return;
     if (present < LS_AD_SLOTS) {
         for (int k = 0; k < LS_AD_SLOTS; k++)
@@ -60,49 +67,71 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
         return;
     }
 
-    bool all_4d = true;
+    bool is4[LS_AD_SLOTS];
     for (int k = 0; k < LS_AD_SLOTS; k++) {
         const ls_tensor *t = b[k]->t;
-        if (t->ndim == 4) continue;
+        is4[k] = t->ndim == 4;
+        if (is4[k]) continue;
         char shape[96];
         ls_shape_str(t->shape, t->ndim >= 0 && t->ndim <= LS_MAX_DIMS ? t->ndim : 0, shape, sizeof shape);
         ls_adapter_violation(c, LS_LORA_NOT_4D, l, b[k]->name, LS_NA, 4, t->ndim, NULL,
                              "layer %d: %s has %d dimensions %s; the pool format requires four 4D MoE buffers "
                              "[1, experts, rows, cols]",
                              l, lab[k], t->ndim, shape);
-        all_4d = false;
     }
-    if (!all_4d) return;
 
-    for (int k = 0; k < LS_AD_SLOTS; k++) ls_pool_axis(c, LS_LORA_SLOT_AXIS_INVALID, l, b[k], lab[k], 0, 1, "slot");
+    for (int k = 0; k < LS_AD_SLOTS; k++)
+        if (is4[k]) ls_pool_axis(c, LS_LORA_SLOT_AXIS_INVALID, l, b[k], lab[k], 0, 1, "slot");
 
     const ls_adapter_in *ga = b[LS_AD_GU_A], *gb = b[LS_AD_GU_B], *da = b[LS_AD_D_A], *db = b[LS_AD_D_B];
-    const int64_t n = c->dims->n, ga_o = ga->t->shape[1], db_o = db->t->shape[1];
-    ls_pool_outer_axis(c, l, ga, lab[LS_AD_GU_A]);
-    ls_pool_outer_axis(c, l, db, lab[LS_AD_D_B]);
-    if ((ga_o == 1 || ga_o == n) && (db_o == 1 || db_o == n)) {
-        if (ga_o != db_o)
+    const bool ga4 = is4[LS_AD_GU_A], gb4 = is4[LS_AD_GU_B], da4 = is4[LS_AD_D_A], db4 = is4[LS_AD_D_B];
+    const int64_t n = c->dims->n;
+    /* An outer axis that is neither 1 nor n is reported by itself; only
+     * valid ones are compared, so it does not come back as a mismatch. */
+    bool ga_ok = false, db_ok = false;
+    int64_t ga_o = 0, db_o = 0;
+    if (ga4) {
+        ga_o = ga->t->shape[1];
+        ga_ok = ga_o == 1 || ga_o == n;
+        ls_pool_outer_axis(c, l, ga, lab[LS_AD_GU_A]);
+    }
+    if (db4) {
+        db_o = db->t->shape[1];
+        db_ok = db_o == 1 || db_o == n;
+        ls_pool_outer_axis(c, l, db, lab[LS_AD_D_B]);
+    }
+    if (ga_ok && db_ok) {
+        if (ga_o != db_o) {
             ls_adapter_violation(c, LS_LORA_EXPERT_LAYOUT_MISMATCH, l, db->name, 1, ga_o, db_o, NULL,
                                  "layer %d: gate-up A and down B must use the same expert layout: gate_up_lora_a "
                                  "expert axis is %lld, down_lora_b's is %lld",
                                  l, (long long)ga_o, (long long)db_o);
-        else
+        } else {
             out->outer = ga_o;
+            out->outer_from = ga->name;
+        }
+    } else if (ga4 != db4 && (ga_ok || db_ok)) {
+        /* The partner is not 4D: the one valid outer axis is still this
+         * layer's layout, which every layer must share. */
+        out->outer = ga_ok ? ga_o : db_o;
+        out->outer_from = ga_ok ? ga->name : db->name;
     }
 
-    ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, gb, lab[LS_AD_GU_B], 1, n, "expert");
-    ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, da, lab[LS_AD_D_A], 1, n, "expert");
+    if (gb4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, gb, lab[LS_AD_GU_B], 1, n, "expert");
+    if (da4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, da, lab[LS_AD_D_A], 1, n, "expert");
 
-    /* sglang takes r from gate_up_lora_b's last axis. */
-    const int64_t r = gb->t->shape[3];
-    if (r < 1 || r > INT32_MAX) {
+    /* sglang takes r from gate_up_lora_b's last axis. Without it (not 4D)
+     * the layer has no reference rank, so the other rank axes are not
+     * compared: a mismatch against a guess would blame the wrong buffer. */
+    const int64_t r = gb4 ? gb->t->shape[3] : 0;
+    if (gb4 && (r < 1 || r > INT32_MAX)) {
         ls_adapter_violation(c, LS_INVALID_SHAPE, l, gb->name, 3, LS_NA, r,
                              "an adapter has a rank r from 1 to the pool's max rank: give gate_up_lora_b [1, n, 2F, r]",
                              "layer %d: gate_up_lora_b rank axis (3) is %lld", l, (long long)r);
-    } else {
+    } else if (gb4) {
         bool rank_ok = true;
-        const int64_t ga_r = ga->t->shape[2];
-        if (ga_r != 2 * r) {
+        const int64_t ga_r = ga4 ? ga->t->shape[2] : 0;
+        if (ga4 && ga_r != 2 * r) {
             char hint[256];
             snprintf(hint, sizeof hint,
                      "fuse the gate and up A matrices along the rank axis (axis 2) into 2*r = %lld rows before "
@@ -116,26 +145,28 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
         }
         const char *rank_hint = "make all four buffers use one rank r: gate_up_lora_a 2r rows, gate_up_lora_b, "
                                 "down_lora_a and down_lora_b r (the rank axis of gate_up_lora_b is the reference)";
-        if (da->t->shape[2] != r) {
+        if (da4 && da->t->shape[2] != r) {
             ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, da->name, 2, r, da->t->shape[2], rank_hint,
                                  "layer %d: down_lora_a rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
                                  (long long)da->t->shape[2], (long long)r);
             rank_ok = false;
         }
-        if (db->t->shape[3] != r) {
+        if (db4 && db->t->shape[3] != r) {
             ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, db->name, 3, r, db->t->shape[3], rank_hint,
                                  "layer %d: down_lora_b rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
                                  (long long)db->t->shape[3], (long long)r);
             rank_ok = false;
         }
+        /* The rank gate_up_lora_b shows, agreed by the buffers that could
+         * be compared, is this layer's, which every layer must share. */
         if (rank_ok) out->rank = r;
     }
 
     const int64_t H = c->dims->H, F = c->dims->F;
-    ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, ga, lab[LS_AD_GU_A], 3, H, "hidden");
-    ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
-    ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, da, lab[LS_AD_D_A], 3, F, "intermediate");
-    ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, db, lab[LS_AD_D_B], 2, H, "hidden");
+    if (ga4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, ga, lab[LS_AD_GU_A], 3, H, "hidden");
+    if (gb4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
+    if (da4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, da, lab[LS_AD_D_A], 3, F, "intermediate");
+    if (db4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, db, lab[LS_AD_D_B], 2, H, "hidden");
 }
 
 /* Reports into c; its scratch arrays are freed before it returns. */
@@ -163,8 +194,9 @@ void ls_adapter_pool_check(ls_adapter_ctx *c) {
         if (lay[l].outer > 0) vals[nv++] = lay[l].outer;
     const int64_t outer = ls_adapter_mode(vals, nv);
     int first_outer_layer = -1;
+    const char *first_outer_from = NULL; /* lay is freed before it is named */
     for (int l = 0; l < L; l++) {
-        const ls_adapter_in *gb = ls_adapter_at(c, l, LS_AD_GU_B), *ga = ls_adapter_at(c, l, LS_AD_GU_A);
+        const ls_adapter_in *gb = ls_adapter_at(c, l, LS_AD_GU_B);
         if (lay[l].rank > 0 && lay[l].rank != rank)
             ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, gb->name, 3, rank, lay[l].rank,
                                  "every layer of an adapter has the same rank r; re-export the layers at one rank",
@@ -174,13 +206,15 @@ void ls_adapter_pool_check(ls_adapter_ctx *c) {
         else if (lay[l].rank > 0 && !c->rank_from)
             c->rank_from = gb->name;
         if (lay[l].outer > 0 && lay[l].outer != outer)
-            ls_adapter_violation(c, LS_LORA_EXPERT_LAYOUT_MISMATCH, l, ga->name, 1, outer, lay[l].outer,
+            ls_adapter_violation(c, LS_LORA_EXPERT_LAYOUT_MISMATCH, l, lay[l].outer_from, 1, outer, lay[l].outer,
                                  "give every layer the same expert axis on gate_up_lora_a and down_lora_b",
                                  "layer %d: the outer factors have expert axis %lld, but the adapter's other layers "
                                  "use %lld",
                                  l, (long long)lay[l].outer, (long long)outer);
-        else if (lay[l].outer > 0 && first_outer_layer < 0)
+        else if (lay[l].outer > 0 && first_outer_layer < 0) {
             first_outer_layer = l;
+            first_outer_from = lay[l].outer_from;
+        }
     }
     free(lay);
     free(vals);
@@ -205,8 +239,7 @@ void ls_adapter_pool_check(ls_adapter_ctx *c) {
                              c->pool->max_rank);
     }
     if (c->outer > 1 && first_outer_layer >= 0 && c->pool->layout == LS_LORA_SHARED) {
-        const ls_adapter_in *ga = ls_adapter_at(c, first_outer_layer, LS_AD_GU_A);
-        ls_adapter_violation(c, LS_LORA_LAYOUT_UNSUPPORTED, first_outer_layer, ga->name, 1, 1, c->outer,
+        ls_adapter_violation(c, LS_LORA_LAYOUT_UNSUPPORTED, first_outer_layer, first_outer_from, 1, 1, c->outer,
                              "restart with --lora-layout per-expert, or upload outer factors with expert axis 1 "
                              "(shared by every expert)",
                              "the upload's outer factors are per-expert (gate_up_lora_a and down_lora_b have expert "

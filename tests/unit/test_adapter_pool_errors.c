@@ -53,6 +53,132 @@ static void test_not_4d(void **state) {
     assert_int_equal(f->err.n_violations, 2);
 }
 
+/* The audit's upload: one layer with a squeezed (2D) down_lora_b, an
+ * inner expert axis of 3 and a wrong H. The 2D buffer used to stop the
+ * checks of its layer, so only lora_not_4d came back. */
+static void test_not_4d_keeps_checking_layer(void **state) {
+    tu_fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    const int64_t db[2] = {4, 2};
+    tu_replace(&f->s, B(f, "down_lora_b", 0), LS_DTYPE_F32, db, 2);
+    set_shape(f, "down_lora_a", 0, 1, 3, 2, 3);
+    set_shape(f, "gate_up_lora_a", 0, 1, 1, 4, 5);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 0, B(f, "down_lora_b", 0), LS_NA, 4, 2);
+    tu_expect(&f->err, LS_LORA_EXPERT_COUNT_MISMATCH, 0, B(f, "down_lora_a", 0), 1, 2, 3);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, B(f, "gate_up_lora_a", 0), 3, 4, 5);
+    assert_int_equal(f->err.n_violations, 3);
+}
+
+/* Problems in two layers, each with a buffer that is not 4D: every one
+ * is listed, and the layer whose rank reference (gate_up_lora_b) is not
+ * 4D gets no rank checks rather than mismatches against a guess. */
+static void test_not_4d_two_layers(void **state) {
+    tu_fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    const int64_t gb[3] = {2, 6, 2}, ga[2] = {4, 4};
+    tu_replace(&f->s, B(f, "gate_up_lora_b", 0), LS_DTYPE_F32, gb, 3);
+    set_shape(f, "down_lora_a", 0, 1, 2, 2, 4);
+    set_shape(f, "down_lora_b", 0, 2, 1, 4, 2);
+    tu_replace(&f->s, B(f, "gate_up_lora_a", 1), LS_DTYPE_F32, ga, 2);
+    set_shape(f, "gate_up_lora_b", 1, 1, 3, 6, 2);
+    set_shape(f, "down_lora_b", 1, 1, 1, 4, 3);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 0, B(f, "gate_up_lora_b", 0), LS_NA, 4, 3);
+    tu_expect(&f->err, LS_LORA_SLOT_AXIS_INVALID, 0, B(f, "down_lora_b", 0), 0, 1, 2);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, B(f, "down_lora_a", 0), 3, 3, 4);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 1, B(f, "gate_up_lora_a", 1), LS_NA, 4, 2);
+    tu_expect(&f->err, LS_LORA_EXPERT_COUNT_MISMATCH, 1, B(f, "gate_up_lora_b", 1), 1, 2, 3);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 1, B(f, "down_lora_b", 1), 3, 2, 3);
+    assert_int_equal(f->err.n_violations, 6);
+    /* in sglang's order within a layer, layer after layer */
+    assert_int_equal(f->err.violations[0].code, LS_LORA_NOT_4D);
+    assert_int_equal(f->err.violations[2].code, LS_LORA_INTERMEDIATE_MISMATCH);
+    assert_int_equal(f->err.violations[3].code, LS_LORA_NOT_4D);
+    assert_int_equal(f->err.violations[5].code, LS_LORA_RANK_MISMATCH);
+}
+
+/* Any one buffer not 4D, in any rank: one violation, no rank or layout
+ * mismatch that exists only because its axes could not be read. */
+static void test_not_4d_no_consequences(void **state) {
+    tu_fx *f = *state;
+    static const char *const bufs[4] = {"gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"};
+    const int64_t shapes[3][5] = {{7}, {1, 2}, {1, 1, 2, 4, 2}};
+    const int ndims[3] = {1, 2, 5};
+    for (int k = 0; k < 4; k++) {
+        for (int s = 0; s < 3; s++) {
+            ls_tensor_set_free(&f->s);
+            ls_tensor_set_init(&f->s);
+            ls_error_clear(&f->err);
+            tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+            tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+            tu_replace(&f->s, B(f, bufs[k], 1), LS_DTYPE_F32, shapes[s], ndims[s]);
+            tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+            tu_expect(&f->err, LS_LORA_NOT_4D, 1, B(f, bufs[k], 1), LS_NA, 4, ndims[s]);
+            if (f->err.n_violations != 1) tu_dump(&f->err);
+            assert_int_equal(f->err.n_violations, 1);
+        }
+    }
+}
+
+/* What the 4D buffers of a layer still show counts across layers: a
+ * layer at another rank, or with other outer factors, is reported even
+ * when one of its buffers is not 4D. */
+static void test_not_4d_layer_still_compared(void **state) {
+    tu_fx *f = *state;
+    f->d.L = 3;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 2, 1, 3, 0);
+    const int64_t db[2] = {4, 3};
+    tu_replace(&f->s, B(f, "down_lora_b", 2), LS_DTYPE_F32, db, 2);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 2, B(f, "down_lora_b", 2), LS_NA, 4, 2);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 2, B(f, "gate_up_lora_b", 2), 3, 2, 3);
+    assert_int_equal(f->err.n_violations, 2);
+
+    /* per-expert outer factors: gate_up_lora_a squeezed, down_lora_b O = n
+     * where the other layers use O = 1 */
+    ls_tensor_set_free(&f->s);
+    ls_tensor_set_init(&f->s);
+    ls_error_clear(&f->err);
+    f->p.layout = LS_LORA_PER_EXPERT;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 2, 2, 2, 0);
+    const int64_t ga[3] = {2, 4, 4};
+    tu_replace(&f->s, B(f, "gate_up_lora_a", 2), LS_DTYPE_F32, ga, 3);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    tu_expect(&f->err, LS_LORA_NOT_4D, 2, B(f, "gate_up_lora_a", 2), LS_NA, 4, 3);
+    tu_expect(&f->err, LS_LORA_EXPERT_LAYOUT_MISMATCH, 2, B(f, "down_lora_b", 2), 1, 1, 2);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
+/* More than LS_ERROR_MAX_VIOLATIONS problems, four a layer with one of
+ * them lora_not_4d: the list is full and the rest counted as dropped
+ * (violations_dropped in the reply). */
+static void test_not_4d_violations_dropped(void **state) {
+    tu_fx *f = *state;
+    f->d.L = 70;
+    const int64_t db[2] = {4, 2};
+    for (int l = 0; l < f->d.L; l++) {
+        tu_add_pool_layer(&f->s, &f->d, l, 1, 2, 0);
+        tu_replace(&f->s, B(f, "down_lora_b", l), LS_DTYPE_F32, db, 2);
+        set_shape(f, "down_lora_a", l, 1, 3, 2, 3);
+        set_shape(f, "gate_up_lora_a", l, 1, 1, 4, 5);
+        set_shape(f, "gate_up_lora_b", l, 1, 2, 8, 2);
+    }
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NOT_4D, &f->err);
+    assert_int_equal(f->err.n_violations, LS_ERROR_MAX_VIOLATIONS);
+    assert_int_equal(f->err.dropped, 4 * 70 - LS_ERROR_MAX_VIOLATIONS);
+    assert_int_equal(tu_count(&f->err, LS_LORA_NOT_4D), 64);
+    assert_int_equal(tu_count(&f->err, LS_LORA_HIDDEN_MISMATCH), 64);
+    assert_int_equal(f->err.violations[LS_ERROR_MAX_VIOLATIONS - 1].code, LS_LORA_INTERMEDIATE_MISMATCH);
+    assert_int_equal(f->err.violations[LS_ERROR_MAX_VIOLATIONS - 1].layer, 63);
+}
+
 static void test_slot_axis(void **state) {
     tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
@@ -216,6 +342,11 @@ int main(void) {
         T(test_valid_baseline),
         T(test_missing_buffer),
         T(test_not_4d),
+        T(test_not_4d_keeps_checking_layer),
+        T(test_not_4d_two_layers),
+        T(test_not_4d_no_consequences),
+        T(test_not_4d_layer_still_compared),
+        T(test_not_4d_violations_dropped),
         T(test_slot_axis),
         T(test_outer_dim_invalid),
         T(test_expert_layout_mismatch),
