@@ -134,16 +134,20 @@ static void ls_peft_check_b(ls_adapter_ctx *c, int l, int module, const ls_adapt
 /* Reports into c; allocates nothing. */
 void ls_adapter_peft_check(ls_adapter_ctx *c) {
     ls_peft_find_rank(c);
-    /* No factor shows a rank of 1 or more: every present one has rank 0
-     * (an empty axis), which the per-factor checks below cannot compare
-     * against anything. As the pool format answers it: an invalid shape. */
+    /* No 2D factor shows a rank of 1 or more (each has an empty rank
+     * axis), so the per-factor checks below have nothing to compare
+     * against. As the pool format answers it: an invalid shape, named on a
+     * 2D factor: one that is not 2D shows no rank at all and is reported
+     * as such below, so a rank problem on it would only be a consequence. */
     const size_t total = (size_t)c->dims->L * LS_AD_SLOTS;
     for (size_t i = 0; c->rank < 1 && i < total; i++) {
-        if (!c->in[i].name) continue;
-        ls_adapter_violation(c, LS_INVALID_SHAPE, (int)(i / LS_AD_SLOTS), c->in[i].name, LS_NA, LS_NA, 0,
+        const int64_t r = ls_peft_rank_of(c, i);
+        if (r < 0) continue;
+        ls_adapter_violation(c, LS_INVALID_SHAPE, (int)(i / LS_AD_SLOTS), c->in[i].name, LS_NA, LS_NA, r,
                              "an adapter has a rank r from 1 to the pool's max rank: lora_A is [r, in_features], "
                              "lora_B [out_features, r]",
-                             "%s has rank 0: no factor of the adapter has a rank of 1 or more", c->in[i].name);
+                             "%s has rank %lld: no factor of the adapter has a usable rank of 1 or more",
+                             c->in[i].name, (long long)r);
         break;
     }
     for (int l = 0; l < c->dims->L; l++) {

@@ -44,6 +44,50 @@ static void test_peft_not_2d(void **state) {
     assert_int_equal(f->err.n_violations, 1); /* no rank or hidden noise from the same tensor */
 }
 
+/* A factor that is not 2D is skipped, not the checks of the others: the
+ * rest of its layer and the other layer are still reported. */
+static void test_peft_not_2d_keeps_checking(void **state) {
+    tu_fx *f = *state;
+    fx_peft(f);
+    const int64_t ga[3] = {1, 2, 4}, gb[2] = {11, 2}, da[2] = {2, 8}, db[2] = {5, 2};
+    tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_F32, ga, 3);
+    tu_replace(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, gb, 2);
+    tu_replace(&f->s, N(f, TU_D_A, 0), LS_DTYPE_F32, da, 2);
+    tu_replace(&f->s, N(f, TU_D_B, 0), LS_DTYPE_F32, db, 2);
+    const int64_t gb1[1] = {24}, da1[2] = {3, 6};
+    tu_replace(&f->s, N(f, TU_GU_B, 1), LS_DTYPE_F32, gb1, 1);
+    tu_replace(&f->s, N(f, TU_D_A, 1), LS_DTYPE_F32, da1, 2);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, TU_GU_A, 0), LS_NA, 2, 3);
+    tu_expect(&f->err, LS_LORA_EXTENT_NOT_DIVISIBLE, 0, N(f, TU_GU_B, 0), 0, 12, 11);
+    tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, N(f, TU_D_A, 0), 1, 6, 8);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, N(f, TU_D_B, 0), 0, 4, 5);
+    tu_expect(&f->err, LS_INVALID_SHAPE, 1, N(f, TU_GU_B, 1), LS_NA, 2, 1);
+    tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 1, N(f, TU_D_A, 1), 0, 2, 3);
+    assert_int_equal(f->err.n_violations, 6);
+}
+
+/* No factor 2D: each is reported as such, and nothing about a rank that
+ * none of them can show (that would be a consequence, not a problem). */
+static void test_peft_none_2d(void **state) {
+    tu_fx *f = *state;
+    const int64_t s3[3] = {1, 2, 4};
+    const char *fmts[4] = {TU_GU_A, TU_GU_B, TU_D_A, TU_D_B};
+    for (int k = 0; k < 4; k++) tu_add_pattern(&f->s, N(f, fmts[k], 0), LS_DTYPE_F32, s3, 3, k);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    for (int k = 0; k < 4; k++) tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, fmts[k], 0), LS_NA, 2, 3);
+    assert_int_equal(f->err.n_violations, 4);
+
+    /* One 2D factor of rank 0 among them: the rank is reported on it. */
+    ls_error_clear(&f->err);
+    const int64_t z[2] = {0, 4};
+    tu_replace(&f->s, N(f, TU_D_A, 0), LS_DTYPE_F32, z, 2);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    const ls_violation *v = tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, TU_D_A, 0), LS_NA, LS_NA, 0);
+    assert_non_null(strstr(v->message, "rank 0"));
+    assert_int_equal(f->err.n_violations, 5); /* three not 2D, its rank, its n*F columns */
+}
+
 static void test_hidden_mismatch(void **state) {
     tu_fx *f = *state;
     fx_peft(f);
@@ -338,6 +382,7 @@ int main(void) {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, tu_fx_setup, tu_fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_valid_baseline),     T(test_dtype_unsupported),    T(test_peft_not_2d),
+        T(test_peft_not_2d_keeps_checking), T(test_peft_none_2d),
         T(test_hidden_mismatch),    T(test_extent_not_divisible), T(test_intermediate_mismatch),
         T(test_peft_rank_mismatch), T(test_peft_transposed),      T(test_config_rank_mismatch),
         T(test_rank_too_large),     T(test_missing_tensor),       T(test_unknown_tensor),
