@@ -209,6 +209,51 @@ static void test_every_violation_listed(void **state) {
     json_decref(b);
 }
 
+/* Asserts that the reply's violations are exactly want[0..n) (code and
+ * buffer, the name after the layer prefix), in that order. */
+static void expect_violations(json_t *e, const char *const (*want)[2], size_t n) {
+    json_t *v = json_object_get(json_object_get(e, "error"), "violations");
+    if (json_array_size(v) != n) fprintf(stderr, "%s\n", json_dumps(e, 0));
+    assert_int_equal(json_array_size(v), n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *vi = json_array_get(v, i);
+        assert_string_equal(json_string_value(json_object_get(vi, "code")), want[i][0]);
+        char tensor[192];
+        snprintf(tensor, sizeof tensor, P "%s", want[i][1]);
+        assert_string_equal(json_string_value(json_object_get(vi, "tensor")), tensor);
+        assert_int_equal(json_integer_value(json_object_get(vi, "layer")), 0);
+    }
+    assert_null(json_object_get(json_object_get(e, "error"), "violations_dropped"));
+}
+
+/* The audit's upload: a buffer that is not 4D used to hide every other
+ * problem of its layer; all of them come back, the 2D one once. */
+static void test_not_4d_reports_the_rest(void **state) {
+    (void)state;
+    json_t *first;
+    json_t *e = expect_code(pool(T(1, 1, 4, 5), T(1, 2, 6, 2), T(1, 3, 2, 3), T(4, 2)), "lora_not_4d", &first);
+    static const char *const pool_want[][2] = {
+        {"lora_not_4d", "down_lora_b"},
+        {"lora_expert_count_mismatch", "down_lora_a"},
+        {"lora_hidden_mismatch", "gate_up_lora_a"},
+    };
+    expect_violations(e, pool_want, 3);
+    assert_int_equal(json_integer_value(json_object_get(first, "expected")), 4);
+    assert_int_equal(json_integer_value(json_object_get(first, "got")), 2);
+    json_decref(e);
+
+    /* PEFT: a factor that is not 2D does not hide the others either. */
+    e = expect_code(peft(T(1, 2, 4), T(11, 2), T(2, 8), T(5, 2)), "invalid_shape", &first);
+    static const char *const peft_want[][2] = {
+        {"invalid_shape", "gate_up_proj.lora_A.weight"},
+        {"lora_extent_not_divisible", "gate_up_proj.lora_B.weight"},
+        {"lora_intermediate_mismatch", "down_proj.lora_A.weight"},
+        {"lora_hidden_mismatch", "down_proj.lora_B.weight"},
+    };
+    expect_violations(e, peft_want, 4);
+    json_decref(e);
+}
+
 static void test_hostile_corpus(void **state) {
     (void)state;
     char dir[1024];
@@ -257,7 +302,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_format_codes),      cmocka_unit_test(test_rank_mismatch_seed_error),
         cmocka_unit_test(test_peft_codes),             cmocka_unit_test(test_dtype_and_nonfinite),
-        cmocka_unit_test(test_every_violation_listed), cmocka_unit_test(test_hostile_corpus),
+        cmocka_unit_test(test_every_violation_listed), cmocka_unit_test(test_not_4d_reports_the_rest),
+        cmocka_unit_test(test_hostile_corpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
