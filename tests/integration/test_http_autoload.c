@@ -63,11 +63,19 @@ static long forward(const char *path, const char *adapter_json, const char *cons
 }
 
 /* Occurrences of text in the server's output so far. */
+/* How often text is in the server's output, once it is there at all.
+ * The server logs before it replies, but the test reads its output
+ * through a pipe drained by a thread of its own, which may not have read
+ * the line yet when the reply is in: under load the count was 0 (waits
+ * up to 5 s for the first, then counts). */
 static int output_count(const char *text) {
-    char *out = ls_test_server_output(ts.srv);
     int n = 0;
-    for (const char *p = out; (p = strstr(p, text)); p += strlen(text)) n++;
-    free(out);
+    for (int tries = 0; n == 0 && tries < 500; tries++) {
+        if (tries) usleep(10 * 1000);
+        char *out = ls_test_server_output(ts.srv);
+        for (const char *p = out; (p = strstr(p, text)); p += strlen(text)) n++;
+        free(out);
+    }
     return n;
 }
 
