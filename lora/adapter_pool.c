@@ -44,10 +44,11 @@ static void ls_pool_axis(ls_adapter_ctx *c, ls_status code, int l, const ls_adap
 }
 
 /* One layer, in sglang's order. A structural failure stops the checks
- * that depend on it; independent ones still run. A buffer that is not 4D
- * is reported once and left out of every check that reads its axes, but
- * the other buffers of the layer are still checked: one squeezed buffer
- * must not hide the problems of the rest ("every problem at once"). */
+ * that depend on it; independent ones still run. A buffer that is
+ * missing or not 4D is reported once and left out of every check that
+ * reads its axes, but the other buffers of the layer are still checked:
+ * one missing or squeezed buffer must not hide the problems of the rest
+ * ("every problem at once"). */
 static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
     const ls_adapter_in *b[LS_AD_SLOTS];
     const char *lab[LS_AD_SLOTS];
@@ -61,14 +62,14 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
     out->rank = out->outer = 0;
     out->outer_from = NULL;
     if (present == 0) return;
-    if (present < LS_AD_SLOTS) {
-        for (int k = 0; k < LS_AD_SLOTS; k++)
-            if (!b[k]->name) ls_pool_missing(c, l, k, prefixed);
-        return;
-    }
 
     bool is4[LS_AD_SLOTS];
     for (int k = 0; k < LS_AD_SLOTS; k++) {
+        if (!b[k]->name) {
+            ls_pool_missing(c, l, k, prefixed);
+            is4[k] = false;
+            continue;
+        }
         const ls_tensor *t = b[k]->t;
         is4[k] = t->ndim == 4;
         if (is4[k]) continue;

@@ -39,6 +39,19 @@ static void test_missing_buffer(void **state) {
     assert_int_equal(f->err.n_violations, 2);
 }
 
+/* A missing buffer does not hide the rest of its layer either: the
+ * buffers that are there are still checked (their H axis here). */
+static void test_missing_keeps_checking_layer(void **state) {
+    tu_fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 8);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    set_shape(f, "gate_up_lora_a", 0, 1, 1, 4, 5);
+    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_MISSING_TENSOR, &f->err);
+    tu_expect(&f->err, LS_LORA_MISSING_TENSOR, 0, B(f, "down_lora_b", 0), LS_NA, LS_NA, LS_NA);
+    tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, B(f, "gate_up_lora_a", 0), 3, 4, 5);
+    assert_int_equal(f->err.n_violations, 2);
+}
+
 static void test_not_4d(void **state) {
     tu_fx *f = *state;
     tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
@@ -343,6 +356,7 @@ int main(void) {
         T(test_missing_buffer),
         T(test_not_4d),
         T(test_not_4d_keeps_checking_layer),
+        T(test_missing_keeps_checking_layer),
         T(test_not_4d_two_layers),
         T(test_not_4d_no_consequences),
         T(test_not_4d_layer_still_compared),
