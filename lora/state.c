@@ -384,16 +384,20 @@ ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adap
 /* ---- restore -------------------------------------------------------------- */
 
 /* Moves file to DIR/corrupt/ (never deleted: an operator may want it). */
-static void ls_state_set_aside(ls_state *s, const char *file, const char *why) {
+/* False when it could not be moved (it stays, and is skipped). The
+ * sequence number keeps two files of one name set aside in the same
+ * second apart. */
+static bool ls_state_set_aside(ls_state *s, const char *file, const char *why) {
     mkdirat(s->dirfd, "corrupt", 0700);
     char dest[LS_STATE_MAX_NAME + 96];
-    snprintf(dest, sizeof dest, "corrupt/%s.%lld", file, (long long)time(NULL));
+    snprintf(dest, sizeof dest, "corrupt/%s.%lld.%lu", file, (long long)time(NULL), ++s->tmp_seq);
     if (renameat(s->dirfd, file, s->dirfd, dest) == 0) {
         fsync(s->dirfd);
         ls_log_error("state directory: %s %s; moved to %s/%s", file, why, s->dir, dest);
-    } else {
-        ls_log_error("state directory: %s %s and cannot be moved aside; skipped", file, why);
+        return true;
     }
+    ls_log_error("state directory: %s %s and cannot be moved aside; skipped", file, why);
+    return false;
 }
 
 /* The version a tombstone or a floor file holds (a decimal >= 1 ending
@@ -490,19 +494,25 @@ static ls_state_decoded ls_state_header_version(ls_state *s, const char *file, c
  * name's tombstone, which every later start reads as the name's lower
  * bound as it does a delete's, unless a tombstone says as much already;
  * tomb hears of it now. False when the disk refuses the tombstone: the
- * record then stays where it is, for the next start to try again. */
+ * record then stays where it is, for the next start to try again. *wrote
+ * says whether this call wrote the tombstone, *prev the one it replaced
+ * (0: none), for the caller to put back if the record cannot be moved. */
 static bool ls_state_keep_versions(ls_state *s, const char *name, uint64_t *lost, ls_state_tomb_fn tomb,
-                                   void *ctx) {
+                                   void *ctx, bool *wrote, uint64_t *prev) {
     char file[LS_STATE_MAX_NAME + 16];
     snprintf(file, sizeof file, "%s.floor", name);
     uint64_t floor = 0, last = 0;
+    *wrote = false;
+    *prev = 0;
     if (ls_state_version_read(s, file, &floor) && floor > *lost) *lost = floor;
     if (!*lost) return true;
     snprintf(file, sizeof file, "%s.deleted", name);
     if (ls_state_version_read(s, file, &last) && last >= *lost) return true; /* tomb heard of it first */
+    *prev = last;
     ls_error err;
     ls_error_init(&err);
     const bool kept = ls_state_write_version(s, file, *lost, &err) == LS_OK;
+    *wrote = kept;
     if (!kept) ls_log_error("%s; %s.adapter, unreadable, is left in place", err.message, name);
     ls_error_free(&err);
     tomb(ctx, name, *lost);
@@ -573,7 +583,9 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
                 st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
                 break;
             }
-            if (!ls_state_keep_versions(s, name, &lost, tomb, ctx)) continue;
+            bool wrote;
+            uint64_t prev;
+            if (!ls_state_keep_versions(s, name, &lost, tomb, ctx, &wrote, &prev)) continue;
             char why[LS_STATE_MAX_NAME + 128];
             if (lost)
                 snprintf(why, sizeof why, "is truncated or corrupt (the name's versions go on after %" PRIu64 ")",
@@ -583,7 +595,19 @@ ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn
                          "is truncated or corrupt, and neither it nor %s.floor gives its version (the name's next "
                          "version may repeat one given before)",
                          name);
-            ls_state_set_aside(s, files[i], why);
+            if (!ls_state_set_aside(s, files[i], why) && wrote) {
+                /* The record stays: a tombstone at its version would make
+                 * a later start that reads it cleanly finish it as a
+                 * delete. Put back what was there (best effort). */
+                char tomb_file[LS_STATE_MAX_NAME + 16];
+                snprintf(tomb_file, sizeof tomb_file, "%s.deleted", name);
+                ls_error why_not;
+                ls_error_init(&why_not);
+                ls_status back = prev ? ls_state_write_version(s, tomb_file, prev, &why_not)
+                                      : ls_state_remove(s, tomb_file, &why_not);
+                if (back != LS_OK) ls_log_warn("%s", why_not.message);
+                ls_error_free(&why_not);
+            }
             continue;
         }
         rec.a = &a;

@@ -493,6 +493,32 @@ static void test_damaged_record_keeps_its_versions(void **state) {
     free(dir);
 }
 
+/* A damaged record that cannot be moved aside (here corrupt/ is a file,
+ * so the rename fails) stays where it is, and so must the name's
+ * tombstone as it was: one at the record's version would make a later
+ * start that reads the record cleanly finish it as a delete. */
+static void test_unmovable_record_keeps_its_tombstone(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "b", 2, false, NULL, pc_seed_of("b", 2));
+    write_file(dir, "b.deleted", "1\n", 2); /* an older delete's, outdated by version 2 */
+    write_file(dir, "corrupt", "x", 1);
+    flip_byte(dir, "b.adapter", 5);
+    gathered g = restore(s);
+    assert_int_equal(g.n, 0);
+    assert_true(file_exists(dir, "b.adapter"));
+    assert_string_equal(file_text(dir, "b.deleted"), "1\n");
+    /* The record reads again: it comes back at its version. */
+    flip_byte(dir, "b.adapter", 5);
+    g = restore(s);
+    assert_int_equal(g.n, 1);
+    assert_int_equal(g.versions[0], 2);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 /* A crash between the tombstone and the removal of the record leaves
  * both: the delete wins at restore and is finished. A crash between a
  * new version's record and the removal of an older tombstone: the
@@ -608,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_pool_restores_what_it_acknowledged),
         cmocka_unit_test(test_damaged_record_keeps_its_versions),
         cmocka_unit_test(test_restore_finishes_a_cut_delete),
+        cmocka_unit_test(test_unmovable_record_keeps_its_tombstone),
         cmocka_unit_test(test_restore_into_a_smaller_pool),
         cmocka_unit_test(test_refused_write_changes_nothing),
     };
