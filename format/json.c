@@ -24,5 +24,7 @@ const char *ls_json_error_reason(const json_error_t *e, char *buf, size_t len) {
     /* jansson names its own flag; the client needs the rule. */
     char *flag = strstr(buf, " without JSON_ALLOW_NUL");
     if (flag) snprintf(flag, len - (size_t)(flag - buf), " in a string");
+    /* "invalid Unicode '\uDEAD'" quotes the text too. */
+    if (!strncmp(buf, "invalid Unicode ", 16)) buf[15] = '\0';
     return buf;
 }

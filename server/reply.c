@@ -24,8 +24,9 @@ typedef struct {
 
 static enum MHD_Result ls_query_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
-    (void)value;
     ls_query_check *q = cls;
+    /* "a=1&&b=2" holds an empty argument: nothing is said there. */
+    if (!key[0] && (!value || !value[0])) return MHD_YES;
     int i = 0;
     while (q->known && q->known[i] && strcmp(key, q->known[i])) i++;
     if (!q->known || !q->known[i]) {
@@ -48,6 +49,13 @@ static enum MHD_Result ls_query_visit(void *cls, enum MHD_ValueKind kind, const 
             return MHD_NO;
         }
     if (q->n_seen < (int)(sizeof q->seen / sizeof q->seen[0])) q->seen[q->n_seen++] = q->known[i];
+    if (!value) {
+        /* "?adapter" without "=": the readers would take it as absent,
+         * so a forward would run the base model. */
+        q->st = ls_error_set(q->err, LS_INVALID_REQUEST, "write NAME=VALUE",
+                             "query parameter \"%s\" has no value", key);
+        return MHD_NO;
+    }
     return MHD_YES;
 }
 

@@ -42,8 +42,10 @@ typedef struct {
 /* Query-string value (borrowed from MHD) or NULL. */
 const char *ls_request_query(const ls_request *req, const char *key);
 /* LS_OK when every query parameter is one of known (NULL-terminated;
- * NULL: none is known) and none is given twice; else 400 invalid_request
- * naming the parameter, with hint after the known list ("" for none). A
+ * NULL: none is known), has a value ("?adapter" alone has none) and none
+ * is given twice; else 400 invalid_request naming the parameter, with
+ * hint after the known list ("" for none). An empty argument ("&&") is
+ * skipped. A
  * parameter the server would not read is refused, never ignored: a typo
  * such as ?adaptor=x must not run the base model. */
 ls_status ls_request_check_query(const ls_request *req, const char *const *known, const char *hint, ls_error *err);

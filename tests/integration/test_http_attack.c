@@ -311,7 +311,8 @@ static void test_empty_body(void **state) {
  * (a typo) ran the base model, ?layer=1 beside a JSON body answered
  * layer 0, ?pinned=true beside a JSON upload did not pin. Each is 400
  * now, naming the parameter and listing the known ones, and so is a
- * parameter given twice; nothing is run or registered. */
+ * parameter given twice or without a value (?adapter alone ran the base
+ * model too); nothing is run or registered. */
 static void test_query_is_strict(void **state) {
     (void)state;
     tiny_server ts;
@@ -329,6 +330,8 @@ static void test_query_is_strict(void **state) {
         {"POST", "/adapters/validate?alpha=16", "application/octet-stream", "known query parameters: name"},
         {"POST", "/adapters?name=q&name=r", "application/octet-stream", "more than once"},
         {"DELETE", "/adapters/a?force=1", NULL, "takes no query parameters"},
+        {"POST", "/forward?adapter", NULL, "has no value"},
+        {"POST", "/adapters?name=q&pinned", "application/octet-stream", "has no value"},
     };
     size_t st_len;
     uint8_t *st = tiny_adapter_safetensors(&ts, "4", &st_len);
@@ -353,6 +356,11 @@ static void test_query_is_strict(void **state) {
     ls_test_response r;
     assert_int_equal(ls_test_http(ts.srv, "POST", "/forward?adapter=a", NULL, x, strlen(x), NULL, &r), 0);
     assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    /* An empty argument ("&&", a URL joined from parts) says nothing. */
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward?&adapter=a&&", NULL, x, strlen(x), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"name\":\"a\""));
     ls_test_response_free(&r);
     assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=q&lora_alpha=4&pinned=true&replace=false",
                                   "application/octet-stream", st, st_len, NULL, &r),
