@@ -49,8 +49,10 @@ for h in "${harnesses[@]}"; do
   rc=0
   TMPDIR=$work "$dir/tests/fuzz/$h" "${args[@]}" "$corpus" "${seeds[@]}" >"$log" 2>&1 || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  # A harness that fails on its seeds prints no stats: || true, or set -e
+  # would end the script here without saying which one failed.
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
   if [ "$rc" -eq 0 ]; then
     result=ok
