@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "server/autoload.h"
 #include "server/batcher.h"
+#include "server/loads.h"
 #include "server/request.h"
 
 struct ls_forward_job {
@@ -58,7 +59,14 @@ static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, l
     for (int t = 0; t < fr->T; t++) {
         const char *name = fr->names[t];
         if (!name || (t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) continue;
-        ls_status st = ls_autoload_ensure(srv->autoload, name, err);
+        /* A registered name costs nothing; one to load (or to wait for)
+         * holds this HTTP thread like a POST /adapters. */
+        if (ls_pool_describe(srv->pool, name, NULL, NULL) == LS_OK) continue;
+        ls_status st = ls_server_load_begin(srv, err);
+        if (st == LS_OK) {
+            st = ls_autoload_ensure(srv->autoload, name, err);
+            ls_server_load_end(srv);
+        }
         if (st != LS_OK) return st;
     }
     return LS_OK;
@@ -109,11 +117,13 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
         unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
         fj->srv = srv;
         fj->held = bytes;
-        if (before + bytes > budget && before > 0)
+        if (before + bytes > budget && before > 0) {
+            ls_metrics_overload(&srv->metrics);
             st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
                               "forward requests in flight hold %.1f MiB and this one needs %.1f MiB: together over "
                               "the %d MiB budget (--max-queue-mb)",
                               (double)before / 1048576.0, (double)bytes / 1048576.0, srv->cfg.max_queue_mb);
+        }
     }
     if (st == LS_OK) {
         fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);

@@ -86,6 +86,12 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void ls_metrics_set_loads(ls_metrics *m, int64_t loads) {
+    pthread_mutex_lock(&m->lock);
+    m->loads = loads;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth) {
     pthread_mutex_lock(&m->lock);
     m->queue_depth = depth;
@@ -150,7 +156,12 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);
-    ls_buf_printf(b, "# HELP lorasink_rejected_overload_total Requests refused with 429 because the queue was full.\n"
+    ls_buf_printf(b, "# HELP lorasink_adapter_loads_running Adapter loads holding an HTTP thread (at most "
+                     "--http-threads - 1).\n"
+                     "# TYPE lorasink_adapter_loads_running gauge\nlorasink_adapter_loads_running %lld\n",
+                  (long long)m->loads);
+    ls_buf_printf(b, "# HELP lorasink_rejected_overload_total Requests refused with 429 overloaded: the queue full "
+                     "(--max-queue-tokens, --max-queue-mb) or too many adapter loads at once.\n"
                      "# TYPE lorasink_rejected_overload_total counter\nlorasink_rejected_overload_total %llu\n",
                   (unsigned long long)m->rejected_overload);
 }

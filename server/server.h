@@ -37,6 +37,7 @@ typedef struct ls_server {
     atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */
     atomic_int suspended; /* /forward connections parked for the batcher, not yet resumed */
     atomic_bool stopping; /* shutdown began: no new suspensions, Connection: close */
+    atomic_int loads;     /* adapter loads holding an HTTP thread now (server/loads.c) */
 } ls_server;
 
 /* Builds the model, backend and pool from cfg (cfg is copied). Errors are

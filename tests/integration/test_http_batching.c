@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "common/buf.h"
 #include "gpu/backend.h"
 #include "tests/util/server_driver.h"
 
@@ -317,11 +318,123 @@ static void test_queue_full_is_429(void **state) {
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 
+/* A PEFT adapter of rank 4 for n = 2 experts of hidden size h and
+ * intermediate size f, as an inline JSON upload (caller frees). */
+static char *adapter_body_dims(const char *name, int h, int f) {
+    json_t *t = json_object();
+    const char *p = "model.layers.0.mlp.shared_experts.";
+    int shapes[4][2] = {{4, h}, {2 * 2 * f, 4}, {4, 2 * f}, {h, 4}};
+    const char *names[4] = {"gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight",
+                            "down_proj.lora_B.weight"};
+    for (int k = 0; k < 4; k++) {
+        json_t *m = json_array();
+        for (int i = 0; i < shapes[k][0]; i++) {
+            json_t *row = json_array();
+            for (int j = 0; j < shapes[k][1]; j++) json_array_append_new(row, json_real(((i + j + k) % 5 - 2) / 64.0));
+            json_array_append_new(m, row);
+        }
+        char full[128];
+        snprintf(full, sizeof full, "%s%s", p, names[k]);
+        json_object_set_new(t, full, m);
+    }
+    json_t *j = json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", name, "config", "r", 4, "lora_alpha", 8, "tensors", t);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+typedef struct {
+    const char *path;
+    char *body;
+    long status;
+} post_arg;
+
+static void *post_worker(void *arg) {
+    post_arg *a = arg;
+    ls_test_response r;
+    if (ls_test_http(srv, "POST", a->path, NULL, a->body, strlen(a->body), NULL, &r) == 0) {
+        a->status = r.status;
+        ls_test_response_free(&r);
+    }
+    return NULL;
+}
+
+/* A load waits for the backend while a forward runs on it, holding its
+ * HTTP thread; once every thread held one, /health stopped answering
+ * and a load balancer took the replica out. With --http-threads 2 at
+ * most one load runs: the next is 429 overloaded at once, and /health
+ * still answers on the free thread. */
+static void test_loads_keep_a_thread_free(void **state) {
+    (void)state;
+    enum { HD = 2048, FD = 1024, T = 200 };
+    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
+                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1", NULL};
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    /* A forward of T tokens on the portable kernels: 5 GFLOP, seconds on
+     * the backend, from a body small enough to read fast (sanitizers). */
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"x\": [", 7);
+    for (int t = 0; t < T; t++) {
+        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
+        for (int h = 0; h < HD; h++) ls_buf_append(&b, h ? ",0.5" : "0.5", h ? 4 : 3);
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, "], \"adapter\": \"a\"}", 18);
+    char *a = adapter_body_dims("a", HD, FD);
+    json_decref(post("/adapters", a, 201));
+    free(a);
+    post_arg fwd = {.path = "/forward", .body = (char *)b.data};
+    post_arg first = {.path = "/adapters", .body = adapter_body_dims("first", HD, FD)};
+    pthread_t tf, tl;
+    assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
+    /* The forward holds "a" from when its body has been read; the idle
+     * batcher puts it on the backend at once. */
+    for (int i = 0; i < 6000; i++) {
+        json_t *ad = get_json("/adapters/a");
+        const bool running = json_integer_value(json_object_get(ad, "in_flight")) == 1;
+        json_decref(ad);
+        if (running) break;
+        usleep(10 * 1000);
+    }
+    assert_int_equal(pthread_create(&tl, NULL, post_worker, &first), 0);
+    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 1; i++) usleep(10 * 1000);
+    assert_true(metric("lorasink_adapter_loads_running") == 1);
+    char *second = adapter_body_dims("second", HD, FD);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "POST", "/adapters", NULL, second, strlen(second), NULL, &r), 0);
+    if (r.status != 429) fprintf(stderr, "second load -> %ld %s\n", r.status, r.body);
+    assert_int_equal(r.status, 429);
+    json_t *j = ls_test_response_json(&r);
+    assert_string_equal(ls_test_error_code(j), "overloaded");
+    json_decref(j);
+    assert_non_null(strstr(r.headers, "Retry-After"));
+    ls_test_response_free(&r);
+    assert_int_equal(ls_test_http(srv, "GET", "/health", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    pthread_join(tf, NULL);
+    pthread_join(tl, NULL);
+    assert_int_equal(fwd.status, 200);
+    assert_int_equal(first.status, 201);
+    assert_true(metric("lorasink_adapter_loads_running") == 0);
+    assert_true(metric("lorasink_rejected_overload_total") == 1);
+    /* The refused load goes through once the thread is free. */
+    assert_int_equal(ls_test_http(srv, "POST", "/adapters", NULL, second, strlen(second), NULL, &r), 0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    free(second), free(first.body);
+    ls_buf_free(&b);
+    assert_int_equal(ls_test_server_stop(srv), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paths_over_http),
         cmocka_unit_test(test_queue_full_is_429),
+        cmocka_unit_test(test_loads_keep_a_thread_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -160,12 +160,14 @@ static void test_empty_families(void **state) {
         "# TYPE lorasink_batch_requests histogram\n", "# TYPE lorasink_batch_tokens_total counter\n",
         "# TYPE lorasink_queue_depth gauge\n",        "# TYPE lorasink_rejected_overload_total counter\n",
         "# TYPE lorasink_batch_wait_seconds summary\n",  "# TYPE lorasink_forwards_receiving gauge\n",
+        "# TYPE lorasink_adapter_loads_running gauge\n",
     };
     for (size_t i = 0; i < sizeof families / sizeof *families; i++)
         if (!mt_has(text, families[i])) fail_msg("missing %s", families[i]);
     assert_true(mt_value(text, "lorasink_tokens_total") == 0);
     assert_true(mt_value(text, "lorasink_queue_depth") == 0);
     assert_true(mt_value(text, "lorasink_forwards_receiving") == 0);
+    assert_true(mt_value(text, "lorasink_adapter_loads_running") == 0);
     assert_true(mt_value(text, "lorasink_rejected_overload_total") == 0);
     assert_true(mt_check_histogram(text, "lorasink_batch_requests", "", "lorasink_batch_requests_count") == 0);
     /* no series yet, no pool given */
