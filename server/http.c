@@ -82,6 +82,16 @@ static void ls_http_log_path(const char *url, char *out, size_t len) {
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
 static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
+    /* A 5xx is the server's trouble, not the client's: the operator
+     * reads it in the log (the error body says what and how to fix). */
+    if (r->status >= 500) {
+        char path[512];
+        ls_http_log_path(st->url, path, sizeof path);
+        size_t n = r->body ? r->len : 0;
+        while (n && r->body[n - 1] == '\n') n--;
+        ls_log_error("%s %s %s: %d %.*s", st->request_id, st->method, path, r->status, (int)(n > 400 ? 400 : n),
+                     r->body ? r->body : "");
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                           : MHD_RESPMEM_PERSISTENT);
@@ -343,7 +353,6 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
     }
     ls_http_arrived(srv, st);
     ls_http_dispatch(srv, conn, url, method, st, &r);
-    if (r.status >= 400 && r.code == LS_DEVICE_ERROR) ls_log_error("%s %s: %s", method, url, "device error");
     return ls_http_send(conn, srv, st, &r);
 }
 

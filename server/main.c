@@ -1,5 +1,5 @@
-/* lorasink's entry point: settings, start-up, serve until SIGTERM or
- * SIGINT, then a graceful shutdown (stop accepting, finish requests in
+/* lorasink's entry point: settings, start-up, serve until SIGTERM, SIGINT
+ * or SIGHUP, then a graceful shutdown (stop accepting, finish requests in
  * flight, free everything, exit 0). Exit 2 for bad settings, 1 when the
  * server cannot start. */
 #include <errno.h>
@@ -49,6 +49,10 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* SIGHUP (a closed terminal, an operator's reload habit) killed the
+     * process on the spot, cutting requests in flight; there is nothing
+     * to reload, so it stops gracefully like the others. */
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     static ls_server srv;
@@ -65,7 +69,8 @@ int main(int argc, char **argv) {
     unsigned char sig = 0;
     while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    ls_log_info("%s: stopping: no new connections, finishing requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    ls_log_info("%s: stopping: no new connections, finishing requests in flight",
+                sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     ls_http_stop(&srv);
     ls_server_free(&srv);
     ls_log_info("stopped");

@@ -104,6 +104,55 @@ static void test_nul_in_names(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* A 500 (here: the state directory is gone, so the upload cannot be
+ * made durable) left nothing in the log but the access line: the error
+ * is logged with its request id and body now. */
+static void test_server_errors_are_logged(void **state) {
+    (void)state;
+    char *sd = ls_test_mkdtemp();
+    const char *extra[] = {"--state-dir", sd, NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    ls_test_rmtree(sd);
+    json_t *req = tiny_adapter_inline(&ts, "gone", NULL);
+    char *body = json_dumps(req, JSON_COMPACT);
+    const char *hdr[] = {"X-Request-Id: state-gone-1", NULL};
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters", NULL, body, strlen(body), hdr, &r), 0);
+    assert_int_equal(r.status, 500);
+    ls_test_response_free(&r);
+    char *out = ls_test_server_output(ts.srv);
+    const char *line = strstr(out, "state-gone-1 POST /adapters: 500 {\"error\":{\"code\":\"internal\"");
+    if (!line) fprintf(stderr, "%s\n", out);
+    assert_non_null(line);
+    free(out);
+    free(body);
+    json_decref(req);
+    tiny_server_stop(&ts);
+    free(sd);
+}
+
+/* SIGHUP killed the server on the spot (exit 129, requests in flight
+ * cut): it stops gracefully like SIGTERM now, exit 0. */
+static void test_sighup_stops_gracefully(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    assert_int_equal(kill(ls_test_server_pid(ts.srv), SIGHUP), 0);
+    bool stopped = false;
+    for (int i = 0; i < 500 && !stopped; i++) {
+        char *out = ls_test_server_output(ts.srv);
+        stopped = strstr(out, "info  stopped") != NULL;
+        free(out);
+        if (!stopped) usleep(10 * 1000);
+    }
+    char *out = ls_test_server_output(ts.srv);
+    assert_non_null(strstr(out, "SIGHUP: stopping"));
+    free(out);
+    assert_true(stopped);
+    tiny_server_stop(&ts);
+}
+
 /* After SIGTERM a new client is refused at once (it used to wait in the
  * backlog for 30 s, then get a reset) while the request in flight still
  * gets its answer. */
@@ -718,6 +767,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nul_in_names),
         cmocka_unit_test(test_sigterm_refuses_new_clients),
+        cmocka_unit_test(test_sighup_stops_gracefully),
+        cmocka_unit_test(test_server_errors_are_logged),
         cmocka_unit_test(test_safetensors_empty_adapter),
         cmocka_unit_test(test_pin_limit),
         cmocka_unit_test(test_alpha_is_decimal),
