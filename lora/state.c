@@ -275,19 +275,32 @@ static ls_state_decoded ls_state_params_parse(const char *text, ls_adapter_param
 
 /* A record of file (NAME.adapter) into rec and *a (the caller's). Unless
  * LS_DECODED, nothing is allocated. */
+/* file read whole into *bytes (the caller frees) and *len. LS_INTERNAL
+ * means out of memory; any other failure (cannot open, cannot read) is
+ * LS_INVALID_REQUEST, and *bytes is NULL. */
+static ls_status ls_state_read_whole(ls_state *s, const char *file, uint8_t **bytes, size_t *len) {
+    *bytes = NULL;
+    *len = 0;
+    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return LS_INVALID_REQUEST;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_file_read_fd(fd, SIZE_MAX, bytes, len, file, LS_INVALID_REQUEST, &err);
+    close(fd);
+    ls_error_free(&err);
+    return st;
+}
+
 static ls_state_decoded ls_state_decode(ls_state *s, const char *file, const char *want_name, ls_state_record *rec,
                                         ls_adapter *a, char *source, size_t source_len, char *name,
                                         size_t name_len) {
     memset(a, 0, sizeof *a);
-    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return LS_DECODE_BAD;
     uint8_t *bytes = NULL;
     size_t len = 0;
     ls_error err;
     ls_error_init(&err);
     /* LS_INTERNAL from the reader and the parser means out of memory. */
-    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INVALID_REQUEST, &err);
-    close(fd);
+    ls_status st = ls_state_read_whole(s, file, &bytes, &len);
     ls_tensor_set set;
     ls_tensor_set_init(&set);
     if (st == LS_OK) st = ls_safetensors_parse(bytes, len, &set, &err);
@@ -454,16 +467,9 @@ static void ls_state_drop_outdated_tomb(ls_state *s, const char *name, uint64_t 
 static ls_state_decoded ls_state_header_version(ls_state *s, const char *file, const char *name,
                                                 uint64_t *version) {
     *version = 0;
-    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return LS_DECODE_BAD;
     uint8_t *bytes = NULL;
     size_t len = 0;
-    ls_error err;
-    ls_error_init(&err);
-    /* LS_INTERNAL from the reader means out of memory. */
-    ls_status st = ls_file_read_fd(fd, SIZE_MAX, &bytes, &len, file, LS_INVALID_REQUEST, &err);
-    close(fd);
-    ls_error_free(&err);
+    ls_status st = ls_state_read_whole(s, file, &bytes, &len);
     if (st != LS_OK) return st == LS_INTERNAL ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     /* safetensors: the header's length (8 bytes, little-endian), then
      * the header, a JSON object whose __metadata__ holds what

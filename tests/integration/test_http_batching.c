@@ -26,11 +26,13 @@
 
 static ls_test_server *srv;
 
-static const char *adapter_body(const char *name, int seed) {
-    static char buf[1 << 16];
+/* A PEFT adapter of rank 4 for n = 2 experts of hidden size h and
+ * intermediate size f, values from seed, as an inline JSON upload
+ * (caller frees). */
+static char *adapter_body_dims(const char *name, int h, int f, int seed) {
     json_t *t = json_object();
     const char *p = "model.layers.0.mlp.shared_experts.";
-    int shapes[4][2] = {{4, H}, {2 * 2 * 16, 4}, {4, 2 * 16}, {H, 4}};
+    int shapes[4][2] = {{4, h}, {2 * 2 * f, 4}, {4, 2 * f}, {h, 4}};
     const char *names[4] = {"gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight",
                             "down_proj.lora_B.weight"};
     for (int k = 0; k < 4; k++) {
@@ -47,9 +49,16 @@ static const char *adapter_body(const char *name, int seed) {
     }
     json_t *j = json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", name, "config", "r", 4, "lora_alpha", 8, "tensors", t);
     char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+/* The same for this file's model (H, F = 16), in a static buffer. */
+static const char *adapter_body(const char *name, int seed) {
+    static char buf[1 << 16];
+    char *s = adapter_body_dims(name, H, 16, seed);
     snprintf(buf, sizeof buf, "%s", s);
     free(s);
-    json_decref(j);
     return buf;
 }
 
@@ -318,31 +327,6 @@ static void test_queue_full_is_429(void **state) {
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 
-/* A PEFT adapter of rank 4 for n = 2 experts of hidden size h and
- * intermediate size f, as an inline JSON upload (caller frees). */
-static char *adapter_body_dims(const char *name, int h, int f) {
-    json_t *t = json_object();
-    const char *p = "model.layers.0.mlp.shared_experts.";
-    int shapes[4][2] = {{4, h}, {2 * 2 * f, 4}, {4, 2 * f}, {h, 4}};
-    const char *names[4] = {"gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight",
-                            "down_proj.lora_B.weight"};
-    for (int k = 0; k < 4; k++) {
-        json_t *m = json_array();
-        for (int i = 0; i < shapes[k][0]; i++) {
-            json_t *row = json_array();
-            for (int j = 0; j < shapes[k][1]; j++) json_array_append_new(row, json_real(((i + j + k) % 5 - 2) / 64.0));
-            json_array_append_new(m, row);
-        }
-        char full[128];
-        snprintf(full, sizeof full, "%s%s", p, names[k]);
-        json_object_set_new(t, full, m);
-    }
-    json_t *j = json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", name, "config", "r", 4, "lora_alpha", 8, "tensors", t);
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
-}
-
 typedef struct {
     const char *path;
     char *body;
@@ -382,11 +366,11 @@ static void test_loads_keep_a_thread_free(void **state) {
         ls_buf_append(&b, "]", 1);
     }
     ls_buf_append(&b, "], \"adapter\": \"a\"}", 18);
-    char *a = adapter_body_dims("a", HD, FD);
+    char *a = adapter_body_dims("a", HD, FD, 1);
     json_decref(post("/adapters", a, 201));
     free(a);
     post_arg fwd = {.path = "/forward", .body = (char *)b.data};
-    post_arg first = {.path = "/adapters", .body = adapter_body_dims("first", HD, FD)};
+    post_arg first = {.path = "/adapters", .body = adapter_body_dims("first", HD, FD, 2)};
     pthread_t tf, tl;
     assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
     /* The forward holds "a" from when its body has been read; the idle
@@ -401,7 +385,7 @@ static void test_loads_keep_a_thread_free(void **state) {
     assert_int_equal(pthread_create(&tl, NULL, post_worker, &first), 0);
     for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 1; i++) usleep(10 * 1000);
     assert_true(metric("lorasink_adapter_loads_running") == 1);
-    char *second = adapter_body_dims("second", HD, FD);
+    char *second = adapter_body_dims("second", HD, FD, 3);
     ls_test_response r;
     assert_int_equal(ls_test_http(srv, "POST", "/adapters", NULL, second, strlen(second), NULL, &r), 0);
     if (r.status != 429) fprintf(stderr, "second load -> %ld %s\n", r.status, r.body);
