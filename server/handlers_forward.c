@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "server/autoload.h"
 #include "server/batcher.h"
-#include "server/loads.h"
 #include "server/request.h"
 
 struct ls_forward_job {
@@ -59,14 +58,11 @@ static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, l
     for (int t = 0; t < fr->T; t++) {
         const char *name = fr->names[t];
         if (!name || (t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) continue;
-        /* A registered name costs nothing; one to load (or to wait for)
-         * holds this HTTP thread like a POST /adapters. */
-        if (ls_pool_describe(srv->pool, name, NULL, NULL) == LS_OK) continue;
-        ls_status st = ls_server_load_begin(srv, err);
-        if (st == LS_OK) {
-            st = ls_autoload_ensure(srv->autoload, name, err);
-            ls_server_load_end(srv);
-        }
+        /* Not under ls_server_load_begin's cap: requests that find a name
+         * loading wait for that one load (docs/api.md), and refusing them
+         * would fail a replica's clients exactly when it takes over
+         * another's adapters. Such a wait holds this HTTP thread. */
+        ls_status st = ls_autoload_ensure(srv->autoload, name, err);
         if (st != LS_OK) return st;
     }
     return LS_OK;

@@ -1,10 +1,11 @@
-/* The HTTP threads adapter loads may hold. A load (POST /adapters, or a
- * forward that auto-loads) waits for the backend while a forward runs on
- * it, seconds for a large batch, and holds its HTTP thread meanwhile:
- * once every thread held one, /health and /ready stopped answering and a
- * load balancer took a healthy replica out. So at most --http-threads - 1
- * loads run at once (one when there is one thread); the next is 429
- * overloaded with Retry-After, which a client retries. */
+/* The HTTP threads POST /adapters may hold. A load waits for the backend
+ * while a forward runs on it, seconds for a large batch, and holds its
+ * HTTP thread meanwhile: once every thread held one, /health and /ready
+ * stopped answering and a load balancer took a healthy replica out. So
+ * at most --http-threads - 1 loads run at once (one when there is one
+ * thread); the next is 429 overloaded with Retry-After, which a client
+ * retries. (A forward that auto-loads is not capped: see
+ * handlers_forward.c.) */
 #include <stdatomic.h>
 
 #include "server/loads.h"

@@ -156,7 +156,7 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);
-    ls_buf_printf(b, "# HELP lorasink_adapter_loads_running Adapter loads holding an HTTP thread (at most "
+    ls_buf_printf(b, "# HELP lorasink_adapter_loads_running POST /adapters loads holding an HTTP thread (at most "
                      "--http-threads - 1).\n"
                      "# TYPE lorasink_adapter_loads_running gauge\nlorasink_adapter_loads_running %lld\n",
                   (long long)m->loads);
