@@ -47,8 +47,11 @@ static ls_status ls_upload_parse_bool_text(const char *v, const char *key, bool 
     return LS_OK;
 }
 
-static ls_status ls_upload_json_bool(json_t *root, const char *key, bool *out, ls_error *err) {
+/* *out from root[key] when it is given (absent or null: not given, *out
+ * unchanged); *given, when not NULL, says which. */
+static ls_status ls_upload_json_bool(json_t *root, const char *key, bool *out, bool *given, ls_error *err) {
     json_t *v = json_object_get(root, key);
+    if (given) *given = v && !json_is_null(v);
     if (!v || json_is_null(v)) return LS_OK;
     if (!json_is_boolean(v)) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"%s\" must be true or false", key);
     *out = json_is_true(v);
@@ -84,10 +87,9 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
     if (jname && !json_is_string(jname))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"name\" must be a string");
     st = ls_upload_set_name(up, json_string_value(jname), require_name, err);
-    if (st == LS_OK) st = ls_upload_json_bool(root, "pinned", &up->pinned, err);
-    up->pinned_given = json_object_get(root, "pinned") && !json_is_null(json_object_get(root, "pinned"));
-    if (st == LS_OK) st = ls_upload_json_bool(root, "strict", &up->given.strict, err);
-    if (st == LS_OK) st = ls_upload_json_bool(root, "replace", &up->replace, err);
+    if (st == LS_OK) st = ls_upload_json_bool(root, "pinned", &up->pinned, &up->pinned_given, err);
+    if (st == LS_OK) st = ls_upload_json_bool(root, "strict", &up->given.strict, NULL, err);
+    if (st == LS_OK) st = ls_upload_json_bool(root, "replace", &up->replace, NULL, err);
     if (st != LS_OK) return st;
 
     json_t *jpath = json_object_get(root, "path"), *jtensors = json_object_get(root, "tensors");
@@ -158,11 +160,7 @@ ls_status ls_adapter_upload_parse_raw(const uint8_t *body, size_t len, ls_query_
     up->given.strict = strict_default;
     ls_status st = ls_safetensors_parse(body, len, &up->tensors, err);
     if (st == LS_OK) {
-        const ls_tensor_set *t = &up->tensors;
-        ls_adapter_text_params meta = {ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
-                                       ls_tensor_set_meta(t, "format"), ls_tensor_set_meta(t, "r"),
-                                       ls_tensor_set_meta(t, "scale"), ls_tensor_set_meta(t, "gate_up_order"),
-                                       "the body's __metadata__"};
+        ls_adapter_text_params meta = ls_adapter_text_params_meta(&up->tensors, "the body's __metadata__");
         st = ls_adapter_params_from_text(&meta, &up->own, err);
     }
     if (st == LS_OK) {

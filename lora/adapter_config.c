@@ -151,6 +151,13 @@ static ls_status ls_params_double(const char *v, const char *key, const char *wh
     return LS_OK;
 }
 
+ls_adapter_text_params ls_adapter_text_params_meta(const ls_tensor_set *t, const char *where) {
+    return (ls_adapter_text_params){ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
+                                    ls_tensor_set_meta(t, "format"),     ls_tensor_set_meta(t, "r"),
+                                    ls_tensor_set_meta(t, "scale"),      ls_tensor_set_meta(t, "gate_up_order"),
+                                    where};
+}
+
 ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapter_params *p, ls_error *err) {
     ls_status st = LS_OK;
     const char *w = t->where;

@@ -32,6 +32,10 @@ typedef struct {
     const char *where;
 } ls_adapter_text_params;
 
+/* The parameters a safetensors file's __metadata__ carries, named as
+ * coming from where ("the file's __metadata__"). */
+ls_adapter_text_params ls_adapter_text_params_meta(const ls_tensor_set *t, const char *where);
+
 /* Sets in p each parameter t carries (and its has_ flag). A bad value is
  * LS_INVALID_REQUEST (LS_ADAPTER_CONFIG_INVALID for r) naming the key. */
 ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapter_params *p, ls_error *err);

@@ -149,10 +149,7 @@ static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter
     if (st == LS_OK) st = ls_safetensors_parse(*bytes, len, tensors, err);
     /* A PEFT directory's config wins; a bare file carries its own. */
     if (st == LS_OK && !peft_dir) {
-        ls_adapter_text_params t = {ls_tensor_set_meta(tensors, "lora_alpha"), ls_tensor_set_meta(tensors, "use_rslora"),
-                                    ls_tensor_set_meta(tensors, "format"), ls_tensor_set_meta(tensors, "r"),
-                                    ls_tensor_set_meta(tensors, "scale"), ls_tensor_set_meta(tensors, "gate_up_order"),
-                                    "the file's __metadata__"};
+        ls_adapter_text_params t = ls_adapter_text_params_meta(tensors, "the file's __metadata__");
         st = ls_adapter_params_from_text(&t, own, err);
     }
     if (st != LS_OK) {

@@ -22,11 +22,11 @@ ls_status ls_server_load_begin(ls_server *srv, ls_error *err) {
                             "so that an HTTP thread stays free for probes and forwards",
                             now, cap);
     }
-    ls_metrics_set_loads(&srv->metrics, now + 1);
+    ls_metrics_set_loads(&srv->metrics, &srv->loads);
     return LS_OK;
 }
 
 void ls_server_load_end(ls_server *srv) {
-    int now = atomic_fetch_sub(&srv->loads, 1) - 1;
-    ls_metrics_set_loads(&srv->metrics, now);
+    atomic_fetch_sub(&srv->loads, 1);
+    ls_metrics_set_loads(&srv->metrics, &srv->loads);
 }

@@ -86,9 +86,9 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void ls_metrics_set_loads(ls_metrics *m, int64_t loads) {
+void ls_metrics_set_loads(ls_metrics *m, const atomic_int *loads) {
     pthread_mutex_lock(&m->lock);
-    m->loads = loads;
+    m->loads = atomic_load(loads);
     pthread_mutex_unlock(&m->lock);
 }
 

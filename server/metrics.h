@@ -7,6 +7,7 @@
 #define LS_SERVER_METRICS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,7 +54,9 @@ void ls_metrics_observe_batch(ls_metrics *m, int requests, int tokens);
 void ls_metrics_observe_batch_wait(ls_metrics *m, double seconds);
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
 void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
-void ls_metrics_set_loads(ls_metrics *m, int64_t loads);
+/* Sets the loads gauge to *loads, read under the metrics lock: of two
+ * loads that start or end at once, the later set sees both. */
+void ls_metrics_set_loads(ls_metrics *m, const atomic_int *loads);
 void ls_metrics_overload(ls_metrics *m);
 
 struct ls_pool;
