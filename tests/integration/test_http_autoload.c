@@ -62,23 +62,6 @@ static long forward(const char *path, const char *adapter_json, const char *cons
     return st;
 }
 
-/* Occurrences of text in the server's output so far. */
-/* How often text is in the server's output, once it is there at all.
- * The server logs before it replies, but the test reads its output
- * through a pipe drained by a thread of its own, which may not have read
- * the line yet when the reply is in: under load the count was 0 (waits
- * up to 5 s for the first, then counts). */
-static int output_count(const char *text) {
-    int n = 0;
-    for (int tries = 0; n == 0 && tries < 500; tries++) {
-        if (tries) usleep(10 * 1000);
-        char *out = ls_test_server_output(ts.srv);
-        for (const char *p = out; (p = strstr(p, text)); p += strlen(text)) n++;
-        free(out);
-    }
-    return n;
-}
-
 static json_t *adapter_json(const char *name) {
     char path[256];
     snprintf(path, sizeof path, "/adapters/%s", name);
@@ -112,7 +95,7 @@ static void test_loads_directory_and_file(void **state) {
     j = adapter_json("auto-file");
     assert_string_equal(json_string_value(json_object_get(j, "source")), "auto-file.safetensors");
     json_decref(j);
-    assert_int_equal(output_count("auto-load: adapter auto-dir v1 loaded"), 1);
+    assert_int_equal(ls_test_server_wait_output(ts.srv, "auto-load: adapter auto-dir v1 loaded"), 1);
 
     /* Nothing by that name: 404 that says where it looked. */
     ls_test_response r;
@@ -135,10 +118,10 @@ static void test_bad_file_remembered(void **state) {
         assert_non_null(strstr(r.body, "safetensors_invalid"));
         ls_test_response_free(&r);
     }
-    assert_int_equal(output_count("auto-load: adapter broken from broken.safetensors failed"), 1);
+    assert_int_equal(ls_test_server_wait_output(ts.srv, "auto-load: adapter broken from broken.safetensors failed"), 1);
     tiny_write_adapter_file(&ts, "broken.safetensors", "4");
     tiny_check_forward(&ts, "broken", "interleaved");
-    assert_int_equal(output_count("auto-load: adapter broken from broken.safetensors failed"), 1);
+    assert_int_equal(ls_test_server_wait_output(ts.srv, "auto-load: adapter broken from broken.safetensors failed"), 1);
 }
 
 /* A link out of the directory is refused like a path upload's. */
@@ -166,7 +149,7 @@ static void test_concurrent_requests_one_load(void **state) {
         pthread_join(th[i], NULL);
         assert_int_equal(status[i], 200);
     }
-    assert_int_equal(output_count("auto-load: adapter busy v1 loaded"), 1);
+    assert_int_equal(ls_test_server_wait_output(ts.srv, "auto-load: adapter busy v1 loaded"), 1);
     json_t *j = adapter_json("busy");
     assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
     json_decref(j);

@@ -257,18 +257,6 @@ static const char *header_of(const ls_test_response *r, const char *name, char *
     return buf;
 }
 
-/* Waits (up to 2 s) for line to appear in the server's output. */
-static bool output_has(ls_test_server *s, const char *line) {
-    for (int i = 0; i < 200; i++) {
-        char *out = ls_test_server_output(s);
-        bool found = strstr(out, line) != NULL;
-        free(out);
-        if (found) return true;
-        usleep(10000);
-    }
-    return false;
-}
-
 /* Every response carries X-Request-Id (the client's when it is fit to
  * echo, else a new one), the access log has one line per request with
  * that id, method, path, status, bytes and time, and JSON bodies end with
@@ -283,7 +271,7 @@ static void test_request_id_and_access_log(void **state) {
     assert_true(r.len > 0 && r.body[r.len - 1] == '\n');
     snprintf(want, sizeof want, " access client-id.42 GET /health 200 %zu ", r.len);
     ls_test_response_free(&r);
-    assert_true(output_has(ts.srv, want));
+    assert_true(ls_test_server_wait_output(ts.srv, want) > 0);
 
     /* Generated: 16 hex digits, a new one per request; an error too. */
     char first[32];
@@ -295,7 +283,7 @@ static void test_request_id_and_access_log(void **state) {
     for (int i = 0; i < 16; i++) assert_true(isxdigit((unsigned char)first[i]));
     snprintf(want, sizeof want, " access %s GET /nowhere 404 %zu ", first, r.len);
     ls_test_response_free(&r);
-    assert_true(output_has(ts.srv, want));
+    assert_true(ls_test_server_wait_output(ts.srv, want) > 0);
     assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);
     assert_string_not_equal(header_of(&r, "X-Request-Id", id, sizeof id), first);
     ls_test_response_free(&r);
@@ -314,7 +302,7 @@ static void test_request_id_and_access_log(void **state) {
     const char *tagged[] = {"X-Request-Id: crlf-probe", NULL};
     assert_int_equal(ls_test_http(ts.srv, "GET", "/adapters/a%0aforged", NULL, NULL, 0, tagged, &r), 0);
     ls_test_response_free(&r);
-    assert_true(output_has(ts.srv, " access crlf-probe GET /adapters/a%0Aforged 401 "));
+    assert_true(ls_test_server_wait_output(ts.srv, " access crlf-probe GET /adapters/a%0Aforged 401 ") > 0);
 }
 
 /* --access-log false: no access lines, the id header still sent. */

@@ -75,6 +75,17 @@ char *ls_test_server_output(ls_test_server *s) {
     return copy;
 }
 
+int ls_test_server_wait_output(ls_test_server *s, const char *text) {
+    int n = 0;
+    for (int tries = 0; n == 0 && tries < 500; tries++) {
+        if (tries) usleep(10 * 1000);
+        char *out = ls_test_server_output(s);
+        for (const char *p = out; (p = strstr(p, text)); p += strlen(text)) n++;
+        free(out);
+    }
+    return n;
+}
+
 /* After the process ended: waits for the reader to see the pipe's end. */
 static void ls_test_server_join(ls_test_server *s) {
     pthread_join(s->reader, NULL);

@@ -26,6 +26,12 @@ void ls_test_server_kill(ls_test_server *s);
 /* What the server printed so far (stdout and stderr, the last MiB),
  * malloc'd; the caller frees it. */
 char *ls_test_server_output(ls_test_server *s);
+/* How often text is in the server's output, once it is there at all:
+ * waits up to 5 s for the first occurrence (0 if it never comes). The
+ * server logs before it replies, but its output reaches the test through
+ * a pipe drained by a thread of its own, which may not have read the
+ * line yet when the reply is in. */
+int ls_test_server_wait_output(ls_test_server *s, const char *text);
 /* The server's process id (for signals and /proc). */
 int ls_test_server_pid(const ls_test_server *s);
 
