@@ -46,6 +46,7 @@ typedef struct ls_autoload_entry {
 struct ls_autoload {
     const ls_loader *ld;
     ls_pool *pool;
+    ls_metrics *metrics; /* the loads gauge */
     bool strict;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -54,11 +55,13 @@ struct ls_autoload {
     atomic_ullong attempts;
 };
 
-ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, bool strict, ls_autoload **out, ls_error *err) {
+ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, ls_metrics *metrics, bool strict, ls_autoload **out,
+                             ls_error *err) {
     ls_autoload *al = calloc(1, sizeof *al);
     if (!al) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     al->ld = ld;
     al->pool = pool;
+    al->metrics = metrics;
     al->strict = strict;
     pthread_mutex_init(&al->mu, NULL);
     pthread_cond_init(&al->cv, NULL);
@@ -241,7 +244,9 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
 
     ls_error mine;
     ls_error_init(&mine);
+    ls_metrics_loads(al->metrics, +1);
     st = ls_autoload_load(al, name, path, &mine);
+    ls_metrics_loads(al->metrics, -1);
 
     pthread_mutex_lock(&al->mu);
     e->loading = false;

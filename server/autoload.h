@@ -10,12 +10,14 @@
 #include "common/error.h"
 #include "lora/loader.h"
 #include "lora/pool.h"
+#include "server/metrics.h"
 
 typedef struct ls_autoload ls_autoload;
 
-/* Over ld and pool (both borrowed, outliving it); strict as
- * --strict-adapters. Free with ls_autoload_free. */
-ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, bool strict, ls_autoload **out, ls_error *err);
+/* Over ld, pool and metrics (borrowed, outliving it; loads are counted
+ * in the loads gauge); strict as --strict-adapters. Free with ls_autoload_free. */
+ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, ls_metrics *metrics, bool strict, ls_autoload **out,
+                             ls_error *err);
 void ls_autoload_free(ls_autoload *al);
 
 /* Makes name registered: LS_OK when it is already, or once it was loaded

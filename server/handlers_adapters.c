@@ -11,7 +11,6 @@
 #include "api/adapter_upload.h"
 #include "common/log.h"
 #include "server/describe.h"
-#include "server/loads.h"
 #include "server/request.h"
 
 static const char *ls_query_mhd(void *ctx, const char *key) {
@@ -71,13 +70,8 @@ void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
     ls_adapter_upload up;
     ls_adapter a;
     ls_adapter_origin origin;
-    ls_status st = ls_server_load_begin(srv, &err);
-    if (st != LS_OK) {
-        ls_reply_error(r, &err);
-        ls_error_free(&err);
-        return;
-    }
-    st = ls_adapter_prepare(req, true, &up, &a, &origin, &err);
+    ls_metrics_loads(&srv->metrics, +1);
+    ls_status st = ls_adapter_prepare(req, true, &up, &a, &origin, &err);
     if (st == LS_OK) {
         json_t *ignored = ls_ignored_json(&a);
         ls_pool_load_opts opts = {.pinned = up.pinned,
@@ -100,7 +94,7 @@ void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
         }
         ls_adapter_upload_free(&up);
     }
-    ls_server_load_end(srv);
+    ls_metrics_loads(&srv->metrics, -1);
     if (st != LS_OK) ls_reply_error(r, &err);
     ls_error_free(&err);
 }

@@ -1,7 +1,8 @@
 /* POST /forward: parse, run through the batcher (or the pool directly),
  * answer in the encoding the request came in. With the batcher, http.c
  * suspends the connection between ls_forward_prepare and
- * ls_forward_complete so no HTTP thread waits on a batch. */
+ * ls_forward_complete so no HTTP thread waits on a batch; a forward that
+ * must auto-load an adapter first is prepared on an offload worker. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,29 +51,43 @@ static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at)
     return false;
 }
 
+/* The first token of each run of one adapter's tokens (a request's
+ * tokens come in such runs, so each run is checked once), from t on;
+ * fr->T when none is left. */
+static int ls_forward_next_run(const ls_forward_req *fr, int t) {
+    for (; t < fr->T; t++) {
+        const char *name = fr->names[t];
+        if (name && !(t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) return t;
+    }
+    return fr->T;
+}
+
 /* --auto-load: every adapter the request names is registered, loading
- * the ones found in the adapter directory. Tokens come in runs of one
- * adapter, so each run is checked once. */
+ * the ones found in the adapter directory. Requests that find a name
+ * loading wait for that one load (docs/api.md). */
 static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, ls_error *err) {
     if (!fr->names) return LS_OK;
-    for (int t = 0; t < fr->T; t++) {
-        const char *name = fr->names[t];
-        if (!name || (t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) continue;
-        /* Not under ls_server_load_begin's cap: requests that find a name
-         * loading wait for that one load (docs/api.md), and refusing them
-         * would fail a replica's clients exactly when it takes over
-         * another's adapters. Such a wait holds this HTTP thread. */
-        ls_status st = ls_autoload_ensure(srv->autoload, name, err);
+    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
+        ls_status st = ls_autoload_ensure(srv->autoload, fr->names[t], err);
         if (st != LS_OK) return st;
     }
     return LS_OK;
+}
+
+/* Whether --auto-load would have to look for one of fr's adapters (it is
+ * not registered now): then the forward may wait for a load. */
+static bool ls_forward_must_load(ls_server *srv, const ls_forward_req *fr) {
+    if (!fr->names) return false;
+    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1))
+        if (ls_pool_describe(srv->pool, fr->names[t], NULL, NULL) != LS_OK) return true;
+    return false;
 }
 
 /* The query parameters a forward reads, by body kind. */
 static const char *const ls_forward_query_raw[] = {"layer", "adapter", NULL};
 static const char *const ls_forward_query_json[] = {"adapter", NULL};
 
-ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
+ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply *r) {
     ls_server *srv = req->srv;
     ls_error err;
     ls_error_init(&err);
@@ -98,7 +113,14 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r) {
                                            &fj->fr, &err);
         }
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
-        /* Before the batch: a load must not hold up other requests' batch. */
+        /* Before the batch: a load must not hold up other requests' batch.
+         * A thread that must not wait hands such a forward over. */
+        if (st == LS_OK && srv->autoload && defer && ls_forward_must_load(srv, &fj->fr)) {
+            *defer = true;
+            ls_forward_job_free(fj);
+            ls_error_free(&err);
+            return NULL;
+        }
         if (st == LS_OK && srv->autoload) st = ls_forward_autoload(srv, &fj->fr, &err);
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
@@ -222,7 +244,7 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
 /* The blocking form, for a server without the batcher. */
 void ls_handle_forward(const ls_request *req, ls_reply *r) {
     ls_server *srv = req->srv;
-    ls_forward_job *fj = ls_forward_prepare(req, r);
+    ls_forward_job *fj = ls_forward_prepare(req, NULL, r);
     if (!fj) return;
     ls_batch_job *job = &fj->job;
     if (srv->batcher) job->status = ls_batcher_run(srv->batcher, job);

@@ -1,8 +1,10 @@
 /* The libmicrohttpd daemon: the three-phase request handler (allocate
  * state and check route, auth, size and media type; consume the body
  * under the size cap; dispatch and reply) and the one place where
- * responses are created, queued and destroyed. The routing table is
- * server/routes.c. */
+ * responses are created, queued and destroyed. A request that may wait
+ * (a forward in the batcher, an adapter load, an auto-load) has its
+ * connection suspended while it does, so HTTP threads never wait. The
+ * routing table is server/routes.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
@@ -20,6 +22,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "server/batcher.h"
+#include "server/offload.h"
 #include "server/request.h"
 #include "server/routes.h"
 
@@ -36,7 +39,10 @@ typedef struct {
     bool replied; /* a response was queued in the first phase */
     ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
     bool arriving;        /* counted by ls_batcher_arriving, not yet submitted */
-    ls_server *srv;               /* for the batcher's done() callback */
+    ls_offload_job ojob;  /* this request on an offload worker (connection suspended) */
+    bool offloaded;       /* the worker has filled reply: send it when resumed */
+    ls_reply reply;
+    ls_server *srv;               /* for the workers' callbacks */
     struct MHD_Connection *conn;
     struct timespec t0;
     const char *method, *url; /* MHD's, valid for the whole request: for the access log */
@@ -207,20 +213,26 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
     return true;
 }
 
-static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
-                             ls_conn_state *st, ls_reply *r) {
+/* The request as the handlers see it. The connection is read from an
+ * offload worker too: its headers and arguments stay put while it is
+ * suspended. */
+static ls_request ls_http_request(ls_server *srv, struct MHD_Connection *conn, const ls_conn_state *st) {
+    return (ls_request){.srv = srv,
+                        .conn = conn,
+                        .method = st->method,
+                        .path = st->url,
+                        .param = st->param[0] ? st->param : NULL,
+                        .body = st->body,
+                        .len = st->len,
+                        .kind = st->kind};
+}
+
+static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_reply *r) {
     if (st->too_large) {
         ls_reply_fail(r, LS_PAYLOAD_TOO_LARGE, NULL, "the body is over the limit of %d MiB", srv->cfg.max_body_mb);
         return;
     }
-    ls_request req = {.srv = srv,
-                      .conn = conn,
-                      .method = method,
-                      .path = url,
-                      .param = st->param[0] ? st->param : NULL,
-                      .body = st->body,
-                      .len = st->len,
-                      .kind = st->kind};
+    ls_request req = ls_http_request(srv, conn, st);
     st->route->fn(&req, r);
 }
 
@@ -232,8 +244,9 @@ static void ls_http_arrived(ls_server *srv, ls_conn_state *st) {
     ls_batcher_arrived(srv->batcher);
 }
 
-/* The batcher's done(): resumes the connection. st may be freed as soon
- * as the connection is resumed, so it is read before. */
+/* The batcher's done() and the offload workers' last step: resumes the
+ * connection. st may be freed as soon as the connection is resumed, so it
+ * is read before. */
 static void ls_http_resume(void *ctx) {
     ls_conn_state *st = ctx;
     ls_server *srv = st->srv;
@@ -241,34 +254,78 @@ static void ls_http_resume(void *ctx) {
     atomic_fetch_sub(&srv->suspended, 1);
 }
 
-/* Parses the forward, suspends the connection and hands the job to the
- * batcher, whose worker resumes the connection when the batch has run.
- * The caller counted the suspension in srv->suspended. */
-static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, const char *url,
-                                             const char *method, ls_conn_state *st) {
-    ls_reply r = {0};
-    ls_request req = {.srv = srv, .conn = conn, .method = method, .path = url, .body = st->body, .len = st->len,
-                      .kind = st->kind};
-    st->fjob = ls_forward_prepare(&req, &r);
-    if (!st->fjob) {
-        ls_http_arrived(srv, st);
-        atomic_fetch_sub(&srv->suspended, 1);
-        return ls_http_send(conn, srv, st, &r);
-    }
+/* Hands the prepared forward to the batcher, whose worker resumes the
+ * (suspended) connection when the batch has run. */
+static void ls_http_forward_submit(ls_server *srv, ls_conn_state *st) {
     ls_batch_job *job = ls_forward_batch_job(st->fjob);
-    st->srv = srv;
-    st->conn = conn;
     job->done = ls_http_resume;
     job->done_ctx = st;
     job->arriving = st->arriving; /* submit uncounts it */
     st->arriving = false;
-    /* Suspend before submitting: the worker may resume at once. */
-    MHD_suspend_connection(conn);
     ls_status s = ls_batcher_submit(srv->batcher, job, &job->err);
     if (s != LS_OK) {
         job->status = s;
         ls_http_resume(st);
     }
+}
+
+/* Suspends the connection and queues run(st) on an offload worker. The
+ * caller counted the suspension in srv->suspended. */
+static enum MHD_Result ls_http_offload(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st,
+                                       void (*run)(void *)) {
+    st->srv = srv;
+    st->conn = conn;
+    st->ojob = (ls_offload_job){.run = run, .ctx = st};
+    MHD_suspend_connection(conn);
+    ls_offload_submit(srv->offload, &st->ojob);
+    return MHD_YES;
+}
+
+/* On an offload worker: the route's handler, then the reply is sent. */
+static void ls_http_offload_dispatch(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_http_dispatch(st->srv, st->conn, st, &st->reply);
+    st->offloaded = true;
+    ls_http_resume(st);
+}
+
+/* On an offload worker: a forward that may auto-load, prepared where it
+ * may wait for the load, then batched as any other. */
+static void ls_http_offload_forward(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_request req = ls_http_request(st->srv, st->conn, st);
+    st->fjob = ls_forward_prepare(&req, NULL, &st->reply);
+    if (st->fjob) {
+        ls_http_forward_submit(st->srv, st);
+        return;
+    }
+    st->offloaded = true;
+    ls_http_resume(st);
+}
+
+/* Parses the forward, suspends the connection and hands the job to the
+ * batcher (or first to an offload worker, when it must auto-load). The
+ * caller counted the suspension in srv->suspended. */
+static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st) {
+    ls_reply r = {0};
+    ls_request req = ls_http_request(srv, conn, st);
+    bool defer = false;
+    st->fjob = ls_forward_prepare(&req, &defer, &r);
+    if (defer) {
+        /* Batches must not wait for a load: it is no longer arriving. */
+        ls_http_arrived(srv, st);
+        return ls_http_offload(srv, conn, st, ls_http_offload_forward);
+    }
+    if (!st->fjob) {
+        ls_http_arrived(srv, st);
+        atomic_fetch_sub(&srv->suspended, 1);
+        return ls_http_send(conn, srv, st, &r);
+    }
+    st->srv = srv;
+    st->conn = conn;
+    /* Suspend before submitting: the worker may resume at once. */
+    MHD_suspend_connection(conn);
+    ls_http_forward_submit(srv, st);
     return MHD_YES;
 }
 
@@ -330,6 +387,11 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         return MHD_YES;
     }
     ls_reply r = {0};
+    if (st->offloaded) { /* resumed: the worker has answered */
+        r = st->reply;
+        st->reply = (ls_reply){0};
+        return ls_http_send(conn, srv, st, &r);
+    }
     if (st->fjob) { /* resumed: the batch has run */
         ls_forward_complete(srv, st->fjob, &r);
         return ls_http_send(conn, srv, st, &r);
@@ -342,17 +404,22 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
         return ls_http_send(conn, srv, st, &r);
     }
-    if (srv->batcher && st->route->fn == ls_handle_forward && !st->too_large) {
+    const bool forward = st->route->fn == ls_handle_forward;
+    if (!st->too_large && (forward || st->route->offload)) {
         /* Count before looking at stopping, so ls_http_stop either sees
          * this suspension or this request sees stopping (then it runs the
          * blocking form below: MHD_stop_daemon must not meet a suspended
          * connection). */
         atomic_fetch_add(&srv->suspended, 1);
-        if (!atomic_load(&srv->stopping)) return ls_http_forward_async(srv, conn, url, method, st);
+        if (!atomic_load(&srv->stopping)) {
+            if (forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
+            /* Without the batcher a forward waits on the backend itself. */
+            return ls_http_offload(srv, conn, st, ls_http_offload_dispatch);
+        }
         atomic_fetch_sub(&srv->suspended, 1);
     }
     ls_http_arrived(srv, st);
-    ls_http_dispatch(srv, conn, url, method, st, &r);
+    ls_http_dispatch(srv, conn, st, &r);
     return ls_http_send(conn, srv, st, &r);
 }
 
@@ -365,6 +432,7 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     if (!st) return;
     ls_http_arrived(srv, st); /* a body cut short */
     ls_forward_job_free(st->fjob);
+    free(st->reply.body); /* a reply never sent */
     free(st->body);
     free(st);
     *con_cls = NULL;

@@ -86,9 +86,9 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void ls_metrics_set_loads(ls_metrics *m, const atomic_int *loads) {
+void ls_metrics_loads(ls_metrics *m, int delta) {
     pthread_mutex_lock(&m->lock);
-    m->loads = atomic_load(loads);
+    m->loads += delta;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -156,12 +156,12 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);
-    ls_buf_printf(b, "# HELP lorasink_adapter_loads_running POST /adapters loads holding an HTTP thread (at most "
-                     "--http-threads - 1).\n"
+    ls_buf_printf(b, "# HELP lorasink_adapter_loads_running Adapter loads running now (POST /adapters and "
+                     "auto-loads), each on an offload worker.\n"
                      "# TYPE lorasink_adapter_loads_running gauge\nlorasink_adapter_loads_running %lld\n",
                   (long long)m->loads);
     ls_buf_printf(b, "# HELP lorasink_rejected_overload_total Requests refused with 429 overloaded: the queue full "
-                     "(--max-queue-tokens, --max-queue-mb) or too many adapter loads at once.\n"
+                     "(--max-queue-tokens, --max-queue-mb).\n"
                      "# TYPE lorasink_rejected_overload_total counter\nlorasink_rejected_overload_total %llu\n",
                   (unsigned long long)m->rejected_overload);
 }

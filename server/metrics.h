@@ -42,7 +42,7 @@ typedef struct {
     double batch_wait_seconds; /* and how long, in all */
     int64_t queue_depth; /* gauge, set by the batcher */
     int64_t receiving;   /* gauge, set by the batcher: forwards whose body is being read */
-    int64_t loads;       /* gauge: adapter loads holding an HTTP thread (server/loads.c) */
+    int64_t loads;       /* gauge: adapter loads running (uploads and auto-loads) */
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);
@@ -54,9 +54,8 @@ void ls_metrics_observe_batch(ls_metrics *m, int requests, int tokens);
 void ls_metrics_observe_batch_wait(ls_metrics *m, double seconds);
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
 void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
-/* Sets the loads gauge to *loads, read under the metrics lock: of two
- * loads that start or end at once, the later set sees both. */
-void ls_metrics_set_loads(ls_metrics *m, const atomic_int *loads);
+/* An adapter load began (+1) or ended (-1). */
+void ls_metrics_loads(ls_metrics *m, int delta);
 void ls_metrics_overload(ls_metrics *m);
 
 struct ls_pool;

@@ -67,10 +67,13 @@ void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fm
 /* The asynchronous form of /forward used with the batcher: prepare parses
  * (NULL with r filled on error), the batch job runs, complete fills r
  * and frees the job's tensors (its bytes leave --max-queue-mb's budget).
- * The job is owned by the caller until ls_forward_job_free. */
+ * The job is owned by the caller until ls_forward_job_free. With defer
+ * given (a thread that must not wait), a forward that --auto-load may
+ * have to load an adapter for is not prepared: NULL, r untouched and
+ * *defer set; prepare it again with defer NULL where waiting is fine. */
 typedef struct ls_forward_job ls_forward_job;
 struct ls_batch_job;
-ls_forward_job *ls_forward_prepare(const ls_request *req, ls_reply *r);
+ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply *r);
 struct ls_batch_job *ls_forward_batch_job(ls_forward_job *fj);
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 void ls_forward_job_free(ls_forward_job *fj);

@@ -6,19 +6,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* method, pattern, handler, open, has_body, offload. /forward is offloaded
+ * by http.c itself: with the batcher only when it must auto-load. */
 static const ls_route ls_routes[] = {
-    {"GET", "/health", ls_handle_health, true, false},
-    {"GET", "/ready", ls_handle_ready, true, false},
-    {"GET", "/metrics", ls_handle_metrics, false, false},
-    {"GET", "/openapi.json", ls_handle_openapi, false, false},
-    {"GET", "/pool", ls_handle_pool, false, false},
-    {"GET", "/dashboard", ls_handle_dashboard, true, false},
-    {"POST", "/forward", ls_handle_forward, false, true},
-    {"POST", "/adapters", ls_handle_adapter_load, false, true},
-    {"GET", "/adapters", ls_handle_adapter_list, false, false},
-    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true},
-    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false},
-    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false},
+    {"GET", "/health", ls_handle_health, true, false, false},
+    {"GET", "/ready", ls_handle_ready, true, false, false},
+    {"GET", "/metrics", ls_handle_metrics, false, false, false},
+    {"GET", "/openapi.json", ls_handle_openapi, false, false, false},
+    {"GET", "/pool", ls_handle_pool, false, false, false},
+    {"GET", "/dashboard", ls_handle_dashboard, true, false, false},
+    {"POST", "/forward", ls_handle_forward, false, true, false},
+    {"POST", "/adapters", ls_handle_adapter_load, false, true, true},
+    {"GET", "/adapters", ls_handle_adapter_list, false, false, false},
+    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, true},
+    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, false},
+    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, true},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 

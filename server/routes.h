@@ -17,6 +17,7 @@ typedef struct {
     ls_handler_fn fn;
     bool open;     /* served without the API key */
     bool has_body; /* POST with a JSON or safetensors body */
+    bool offload;  /* may wait (on the backend, a lock held across it, or the disk): runs on an offload worker */
 } ls_route;
 
 /* The route serving method on path (HEAD is served by GET routes), or

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "server/autoload.h"
 #include "server/batcher.h"
+#include "server/offload.h"
 
 static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
     switch (c) {
@@ -164,7 +165,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
     if (!ls_server_preload(srv)) goto fail;
     if (cfg->auto_load) {
-        if ((st = ls_autoload_create(&srv->loader, srv->pool, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
+        if ((st = ls_autoload_create(&srv->loader, srv->pool, &srv->metrics, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
             ls_log_error("auto-load: %s", err.message);
             goto fail;
         }
@@ -174,6 +175,13 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
                                 cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
         ls_log_error("batcher: %s", err.message);
+        goto fail;
+    }
+    /* As many as there are HTTP threads: the requests that wait (loads
+     * behind a forward, auto-loads) get the concurrency they had when
+     * they held an HTTP thread, without taking one. */
+    if ((st = ls_offload_create(cfg->http_threads, &srv->offload, &err)) != LS_OK) {
+        ls_log_error("offload workers: %s", err.message);
         goto fail;
     }
     ls_error_free(&err);
@@ -186,6 +194,9 @@ fail:
 }
 
 void ls_server_free(ls_server *srv) {
+    /* First: a queued job may still submit to the batcher. */
+    ls_offload_free(srv->offload);
+    srv->offload = NULL;
     ls_batcher_free(srv->batcher);
     srv->batcher = NULL;
     ls_autoload_free(srv->autoload);

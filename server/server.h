@@ -19,6 +19,7 @@
 struct MHD_Daemon;
 struct ls_autoload;
 struct ls_batcher;
+struct ls_offload;
 
 typedef struct ls_server {
     ls_config cfg;
@@ -30,14 +31,14 @@ typedef struct ls_server {
     ls_pool *pool;       /* owned */
     struct ls_autoload *autoload; /* owned; NULL without --auto-load */
     struct ls_batcher *batcher; /* owned; NULL with --batching false */
+    struct ls_offload *offload; /* owned: runs the requests that may wait (server/offload.h) */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     int port;
     atomic_int active;    /* requests being handled, for graceful shutdown */
     atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */
-    atomic_int suspended; /* /forward connections parked for the batcher, not yet resumed */
+    atomic_int suspended; /* connections parked for the batcher or an offload worker, not yet resumed */
     atomic_bool stopping; /* shutdown began: no new suspensions, Connection: close */
-    atomic_int loads;     /* adapter loads holding an HTTP thread now (server/loads.c) */
 } ls_server;
 
 /* Builds the model, backend and pool from cfg (cfg is copied). Errors are

@@ -2,7 +2,7 @@
  * server assembled by hand around the failing backend (ls_server_init
  * only builds its own CPU or CUDA backend, so the fields it would fill
  * are filled here: configuration, dimensions, loader, state directory,
- * pool, metrics), served by ls_http_start on an ephemeral port and asked
+ * pool, metrics, offload workers), served by ls_http_start on an ephemeral port and asked
  * with libcurl. A device error during POST /adapters answers 503
  * device_error and registers nothing; a passing one leaves /ready at 200
  * and the retry loads; a sticky one turns /ready to 503 for good.
@@ -13,6 +13,7 @@
 #include <curl/curl.h>
 
 #include "config/config.h"
+#include "server/offload.h"
 #include "server/server.h"
 #include "tests/fault/fault_fixture.h"
 #include "tests/util/testutil.h"
@@ -125,11 +126,13 @@ static void sv_start(sv_fx *f) {
     srv->state = f->w->state;
     srv->pool = f->w->p;
     ls_metrics_init(&srv->metrics);
+    assert_int_equal(ls_offload_create(2, &srv->offload, NULL), LS_OK);
     assert_true(ls_http_start(srv));
 }
 
 static void sv_stop(sv_fx *f) {
     ls_http_stop(&f->srv);
+    ls_offload_free(f->srv.offload);
     ls_metrics_free(&f->srv.metrics);
     fx_world_free(f->w);
     ls_test_rmtree(f->adapter_dir);

@@ -18,7 +18,10 @@
 #include <cmocka.h>
 
 #include "common/buf.h"
+#include "common/tensor.h"
+#include "format/safetensors.h"
 #include "gpu/backend.h"
+#include "tests/util/testutil.h"
 #include "tests/util/server_driver.h"
 
 #define H 48
@@ -343,20 +346,74 @@ static void *post_worker(void *arg) {
     return NULL;
 }
 
-/* A load waits for the backend while a forward runs on it, holding its
- * HTTP thread; once every thread held one, /health stopped answering
- * and a load balancer took the replica out. With --http-threads 2 at
- * most one load runs: the next is 429 overloaded at once, and /health
- * still answers on the free thread. */
-static void test_loads_keep_a_thread_free(void **state) {
+/* The adapter of adapter_body_dims as dir/NAME.safetensors (rank 4,
+ * lora_alpha 8 in its metadata), for --auto-load. */
+static void write_adapter_file(const char *dir, const char *name, int h, int f, int seed) {
+    const char *p = "model.layers.0.mlp.shared_experts.";
+    const int64_t shapes[4][2] = {{4, h}, {2 * 2 * f, 4}, {4, 2 * f}, {h, 4}};
+    const char *names[4] = {"gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight",
+                            "down_proj.lora_B.weight"};
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    for (int k = 0; k < 4; k++) {
+        const size_t n = (size_t)(shapes[k][0] * shapes[k][1]);
+        ls_tensor t = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {shapes[k][0], shapes[k][1]},
+                       .nbytes = n * sizeof(float), .owned = true};
+        float *v = malloc(t.nbytes);
+        assert_non_null(v);
+        for (size_t i = 0; i < n; i++) {
+            const int r = (int)(i / (size_t)shapes[k][1]), c = (int)(i % (size_t)shapes[k][1]);
+            v[i] = (float)(((r * 5 + c * 3 + seed * 7 + k) % 11 - 5) / 64.0);
+        }
+        t.data = v;
+        char full[128];
+        snprintf(full, sizeof full, "%s%s", p, names[k]);
+        assert_true(ls_tensor_set_add(&set, full, &t));
+    }
+    assert_true(ls_tensor_set_add_meta(&set, "lora_alpha", "8"));
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ls_safetensors_write(&set, &buf, &len, NULL), LS_OK);
+    ls_tensor_set_free(&set);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    ls_test_write_file(path, buf, len);
+    free(buf);
+}
+
+/* The long forward's adapter is still on the backend: what was asked
+ * meanwhile was answered while it ran, not after. */
+static void assert_forward_running(void) {
+    json_t *ad = get_json("/adapters/a");
+    assert_int_equal(json_integer_value(json_object_get(ad, "in_flight")), 1);
+    json_decref(ad);
+}
+
+/* A load waits for the backend while a forward runs on it, seconds for a
+ * large batch. It used to wait on an HTTP thread: once --http-threads
+ * loads (or auto-loading forwards) waited, /health and /ready stopped
+ * answering and a load balancer took a healthy replica out. Loads,
+ * validations, deletes and auto-loading forwards now wait on offload
+ * workers with their connection suspended: with 2 HTTP threads, 3 loads
+ * and 3 auto-loading forwards behind a seconds-long forward, the probes
+ * and the read-only routes answer while it runs, and every request gets
+ * its answer once it has. */
+static void test_waits_hold_no_http_thread(void **state) {
     (void)state;
-    enum { HD = 2048, FD = 1024, T = 200 };
+    enum { HD = 2048, FD = 1024, T = 300, N = 3 };
+    char *dir = ls_test_mkdtemp();
     const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
-                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1", NULL};
+                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
+                          "--auto-load", "--adapter-dir", dir, NULL};
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "auto%d", i);
+        write_adapter_file(dir, name, HD, FD, 10 + i);
+    }
     srv = ls_test_server_start(args);
     assert_non_null(srv);
-    /* A forward of T tokens on the portable kernels: 5 GFLOP, seconds on
-     * the backend, from a body small enough to read fast (sanitizers). */
+    /* A forward of T tokens on the portable kernels on one thread: 8
+     * GFLOP, seconds on the backend, from a body read fast (sanitizers). */
     ls_buf b;
     ls_buf_init(&b);
     ls_buf_append(&b, "{\"x\": [", 7);
@@ -366,12 +423,19 @@ static void test_loads_keep_a_thread_free(void **state) {
         ls_buf_append(&b, "]", 1);
     }
     ls_buf_append(&b, "], \"adapter\": \"a\"}", 18);
+    /* One token for each auto-loading forward. */
+    ls_buf one;
+    ls_buf_init(&one);
+    ls_buf_append(&one, "{\"x\": [[", 8);
+    for (int h = 0; h < HD; h++) ls_buf_append(&one, h ? ",0.25" : "0.25", h ? 5 : 4);
+    ls_buf_append(&one, "]]}", 3);
     char *a = adapter_body_dims("a", HD, FD, 1);
     json_decref(post("/adapters", a, 201));
     free(a);
     post_arg fwd = {.path = "/forward", .body = (char *)b.data};
-    post_arg first = {.path = "/adapters", .body = adapter_body_dims("first", HD, FD, 2)};
-    pthread_t tf, tl;
+    post_arg loads[N], autos[N];
+    char auto_paths[N][64];
+    pthread_t tf, tl[N], ta[N];
     assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
     /* The forward holds "a" from when its body has been read; the idle
      * batcher puts it on the backend at once. */
@@ -382,35 +446,49 @@ static void test_loads_keep_a_thread_free(void **state) {
         if (running) break;
         usleep(10 * 1000);
     }
-    assert_int_equal(pthread_create(&tl, NULL, post_worker, &first), 0);
-    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 1; i++) usleep(10 * 1000);
-    assert_true(metric("lorasink_adapter_loads_running") == 1);
-    char *second = adapter_body_dims("second", HD, FD, 3);
-    ls_test_response r;
-    assert_int_equal(ls_test_http(srv, "POST", "/adapters", NULL, second, strlen(second), NULL, &r), 0);
-    if (r.status != 429) fprintf(stderr, "second load -> %ld %s\n", r.status, r.body);
-    assert_int_equal(r.status, 429);
-    json_t *j = ls_test_response_json(&r);
-    assert_string_equal(ls_test_error_code(j), "overloaded");
-    json_decref(j);
-    assert_non_null(strstr(r.headers, "Retry-After"));
-    ls_test_response_free(&r);
-    assert_int_equal(ls_test_http(srv, "GET", "/health", NULL, NULL, 0, NULL, &r), 0);
-    assert_int_equal(r.status, 200);
-    ls_test_response_free(&r);
+    assert_forward_running();
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "load%d", i);
+        loads[i] = (post_arg){.path = "/adapters", .body = adapter_body_dims(name, HD, FD, 2 + i)};
+        assert_int_equal(pthread_create(&tl[i], NULL, post_worker, &loads[i]), 0);
+    }
+    /* Both offload workers (one per HTTP thread) wait on the backend. */
+    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 2; i++) usleep(10 * 1000);
+    assert_true(metric("lorasink_adapter_loads_running") == 2);
+    for (int i = 0; i < N; i++) {
+        snprintf(auto_paths[i], sizeof auto_paths[i], "/forward?adapter=auto%d", i);
+        autos[i] = (post_arg){.path = auto_paths[i], .body = (char *)one.data};
+        assert_int_equal(pthread_create(&ta[i], NULL, post_worker, &autos[i]), 0);
+    }
+    /* 6 requests wait behind the forward, more than the 2 HTTP threads. */
+    usleep(300 * 1000);
+    const char *probes[] = {"/health", "/ready", "/pool", "/adapters", "/metrics"};
+    for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+        ls_test_response r;
+        assert_int_equal(ls_test_http(srv, "GET", probes[i], NULL, NULL, 0, NULL, &r), 0);
+        if (r.status != 200) fprintf(stderr, "GET %s -> %ld %s\n", probes[i], r.status, r.body);
+        assert_int_equal(r.status, 200);
+        ls_test_response_free(&r);
+    }
+    assert_forward_running();
     pthread_join(tf, NULL);
-    pthread_join(tl, NULL);
     assert_int_equal(fwd.status, 200);
-    assert_int_equal(first.status, 201);
+    for (int i = 0; i < N; i++) {
+        pthread_join(tl[i], NULL);
+        pthread_join(ta[i], NULL);
+        assert_int_equal(loads[i].status, 201);
+        assert_int_equal(autos[i].status, 200);
+        free(loads[i].body);
+    }
     assert_true(metric("lorasink_adapter_loads_running") == 0);
-    assert_true(metric("lorasink_rejected_overload_total") == 1);
-    /* The refused load goes through once the thread is free. */
-    assert_int_equal(ls_test_http(srv, "POST", "/adapters", NULL, second, strlen(second), NULL, &r), 0);
-    assert_int_equal(r.status, 201);
-    ls_test_response_free(&r);
-    free(second), free(first.body);
+    json_t *list = get_json("/adapters");
+    assert_int_equal(json_array_size(json_object_get(list, "adapters")), 1 + 2 * N);
+    json_decref(list);
+    ls_buf_free(&one);
     ls_buf_free(&b);
     assert_int_equal(ls_test_server_stop(srv), 0);
+    ls_test_rmtree(dir);
+    free(dir);
 }
 
 int main(void) {
@@ -418,7 +496,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paths_over_http),
         cmocka_unit_test(test_queue_full_is_429),
-        cmocka_unit_test(test_loads_keep_a_thread_free),
+        cmocka_unit_test(test_waits_hold_no_http_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
