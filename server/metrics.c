@@ -199,10 +199,13 @@ static int ls_metrics_render_pool(struct ls_pool *pool, ls_buf *b) {
                   "# HELP lorasink_pool_hits_total Forward uses of an adapter already resident.\n"
                   "# TYPE lorasink_pool_hits_total counter\nlorasink_pool_hits_total %llu\n"
                   "# HELP lorasink_pool_misses_total Forward uses that had to load the adapter.\n"
-                  "# TYPE lorasink_pool_misses_total counter\nlorasink_pool_misses_total %llu\n",
+                  "# TYPE lorasink_pool_misses_total counter\nlorasink_pool_misses_total %llu\n"
+                  "# HELP lorasink_host_cache_drops_total Adapters dropped from the host tier (read again from "
+                  "their source or the state directory when next needed).\n"
+                  "# TYPE lorasink_host_cache_drops_total counter\nlorasink_host_cache_drops_total %llu\n",
                   st.slots, resident, pinned, st.bytes_total, st.registered, st.host_used, st.host_bytes,
                   (unsigned long long)st.loads, (unsigned long long)st.evictions, (unsigned long long)st.hits,
-                  (unsigned long long)st.misses);
+                  (unsigned long long)st.misses, (unsigned long long)st.host_drops);
     return st.slots;
 }
 

@@ -6,6 +6,7 @@
  * build info and process_* series; the per-adapter series, their label
  * cap (the rest summed under adapter="_other"), the escaping of names in
  * label values, and lora_requests_info. */
+#include "tests/util/pool_cases.h"
 #include "tests/util/pool_fixture.h"
 
 #include <math.h>
@@ -368,6 +369,30 @@ static void test_pool_families(void **state) {
     ls_error_free(&err);
     ls_pool_free(p);
     ls_backend_free(fk->be);
+
+    /* A host tier of 2 behind 2 slots: the third load pushes the least
+     * recently used adapter out of host memory, which /pool counts as
+     * host_drops and the metrics as lorasink_host_cache_drops_total. */
+    pc_reload_ctx rc = {0};
+    pc_fx f = pc_fx_make(2, 16, 2, pc_reload, &rc);
+    ls_metrics_init(&m);
+    text = ls_metrics_render(&m, f.p, NULL);
+    assert_true(mt_value(text, "lorasink_host_cache_drops_total") == 0);
+    assert_true(mt_has(text, "# TYPE lorasink_host_cache_drops_total counter\n"));
+    free(text);
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "seed:%llu", (unsigned long long)pc_seed_of(ids[i], 1));
+        assert_int_equal(pc_load(f.p, ids[i], 1, false, false, path, NULL, NULL), LS_OK);
+    }
+    assert_int_equal(pc_stats(f.p).host_drops, 1);
+    text = ls_metrics_render(&m, f.p, NULL);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_host_cache_drops_total") == 1);
+    free(text);
+    ls_metrics_free(&m);
+    pc_fx_free(&f);
 }
 
 /* The sample line that starts with prefix (borrowed), or NULL. */
