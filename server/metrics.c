@@ -425,7 +425,8 @@ char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool, const ls_backend *b
     ls_buf_printf(&b, "# HELP lorasink_tokens_total Tokens served by /forward.\n"
                       "# TYPE lorasink_tokens_total counter\nlorasink_tokens_total %llu\n",
                   (unsigned long long)m->tokens);
-    ls_buf_printf(&b, "# HELP lorasink_validation_failures_total Rejected adapter uploads by error code.\n"
+    ls_buf_printf(&b, "# HELP lorasink_validation_failures_total Adapters refused with 422 by POST /adapters or "
+                      "/adapters/validate, by error code (once per distinct code of each).\n"
                       "# TYPE lorasink_validation_failures_total counter\n");
     for (int c = 0; c < LS_STATUS_COUNT; c++)
         if (m->validation_failures[c])
