@@ -509,6 +509,7 @@ ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats,
         v[s].rank = e->meta.rank;
         v[s].pinned = e->pinned;
         v[s].in_flight = e->refs;
+        v[s].live = e->live;
         v[s].last_used_ms = e->last_used_ms;
         v[s].hits = e->hits;
     }

@@ -113,6 +113,7 @@ typedef struct {
     int in_flight;
     int64_t last_used_ms;
     uint64_t hits;
+    bool live; /* the name's current version; false for a deleted or replaced one that requests still hold */
 } ls_slot_info;
 
 typedef struct {

@@ -54,12 +54,12 @@ json_t *ls_describe_pool(ls_server *srv, ls_error *err) {
         const ls_slot_info *s = &slots[i];
         bool used = s->state != LS_SLOT_FREE;
         json_array_append_new(
-            jslots, json_pack("{s:i, s:s, s:o, s:o, s:o, s:b, s:i, s:o, s:I}", "index", s->index, "state",
+            jslots, json_pack("{s:i, s:s, s:o, s:o, s:o, s:b, s:i, s:o, s:I, s:o}", "index", s->index, "state",
                               ls_slot_state_name(s->state), "adapter", used ? json_string(s->adapter) : json_null(),
                               "version", used ? json_integer((json_int_t)s->version) : json_null(), "rank",
                               used ? json_integer(s->rank) : json_null(), "pinned", used && s->pinned, "in_flight",
                               s->in_flight, "last_used", ls_describe_time_json(s->last_used_ms), "hits",
-                              (json_int_t)s->hits));
+                              (json_int_t)s->hits, "live", used ? json_boolean(s->live) : json_null()));
     }
     free(slots);
     json_t *j = json_pack(

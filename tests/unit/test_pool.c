@@ -151,6 +151,7 @@ static void test_delete_while_held(void **state) {
     assert_int_equal(s[0].state, LS_SLOT_RESIDENT);
     assert_string_equal(s[0].adapter, "a");
     assert_int_equal(s[0].in_flight, 1);
+    assert_false(s[0].live);
     assert_int_equal(st.registered, 0);
     free(s);
 
@@ -220,8 +221,10 @@ static void test_replace_while_held(void **state) {
     assert_int_equal(ls_pool_snapshot(f.p, &s, NULL, NULL), LS_OK);
     assert_int_equal(s[0].version, 1);
     assert_int_equal(s[0].in_flight, 1);
+    assert_false(s[0].live);
     assert_int_equal(s[1].version, 2);
     assert_int_equal(s[1].in_flight, 0);
+    assert_true(s[1].live);
     free(s);
 
     const char *names[] = {"a"};
