@@ -13,18 +13,6 @@
 #include "common/buf.h"
 #include "format/safetensors.h"
 
-bool ls_adapter_name_valid(const char *name) {
-    size_t n = strlen(name);
-    if (n < 1 || n > 128 || name[0] == '.') return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    }
-    return true;
-}
-
 void ls_forward_req_free(ls_forward_req *req) {
     free(req->x);
     free(req->gammas);

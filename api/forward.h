@@ -9,6 +9,7 @@
 
 #include "common/dims.h"
 #include "common/error.h"
+#include "common/text.h" /* ls_adapter_name_valid */
 
 typedef struct {
     int layer;
@@ -69,9 +70,6 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
 ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err);
 
-/* Checks an adapter name (docs/api.md: 1-128 of [A-Za-z0-9._-], not starting
- * with '.'). */
-bool ls_adapter_name_valid(const char *name);
 /* The same, as an error: LS_INVALID_REQUEST naming what (the key, flag or
  * header the name came in) and the rule. */
 ls_status ls_adapter_name_check(const char *name, const char *what, ls_error *err);

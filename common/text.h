@@ -1,7 +1,7 @@
 /* Small pieces of plain-text parsing and hashing that several folders
  * need the same way: booleans as flags, query strings and metadata spell
  * them, the splitmix64 stream the demo model and the tests draw from, the
- * FNV-1a hash of names, and the powers of ten that decimal numbers are
+ * FNV-1a hash of names, the adapter name rule, and the powers of ten that decimal numbers are
  * read and written with. */
 #ifndef LS_COMMON_TEXT_H
 #define LS_COMMON_TEXT_H
@@ -14,6 +14,10 @@
  * that); the JSON writer scales by the others. */
 extern const double ls_pow10_table[121];
 static inline double ls_pow10(int k) { return ls_pow10_table[60 + k]; }
+
+/* Checks an adapter name (docs/api.md: 1-128 of [A-Za-z0-9._-], not
+ * starting with '.'): the API's rule, and --adapter's. */
+bool ls_adapter_name_valid(const char *name);
 
 /* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
 bool ls_text_bool(const char *text, bool *out);

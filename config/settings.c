@@ -202,6 +202,10 @@ static bool ls_adapter_entry_split(const char *e, size_t len, ls_config_adapter 
     }
     memcpy(out->name, e, nlen);
     out->name[nlen] = '\0';
+    if (!ls_adapter_name_valid(out->name)) {
+        *why = "has a name that is not 1-128 letters, digits, '.', '_' or '-' (not starting with '.')";
+        return false;
+    }
     memcpy(out->path, eq + 1, plen);
     out->path[plen] = '\0';
     return true;

@@ -708,6 +708,14 @@ static void test_adapter_list(void **state) {
         assert_int_equal(run(c, ARGS("--adapter", bad[i]), NULL, err), LS_CONFIG_ERROR);
         assert_non_null(strstr(err, "--adapter"));
     }
+    /* A name no adapter may have is a setting error (exit 2), not a
+     * failure of the server to start (it was exit 1 after the model had
+     * been built). */
+    const char *badname[] = {"bad name=p", ".hidden=p", "a/b=p", NULL};
+    for (int i = 0; badname[i]; i++) {
+        assert_int_equal(run(c, ARGS("--adapter", badname[i]), NULL, err), LS_CONFIG_ERROR);
+        assert_non_null(strstr(err, "is not 1-128 letters"));
+    }
     /* A name given twice (which loaded the second as version 2) in any
      * source is an error naming it. */
     assert_int_equal(run(c, ARGS("--adapter", "x=a", "--adapter", "x=b,pinned"), NULL, err), LS_CONFIG_ERROR);
