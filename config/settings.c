@@ -42,7 +42,9 @@ const ls_setting ls_settings[] = {
     INT("layers", layers, 1, 1024, "2", "demo model: layers L"),
     U64("seed", seed, "42", "demo model: random seed"),
     {.name = "w13-layout", .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
-     .meta = "NAME", .help = "row layout of W13; when given, overrides the weights file's metadata (not given: the file's, else interleaved; null in a config file)",
+     .meta = "NAME",
+     .help = "row layout of W13; when given, overrides the weights file's metadata (not given: the file's, else "
+             "interleaved; null in a config file)",
      .marks = true, .mark_offset = offsetof(ls_config, w13_layout_set)},
     ENUM("dtype", dtype, dtype_names, "auto", "weight dtype; auto = the file's, bf16 for the demo model"),
     INT("slots", slots, 1, 1024, "8", "adapter slots in the pool (S)"),
