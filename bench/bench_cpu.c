@@ -4,6 +4,8 @@
  *     their storage dtype over the bandwidth of a large memcpy (the
  *     forward cycles through --layers layers so its weights come from
  *     memory, not from the last call's cache);
+ *     and beside it that floor with the bytes of the adapters' factors
+ *     (at their rank and kept dtype) added, which a forward must also read;
  *   - the compute floor: the forward's FLOPs over the fused multiply-add
  *     peak of the same threads on the kernels' vector width, measured by
  *     a loop of independent FMAs (what no forward can beat);
@@ -358,6 +360,7 @@ int main(int argc, char **argv) {
     const ls_dtype dts[] = {LS_DTYPE_F32, LS_DTYPE_BF16};
     /* sgemm GFLOP/s measured in turn with each of our rows */
     double ms[2][NT][NA] = {{{0}}}, floor_ms[2] = {0}, sgemm_gf[2][NT][NA] = {{{0}}};
+    double lora_ms = 0; /* one adapter's factors of one layer, streamed at bw */
     const char *isa_name = "?";
     for (int di = 0; di < 2; di++) {
         ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
@@ -390,6 +393,8 @@ int main(int argc, char **argv) {
             }
         free(fa), free(fb), free(fc), free(fd);
         floor_ms[di] = (double)(n13 + n2) * ls_dtype_size(dts[di]) / bw * 1e3;
+        /* Each factor has one rank axis: the slot keeps rank of max_rank. */
+        lora_ms = (double)(la + lb + lc + ld) / max_rank * rank * (bf16_factors ? 2 : 4) / bw * 1e3;
         for (int ti = 0; ti < NT; ti++)
             for (int ai = 0; ai < NA; ai++) {
                 if (As[ai] > Ts[ti]) continue; /* T tokens cannot use more adapters */
@@ -444,10 +449,13 @@ int main(int argc, char **argv) {
                 if (ms[di][ti][ai] > 0) {
                     const int T = Ts[ti];
                     double compute_ms = ls_forward_flops(T, n, H, F, rank) / peak * 1e3;
+                    const double with_lora = floor_ms[di] + As[ai] * lora_ms;
                     printf("floor: %s T=%d adapters=%d ours/floor time ratio %.2f (compute floor %.3f ms = %.2f of "
-                           "the memory floor; ours/compute %.2f)\n",
+                           "the memory floor; ours/compute %.2f; with the adapters' factors the memory floor is "
+                           "%.3f ms, ours/that %.2f)\n",
                            ls_dtype_name(dts[di]), T, As[ai], ms[di][ti][ai] / floor_ms[di], compute_ms,
-                           compute_ms / floor_ms[di], ms[di][ti][ai] / compute_ms);
+                           compute_ms / floor_ms[di], ms[di][ti][ai] / compute_ms, with_lora,
+                           ms[di][ti][ai] / with_lora);
                 }
     for (int ti = 2; ti < NT; ti++)
         for (int ai = 0; ai < NA; ai++) {
