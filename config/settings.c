@@ -72,7 +72,7 @@ const ls_setting ls_settings[] = {
     INT("max-queue-mb", max_queue_mb, 1, 1048576, "1024",
         "MiB that forward requests being served may hold at once (body, x, gammas, y); 429 past it"),
     BOOL("batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
-    INT("http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections, and as many offload workers for adapter loads"),
+    INT("http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections; as many offload workers for adapter loads, and for validations"),
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),

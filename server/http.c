@@ -269,15 +269,15 @@ static void ls_http_forward_submit(ls_server *srv, ls_conn_state *st) {
     }
 }
 
-/* Suspends the connection and queues run(st) on an offload worker. The
+/* Suspends the connection and queues run(st) on a worker of q. The
  * caller counted the suspension in srv->suspended. */
 static enum MHD_Result ls_http_offload(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st,
-                                       void (*run)(void *)) {
+                                       ls_offload *q, void (*run)(void *)) {
     st->srv = srv;
     st->conn = conn;
     st->ojob = (ls_offload_job){.run = run, .ctx = st};
     MHD_suspend_connection(conn);
-    ls_offload_submit(srv->offload, &st->ojob);
+    ls_offload_submit(q, &st->ojob);
     return MHD_YES;
 }
 
@@ -314,7 +314,7 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     if (defer) {
         /* Batches must not wait for a load: it is no longer arriving. */
         ls_http_arrived(srv, st);
-        return ls_http_offload(srv, conn, st, ls_http_offload_forward);
+        return ls_http_offload(srv, conn, st, srv->offload, ls_http_offload_forward);
     }
     if (!st->fjob) {
         ls_http_arrived(srv, st);
@@ -405,7 +405,7 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         return ls_http_send(conn, srv, st, &r);
     }
     const bool forward = st->route->fn == ls_handle_forward;
-    if (!st->too_large && (forward || st->route->offload)) {
+    if (!st->too_large && (forward || st->route->offload != LS_ROUTE_INLINE)) {
         /* Count before looking at stopping, so ls_http_stop either sees
          * this suspension or this request sees stopping (then it runs the
          * blocking form below: MHD_stop_daemon must not meet a suspended
@@ -414,7 +414,8 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         if (!atomic_load(&srv->stopping)) {
             if (forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
             /* Without the batcher a forward waits on the backend itself. */
-            return ls_http_offload(srv, conn, st, ls_http_offload_dispatch);
+            ls_offload *q = st->route->offload == LS_ROUTE_DISK ? srv->offload_disk : srv->offload;
+            return ls_http_offload(srv, conn, st, q, ls_http_offload_dispatch);
         }
         atomic_fetch_sub(&srv->suspended, 1);
     }

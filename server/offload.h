@@ -1,9 +1,11 @@
-/* Worker threads for the requests that may wait: adapter loads,
- * validations and deletes (on the backend, behind a running forward, or on
- * the disk), forwards that auto-load an adapter, and every forward when the
- * batcher is off. http.c suspends such a request's connection, a worker
- * runs it and resumes the connection, so no HTTP thread ever waits and
- * /health and /ready answer whatever runs. */
+/* Worker threads for the requests that may wait: adapter loads and
+ * deletes (on the backend, behind a running forward), forwards that
+ * auto-load an adapter, and every forward when the batcher is off; and,
+ * on a set of workers of their own, validations (on the disk: a FIFO
+ * shared with the loads made them wait for the forward the loads wait
+ * for). http.c suspends such a request's connection, a worker runs it and
+ * resumes the connection, so no HTTP thread ever waits and /health and
+ * /ready answer whatever runs. */
 #ifndef LS_SERVER_OFFLOAD_H
 #define LS_SERVER_OFFLOAD_H
 

@@ -7,20 +7,22 @@
 #include <string.h>
 
 /* method, pattern, handler, open, has_body, offload. /forward is offloaded
- * by http.c itself: with the batcher only when it must auto-load. */
+ * by http.c itself: with the batcher only when it must auto-load. A
+ * delete waits for the state lock, which a load holds while it waits for
+ * the backend; a validation only reads (its body, or a file). */
 static const ls_route ls_routes[] = {
-    {"GET", "/health", ls_handle_health, true, false, false},
-    {"GET", "/ready", ls_handle_ready, true, false, false},
-    {"GET", "/metrics", ls_handle_metrics, false, false, false},
-    {"GET", "/openapi.json", ls_handle_openapi, false, false, false},
-    {"GET", "/pool", ls_handle_pool, false, false, false},
-    {"GET", "/dashboard", ls_handle_dashboard, true, false, false},
-    {"POST", "/forward", ls_handle_forward, false, true, false},
-    {"POST", "/adapters", ls_handle_adapter_load, false, true, true},
-    {"GET", "/adapters", ls_handle_adapter_list, false, false, false},
-    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, true},
-    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, false},
-    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, true},
+    {"GET", "/health", ls_handle_health, true, false, LS_ROUTE_INLINE},
+    {"GET", "/ready", ls_handle_ready, true, false, LS_ROUTE_INLINE},
+    {"GET", "/metrics", ls_handle_metrics, false, false, LS_ROUTE_INLINE},
+    {"GET", "/openapi.json", ls_handle_openapi, false, false, LS_ROUTE_INLINE},
+    {"GET", "/pool", ls_handle_pool, false, false, LS_ROUTE_INLINE},
+    {"GET", "/dashboard", ls_handle_dashboard, true, false, LS_ROUTE_INLINE},
+    {"POST", "/forward", ls_handle_forward, false, true, LS_ROUTE_INLINE},
+    {"POST", "/adapters", ls_handle_adapter_load, false, true, LS_ROUTE_BACKEND},
+    {"GET", "/adapters", ls_handle_adapter_list, false, false, LS_ROUTE_INLINE},
+    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, LS_ROUTE_DISK},
+    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, LS_ROUTE_INLINE},
+    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, LS_ROUTE_BACKEND},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 

@@ -11,13 +11,22 @@
 
 typedef void (*ls_handler_fn)(const ls_request *req, ls_reply *r);
 
+/* Where a route's handler runs. Requests that may wait on the backend and
+ * requests that never do are queued apart: one that never does must not
+ * wait behind loads that wait for a seconds-long forward. */
+typedef enum {
+    LS_ROUTE_INLINE,  /* on the HTTP thread: it never waits */
+    LS_ROUTE_BACKEND, /* may wait on the backend or a lock held across it: srv->offload */
+    LS_ROUTE_DISK,    /* may read the disk but never waits on the backend: srv->offload_disk */
+} ls_route_offload;
+
 typedef struct {
     const char *method;
     const char *pattern; /* "/adapters/{name}" matches one non-empty segment */
     ls_handler_fn fn;
     bool open;     /* served without the API key */
     bool has_body; /* POST with a JSON or safetensors body */
-    bool offload;  /* may wait (on the backend, a lock held across it, or the disk): runs on an offload worker */
+    ls_route_offload offload; /* not LS_ROUTE_INLINE: runs on an offload worker, the connection suspended */
 } ls_route;
 
 /* The route serving method on path (HEAD is served by GET routes), or

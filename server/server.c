@@ -184,6 +184,12 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         ls_log_error("offload workers: %s", err.message);
         goto fail;
     }
+    /* Validations apart, as many again: queued with the loads, they
+     * waited for the forward the loads wait for, which they never use. */
+    if ((st = ls_offload_create(cfg->http_threads, &srv->offload_disk, &err)) != LS_OK) {
+        ls_log_error("offload workers: %s", err.message);
+        goto fail;
+    }
     ls_error_free(&err);
     return true;
 fail:
@@ -197,6 +203,8 @@ void ls_server_free(ls_server *srv) {
     /* First: a queued job may still submit to the batcher. */
     ls_offload_free(srv->offload);
     srv->offload = NULL;
+    ls_offload_free(srv->offload_disk);
+    srv->offload_disk = NULL;
     ls_batcher_free(srv->batcher);
     srv->batcher = NULL;
     ls_autoload_free(srv->autoload);

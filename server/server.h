@@ -31,7 +31,8 @@ typedef struct ls_server {
     ls_pool *pool;       /* owned */
     struct ls_autoload *autoload; /* owned; NULL without --auto-load */
     struct ls_batcher *batcher; /* owned; NULL with --batching false */
-    struct ls_offload *offload; /* owned: runs the requests that may wait (server/offload.h) */
+    struct ls_offload *offload; /* owned: runs the requests that may wait on the backend (server/offload.h) */
+    struct ls_offload *offload_disk; /* owned: runs validations, which read but never wait on the backend */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     int port;

@@ -127,12 +127,14 @@ static void sv_start(sv_fx *f) {
     srv->pool = f->w->p;
     ls_metrics_init(&srv->metrics);
     assert_int_equal(ls_offload_create(2, &srv->offload, NULL), LS_OK);
+    assert_int_equal(ls_offload_create(2, &srv->offload_disk, NULL), LS_OK);
     assert_true(ls_http_start(srv));
 }
 
 static void sv_stop(sv_fx *f) {
     ls_http_stop(&f->srv);
     ls_offload_free(f->srv.offload);
+    ls_offload_free(f->srv.offload_disk);
     ls_metrics_free(&f->srv.metrics);
     fx_world_free(f->w);
     ls_test_rmtree(f->adapter_dir);

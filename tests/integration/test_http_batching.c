@@ -395,9 +395,9 @@ static void assert_forward_running(void) {
  * answering and a load balancer took a healthy replica out. Loads,
  * validations, deletes and auto-loading forwards now wait on offload
  * workers with their connection suspended: with 2 HTTP threads, 3 loads
- * and 3 auto-loading forwards behind a seconds-long forward, the probes
- * and the read-only routes answer while it runs, and every request gets
- * its answer once it has. */
+ * and 3 auto-loading forwards behind a seconds-long forward, the probes,
+ * the read-only routes and a validation answer while it runs, and every
+ * request gets its answer once it has. */
 static void test_waits_hold_no_http_thread(void **state) {
     (void)state;
     enum { HD = 2048, FD = 1024, T = 300, N = 3 };
@@ -470,6 +470,15 @@ static void test_waits_hold_no_http_thread(void **state) {
         assert_int_equal(r.status, 200);
         ls_test_response_free(&r);
     }
+    /* A validation reads and checks an upload but never touches the
+     * backend: it must not queue behind the loads that wait for it (it
+     * answered at once before they were offloaded, and then took as long
+     * as the forward). */
+    char *v = adapter_body_dims("v", HD, FD, 9);
+    json_t *valid = post("/adapters/validate", v, 200);
+    assert_true(json_is_true(json_object_get(valid, "valid")));
+    json_decref(valid);
+    free(v);
     assert_forward_running();
     pthread_join(tf, NULL);
     assert_int_equal(fwd.status, 200);
