@@ -196,6 +196,20 @@ static ls_status ls_autoload_load(ls_autoload *al, const char *name, const char 
     return st;
 }
 
+bool ls_autoload_would_wait(ls_autoload *al, const char *name) {
+    if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return false;
+    char path[LS_LOADER_PATH_MAX];
+    ls_autoload_print print;
+    if (!ls_autoload_find(al, name, path, sizeof path, &print)) return false; /* 404 at once */
+    pthread_mutex_lock(&al->mu);
+    const ls_autoload_entry *e = al->head;
+    while (e && strcmp(e->name, name)) e = e->next;
+    /* A failure remembered for these very files is given again at once. */
+    const bool wait = !e || e->loading || !e->remembered || memcmp(&e->print, &print, sizeof print);
+    pthread_mutex_unlock(&al->mu);
+    return wait;
+}
+
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
     char path[LS_LOADER_PATH_MAX];

@@ -28,6 +28,13 @@ void ls_autoload_free(ls_autoload *al);
  * without reading the file until one of them changes. */
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
 
+/* Whether ls_autoload_ensure(al, name) may take long: name is not
+ * registered, and either its load is running (it would wait for it) or
+ * its files are there and not a failure remembered as they are (it would
+ * read and load them). An absent file or a remembered failure is answered
+ * at once, so a thread that must not wait can still ask for those. */
+bool ls_autoload_would_wait(ls_autoload *al, const char *name);
+
 /* Loads attempted (files read) since start: what the failure memory saves. */
 unsigned long long ls_autoload_attempts(const ls_autoload *al);
 

@@ -74,12 +74,14 @@ static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, l
     return LS_OK;
 }
 
-/* Whether --auto-load would have to look for one of fr's adapters (it is
- * not registered now): then the forward may wait for a load. */
+/* Whether --auto-load may make this forward wait: an adapter it names is
+ * to be loaded, or is loading now. A name with no file, or a file that
+ * failed as it is now, is answered at once (as a typo should be, not
+ * after the loads queued ahead of it). */
 static bool ls_forward_must_load(ls_server *srv, const ls_forward_req *fr) {
     if (!fr->names) return false;
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1))
-        if (ls_pool_describe(srv->pool, fr->names[t], NULL, NULL) != LS_OK) return true;
+        if (ls_autoload_would_wait(srv->autoload, fr->names[t])) return true;
     return false;
 }
 

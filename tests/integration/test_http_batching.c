@@ -396,8 +396,9 @@ static void assert_forward_running(void) {
  * validations, deletes and auto-loading forwards now wait on offload
  * workers with their connection suspended: with 2 HTTP threads, 3 loads
  * and 3 auto-loading forwards behind a seconds-long forward, the probes,
- * the read-only routes and a validation answer while it runs, and every
- * request gets its answer once it has. */
+ * the read-only routes, a validation and forwards that need no load (an
+ * adapter with no file, a file remembered as bad) answer while it runs,
+ * and every request gets its answer once it has. */
 static void test_waits_hold_no_http_thread(void **state) {
     (void)state;
     enum { HD = 2048, FD = 1024, T = 300, N = 3 };
@@ -432,6 +433,11 @@ static void test_waits_hold_no_http_thread(void **state) {
     char *a = adapter_body_dims("a", HD, FD, 1);
     json_decref(post("/adapters", a, 201));
     free(a);
+    /* A file that fails validation, remembered as failed from now on. */
+    char bad[1024];
+    snprintf(bad, sizeof bad, "%s/broken.safetensors", dir);
+    ls_test_write_file(bad, "not safetensors at all", 22);
+    json_decref(post("/forward?adapter=broken", (const char *)one.data, 422));
     post_arg fwd = {.path = "/forward", .body = (char *)b.data};
     post_arg loads[N], autos[N];
     char auto_paths[N][64];
@@ -479,6 +485,11 @@ static void test_waits_hold_no_http_thread(void **state) {
     assert_true(json_is_true(json_object_get(valid, "valid")));
     json_decref(valid);
     free(v);
+    /* Nor does a forward naming an adapter the directory lacks (a typo),
+     * or one whose file failed as it still is: their answers need no
+     * load, and they came after every load queued ahead of them. */
+    json_decref(post("/forward?adapter=nosuch", (const char *)one.data, 404));
+    json_decref(post("/forward?adapter=broken", (const char *)one.data, 422));
     assert_forward_running();
     pthread_join(tf, NULL);
     assert_int_equal(fwd.status, 200);
