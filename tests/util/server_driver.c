@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -102,9 +103,16 @@ static void ls_test_server_free(ls_test_server *s) {
 ls_test_server *ls_test_server_start_env(const char *const *args, const char *const *env) {
     int fds[2];
     if (pipe(fds)) return NULL;
+    const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return NULL;
     if (pid == 0) {
+        /* A failed assertion ends the test program without stopping its
+         * servers: they go with it instead of lingering on the machine.
+         * (The signal follows the forking thread; tests start servers
+         * from their main thread.) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
         dup2(fds[1], 1);
         dup2(fds[1], 2);
         close(fds[0]);
