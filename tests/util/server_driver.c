@@ -274,12 +274,16 @@ fail:
     return -1;
 }
 
-bool ls_test_wait_receiving(const ls_test_server *s, long want) {
+bool ls_test_wait_metric(const ls_test_server *s, const char *name, double want) {
     for (int i = 0; i < 1000; i++) {
-        if (ls_test_receiving(s) == want) return true;
+        if (ls_test_metric(s, name) == want) return true;
         usleep(10000);
     }
     return false;
+}
+
+bool ls_test_wait_receiving(const ls_test_server *s, long want) {
+    return ls_test_wait_metric(s, "lorasink_forwards_receiving", (double)want);
 }
 
 typedef struct {

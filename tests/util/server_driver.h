@@ -58,6 +58,11 @@ int ls_test_open_receiving_forward(const ls_test_server *s);
  * forward the server has begun to read is counted out again once it is
  * queued, refused or abandoned. */
 bool ls_test_wait_receiving(const ls_test_server *s, long want);
+/* Waits (10 s at most) until the unlabelled sample name in /metrics is
+ * want: for a state the server reaches on its own threads (a forward
+ * queued in the batcher, a body being read), which a reply to another
+ * request does not wait for. The server must have no API key. */
+bool ls_test_wait_metric(const ls_test_server *s, const char *name, double want);
 
 typedef struct {
     long status;
