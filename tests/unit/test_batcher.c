@@ -446,19 +446,31 @@ static void test_waits_only_for_company(void **state) {
     for (int i = 0; i < 4; i++) bt_job_free(&j[i]);
 
     /* Load is forgotten --batch-wait-us (here 100 ms) after the last
-     * merged batch: a job after that finds the server idle. */
+     * merged batch: a job after that finds the server idle. The merged
+     * batch is made by holding the backend while two jobs queue, not by
+     * bt_submit_apart: its 50 ms sleep, overrun on a busy machine,
+     * outlasted a 100 ms hold and the first job ran alone. */
     bt_fx_make(&f, 64, 100 * 1000, 1000);
-    bt_job k[3];
+    bt_job held, k[3];
+    bt_job_init(&held, &f.tr, 0, 2, NULL, 0, false, 79);
     for (int i = 0; i < 3; i++) bt_job_init(&k[i], &f.tr, 0, 1, a, 1, false, 80 + (uint64_t)i);
-    ls_batcher_arriving(f.b);
-    k[1].job.arriving = true;
-    bt_submit_apart(&f, &k[0], &k[1]);
-    assert_int_equal(f.m.batch_requests_sum, 2);
+    pt_fake_gate(f.fk, true);
+    assert_int_equal(bt_submit(f.b, &held), LS_OK);
+    pt_fake_wait_blocked(f.fk, 1);
+    assert_int_equal(bt_submit(f.b, &k[0]), LS_OK);
+    assert_int_equal(bt_submit(f.b, &k[1]), LS_OK);
+    pt_fake_gate(f.fk, false);
+    bt_wait_done(&f.tr, 3);
+    assert_int_equal(f.m.batches, 2);
+    assert_int_equal(f.m.batch_requests_sum, 1 + 2);
     usleep(150000);
     assert_int_equal(ls_batcher_run(f.b, &k[2].job), LS_OK);
-    assert_int_equal(f.m.batches, 2);
-    assert_int_equal(f.m.batch_waits, 1);
+    assert_int_equal(f.m.batches, 3);
+    assert_int_equal(f.m.batch_waits, 0); /* neither the merged batch nor k[2] was held open */
+    bt_expect_alone(f.p, &held);
+    for (int i = 0; i < 3; i++) bt_expect_alone(f.p, &k[i]);
     bt_fx_free(&f);
+    bt_job_free(&held);
     for (int i = 0; i < 3; i++) bt_job_free(&k[i]);
 }
 
