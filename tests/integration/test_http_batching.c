@@ -336,10 +336,13 @@ typedef struct {
     long status;
 } post_arg;
 
+/* For test_waits_hold_no_http_thread: each of these waits for its long
+ * forward (a minute under TSan), longer than ls_test_http allows on a
+ * busy machine. */
 static void *post_worker(void *arg) {
     post_arg *a = arg;
     ls_test_response r;
-    if (ls_test_http(srv, "POST", a->path, NULL, a->body, strlen(a->body), NULL, &r) == 0) {
+    if (ls_test_http_long(srv, "POST", a->path, NULL, a->body, strlen(a->body), NULL, &r) == 0) {
         a->status = r.status;
         ls_test_response_free(&r);
     }

@@ -306,8 +306,11 @@ static size_t ls_test_write(char *ptr, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
-int ls_test_http(const ls_test_server *s, const char *method, const char *path, const char *content_type,
-                 const void *body, size_t len, const char *const *extra_headers, ls_test_response *out) {
+/* ls_test_http with timeout_s seconds for the whole exchange (0: no
+ * limit of its own). */
+static int ls_test_http_within(const ls_test_server *s, const char *method, const char *path,
+                               const char *content_type, const void *body, size_t len,
+                               const char *const *extra_headers, long timeout_s, ls_test_response *out) {
     memset(out, 0, sizeof *out);
     CURL *c = curl_easy_init();
     if (!c) return -1;
@@ -334,7 +337,7 @@ int ls_test_http(const ls_test_server *s, const char *method, const char *path, 
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &bb);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ls_test_write);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &hb);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
     if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -353,6 +356,16 @@ int ls_test_http(const ls_test_server *s, const char *method, const char *path, 
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return rc == CURLE_OK ? 0 : -1;
+}
+
+int ls_test_http(const ls_test_server *s, const char *method, const char *path, const char *content_type,
+                 const void *body, size_t len, const char *const *extra_headers, ls_test_response *out) {
+    return ls_test_http_within(s, method, path, content_type, body, len, extra_headers, 120L, out);
+}
+
+int ls_test_http_long(const ls_test_server *s, const char *method, const char *path, const char *content_type,
+                      const void *body, size_t len, const char *const *extra_headers, ls_test_response *out) {
+    return ls_test_http_within(s, method, path, content_type, body, len, extra_headers, 0L, out);
 }
 
 void ls_test_response_free(ls_test_response *r) {

@@ -77,6 +77,12 @@ typedef struct {
  * Returns 0 on transport success. */
 int ls_test_http(const ls_test_server *s, const char *method, const char *path, const char *content_type,
                  const void *body, size_t len, const char *const *extra_headers, ls_test_response *out);
+/* ls_test_http without its 120 s limit on the exchange (the test's own
+ * ctest timeout still bounds it): for a request that waits on work sized
+ * to keep the backend busy, which a sanitizer or a busy machine
+ * stretches to minutes. */
+int ls_test_http_long(const ls_test_server *s, const char *method, const char *path, const char *content_type,
+                      const void *body, size_t len, const char *const *extra_headers, ls_test_response *out);
 void ls_test_response_free(ls_test_response *r);
 
 /* Parses the response body as JSON (NULL when it is not). */
