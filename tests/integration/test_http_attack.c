@@ -507,22 +507,6 @@ static char *forward_json(int T, const char *adapter) {
     return ls_buf_take(&b, NULL);
 }
 
-/* A small forward body of T tokens with H values each. */
-static char *forward_json_h(int T, int H) {
-    ls_buf b;
-    ls_buf_init(&b);
-    ls_buf_append(&b, "{\"x\":[", 6);
-    for (int t = 0; t < T; t++) {
-        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
-        for (int h = 0; h < H; h++) ls_buf_append(&b, h ? ",0.5" : "0.5", h ? 4 : 3);
-        ls_buf_append(&b, "]", 1);
-    }
-    ls_buf_append(&b, "],\"gammas\":[", 12);
-    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s[1,0.5]", t ? "," : "");
-    ls_buf_append(&b, "]}", 2);
-    return ls_buf_take(&b, NULL);
-}
-
 static void test_max_request_tokens(void **state) {
     (void)state;
     const char *extra[] = {"--max-request-tokens", "2", NULL};
@@ -724,7 +708,7 @@ static void test_forward_peak_memory(void **state) {
     char *body = ls_buf_take(&b, &body_len);
     assert_non_null(body);
     /* Warm up (thread stacks, engine buffers) on a small forward. */
-    char *small = forward_json_h(4, HID);
+    char *small = ls_test_forward_json(4, HID, "0.5", "[1,0.5]", NULL);
     ls_test_response r;
     assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, small, strlen(small), NULL, &r), 0);
     assert_int_equal(r.status, 200);

@@ -17,7 +17,6 @@
 
 #include <cmocka.h>
 
-#include "common/buf.h"
 #include "common/tensor.h"
 #include "format/safetensors.h"
 #include "gpu/backend.h"
@@ -418,21 +417,9 @@ static void test_waits_hold_no_http_thread(void **state) {
     assert_non_null(srv);
     /* A forward of T tokens on the portable kernels on one thread: 8
      * GFLOP, seconds on the backend, from a body read fast (sanitizers). */
-    ls_buf b;
-    ls_buf_init(&b);
-    ls_buf_append(&b, "{\"x\": [", 7);
-    for (int t = 0; t < T; t++) {
-        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
-        for (int h = 0; h < HD; h++) ls_buf_append(&b, h ? ",0.5" : "0.5", h ? 4 : 3);
-        ls_buf_append(&b, "]", 1);
-    }
-    ls_buf_append(&b, "], \"adapter\": \"a\"}", 18);
+    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
     /* One token for each auto-loading forward. */
-    ls_buf one;
-    ls_buf_init(&one);
-    ls_buf_append(&one, "{\"x\": [[", 8);
-    for (int h = 0; h < HD; h++) ls_buf_append(&one, h ? ",0.25" : "0.25", h ? 5 : 4);
-    ls_buf_append(&one, "]]}", 3);
+    char *one = ls_test_forward_json(1, HD, "0.25", NULL, NULL);
     char *a = adapter_body_dims("a", HD, FD, 1);
     json_decref(post("/adapters", a, 201));
     free(a);
@@ -440,8 +427,8 @@ static void test_waits_hold_no_http_thread(void **state) {
     char bad[1024];
     snprintf(bad, sizeof bad, "%s/broken.safetensors", dir);
     ls_test_write_file(bad, "not safetensors at all", 22);
-    json_decref(post("/forward?adapter=broken", (const char *)one.data, 422));
-    post_arg fwd = {.path = "/forward", .body = (char *)b.data};
+    json_decref(post("/forward?adapter=broken", one, 422));
+    post_arg fwd = {.path = "/forward", .body = big};
     post_arg loads[N], autos[N];
     char auto_paths[N][64];
     pthread_t tf, tl[N], ta[N];
@@ -466,7 +453,7 @@ static void test_waits_hold_no_http_thread(void **state) {
     assert_true(metric("lorasink_adapter_loads_running") == 2);
     for (int i = 0; i < N; i++) {
         snprintf(auto_paths[i], sizeof auto_paths[i], "/forward?adapter=auto%d", i);
-        autos[i] = (post_arg){.path = auto_paths[i], .body = (char *)one.data};
+        autos[i] = (post_arg){.path = auto_paths[i], .body = one};
         assert_int_equal(pthread_create(&ta[i], NULL, post_worker, &autos[i]), 0);
     }
     /* 6 requests wait behind the forward, more than the 2 HTTP threads. */
@@ -491,8 +478,8 @@ static void test_waits_hold_no_http_thread(void **state) {
     /* Nor does a forward naming an adapter the directory lacks (a typo),
      * or one whose file failed as it still is: their answers need no
      * load, and they came after every load queued ahead of them. */
-    json_decref(post("/forward?adapter=nosuch", (const char *)one.data, 404));
-    json_decref(post("/forward?adapter=broken", (const char *)one.data, 422));
+    json_decref(post("/forward?adapter=nosuch", one, 404));
+    json_decref(post("/forward?adapter=broken", one, 422));
     assert_forward_running();
     pthread_join(tf, NULL);
     assert_int_equal(fwd.status, 200);
@@ -507,8 +494,8 @@ static void test_waits_hold_no_http_thread(void **state) {
     json_t *list = get_json("/adapters");
     assert_int_equal(json_array_size(json_object_get(list, "adapters")), 1 + 2 * N);
     json_decref(list);
-    ls_buf_free(&one);
-    ls_buf_free(&b);
+    free(one);
+    free(big);
     assert_int_equal(ls_test_server_stop(srv), 0);
     ls_test_rmtree(dir);
     free(dir);

@@ -2,6 +2,8 @@
  * port, and one HTTP request to it over libcurl. */
 #include "tests/util/server_driver.h"
 
+#include "common/buf.h"
+
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -85,6 +87,28 @@ int ls_test_server_wait_output(ls_test_server *s, const char *text) {
         free(out);
     }
     return n;
+}
+
+char *ls_test_forward_json(int T, int H, const char *value, const char *gamma_row, const char *adapter) {
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_append(&b, "{\"x\": [", 7);
+    for (int t = 0; t < T; t++) {
+        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
+        for (int h = 0; h < H; h++) ls_buf_printf(&b, "%s%s", h ? "," : "", value);
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, "]", 1);
+    if (gamma_row) {
+        ls_buf_append(&b, ", \"gammas\": [", 13);
+        for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s%s", t ? "," : "", gamma_row);
+        ls_buf_append(&b, "]", 1);
+    }
+    if (adapter) ls_buf_printf(&b, ", \"adapter\": \"%s\"", adapter);
+    ls_buf_append(&b, "}", 1);
+    char *text = ls_buf_take(&b, NULL);
+    assert(text);
+    return text;
 }
 
 /* After the process ended: waits for the reader to see the pipe's end. */

@@ -32,6 +32,11 @@ char *ls_test_server_output(ls_test_server *s);
  * a pipe drained by a thread of its own, which may not have read the
  * line yet when the reply is in. */
 int ls_test_server_wait_output(ls_test_server *s, const char *text);
+
+/* A JSON forward body: T tokens of H copies of value (a JSON number as
+ * text), then gammas with gamma_row for every token and "adapter" when
+ * they are given (NULL: left out); malloc'd, the caller frees it. */
+char *ls_test_forward_json(int T, int H, const char *value, const char *gamma_row, const char *adapter);
 /* The server's process id (for signals and /proc). */
 int ls_test_server_pid(const ls_test_server *s);
 
