@@ -63,40 +63,73 @@ static json_t *ls_ignored_json(const ls_adapter *a) {
     return arr;
 }
 
-void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
-    ls_server *srv = req->srv;
-    ls_error err;
-    ls_error_init(&err);
+/* An upload parsed and validated, waiting to be registered. */
+struct ls_adapter_load_job {
+    ls_server *srv;
     ls_adapter_upload up;
     ls_adapter a;
     ls_adapter_origin origin;
+};
+
+ls_adapter_load_job *ls_adapter_load_prepare(const ls_request *req, ls_reply *r) {
+    ls_server *srv = req->srv;
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_load_job *j = calloc(1, sizeof *j);
+    ls_status st = j ? LS_OK : ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
     ls_metrics_loads(&srv->metrics, +1);
-    ls_status st = ls_adapter_prepare(req, true, &up, &a, &origin, &err);
-    if (st == LS_OK) {
-        json_t *ignored = ls_ignored_json(&a);
-        ls_pool_load_opts opts = {.pinned = up.pinned,
-                                  .keep_pin = !up.pinned_given,
-                                  .replace = up.replace,
-                                  .source_path = origin.path[0] ? origin.path : NULL,
-                                  .params = origin.params};
-        ls_adapter_info info;
-        st = ls_pool_load(srv->pool, up.name, &a, &opts, &info, &err);
-        if (st == LS_OK) {
-            json_t *j = ls_describe_adapter(srv, &info);
-            if (j) json_object_set_new(j, "ignored", ignored);
-            else json_decref(ignored);
-            ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
-                        info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
-            ls_reply_json(r, 201, ls_json_take_text(j));
-        } else {
-            json_decref(ignored);
-            ls_adapter_free(&a);
-        }
-        ls_adapter_upload_free(&up);
+    if (st == LS_OK) st = ls_adapter_prepare(req, true, &j->up, &j->a, &j->origin, &err);
+    if (st != LS_OK) {
+        ls_metrics_loads(&srv->metrics, -1);
+        free(j);
+        ls_reply_error(r, &err);
+        ls_error_free(&err);
+        return NULL;
     }
-    ls_metrics_loads(&srv->metrics, -1);
-    if (st != LS_OK) ls_reply_error(r, &err);
+    j->srv = srv;
     ls_error_free(&err);
+    return j;
+}
+
+void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
+    ls_server *srv = j->srv;
+    ls_error err;
+    ls_error_init(&err);
+    json_t *ignored = ls_ignored_json(&j->a);
+    ls_pool_load_opts opts = {.pinned = j->up.pinned,
+                              .keep_pin = !j->up.pinned_given,
+                              .replace = j->up.replace,
+                              .source_path = j->origin.path[0] ? j->origin.path : NULL,
+                              .params = j->origin.params};
+    ls_adapter_info info;
+    ls_status st = ls_pool_load(srv->pool, j->up.name, &j->a, &opts, &info, &err);
+    if (st == LS_OK) {
+        json_t *d = ls_describe_adapter(srv, &info);
+        if (d) json_object_set_new(d, "ignored", ignored);
+        else json_decref(ignored);
+        ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
+                    info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
+        ls_reply_json(r, 201, ls_json_take_text(d));
+        memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
+    } else {
+        json_decref(ignored);
+        ls_reply_error(r, &err);
+    }
+    ls_error_free(&err);
+    ls_adapter_load_job_free(j);
+}
+
+void ls_adapter_load_job_free(ls_adapter_load_job *j) {
+    if (!j) return;
+    ls_adapter_free(&j->a);
+    ls_adapter_upload_free(&j->up);
+    ls_metrics_loads(&j->srv->metrics, -1);
+    free(j);
+}
+
+void ls_handle_adapter_load(const ls_request *req, ls_reply *r) {
+    ls_adapter_load_job *j = ls_adapter_load_prepare(req, r);
+    if (j) ls_adapter_load_commit(j, r);
 }
 
 void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {

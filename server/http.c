@@ -40,6 +40,7 @@ typedef struct {
     ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
     bool arriving;        /* counted by ls_batcher_arriving, not yet submitted */
     ls_offload_job ojob;  /* this request on an offload worker (connection suspended) */
+    ls_adapter_load_job *ljob; /* a POST /adapters validated, waiting to be registered */
     bool offloaded;       /* the worker has filled reply: send it when resumed */
     ls_reply reply;
     ls_server *srv;               /* for the workers' callbacks */
@@ -289,6 +290,32 @@ static void ls_http_offload_dispatch(void *ctx) {
     ls_http_resume(st);
 }
 
+/* On a backend worker: the validated upload is registered. */
+static void ls_http_offload_commit(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_adapter_load_commit(st->ljob, &st->reply);
+    st->ljob = NULL;
+    st->offloaded = true;
+    ls_http_resume(st);
+}
+
+/* On a disk worker: an upload is parsed and validated, so that its errors
+ * do not wait behind loads that wait for the backend; a valid one moves
+ * on to the backend workers. (The disk worker is done with ojob once it
+ * has called this, so the job is queued again as it is.) */
+static void ls_http_offload_load(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_request req = ls_http_request(st->srv, st->conn, st);
+    st->ljob = ls_adapter_load_prepare(&req, &st->reply);
+    if (st->ljob) {
+        st->ojob.run = ls_http_offload_commit;
+        ls_offload_submit(st->srv->offload, &st->ojob);
+        return;
+    }
+    st->offloaded = true;
+    ls_http_resume(st);
+}
+
 /* On an offload worker: a forward that may auto-load, prepared where it
  * may wait for the load, then batched as any other. */
 static void ls_http_offload_forward(void *ctx) {
@@ -414,6 +441,8 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         if (!atomic_load(&srv->stopping)) {
             if (forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
             /* Without the batcher a forward waits on the backend itself. */
+            if (st->route->offload == LS_ROUTE_LOAD)
+                return ls_http_offload(srv, conn, st, srv->offload_disk, ls_http_offload_load);
             ls_offload *q = st->route->offload == LS_ROUTE_DISK ? srv->offload_disk : srv->offload;
             return ls_http_offload(srv, conn, st, q, ls_http_offload_dispatch);
         }
@@ -433,6 +462,7 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     if (!st) return;
     ls_http_arrived(srv, st); /* a body cut short */
     ls_forward_job_free(st->fjob);
+    ls_adapter_load_job_free(st->ljob);
     free(st->reply.body); /* a reply never sent */
     free(st->body);
     free(st);

@@ -1,9 +1,9 @@
 /* Worker threads for the requests that may wait: adapter loads and
  * deletes (on the backend, behind a running forward), forwards that
  * auto-load an adapter, and every forward when the batcher is off; and,
- * on a set of workers of their own, validations (on the disk: a FIFO
- * shared with the loads made them wait for the forward the loads wait
- * for). http.c suspends such a request's connection, a worker runs it and
+ * on a set of workers of their own, validations and the parsing and
+ * validation of an upload (on the disk: a FIFO shared with the loads made
+ * them wait for the forward the loads wait for). http.c suspends such a request's connection, a worker runs it and
  * resumes the connection, so no HTTP thread ever waits and /health and
  * /ready answer whatever runs. */
 #ifndef LS_SERVER_OFFLOAD_H
@@ -15,7 +15,8 @@ typedef struct ls_offload ls_offload;
 
 /* One request's work. Owned by the caller, which keeps it alive until
  * run() has been called; run() is the queue's last touch of it, so it may
- * end the request (and free the job) as it returns. */
+ * end the request (and free the job), or queue the job again, as it
+ * returns. */
 typedef struct ls_offload_job {
     void (*run)(void *ctx);
     void *ctx;

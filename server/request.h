@@ -78,6 +78,16 @@ struct ls_batch_job *ls_forward_batch_job(ls_forward_job *fj);
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 void ls_forward_job_free(ls_forward_job *fj);
 
+/* POST /adapters in two steps, so that an upload's errors never wait for
+ * the backend: prepare parses and validates (it may read the disk; NULL
+ * with r filled on error), commit registers it (it may wait for the
+ * forward on the backend), fills r and frees the job. Counted in the
+ * loads gauge from prepare until the job is freed. */
+typedef struct ls_adapter_load_job ls_adapter_load_job;
+ls_adapter_load_job *ls_adapter_load_prepare(const ls_request *req, ls_reply *r);
+void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r);
+void ls_adapter_load_job_free(ls_adapter_load_job *j);
+
 /* Handlers: each reads req and fills r. */
 void ls_handle_health(const ls_request *req, ls_reply *r);
 void ls_handle_ready(const ls_request *req, ls_reply *r);

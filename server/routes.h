@@ -18,6 +18,7 @@ typedef enum {
     LS_ROUTE_INLINE,  /* on the HTTP thread: it never waits */
     LS_ROUTE_BACKEND, /* may wait on the backend or a lock held across it: srv->offload */
     LS_ROUTE_DISK,    /* may read the disk but never waits on the backend: srv->offload_disk */
+    LS_ROUTE_LOAD,    /* POST /adapters: validated as DISK, then registered as BACKEND */
 } ls_route_offload;
 
 typedef struct {

@@ -398,7 +398,8 @@ static void assert_forward_running(void) {
  * validations, deletes and auto-loading forwards now wait on offload
  * workers with their connection suspended: with 2 HTTP threads, 3 loads
  * and 3 auto-loading forwards behind a seconds-long forward, the probes,
- * the read-only routes, a validation and forwards that need no load (an
+ * the read-only routes, a validation, an upload that fails validation
+ * and forwards that need no load (an
  * adapter with no file, a file remembered as bad) answer while it runs,
  * and every request gets its answer once it has. */
 static void test_waits_hold_no_http_thread(void **state) {
@@ -448,9 +449,10 @@ static void test_waits_hold_no_http_thread(void **state) {
         loads[i] = (post_arg){.path = "/adapters", .body = adapter_body_dims(name, HD, FD, 2 + i)};
         assert_int_equal(pthread_create(&tl[i], NULL, post_worker, &loads[i]), 0);
     }
-    /* Both offload workers (one per HTTP thread) wait on the backend. */
-    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 2; i++) usleep(10 * 1000);
-    assert_true(metric("lorasink_adapter_loads_running") == 2);
+    /* All three validated; two hold the backend workers (one per HTTP
+     * thread) waiting on the backend, one is queued for them. */
+    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < N; i++) usleep(10 * 1000);
+    assert_true(metric("lorasink_adapter_loads_running") == N);
     for (int i = 0; i < N; i++) {
         snprintf(auto_paths[i], sizeof auto_paths[i], "/forward?adapter=auto%d", i);
         autos[i] = (post_arg){.path = auto_paths[i], .body = one};
@@ -475,6 +477,11 @@ static void test_waits_hold_no_http_thread(void **state) {
     assert_true(json_is_true(json_object_get(valid, "valid")));
     json_decref(valid);
     free(v);
+    /* An upload that fails validation is answered too: it is checked
+     * before it would queue for the backend. */
+    char *wrong = adapter_body_dims("wrong", 48, 16, 9);
+    json_decref(post("/adapters", wrong, 422));
+    free(wrong);
     /* Nor does a forward naming an adapter the directory lacks (a typo),
      * or one whose file failed as it still is: their answers need no
      * load, and they came after every load queued ahead of them. */
