@@ -200,11 +200,13 @@ fail:
 }
 
 void ls_server_free(ls_server *srv) {
-    /* First: a queued job may still submit to the batcher. */
-    ls_offload_free(srv->offload);
-    srv->offload = NULL;
+    /* In the order work flows (ls_http_stop has let it all run out): a
+     * validated upload moves on to the backend workers, and their jobs
+     * to the batcher. */
     ls_offload_free(srv->offload_disk);
     srv->offload_disk = NULL;
+    ls_offload_free(srv->offload);
+    srv->offload = NULL;
     ls_batcher_free(srv->batcher);
     srv->batcher = NULL;
     ls_autoload_free(srv->autoload);

@@ -133,8 +133,8 @@ static void sv_start(sv_fx *f) {
 
 static void sv_stop(sv_fx *f) {
     ls_http_stop(&f->srv);
-    ls_offload_free(f->srv.offload);
     ls_offload_free(f->srv.offload_disk);
+    ls_offload_free(f->srv.offload);
     ls_metrics_free(&f->srv.metrics);
     fx_world_free(f->w);
     ls_test_rmtree(f->adapter_dir);
