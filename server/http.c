@@ -255,6 +255,13 @@ static void ls_http_resume(void *ctx) {
     atomic_fetch_sub(&srv->suspended, 1);
 }
 
+/* On a worker: st->reply holds the answer; the resumed connection sends
+ * it. */
+static void ls_http_answered(ls_conn_state *st) {
+    st->offloaded = true;
+    ls_http_resume(st);
+}
+
 /* Hands the prepared forward to the batcher, whose worker resumes the
  * (suspended) connection when the batch has run. */
 static void ls_http_forward_submit(ls_server *srv, ls_conn_state *st) {
@@ -286,8 +293,7 @@ static enum MHD_Result ls_http_offload(ls_server *srv, struct MHD_Connection *co
 static void ls_http_offload_dispatch(void *ctx) {
     ls_conn_state *st = ctx;
     ls_http_dispatch(st->srv, st->conn, st, &st->reply);
-    st->offloaded = true;
-    ls_http_resume(st);
+    ls_http_answered(st);
 }
 
 /* On a backend worker: the validated upload is registered. */
@@ -295,8 +301,7 @@ static void ls_http_offload_commit(void *ctx) {
     ls_conn_state *st = ctx;
     ls_adapter_load_commit(st->ljob, &st->reply);
     st->ljob = NULL;
-    st->offloaded = true;
-    ls_http_resume(st);
+    ls_http_answered(st);
 }
 
 /* On a disk worker: an upload is parsed and validated, so that its errors
@@ -312,8 +317,7 @@ static void ls_http_offload_load(void *ctx) {
         ls_offload_submit(st->srv->offload, &st->ojob);
         return;
     }
-    st->offloaded = true;
-    ls_http_resume(st);
+    ls_http_answered(st);
 }
 
 /* On an offload worker: a forward that may auto-load, prepared where it
@@ -326,8 +330,7 @@ static void ls_http_offload_forward(void *ctx) {
         ls_http_forward_submit(st->srv, st);
         return;
     }
-    st->offloaded = true;
-    ls_http_resume(st);
+    ls_http_answered(st);
 }
 
 /* Parses the forward, suspends the connection and hands the job to the
@@ -431,16 +434,16 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
         return ls_http_send(conn, srv, st, &r);
     }
-    const bool forward = st->route->fn == ls_handle_forward;
-    if (!st->too_large && (forward || st->route->offload != LS_ROUTE_INLINE)) {
+    if (!st->too_large && st->route->offload != LS_ROUTE_INLINE) {
         /* Count before looking at stopping, so ls_http_stop either sees
          * this suspension or this request sees stopping (then it runs the
          * blocking form below: MHD_stop_daemon must not meet a suspended
          * connection). */
         atomic_fetch_add(&srv->suspended, 1);
         if (!atomic_load(&srv->stopping)) {
-            if (forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
-            /* Without the batcher a forward waits on the backend itself. */
+            /* With the batcher a forward waits there, and for an offload
+             * worker only when it must auto-load. */
+            if (st->route->fn == ls_handle_forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
             if (st->route->offload == LS_ROUTE_LOAD)
                 return ls_http_offload(srv, conn, st, srv->offload_disk, ls_http_offload_load);
             ls_offload *q = st->route->offload == LS_ROUTE_DISK ? srv->offload_disk : srv->offload;

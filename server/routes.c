@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* method, pattern, handler, open, has_body, offload. /forward is offloaded
- * by http.c itself: with the batcher only when it must auto-load. A
+/* method, pattern, handler, open, has_body, offload. A forward waits on
+ * the backend itself only without the batcher (with it, http.c hands it
+ * to the batcher, and to an offload worker only when it must auto-load). A
  * delete waits for the state lock, which a load holds while it waits for
  * the backend; a validation only reads (its body, or a file), as does a
  * load until it registers the adapter. */
@@ -18,7 +19,7 @@ static const ls_route ls_routes[] = {
     {"GET", "/openapi.json", ls_handle_openapi, false, false, LS_ROUTE_INLINE},
     {"GET", "/pool", ls_handle_pool, false, false, LS_ROUTE_INLINE},
     {"GET", "/dashboard", ls_handle_dashboard, true, false, LS_ROUTE_INLINE},
-    {"POST", "/forward", ls_handle_forward, false, true, LS_ROUTE_INLINE},
+    {"POST", "/forward", ls_handle_forward, false, true, LS_ROUTE_BACKEND},
     {"POST", "/adapters", ls_handle_adapter_load, false, true, LS_ROUTE_LOAD},
     {"GET", "/adapters", ls_handle_adapter_list, false, false, LS_ROUTE_INLINE},
     {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, LS_ROUTE_DISK},
