@@ -125,11 +125,18 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
     return false;
 }
 
+/* With mu held: name's entry, or NULL. */
+static ls_autoload_entry *ls_autoload_entry_find(const ls_autoload *al, const char *name) {
+    ls_autoload_entry *e = al->head;
+    while (e && strcmp(e->name, name)) e = e->next;
+    return e;
+}
+
 /* With mu held: name's entry, created when absent (NULL when out of
  * memory). Settled entries past the cap go, oldest first. */
 static ls_autoload_entry *ls_autoload_entry_get(ls_autoload *al, const char *name) {
-    for (ls_autoload_entry *e = al->head; e; e = e->next)
-        if (!strcmp(e->name, name)) return e;
+    ls_autoload_entry *found = ls_autoload_entry_find(al, name);
+    if (found) return found;
     if (al->count >= LS_AUTOLOAD_MAX_ENTRIES) {
         ls_autoload_entry **last = NULL;
         for (ls_autoload_entry **pe = &al->head; *pe; pe = &(*pe)->next)
@@ -202,8 +209,7 @@ bool ls_autoload_would_wait(ls_autoload *al, const char *name) {
     ls_autoload_print print;
     if (!ls_autoload_find(al, name, path, sizeof path, &print)) return false; /* 404 at once */
     pthread_mutex_lock(&al->mu);
-    const ls_autoload_entry *e = al->head;
-    while (e && strcmp(e->name, name)) e = e->next;
+    const ls_autoload_entry *e = ls_autoload_entry_find(al, name);
     /* A failure remembered for these very files is given again at once. */
     const bool wait = !e || e->loading || !e->remembered || memcmp(&e->print, &print, sizeof print);
     pthread_mutex_unlock(&al->mu);
