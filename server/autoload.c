@@ -203,20 +203,14 @@ static ls_status ls_autoload_load(ls_autoload *al, const char *name, const char 
     return st;
 }
 
-bool ls_autoload_would_wait(ls_autoload *al, const char *name) {
-    if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return false;
-    char path[LS_LOADER_PATH_MAX];
-    ls_autoload_print print;
-    if (!ls_autoload_find(al, name, path, sizeof path, &print)) return false; /* 404 at once */
-    pthread_mutex_lock(&al->mu);
-    const ls_autoload_entry *e = ls_autoload_entry_find(al, name);
-    /* A failure remembered for these very files is given again at once. */
-    const bool wait = !e || e->loading || !e->remembered || memcmp(&e->print, &print, sizeof print);
-    pthread_mutex_unlock(&al->mu);
-    return wait;
-}
-
-ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
+/* What name needs, in one look under the lock (so the answer cannot
+ * change between looking and acting), and with act the rest: a load
+ * running is waited for and its outcome shared, a load needed is run.
+ * need says what was found (LS_AUTOLOAD_READY with act, which leaves
+ * nothing to do). An error is the request's answer. */
+static ls_status ls_autoload_step(ls_autoload *al, const char *name, bool act, ls_autoload_need *need,
+                                  ls_error *err) {
+    *need = LS_AUTOLOAD_READY;
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
     char path[LS_LOADER_PATH_MAX];
     ls_autoload_print print;
@@ -234,29 +228,30 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
         pthread_mutex_unlock(&al->mu);
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
-    ls_status st;
+    ls_status st = LS_OK;
     if (e->loading) {
-        /* One load per name: wait for the one running and share its end. */
-        const uint64_t gen = e->generation;
-        e->waiters++;
-        while (e->generation == gen) pthread_cond_wait(&al->cv, &al->mu);
-        e->waiters--;
-        st = ls_autoload_outcome(e, err);
+        *need = LS_AUTOLOAD_WAIT;
+        if (act) {
+            /* One load per name: wait for the one running and share its end. */
+            const uint64_t gen = e->generation;
+            e->waiters++;
+            while (e->generation == gen) pthread_cond_wait(&al->cv, &al->mu);
+            e->waiters--;
+            st = ls_autoload_outcome(e, err);
+            *need = LS_AUTOLOAD_READY;
+        }
+    } else if (e->remembered && !memcmp(&e->print, &print, sizeof print)) {
+        st = ls_autoload_outcome(e, err); /* the same files failed before */
+    } else if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) {
+        /* A load that ended between the first look and this lock
+         * registered it: one load per name, not one per unlucky request. */
+    } else {
+        *need = LS_AUTOLOAD_LOAD;
+    }
+    if (*need != LS_AUTOLOAD_LOAD || !act) {
         ls_autoload_entry_settle(al, e);
         pthread_mutex_unlock(&al->mu);
         return st;
-    }
-    if (e->remembered && !memcmp(&e->print, &print, sizeof print)) {
-        st = ls_autoload_outcome(e, err);
-        pthread_mutex_unlock(&al->mu);
-        return st;
-    }
-    /* A load that ended between the check above and this lock registered
-     * it already: one load per name, not one per unlucky request. */
-    if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) {
-        ls_autoload_entry_settle(al, e);
-        pthread_mutex_unlock(&al->mu);
-        return LS_OK;
     }
     e->loading = true;
     e->remembered = false;
@@ -289,5 +284,15 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
     pthread_mutex_unlock(&al->mu);
     if (st != LS_OK && err) ls_error_copy(err, &mine);
     ls_error_free(&mine);
+    *need = LS_AUTOLOAD_READY;
     return st;
+}
+
+ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err) {
+    return ls_autoload_step(al, name, false, need, err);
+}
+
+ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
+    ls_autoload_need need;
+    return ls_autoload_step(al, name, true, &need, err);
 }

@@ -28,12 +28,18 @@ void ls_autoload_free(ls_autoload *al);
  * without reading the file until one of them changes. */
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
 
-/* Whether ls_autoload_ensure(al, name) may take long: name is not
- * registered, and either its load is running (it would wait for it) or
- * its files are there and not a failure remembered as they are (it would
- * read and load them). An absent file or a remembered failure is answered
- * at once, so a thread that must not wait can still ask for those. */
-bool ls_autoload_would_wait(ls_autoload *al, const char *name);
+/* What ls_autoload_ensure(al, name) would have to do. */
+typedef enum {
+    LS_AUTOLOAD_READY, /* nothing: name is registered (or the answer is an error) */
+    LS_AUTOLOAD_LOAD,  /* read name's files and register them */
+    LS_AUTOLOAD_WAIT,  /* wait for the load of name another request is running */
+} ls_autoload_need;
+
+/* What ls_autoload_ensure would do, without reading a file or waiting:
+ * the answers that come at once (a name with no files, LS_ADAPTER_NOT_FOUND;
+ * a failure remembered for these very files, its error) are given here,
+ * so a thread that must never wait can still give them. */
+ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err);
 
 /* Loads attempted (files read) since start: what the failure memory saves. */
 unsigned long long ls_autoload_attempts(const ls_autoload *al);

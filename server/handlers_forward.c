@@ -63,26 +63,22 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
 }
 
 /* --auto-load: every adapter the request names is registered, loading
- * the ones found in the adapter directory. Requests that find a name
- * loading wait for that one load (docs/api.md). */
-static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, ls_error *err) {
+ * the ones found in the adapter directory; requests that find a name
+ * loading wait for that one load (docs/api.md). With defer (a thread that
+ * must not wait) nothing is loaded or waited for: *defer says whether
+ * that is needed, and the answers that come at once (no such file, a
+ * file that failed as it is now: a typo is answered at once, not after
+ * the loads queued ahead of it) are given. */
+static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, bool *defer, ls_error *err) {
     if (!fr->names) return LS_OK;
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
-        ls_status st = ls_autoload_ensure(srv->autoload, fr->names[t], err);
+        ls_autoload_need need = LS_AUTOLOAD_READY;
+        ls_status st = defer ? ls_autoload_check(srv->autoload, fr->names[t], &need, err)
+                             : ls_autoload_ensure(srv->autoload, fr->names[t], err);
         if (st != LS_OK) return st;
+        if (need != LS_AUTOLOAD_READY) *defer = true;
     }
     return LS_OK;
-}
-
-/* Whether --auto-load may make this forward wait: an adapter it names is
- * to be loaded, or is loading now. A name with no file, or a file that
- * failed as it is now, is answered at once (as a typo should be, not
- * after the loads queued ahead of it). */
-static bool ls_forward_must_load(ls_server *srv, const ls_forward_req *fr) {
-    if (!fr->names) return false;
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1))
-        if (ls_autoload_would_wait(srv->autoload, fr->names[t])) return true;
-    return false;
 }
 
 /* The query parameters a forward reads, by body kind. */
@@ -117,13 +113,12 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply 
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
         /* Before the batch: a load must not hold up other requests' batch.
          * A thread that must not wait hands such a forward over. */
-        if (st == LS_OK && srv->autoload && defer && ls_forward_must_load(srv, &fj->fr)) {
-            *defer = true;
+        if (st == LS_OK && srv->autoload) st = ls_forward_autoload(srv, &fj->fr, defer, &err);
+        if (st == LS_OK && defer && *defer) {
             ls_forward_job_free(fj);
             ls_error_free(&err);
             return NULL;
         }
-        if (st == LS_OK && srv->autoload) st = ls_forward_autoload(srv, &fj->fr, &err);
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {

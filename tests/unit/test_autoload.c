@@ -1,7 +1,8 @@
 /* server/autoload in-process, where HTTP cannot reach: many requests
  * racing for one unloaded adapter read its file once, round after round;
  * a server short of file descriptors answers 500 and is not remembered
- * against the file, which loads once descriptors are back. */
+ * against the file, which loads once descriptors are back; the check an
+ * HTTP thread makes never reads a file nor loads one. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,10 +119,48 @@ static void test_out_of_descriptors_not_remembered(void **state) {
     ls_error_free(&err);
 }
 
+/* ls_autoload_check, what an HTTP thread asks: a load is needed (not
+ * done), a missing file is 404 and a remembered bad file its 422, and no
+ * file is read for any of them. */
+static void test_check_never_loads(void **state) {
+    (void)state;
+    ls_pool_delete(srv.pool, "c", NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bad.safetensors", dir);
+    ls_test_write_file(path, "not a safetensors file", 22);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_status_http(ls_autoload_ensure(srv.autoload, "bad", &err)), 422);
+    ls_error_free(&err);
+
+    const unsigned long long before = ls_autoload_attempts(srv.autoload);
+    ls_autoload_need need = LS_AUTOLOAD_READY;
+    ls_error_init(&err);
+    assert_int_equal(ls_autoload_check(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+
+    assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad", &need, &err)), 422);
+    assert_int_equal(need, LS_AUTOLOAD_READY);
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_autoload_check(srv.autoload, "absent", &need, &err), LS_ADAPTER_NOT_FOUND);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before);
+    ls_error_free(&err);
+
+    ls_error_init(&err);
+    assert_int_equal(ls_autoload_ensure(srv.autoload, "c", &err), LS_OK);
+    assert_int_equal(ls_autoload_check(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_READY);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
+    ls_error_free(&err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_read_per_round),
         cmocka_unit_test(test_out_of_descriptors_not_remembered),
+        cmocka_unit_test(test_check_never_loads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
