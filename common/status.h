@@ -69,6 +69,8 @@
     X(POOL_EXHAUSTED, "pool_exhausted", 503,                                                       \
       "every slot is pinned or in use; retry later, unpin or delete an adapter")                   \
     X(DEVICE_ERROR, "device_error", 503, "the compute device failed; check /ready and the log")    \
+    X(SHUTTING_DOWN, "shutting_down", 503,                                                         \
+      "the server is stopping; send new requests to another replica")                              \
     X(INTERNAL, "internal", 500, "this is a bug in lorasink; the log has details")
 
 typedef enum {

@@ -18,6 +18,14 @@ void ls_handle_ready(const ls_request *req, ls_reply *r) {
                       "the %s backend hit an unrecoverable device error", ls_backend_name(req->srv->backend));
         return;
     }
+    /* A probe on a connection kept alive through the drain must not read
+     * "ready": new connections are refused by then, and a load balancer
+     * that reuses its probe's connection would keep sending traffic. */
+    if (atomic_load(&req->srv->stopping)) {
+        ls_reply_fail(r, LS_SHUTTING_DOWN, NULL,
+                      "the server is stopping: it finishes the requests it has begun and takes no new connections");
+        return;
+    }
     const ls_backend *be = req->srv->backend;
     json_t *j = json_pack("{s:s, s:s}", "status", "ready", "backend", ls_backend_name(be));
     /* The CPU's kernel path: every path gives the same bits, but an

@@ -146,13 +146,38 @@ static void test_sighup_stops_gracefully(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* One GET on fd, a connection kept alive: the response (status line,
+ * headers and its Content-Length of body) into buf, NUL-terminated. */
+static void get_on(int fd, const char *path, char *buf, size_t cap) {
+    char req[256];
+    const int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    assert_int_equal(send(fd, req, (size_t)n, 0), n);
+    size_t len = 0;
+    for (;;) {
+        const char *end = len ? strstr(buf, "\r\n\r\n") : NULL;
+        const char *cl = len ? strcasestr(buf, "Content-Length:") : NULL;
+        if (end && cl && len >= (size_t)(end + 4 - buf) + strtoul(cl + 15, NULL, 10)) return;
+        assert_true(len + 1 < cap);
+        const ssize_t got = recv(fd, buf + len, cap - 1 - len, 0);
+        assert_true(got > 0);
+        len += (size_t)got;
+        buf[len] = '\0';
+    }
+}
+
 /* After SIGTERM a new client is refused at once (it used to wait in the
  * backlog for 30 s, then get a reset) while the request in flight still
- * gets its answer. */
+ * gets its answer, and /ready on a connection kept alive from before
+ * says the server is going (it used to say ready). */
 static void test_sigterm_refuses_new_clients(void **state) {
     (void)state;
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    int probe = ls_test_raw_connect(ts.srv);
+    assert_true(probe >= 0);
+    char reply[4096];
+    get_on(probe, "/ready", reply, sizeof reply);
+    assert_memory_equal(reply, "HTTP/1.1 200", 12);
     /* A forward whose body is half sent keeps shutdown waiting. */
     const char *body = "{\"x\": [[1, 2, 3, 4]], \"gammas\": [[1, 1]]}";
     char head[256];
@@ -176,6 +201,12 @@ static void test_sigterm_refuses_new_clients(void **state) {
         if (!refused) usleep(50000);
     }
     assert_true(refused);
+    get_on(probe, "/ready", reply, sizeof reply);
+    if (strncmp(reply, "HTTP/1.1 503", 12) || !strstr(reply, "\"shutting_down\""))
+        fprintf(stderr, "/ready while draining: %.300s\n", reply);
+    assert_memory_equal(reply, "HTTP/1.1 503", 12);
+    assert_non_null(strstr(reply, "\"code\":\"shutting_down\""));
+    close(probe);
     /* The server is still there for the request it had begun. */
     size_t rest = strlen(body) - 10;
     assert_int_equal(send(fd, body + 10, rest, 0), (ssize_t)rest);
