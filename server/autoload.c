@@ -1,7 +1,9 @@
 /* --auto-load: registering an adapter a forward named, from the adapter
  * directory, once per name however many requests ask at the same time,
  * and remembering a file that failed so that a bad file is not read and
- * validated again on every request. */
+ * validated again on every request. A load has two halves that run on
+ * different threads: reading and validating the files (the disk) and
+ * registering the adapter (which may wait for the backend). */
 #include "server/autoload.h"
 
 #include <fcntl.h>
@@ -31,15 +33,27 @@ typedef struct {
     } f[2];
 } ls_autoload_print;
 
+/* Where the load of a name stands. Only READING and LOADING are waited
+ * for, and each is held by a thread that is running (never queued), so a
+ * waiter cannot wait on a job queued behind it. */
+typedef enum {
+    LS_AUTOLOAD_IDLE,    /* no load */
+    LS_AUTOLOAD_READING, /* a thread reads and validates the files now (never waits for the backend) */
+    LS_AUTOLOAD_STAGED,  /* read and valid, in staged: the next thread that may wait on the backend registers it */
+    LS_AUTOLOAD_LOADING, /* a thread registers it now (or reads and registers it) */
+} ls_autoload_state;
+
 typedef struct ls_autoload_entry {
     char name[129];
-    bool loading;         /* a request is loading it now */
-    int waiters;          /* requests waiting for that load */
-    uint64_t generation;  /* bumped when a load ends */
-    ls_status outcome;    /* of the last load */
-    ls_error err;         /* its error when it failed */
-    bool remembered;      /* the failure is the file's: given again until print changes */
+    ls_autoload_state state;
+    int waiters;         /* requests waiting for the load to end */
+    uint64_t generation; /* bumped when a load ends */
+    ls_status outcome;   /* of the last load */
+    ls_error err;        /* its error when it failed */
+    bool remembered;     /* the failure is the file's: given again until print changes */
     ls_autoload_print print;
+    ls_adapter staged; /* STAGED: the adapter read, and where from */
+    ls_adapter_origin origin;
     struct ls_autoload_entry *next;
 } ls_autoload_entry;
 
@@ -71,6 +85,7 @@ ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, ls_metrics *met
 
 static void ls_autoload_entry_free(ls_autoload_entry *e) {
     ls_error_free(&e->err);
+    ls_adapter_free(&e->staged);
     free(e);
 }
 
@@ -132,15 +147,21 @@ static ls_autoload_entry *ls_autoload_entry_find(const ls_autoload *al, const ch
     return e;
 }
 
+/* With mu held: whether nothing holds e: no load in any stage, nobody
+ * waiting. */
+static bool ls_autoload_entry_idle(const ls_autoload_entry *e) {
+    return e->state == LS_AUTOLOAD_IDLE && !e->waiters;
+}
+
 /* With mu held: name's entry, created when absent (NULL when out of
- * memory). Settled entries past the cap go, oldest first. */
+ * memory). Idle entries past the cap go, oldest first. */
 static ls_autoload_entry *ls_autoload_entry_get(ls_autoload *al, const char *name) {
     ls_autoload_entry *found = ls_autoload_entry_find(al, name);
     if (found) return found;
     if (al->count >= LS_AUTOLOAD_MAX_ENTRIES) {
         ls_autoload_entry **last = NULL;
         for (ls_autoload_entry **pe = &al->head; *pe; pe = &(*pe)->next)
-            if (!(*pe)->loading && !(*pe)->waiters) last = pe;
+            if (ls_autoload_entry_idle(*pe)) last = pe;
         if (last) {
             ls_autoload_entry *old = *last;
             *last = old->next;
@@ -161,7 +182,7 @@ static ls_autoload_entry *ls_autoload_entry_get(ls_autoload *al, const char *nam
 /* With mu held: drops e when nothing needs it any more (a success, once
  * its waiters have read it). */
 static void ls_autoload_entry_settle(ls_autoload *al, ls_autoload_entry *e) {
-    if (e->loading || e->waiters || e->remembered) return;
+    if (!ls_autoload_entry_idle(e) || e->remembered) return;
     for (ls_autoload_entry **pe = &al->head; *pe; pe = &(*pe)->next)
         if (*pe == e) {
             *pe = e->next;
@@ -177,38 +198,96 @@ static ls_status ls_autoload_outcome(const ls_autoload_entry *e, ls_error *err) 
     return e->outcome;
 }
 
-/* Reads and registers path as name; the caller holds no lock. */
-static ls_status ls_autoload_load(ls_autoload *al, const char *name, const char *path, ls_error *err) {
+/* With mu held: ends e's load with st (mine its error): waiters wake and
+ * share it, and a failure of the files themselves is remembered against
+ * their print. The loads gauge counted the load from its claim. */
+static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st, const ls_error *mine) {
+    ls_metrics_loads(al->metrics, -1);
+    e->state = LS_AUTOLOAD_IDLE;
+    e->generation++;
+    e->outcome = st;
+    ls_error_clear(&e->err);
+    if (st != LS_OK) {
+        ls_error_copy(&e->err, mine);
+        /* Only what the file itself got wrong is remembered (its content,
+         * 422; its path, 400); a full pool, a device error or a server
+         * short of descriptors (500, 503) may pass, so the next request
+         * tries again. */
+        const int http = ls_status_http(st);
+        e->remembered = http == 400 || http == 422;
+        ls_log_warn("auto-load: adapter %s from %s failed: %s", e->name, e->origin.path, mine->message);
+    }
+    pthread_cond_broadcast(&al->cv);
+}
+
+/* With mu held, state just set to READING or LOADING by this thread: reads
+ * and validates e's files into e->staged (the lock is let go meanwhile).
+ * LS_OK leaves the adapter there; a failure ends the load. */
+static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, ls_error *err) {
+    e->remembered = false;
+    ls_metrics_loads(al->metrics, +1);
     atomic_fetch_add(&al->attempts, 1);
+    pthread_mutex_unlock(&al->mu);
     ls_adapter a;
     ls_adapter_origin origin;
-    ls_adapter_source src = {.path = path, .given = {.strict = al->strict}};
-    ls_status st = ls_loader_load(al->ld, &src, &a, &origin, err);
-    if (st != LS_OK) return st;
+    ls_adapter_source src = {.path = e->origin.path, .given = {.strict = al->strict}};
+    ls_error mine;
+    ls_error_init(&mine);
+    ls_status st = ls_loader_load(al->ld, &src, &a, &origin, &mine);
+    pthread_mutex_lock(&al->mu);
+    if (st == LS_OK) {
+        e->staged = a;
+        e->origin = origin;
+    } else {
+        ls_autoload_end(al, e, st, &mine);
+        if (err) ls_error_copy(err, &mine);
+    }
+    ls_error_free(&mine);
+    return st;
+}
+
+/* With mu held and e STAGED, now LOADING by this thread: registers the
+ * staged adapter (the lock is let go meanwhile, as it may wait for the
+ * backend) and ends the load. */
+static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, ls_error *err) {
+    ls_adapter a = e->staged;
+    memset(&e->staged, 0, sizeof e->staged);
+    const ls_adapter_origin origin = e->origin;
+    pthread_mutex_unlock(&al->mu);
     ls_pool_load_opts opts = {.source_path = origin.path, .params = origin.params, .auto_loaded = true};
     ls_adapter_info info;
-    ls_error perr;
-    ls_error_init(&perr);
-    st = ls_pool_load(al->pool, name, &a, &opts, &info, &perr);
+    ls_error mine;
+    ls_error_init(&mine);
+    ls_status st = ls_pool_load(al->pool, e->name, &a, &opts, &info, &mine);
     if (st == LS_OK) {
-        ls_log_info("auto-load: adapter %s v%llu loaded from %s: rank %d, %s", name, (unsigned long long)info.version,
-                    origin.path, info.meta.rank, ls_adapter_format_name(info.meta.format));
+        ls_log_info("auto-load: adapter %s v%llu loaded from %s: rank %d, %s", e->name,
+                    (unsigned long long)info.version, origin.path, info.meta.rank,
+                    ls_adapter_format_name(info.meta.format));
     } else {
         ls_adapter_free(&a);
         /* A client registered the name meanwhile: the forward runs on that. */
         if (st == LS_ADAPTER_EXISTS) st = LS_OK;
-        else ls_error_copy(err, &perr);
     }
-    ls_error_free(&perr);
+    pthread_mutex_lock(&al->mu);
+    ls_autoload_end(al, e, st, &mine);
+    if (st != LS_OK && err) ls_error_copy(err, &mine);
+    ls_error_free(&mine);
     return st;
 }
 
-/* What name needs, in one look under the lock (so the answer cannot
- * change between looking and acting), and with act the rest: a load
- * running is waited for and its outcome shared, a load needed is run.
- * need says what was found (LS_AUTOLOAD_READY with act, which leaves
- * nothing to do). An error is the request's answer. */
-static ls_status ls_autoload_step(ls_autoload *al, const char *name, bool act, ls_autoload_need *need,
+/* How far ls_autoload_step may go. */
+typedef enum {
+    LS_AUTOLOAD_LOOK, /* neither read nor wait */
+    LS_AUTOLOAD_DISK, /* read and validate, never wait */
+    LS_AUTOLOAD_ALL,  /* whatever it takes: read, wait, register */
+} ls_autoload_reach;
+
+/* The one path of the three entry points: what name needs, found in one
+ * look under the lock (so nothing changes between looking and acting),
+ * and done as far as reach allows. need says what is left for a thread of
+ * longer reach (LS_AUTOLOAD_READY: nothing); an error is the request's
+ * answer. */
+static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, ls_autoload_need *need,
                                   ls_error *err) {
     *need = LS_AUTOLOAD_READY;
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
@@ -229,70 +308,75 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, bool act, l
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
     ls_status st = LS_OK;
-    if (e->loading) {
-        *need = LS_AUTOLOAD_WAIT;
-        if (act) {
-            /* One load per name: wait for the one running and share its end. */
-            const uint64_t gen = e->generation;
-            e->waiters++;
-            while (e->generation == gen) pthread_cond_wait(&al->cv, &al->mu);
-            e->waiters--;
-            st = ls_autoload_outcome(e, err);
-            *need = LS_AUTOLOAD_READY;
+    bool waited = false;
+    uint64_t gen = 0;
+    for (;;) {
+        if (waited && e->generation != gen) {
+            st = ls_autoload_outcome(e, err); /* the load waited for ended: its outcome is ours */
+            break;
         }
-    } else if (e->remembered && !memcmp(&e->print, &print, sizeof print)) {
-        st = ls_autoload_outcome(e, err); /* the same files failed before */
-    } else if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) {
+        if (e->state == LS_AUTOLOAD_READING || e->state == LS_AUTOLOAD_LOADING) {
+            /* One load per name: wait for the one running and share its
+             * end (or take it over once it is staged). */
+            *need = LS_AUTOLOAD_LOAD;
+            if (reach != LS_AUTOLOAD_ALL) break;
+            if (!waited) {
+                waited = true;
+                gen = e->generation;
+                e->waiters++;
+            }
+            pthread_cond_wait(&al->cv, &al->mu);
+            continue;
+        }
+        if (e->state == LS_AUTOLOAD_STAGED) {
+            *need = LS_AUTOLOAD_LOAD;
+            if (reach == LS_AUTOLOAD_ALL) {
+                e->state = LS_AUTOLOAD_LOADING;
+                st = ls_autoload_register(al, e, err);
+                *need = LS_AUTOLOAD_READY;
+            }
+            break;
+        }
+        if (e->remembered && !memcmp(&e->print, &print, sizeof print)) {
+            st = ls_autoload_outcome(e, err); /* the same files failed before */
+            break;
+        }
         /* A load that ended between the first look and this lock
          * registered it: one load per name, not one per unlucky request. */
-    } else {
-        *need = LS_AUTOLOAD_LOAD;
-    }
-    if (*need != LS_AUTOLOAD_LOAD || !act) {
-        ls_autoload_entry_settle(al, e);
-        pthread_mutex_unlock(&al->mu);
-        return st;
-    }
-    e->loading = true;
-    e->remembered = false;
-    pthread_mutex_unlock(&al->mu);
-
-    ls_error mine;
-    ls_error_init(&mine);
-    ls_metrics_loads(al->metrics, +1);
-    st = ls_autoload_load(al, name, path, &mine);
-    ls_metrics_loads(al->metrics, -1);
-
-    pthread_mutex_lock(&al->mu);
-    e->loading = false;
-    e->generation++;
-    e->outcome = st;
-    ls_error_clear(&e->err);
-    if (st != LS_OK) {
-        ls_error_copy(&e->err, &mine);
-        /* Only what the file itself got wrong is remembered (its content,
-         * 422; its path, 400); a full pool, a device error or a server
-         * short of descriptors (500, 503) may pass, so the next request
-         * tries again. */
-        const int http = ls_status_http(st);
-        e->remembered = http == 400 || http == 422;
+        if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) break;
+        *need = LS_AUTOLOAD_READ;
+        if (reach == LS_AUTOLOAD_LOOK) break;
+        e->state = reach == LS_AUTOLOAD_ALL ? LS_AUTOLOAD_LOADING : LS_AUTOLOAD_READING;
         e->print = print;
-        ls_log_warn("auto-load: adapter %s from %s failed: %s", name, path, mine.message);
+        snprintf(e->origin.path, sizeof e->origin.path, "%s", path);
+        st = ls_autoload_read_files(al, e, err);
+        if (st != LS_OK) {
+            *need = LS_AUTOLOAD_READY;
+        } else if (reach == LS_AUTOLOAD_ALL) {
+            st = ls_autoload_register(al, e, err);
+            *need = LS_AUTOLOAD_READY;
+        } else {
+            e->state = LS_AUTOLOAD_STAGED;
+            *need = LS_AUTOLOAD_LOAD;
+            pthread_cond_broadcast(&al->cv); /* a waiter may take it over */
+        }
+        break;
     }
-    pthread_cond_broadcast(&al->cv);
+    if (waited) e->waiters--;
     ls_autoload_entry_settle(al, e);
     pthread_mutex_unlock(&al->mu);
-    if (st != LS_OK && err) ls_error_copy(err, &mine);
-    ls_error_free(&mine);
-    *need = LS_AUTOLOAD_READY;
     return st;
 }
 
 ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err) {
-    return ls_autoload_step(al, name, false, need, err);
+    return ls_autoload_step(al, name, LS_AUTOLOAD_LOOK, need, err);
+}
+
+ls_status ls_autoload_read(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err) {
+    return ls_autoload_step(al, name, LS_AUTOLOAD_DISK, need, err);
 }
 
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
     ls_autoload_need need;
-    return ls_autoload_step(al, name, true, &need, err);
+    return ls_autoload_step(al, name, LS_AUTOLOAD_ALL, &need, err);
 }

@@ -25,21 +25,29 @@ void ls_autoload_free(ls_autoload *al);
  * LS_ADAPTER_NOT_FOUND when the directory holds neither NAME/ nor
  * NAME.safetensors; a file that fails validation gives its error (err),
  * remembered with the file's identity, size and time, and given again
- * without reading the file until one of them changes. */
+ * without reading the file until one of them changes. May read the disk,
+ * wait for another request's load and wait for the backend. */
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
 
-/* What ls_autoload_ensure(al, name) would have to do. */
+/* What is left to do before name is registered. */
 typedef enum {
     LS_AUTOLOAD_READY, /* nothing: name is registered (or the answer is an error) */
-    LS_AUTOLOAD_LOAD,  /* read name's files and register them */
-    LS_AUTOLOAD_WAIT,  /* wait for the load of name another request is running */
+    LS_AUTOLOAD_READ,  /* its files are to be read: ls_autoload_read, then ls_autoload_ensure */
+    LS_AUTOLOAD_LOAD,  /* a load is under way or read: ls_autoload_ensure finishes or waits for it */
 } ls_autoload_need;
 
-/* What ls_autoload_ensure would do, without reading a file or waiting:
- * the answers that come at once (a name with no files, LS_ADAPTER_NOT_FOUND;
- * a failure remembered for these very files, its error) are given here,
- * so a thread that must never wait can still give them. */
+/* What is left, without reading a file or waiting: the answers that come
+ * at once (a name with no files, LS_ADAPTER_NOT_FOUND; a failure
+ * remembered for these very files, its error) are given here, so a
+ * thread that must never wait can still give them. */
 ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err);
+
+/* The first half of a load, for a thread that may read the disk but must
+ * not wait for the backend or for other requests: when name's files are
+ * to be read, reads and validates them. A bad file is answered here (its
+ * error, remembered); a good one is kept for the next ls_autoload_ensure
+ * of name, which registers it (need LS_AUTOLOAD_LOAD). */
+ls_status ls_autoload_read(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err);
 
 /* Loads attempted (files read) since start: what the failure memory saves. */
 unsigned long long ls_autoload_attempts(const ls_autoload *al);

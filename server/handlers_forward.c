@@ -2,7 +2,8 @@
  * answer in the encoding the request came in. With the batcher, http.c
  * suspends the connection between ls_forward_prepare and
  * ls_forward_complete so no HTTP thread waits on a batch; a forward that
- * must auto-load an adapter first is prepared on an offload worker. */
+ * must auto-load an adapter first has it read on a disk worker and
+ * registered on a backend worker. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@ struct ls_forward_job {
     ls_batch_job job;
     ls_server *srv;
     unsigned long long held; /* bytes counted in srv->held_bytes */
+    ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
+    int load_until;    /* with load_err: the token whose adapter failed */
 };
 
 /* Frees the job's tensors and gives its bytes back to the budget; the
@@ -39,6 +42,7 @@ void ls_forward_job_free(ls_forward_job *fj) {
     if (!fj) return;
     ls_forward_job_release(fj);
     ls_error_free(&fj->job.err);
+    ls_error_free(&fj->load_err);
     free(fj);
 }
 
@@ -62,31 +66,77 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
     return fr->T;
 }
 
-/* --auto-load: every adapter the request names is registered, loading
- * the ones found in the adapter directory; requests that find a name
- * loading wait for that one load (docs/api.md). With defer (a thread that
- * must not wait) nothing is loaded or waited for: *defer says whether
- * that is needed, and the answers that come at once (no such file, a
- * file that failed as it is now: a typo is answered at once, not after
- * the loads queued ahead of it) are given. */
-static ls_status ls_forward_autoload(ls_server *srv, const ls_forward_req *fr, bool *defer, ls_error *err) {
+/* --auto-load, the look an HTTP thread may take: the adapters the
+ * forward names that are not registered, what is left to do for them
+ * (the largest step of all), and the answers that come at once: no such
+ * file, or a file that failed as it is now (a typo is answered at once,
+ * not after the loads queued ahead of it). */
+static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req *fr, ls_forward_step *next,
+                                           ls_error *err) {
+    *next = LS_FORWARD_BATCH;
     if (!fr->names) return LS_OK;
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
-        ls_autoload_need need = LS_AUTOLOAD_READY;
-        ls_status st = defer ? ls_autoload_check(srv->autoload, fr->names[t], &need, err)
-                             : ls_autoload_ensure(srv->autoload, fr->names[t], err);
+        ls_autoload_need need;
+        ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
         if (st != LS_OK) return st;
-        if (need != LS_AUTOLOAD_READY) *defer = true;
+        if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
+        else if (need == LS_AUTOLOAD_LOAD && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
     }
     return LS_OK;
+}
+
+ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
+    const ls_forward_req *fr = &fj->fr;
+    bool load = false;
+    ls_error err;
+    ls_error_init(&err);
+    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
+        ls_autoload_need need;
+        if (ls_autoload_read(fj->srv->autoload, fr->names[t], &need, &err) != LS_OK) {
+            if (!load) { /* nothing read is waiting to be registered: answer now */
+                ls_reply_error(r, &err);
+                ls_error_free(&err);
+                return LS_FORWARD_ANSWERED;
+            }
+            /* An adapter read before waits for its registration (a read
+             * one is registered by its reader); the error is answered then. */
+            ls_error_copy(&fj->load_err, &err);
+            fj->load_until = t;
+            break;
+        }
+        if (need != LS_AUTOLOAD_READY) load = true;
+    }
+    ls_error_free(&err);
+    return load ? LS_FORWARD_LOAD : LS_FORWARD_BATCH;
+}
+
+ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
+    const ls_forward_req *fr = &fj->fr;
+    const bool failed = fj->load_err.code != LS_OK;
+    const int until = failed ? fj->load_until : fr->T;
+    ls_error err;
+    ls_error_init(&err);
+    for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1))
+        if (ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err) != LS_OK) {
+            ls_reply_error(r, &err);
+            ls_error_free(&err);
+            return LS_FORWARD_ANSWERED;
+        }
+    ls_error_free(&err);
+    if (failed) {
+        ls_reply_error(r, &fj->load_err);
+        return LS_FORWARD_ANSWERED;
+    }
+    return LS_FORWARD_BATCH;
 }
 
 /* The query parameters a forward reads, by body kind. */
 static const char *const ls_forward_query_raw[] = {"layer", "adapter", NULL};
 static const char *const ls_forward_query_json[] = {"adapter", NULL};
 
-ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply *r) {
+ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next, ls_reply *r) {
     ls_server *srv = req->srv;
+    *next = LS_FORWARD_BATCH;
     ls_error err;
     ls_error_init(&err);
     ls_forward_job *fj = calloc(1, sizeof *fj);
@@ -111,14 +161,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply 
                                            &fj->fr, &err);
         }
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
-        /* Before the batch: a load must not hold up other requests' batch.
-         * A thread that must not wait hands such a forward over. */
-        if (st == LS_OK && srv->autoload) st = ls_forward_autoload(srv, &fj->fr, defer, &err);
-        if (st == LS_OK && defer && *defer) {
-            ls_forward_job_free(fj);
-            ls_error_free(&err);
-            return NULL;
-        }
+        /* Before the batch: a load must not hold up other requests'
+         * batch, nor the thread that prepares. */
+        if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, &fj->fr, next, &err);
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {
@@ -149,6 +194,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply 
         ls_reply_error(r, &err);
         ls_error_free(&err);
         ls_forward_job_free(fj);
+        *next = LS_FORWARD_ANSWERED;
         return NULL;
     }
     fj->job = (ls_batch_job){.layer = fj->fr.layer, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
@@ -238,11 +284,20 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     free(wire);
 }
 
-/* The blocking form, for a server without the batcher. */
+/* The blocking form, for a server without the batcher (on a backend
+ * worker) and for a request that arrives while the server stops: every
+ * step on this thread. */
 void ls_handle_forward(const ls_request *req, ls_reply *r) {
     ls_server *srv = req->srv;
-    ls_forward_job *fj = ls_forward_prepare(req, NULL, r);
+    ls_forward_step next;
+    ls_forward_job *fj = ls_forward_prepare(req, &next, r);
     if (!fj) return;
+    if (next == LS_FORWARD_READ) next = ls_forward_read(fj, r);
+    if (next == LS_FORWARD_LOAD) next = ls_forward_load(fj, r);
+    if (next == LS_FORWARD_ANSWERED) {
+        ls_forward_job_free(fj);
+        return;
+    }
     ls_batch_job *job = &fj->job;
     if (srv->batcher) job->status = ls_batcher_run(srv->batcher, job);
     else

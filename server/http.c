@@ -320,31 +320,51 @@ static void ls_http_offload_load(void *ctx) {
     ls_http_answered(st);
 }
 
-/* On an offload worker: a forward that may auto-load, prepared where it
- * may wait for the load, then batched as any other. */
-static void ls_http_offload_forward(void *ctx) {
-    ls_conn_state *st = ctx;
-    ls_request req = ls_http_request(st->srv, st->conn, st);
-    st->fjob = ls_forward_prepare(&req, NULL, &st->reply);
-    if (st->fjob) {
+static void ls_http_forward_load(void *ctx);
+
+/* On a worker: the forward's next step, where it runs: the batch, a
+ * backend worker (registering an adapter, or waiting for another
+ * request's load) or, when answered, the reply. */
+static void ls_http_forward_next(ls_conn_state *st, ls_forward_step next) {
+    if (next == LS_FORWARD_BATCH) {
         ls_http_forward_submit(st->srv, st);
-        return;
+    } else if (next == LS_FORWARD_LOAD) {
+        st->ojob.run = ls_http_forward_load; /* this worker is done with ojob */
+        ls_offload_submit(st->srv->offload, &st->ojob);
+    } else {
+        ls_forward_job_free(st->fjob);
+        st->fjob = NULL;
+        ls_http_answered(st);
     }
-    ls_http_answered(st);
+}
+
+/* On a disk worker: a forward's adapters read and validated, so that a
+ * bad file's error never waits behind loads that wait for the backend. */
+static void ls_http_forward_read(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_http_forward_next(st, ls_forward_read(st->fjob, &st->reply));
+}
+
+/* On a backend worker: the adapters read are registered (or another
+ * request's load is waited for), then the forward is batched. */
+static void ls_http_forward_load(void *ctx) {
+    ls_conn_state *st = ctx;
+    ls_http_forward_next(st, ls_forward_load(st->fjob, &st->reply));
 }
 
 /* Parses the forward, suspends the connection and hands the job to the
- * batcher (or first to an offload worker, when it must auto-load). The
- * caller counted the suspension in srv->suspended. */
+ * batcher (or first to an offload worker, when an adapter must be
+ * loaded). The caller counted the suspension in srv->suspended. */
 static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st) {
     ls_reply r = {0};
     ls_request req = ls_http_request(srv, conn, st);
-    bool defer = false;
-    st->fjob = ls_forward_prepare(&req, &defer, &r);
-    if (defer) {
+    ls_forward_step next;
+    st->fjob = ls_forward_prepare(&req, &next, &r);
+    if (next == LS_FORWARD_READ || next == LS_FORWARD_LOAD) {
         /* Batches must not wait for a load: it is no longer arriving. */
         ls_http_arrived(srv, st);
-        return ls_http_offload(srv, conn, st, srv->offload, ls_http_offload_forward);
+        return ls_http_offload(srv, conn, st, next == LS_FORWARD_READ ? srv->offload_disk : srv->offload,
+                               next == LS_FORWARD_READ ? ls_http_forward_read : ls_http_forward_load);
     }
     if (!st->fjob) {
         ls_http_arrived(srv, st);

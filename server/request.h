@@ -65,15 +65,24 @@ void ls_reply_fail(ls_reply *r, ls_status code, const char *hint, const char *fm
     __attribute__((format(printf, 4, 5)));
 
 /* The asynchronous form of /forward used with the batcher: prepare parses
- * (NULL with r filled on error), the batch job runs, complete fills r
- * and frees the job's tensors (its bytes leave --max-queue-mb's budget).
- * The job is owned by the caller until ls_forward_job_free. With defer
- * given (a thread that must not wait), a forward that --auto-load may
- * have to load an adapter for is not prepared: NULL, r untouched and
- * *defer set; prepare it again with defer NULL where waiting is fine. */
+ * and admits the request (NULL with r filled on error), the batch job
+ * runs, complete fills r and frees the job's tensors (its bytes leave
+ * --max-queue-mb's budget). The job is owned by the caller until
+ * ls_forward_job_free. With --auto-load an adapter the forward names may
+ * have to be loaded first, which never happens on the thread that
+ * prepared it: *next says what is left, each step on a thread that may do
+ * it, in this order:
+ *   LS_FORWARD_READ   ls_forward_read: read and validate adapter files (the disk)
+ *   LS_FORWARD_LOAD   ls_forward_load: register them, or wait for another
+ *                     request's load (the backend)
+ *   LS_FORWARD_BATCH  ready for the batch
+ * A step that answers (an error) fills r and gives LS_FORWARD_ANSWERED. */
+typedef enum { LS_FORWARD_ANSWERED, LS_FORWARD_BATCH, LS_FORWARD_READ, LS_FORWARD_LOAD } ls_forward_step;
 typedef struct ls_forward_job ls_forward_job;
 struct ls_batch_job;
-ls_forward_job *ls_forward_prepare(const ls_request *req, bool *defer, ls_reply *r);
+ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next, ls_reply *r);
+ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r);
+ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r);
 struct ls_batch_job *ls_forward_batch_job(ls_forward_job *fj);
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 void ls_forward_job_free(ls_forward_job *fj);

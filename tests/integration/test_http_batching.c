@@ -458,8 +458,12 @@ static void test_waits_hold_no_http_thread(void **state) {
         autos[i] = (post_arg){.path = auto_paths[i], .body = one};
         assert_int_equal(pthread_create(&ta[i], NULL, post_worker, &autos[i]), 0);
     }
-    /* 6 requests wait behind the forward, more than the 2 HTTP threads. */
-    usleep(300 * 1000);
+    /* 6 requests wait behind the forward, more than the 2 HTTP threads.
+     * The auto-loads' files are read and validated meanwhile (on the
+     * workers that never wait for the backend): 3 uploads and 3 read
+     * adapters wait to be registered. */
+    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 2 * N; i++) usleep(10 * 1000);
+    assert_true(metric("lorasink_adapter_loads_running") == 2 * N);
     const char *probes[] = {"/health", "/ready", "/pool", "/adapters", "/metrics"};
     for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
         ls_test_response r;
@@ -487,6 +491,11 @@ static void test_waits_hold_no_http_thread(void **state) {
      * load, and they came after every load queued ahead of them. */
     json_decref(post("/forward?adapter=nosuch", one, 404));
     json_decref(post("/forward?adapter=broken", one, 422));
+    /* A bad file never read before is read and answered there too, not
+     * behind the loads queued for the backend. */
+    snprintf(bad, sizeof bad, "%s/broken2.safetensors", dir);
+    ls_test_write_file(bad, "not safetensors either", 22);
+    json_decref(post("/forward?adapter=broken2", one, 422));
     assert_forward_running();
     pthread_join(tf, NULL);
     assert_int_equal(fwd.status, 200);

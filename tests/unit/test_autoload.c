@@ -2,7 +2,9 @@
  * racing for one unloaded adapter read its file once, round after round;
  * a server short of file descriptors answers 500 and is not remembered
  * against the file, which loads once descriptors are back; the check an
- * HTTP thread makes never reads a file nor loads one. */
+ * HTTP thread makes never reads a file nor loads one; a load split in
+ * its two halves (read on one thread, registered on another) reads the
+ * file once, also when racing requests take either path. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -137,7 +139,7 @@ static void test_check_never_loads(void **state) {
     ls_autoload_need need = LS_AUTOLOAD_READY;
     ls_error_init(&err);
     assert_int_equal(ls_autoload_check(srv.autoload, "c", &need, &err), LS_OK);
-    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(need, LS_AUTOLOAD_READ);
     assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
 
     assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad", &need, &err)), 422);
@@ -156,11 +158,83 @@ static void test_check_never_loads(void **state) {
     ls_error_free(&err);
 }
 
+/* The first half reads and validates but registers nothing; the second
+ * registers what was read without reading again. A bad file is answered
+ * by the first half and remembered. */
+static void test_read_then_register(void **state) {
+    (void)state;
+    ls_pool_delete(srv.pool, "c", NULL);
+    const unsigned long long before = ls_autoload_attempts(srv.autoload);
+    ls_autoload_need need = LS_AUTOLOAD_READY;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_autoload_read(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
+    assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+    /* Read already: a second reader leaves it to the registration. */
+    assert_int_equal(ls_autoload_read(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(ls_autoload_check(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(ls_autoload_ensure(srv.autoload, "c", &err), LS_OK);
+    assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
+
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bad2.safetensors", dir);
+    ls_test_write_file(path, "also not a safetensors file", 27);
+    assert_int_equal(ls_status_http(ls_autoload_read(srv.autoload, "bad2", &need, &err)), 422);
+    assert_int_equal(need, LS_AUTOLOAD_READY);
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad2", &need, &err)), 422);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 2);
+    ls_error_free(&err);
+}
+
+/* As a forward does: the first half where it may read, then ensure. */
+static void *split_racer(void *arg) {
+    int i = (int)(intptr_t)arg;
+    pthread_barrier_wait(&start);
+    ls_error err;
+    ls_error_init(&err);
+    ls_autoload_need need;
+    outcome[i] = ls_autoload_read(srv.autoload, "c", &need, &err);
+    if (outcome[i] == LS_OK && need != LS_AUTOLOAD_READY) outcome[i] = ls_autoload_ensure(srv.autoload, "c", &err);
+    ls_error_free(&err);
+    return NULL;
+}
+
+/* Each round: half the racers load in two halves, half in one call; all
+ * succeed, the file is read once, and no registration is left waiting
+ * (whoever finds the adapter read registers it; nobody waits for a
+ * registration that is not running). */
+static void test_split_loads_race(void **state) {
+    (void)state;
+    for (int round = 0; round < 40; round++) {
+        ls_pool_delete(srv.pool, "c", NULL);
+        const unsigned long long before = ls_autoload_attempts(srv.autoload);
+        pthread_barrier_init(&start, NULL, RACERS);
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, i % 2 ? split_racer : racer, (void *)(intptr_t)i), 0);
+        for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < RACERS; i++) assert_int_equal(outcome[i], LS_OK);
+        if (ls_autoload_attempts(srv.autoload) != before + 1)
+            fail_msg("round %d: %llu reads of one file", round, ls_autoload_attempts(srv.autoload) - before);
+        assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_read_per_round),
         cmocka_unit_test(test_out_of_descriptors_not_remembered),
         cmocka_unit_test(test_check_never_loads),
+        cmocka_unit_test(test_read_then_register),
+        cmocka_unit_test(test_split_loads_race),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
