@@ -58,6 +58,12 @@ static ls_status ls_upload_json_bool(json_t *root, const char *key, bool *out, b
     return LS_OK;
 }
 
+/* root[key], or NULL when it is absent or null. */
+static json_t *ls_upload_json_given(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
 static ls_status ls_upload_json_tensors(json_t *jt, ls_tensor_set *set, ls_error *err) {
     if (!json_is_object(jt))
         return ls_error_set(err, LS_INVALID_REQUEST, "\"tensors\" maps each tensor name to a tensor",
@@ -83,7 +89,9 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
                                         "pinned", "strict", "replace", "scale", "gate_up_order", NULL};
     ls_status st = ls_json_check_keys(root, known, "adapter upload", err);
     if (st != LS_OK) return st;
-    json_t *jname = json_object_get(root, "name");
+    /* null is "not given" for every key, these three too: a client that
+     * writes each field of its struct must not be refused for the empty ones. */
+    json_t *jname = ls_upload_json_given(root, "name");
     if (jname && !json_is_string(jname))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"name\" must be a string");
     st = ls_upload_set_name(up, json_string_value(jname), require_name, err);
@@ -92,7 +100,7 @@ static ls_status ls_upload_from_json(json_t *root, bool require_name, ls_adapter
     if (st == LS_OK) st = ls_upload_json_bool(root, "replace", &up->replace, NULL, err);
     if (st != LS_OK) return st;
 
-    json_t *jpath = json_object_get(root, "path"), *jtensors = json_object_get(root, "tensors");
+    json_t *jpath = ls_upload_json_given(root, "path"), *jtensors = ls_upload_json_given(root, "tensors");
     json_t *jformat = json_object_get(root, "format"), *jconfig = json_object_get(root, "config");
     json_t *jscale = json_object_get(root, "scale"), *jorder = json_object_get(root, "gate_up_order");
     if (!!jpath == !!jtensors)

@@ -236,6 +236,29 @@ static void test_upload_gate_up_order(void **state) {
     ls_error_free(&err);
 }
 
+/* null stands for "not given" for name, path and tensors too, as for
+ * every other key of an upload. */
+static void test_upload_null_is_not_given(void **state) {
+    (void)state;
+    ls_adapter_upload up;
+    ls_error err;
+    ls_error_init(&err);
+    const char *validate = "{\"name\": null, \"path\": \"p\", \"tensors\": null}";
+    assert_int_equal(ls_adapter_upload_parse_json(validate, strlen(validate), false, false, &up, &err), LS_OK);
+    assert_string_equal(up.name, "");
+    assert_string_equal(up.path, "p");
+    ls_adapter_upload_free(&up);
+    const char *inline_body = "{\"name\": \"a\", \"path\": null, \"tensors\": {}}";
+    assert_int_equal(ls_adapter_upload_parse_json(inline_body, strlen(inline_body), false, true, &up, &err), LS_OK);
+    assert_string_equal(up.name, "a");
+    assert_string_equal(up.path, "");
+    ls_adapter_upload_free(&up);
+    const char *load = "{\"name\": null, \"path\": \"p\"}";
+    assert_int_equal(ls_adapter_upload_parse_json(load, strlen(load), false, true, &up, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "no name"));
+    ls_error_free(&err);
+}
+
 /* A /forward body whose x is a base64 tensor object: read key by key
  * (its strings copied, not lexed by jansson), then checked as any. */
 static void test_forward_base64_object(void **state) {
@@ -301,6 +324,7 @@ static void test_forward_base64_object(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upload_gate_up_order),
+        cmocka_unit_test(test_upload_null_is_not_given),
         cmocka_unit_test(test_error_body_invalid_utf8),
         cmocka_unit_test(test_error_body_cut_character),
         cmocka_unit_test(test_error_body_overlong_and_surrogate),
