@@ -389,7 +389,8 @@ bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
 void ls_settings_help(FILE *out) {
     fprintf(out, "usage: lorasink [--config FILE.json] [--NAME VALUE | --NAME=VALUE]...\n\n"
                  "Every setting is a flag, an environment variable and a key of the JSON config file\n"
-                 "(the flag's name with '_' for '-'). Precedence: flag > environment > file > default.\n"
+                 "(the flag's name with '_' for '-'; --adapter's are LORASINK_ADAPTERS and \"adapters\").\n"
+                 "Precedence: flag > environment > file > default.\n"
                  "A boolean flag alone means true; give false as --NAME=false (not --NAME false).\n\n");
     fprintf(out, "  %-24s %-29s %s\n", "--config FILE.json", "LORASINK_CONFIG", "JSON config file (an object)");
     for (size_t i = 0; i < ls_settings_count; i++) {
