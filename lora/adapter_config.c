@@ -31,19 +31,24 @@ static void ls_json_show(const json_t *v, char *buf, size_t len) {
  * quotes a number or boolean it found but only names the kind of a
  * string, array or object: an error never shows a file's text. */
 static void ls_config_bad(ls_error *err, const char *key, const char *want, const json_t *v, bool from_file) {
-    char shown[48];
+    char shown[48], hint[128];
+    /* The status's default hint speaks of r and lora_alpha only; a bad
+     * optional key gets a hint about that key instead. */
+    const bool required_key = !strcmp(key, "r") || !strcmp(key, "lora_alpha");
+    snprintf(hint, sizeof hint, "\"%s\" is optional; when given it must be %s", key, want);
+    const char *h = required_key ? NULL : hint;
     if (!v) {
-        ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
+        ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, h,
                      "adapter config: \"%s\" is missing; it must be %s", key, want);
         return;
     }
     if (from_file && (json_is_string(v) || json_is_array(v) || json_is_object(v))) {
-        ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
+        ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, h,
                      "adapter config: \"%s\" must be %s, found %s", key, want, ls_json_kind(v));
         return;
     }
     ls_json_show(v, shown, sizeof shown);
-    ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
+    ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, h,
                  "adapter config: \"%s\" must be %s, found %s (%s)", key, want, shown, ls_json_kind(v));
 }
 
@@ -175,7 +180,9 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
         errno = 0;
         long v = strtol(t->r, &end, 10);
         if (errno || end == t->r || *end || v <= 0 || v > INT_MAX)
-            st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID, NULL, "%s is not a positive integer",
+            st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID,
+                              "r states the factors' rank: a positive integer, or leave it out (the factors tell it)",
+                              "%s is not a positive integer",
                               ls_params_subject(subject, sizeof subject, "r", t->r, w));
         else p->r = (int)v;
     }

@@ -129,6 +129,29 @@ static void test_every_bad_key_reported(void **state) {
     ls_error_free(&err);
 }
 
+/* The status's default hint is about r and lora_alpha; an error about
+ * another key, or about r stated in a query, must not point there. */
+static void test_hint_names_the_bad_key(void **state) {
+    (void)state;
+    ls_adapter_params p = {0};
+    ls_error err;
+    assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": 16, \"gate_up_order\": \"up_gate\"}", &p, &err),
+                     LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.hint, "gate_up_order"));
+    assert_null(strstr(err.hint, "lora_alpha"));
+    ls_error_free(&err);
+    assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": 16, \"use_rslora\": 1}", &p, &err),
+                     LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.hint, "use_rslora"));
+    ls_error_free(&err);
+
+    const ls_adapter_text_params q = {.r = "0"};
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_params_from_text(&q, &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_null(strstr(err.hint, "adapter_config.json"));
+    ls_error_free(&err);
+}
+
 static void test_bad_json(void **state) {
     (void)state;
     ls_adapter_params p = {0};
@@ -157,6 +180,7 @@ int main(void) {
         cmocka_unit_test(test_rslora_must_be_bool),
         cmocka_unit_test(test_every_bad_key_reported),
         cmocka_unit_test(test_bad_json),
+        cmocka_unit_test(test_hint_names_the_bad_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
