@@ -3,9 +3,12 @@
  * of the effective configuration. The sources are read in config.c. */
 #include "config/settings.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +30,20 @@ static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic",
 #define ENUM(n, f, ch, d, h)                                                                       \
     { .name = n, .type = LS_SET_ENUM, FIELD(f), .choices = ch, .def = d, .meta = "NAME", .help = h }
 
+/* The listening address is bound as given, never looked up by name (a
+ * name could resolve to another address on another day). */
+static bool ls_host_check(const char *text, char *why, size_t len) {
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, text, addr) == 1 || inet_pton(AF_INET6, text, addr) == 1) return true;
+    snprintf(why, len,
+             "is not a numeric IPv4 or IPv6 address: give 127.0.0.1 (this machine only), or 0.0.0.0 or :: (every "
+             "interface)");
+    return false;
+}
+
 const ls_setting ls_settings[] = {
-    STR("host", host, 1, "127.0.0.1", "ADDR", "address to listen on"),
+    {.name = "host", .type = LS_SET_STR, FIELD(host), .min = 1, .def = "127.0.0.1", .meta = "ADDR",
+     .help = "address to listen on (numeric IPv4 or IPv6)", .check = ls_host_check},
     INT("port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
     ENUM("device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
     INT("threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
@@ -341,6 +356,11 @@ bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, con
         }
         if ((long long)n < s->min) {
             snprintf(err, errlen, "%s: value must not be empty", origin);
+            return false;
+        }
+        char why[160];
+        if (s->check && !s->check(text, why, sizeof why)) {
+            snprintf(err, errlen, "%s: \"%s\" %s", origin, shown, why);
             return false;
         }
         memcpy(field, text, n + 1);

@@ -27,6 +27,9 @@ typedef struct {
     const char *def;            /* the default, as the text a flag would carry */
     const char *meta;           /* the value's placeholder in --help */
     const char *help;
+    /* LS_SET_STR: checks a value (NULL: any); false with why, one
+     * clause that follows the quoted value. */
+    bool (*check)(const char *text, char *why, size_t len);
     bool secret;      /* masked in the dump */
     bool marks;       /* raises the bool at mark_offset when any source gives it */
     size_t mark_offset;

@@ -205,6 +205,9 @@ static void test_command_line(void **state) {
     assert_int_equal(ls_test_run_binary(range, out, sizeof out), 2);
     const char *value[] = {"--port", "eighty", NULL};
     assert_int_equal(ls_test_run_binary(value, out, sizeof out), 2);
+    const char *host[] = {"--host", "localhost", NULL};
+    assert_int_equal(ls_test_run_binary(host, out, sizeof out), 2);
+    assert_non_null(strstr(out, "not a numeric IPv4 or IPv6 address"));
     /* --device cuda where no device answers: a clear error, exit 1 (on a
      * machine with a device it would start serving, so it is not run) */
     if (!ls_backend_cuda_available()) {
@@ -213,20 +216,21 @@ static void test_command_line(void **state) {
         assert_non_null(strstr(out, "cuda"));
         assert_non_null(strstr(out, "starting on the cuda backend"));
     }
-    /* The CPU engine names its kernel path and threads at start-up (the
-     * bad --host stops the server right after). Every path this CPU runs
+    /* The CPU engine names its kernel path and threads at start-up (a
+     * --host that is no address of this machine, TEST-NET-1 of RFC 5737,
+     * stops the server right after). Every path this CPU runs
      * can be forced; one it lacks stops start-up with exit 1. */
     const ls_cpu_isa paths[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
     for (size_t i = 0; !ls_backend_cuda_available() && i < sizeof paths / sizeof paths[0]; i++) {
         const char *isa = ls_cpu_isa_name(paths[i]);
-        const char *forced[] = {"--cpu-isa", isa, "--threads", "3", "--host", "999.1.1.1", "--experts", "1",
+        const char *forced[] = {"--cpu-isa", isa, "--threads", "3", "--host", "192.0.2.1", "--experts", "1",
                                 "--hidden", "16", "--intermediate", "16", "--layers", "1", NULL};
         assert_int_equal(ls_test_run_binary(forced, out, sizeof out), 1);
         char want[96];
         if (ls_cpu_isa_supported(paths[i])) {
             snprintf(want, sizeof want, "cpu engine: %s kernels (--cpu-isa %s), 3 threads", isa, isa);
             assert_non_null(strstr(out, want));
-            assert_non_null(strstr(out, "999.1.1.1"));
+            assert_non_null(strstr(out, "cannot listen on 192.0.2.1"));
         } else {
             snprintf(want, sizeof want, "this CPU does not run the %s kernels", isa);
             assert_non_null(strstr(out, want));

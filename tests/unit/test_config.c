@@ -210,13 +210,13 @@ static void test_file_alone(void **state) {
 static void test_precedence(void **state) {
     (void)state;
     char path[PATH_MAX];
-    write_file("prec.json", "{\"slots\": 6, \"host\": \"file\", \"port\": 1}", path);
+    write_file("prec.json", "{\"slots\": 6, \"host\": \"10.0.0.1\", \"port\": 1}", path);
     ls_config c;
     char err[ERRLEN];
-    const char *const *env = ARGS("LORASINK_SLOTS=5", "LORASINK_HOST=env");
+    const char *const *env = ARGS("LORASINK_SLOTS=5", "LORASINK_HOST=10.0.0.2");
     assert_int_equal(run(&c, ARGS("--config", path, "--slots", "4"), env, err), LS_CONFIG_RUN);
     assert_int_equal(c.slots, 4);               /* flag > env > file */
-    assert_string_equal(c.host, "env");         /* env > file */
+    assert_string_equal(c.host, "10.0.0.2");    /* env > file */
     assert_int_equal(c.port, 1);                /* file > default */
     assert_int_equal(run(&c, ARGS("--config", path), env, err), LS_CONFIG_RUN);
     assert_int_equal(c.slots, 5);
@@ -411,6 +411,21 @@ static void test_out_of_range(void **state) {
     assert_int_equal(run(&c, ARGS("--per-ip-connections", "0", "--batch-wait-us", "0"), NULL, err), LS_CONFIG_RUN);
     assert_int_equal(c.per_ip_connections, 0);
     assert_int_equal(c.batch_wait_us, 0);
+}
+
+/* --host is bound as given: a name is a setting error (exit 2) naming
+ * what to give, where it used to fail later at bind time (exit 1). */
+static void test_host_is_numeric(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    expect_error(ARGS("--host", "localhost"), NULL, "--host: \"localhost\" is not a numeric IPv4 or IPv6 address");
+    expect_error(NULL, ARGS("LORASINK_HOST=10.0.0.256"), "LORASINK_HOST: \"10.0.0.256\" is not a numeric");
+    const char *const ok[] = {"0.0.0.0", "::", "::1", "192.168.1.20", "fe80::1"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        assert_int_equal(run(&c, ARGS("--host", ok[i]), NULL, err), LS_CONFIG_RUN);
+        assert_string_equal(c.host, ok[i]);
+    }
 }
 
 static void test_missing_value(void **state) {
@@ -773,6 +788,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_flag_and_positionals),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_host_is_numeric),
         cmocka_unit_test(test_missing_value),
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_demo_and_weights),
