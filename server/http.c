@@ -119,7 +119,8 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
     /* While stopping, keep-alive clients must not hold shutdown open. */
     if (atomic_load(&srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    const size_t bytes = r->len;
+    /* The body bytes sent: none for HEAD (its Content-Length is GET's). */
+    const size_t bytes = strcmp(st->method, "HEAD") ? r->len : 0;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     const double elapsed = ls_elapsed_s(&st->t0);

@@ -59,8 +59,10 @@ const ls_route *ls_route_find(const char *method, const char *path, char *param,
                 snprintf(param, plen, "%s", p);
             }
         } else if (!strstr(allow, ls_routes[i].method)) {
+            /* HEAD is served wherever GET is, so it is allowed there too. */
+            const bool get = !strcmp(ls_routes[i].method, "GET");
             size_t l = strlen(allow);
-            snprintf(allow + l, alen - l, "%s%s", l ? ", " : "", ls_routes[i].method);
+            snprintf(allow + l, alen - l, "%s%s%s", l ? ", " : "", ls_routes[i].method, get ? ", HEAD" : "");
         }
     }
     return found;

@@ -273,6 +273,13 @@ static void test_request_id_and_access_log(void **state) {
     ls_test_response_free(&r);
     assert_true(ls_test_server_wait_output(ts.srv, want) > 0);
 
+    /* HEAD sends no body, and its line says so. */
+    const char *head_id[] = {"X-Request-Id: head-probe", NULL};
+    assert_int_equal(ls_test_http(ts.srv, "HEAD", "/health", NULL, NULL, 0, head_id, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    assert_true(ls_test_server_wait_output(ts.srv, " access head-probe HEAD /health 200 0 ") > 0);
+
     /* Generated: 16 hex digits, a new one per request; an error too. */
     char first[32];
     assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);

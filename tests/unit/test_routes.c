@@ -52,7 +52,7 @@ static void test_exact_paths(void **state) {
     rt_expect("GET", "/metrics", ls_handle_metrics, "", "");
     rt_expect("GET", "/pool", ls_handle_pool, "", "");
     rt_expect("POST", "/forward", ls_handle_forward, "", "");
-    rt_expect("POST", "/adapters", ls_handle_adapter_load, "", "GET");
+    rt_expect("POST", "/adapters", ls_handle_adapter_load, "", "GET, HEAD");
     rt_expect("GET", "/adapters", ls_handle_adapter_list, "", "POST");
     rt_expect("POST", "/adapters/validate", ls_handle_adapter_validate, "", "");
 }
@@ -83,12 +83,12 @@ static void test_route_flags(void **state) {
 static void test_adapter_name_segment(void **state) {
     (void)state;
     rt_expect("GET", "/adapters/my-lora", ls_handle_adapter_get, "my-lora", "DELETE");
-    rt_expect("DELETE", "/adapters/my-lora", ls_handle_adapter_delete, "my-lora", "GET");
+    rt_expect("DELETE", "/adapters/my-lora", ls_handle_adapter_delete, "my-lora", "GET, HEAD");
     rt_expect("GET", "/adapters/a.b_c%20d", ls_handle_adapter_get, "a.b_c%20d", "DELETE");
     assert_string_equal(rt_find("GET", "/adapters/x").route->pattern, "/adapters/{name}");
     /* "validate" is a name like any other except for POST */
     rt_expect("GET", "/adapters/validate", ls_handle_adapter_get, "validate", "POST, DELETE");
-    rt_expect("DELETE", "/adapters/validate", ls_handle_adapter_delete, "validate", "POST, GET");
+    rt_expect("DELETE", "/adapters/validate", ls_handle_adapter_delete, "validate", "POST, GET, HEAD");
 
     /* The longest segment that fits the 256-byte parameter, and one more. */
     char path[300], name[256];
@@ -130,18 +130,18 @@ static void test_unknown_paths(void **state) {
 
 static void test_wrong_methods(void **state) {
     (void)state;
-    rt_expect_none("POST", "/health", "GET");
-    rt_expect_none("DELETE", "/ready", "GET");
-    rt_expect_none("PUT", "/metrics", "GET");
+    rt_expect_none("POST", "/health", "GET, HEAD");
+    rt_expect_none("DELETE", "/ready", "GET, HEAD");
+    rt_expect_none("PUT", "/metrics", "GET, HEAD");
     rt_expect_none("GET", "/forward", "POST");
     rt_expect_none("DELETE", "/forward", "POST");
-    rt_expect_none("PUT", "/adapters", "POST, GET");
-    rt_expect_none("DELETE", "/adapters", "POST, GET");
-    rt_expect_none("POST", "/adapters/x", "GET, DELETE");
-    rt_expect_none("PUT", "/adapters/x", "GET, DELETE");
-    rt_expect_none("PUT", "/adapters/validate", "POST, GET, DELETE");
+    rt_expect_none("PUT", "/adapters", "POST, GET, HEAD");
+    rt_expect_none("DELETE", "/adapters", "POST, GET, HEAD");
+    rt_expect_none("POST", "/adapters/x", "GET, HEAD, DELETE");
+    rt_expect_none("PUT", "/adapters/x", "GET, HEAD, DELETE");
+    rt_expect_none("PUT", "/adapters/validate", "POST, GET, HEAD, DELETE");
     /* methods are case-sensitive */
-    rt_expect_none("get", "/health", "GET");
+    rt_expect_none("get", "/health", "GET, HEAD");
 }
 
 /* A short Allow buffer is cut, never overrun. */
