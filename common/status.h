@@ -59,7 +59,8 @@
       "the adapter's file changed or went away since it was loaded: load it again with "           \
       "\"replace\": true, or restore the file")                                                    \
     X(PIN_LIMIT, "pin_limit", 409,                                                                 \
-      "at most slots-1 adapters can be pinned: unpin or delete one, or load this one unpinned")     \
+      "at most slots-1 adapters can be pinned: unpin one (load it again with replace and pinned "   \
+      "false) or delete one, or load this one unpinned")                                           \
     X(PAYLOAD_TOO_LARGE, "payload_too_large", 413,                                                 \
       "send a smaller body or restart with a larger --max-body-mb")                                \
     X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415,                                       \
