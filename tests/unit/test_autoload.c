@@ -76,23 +76,50 @@ static void *racer(void *arg) {
     return NULL;
 }
 
-/* Each round: the adapter is deleted, 16 threads ask for it at once;
- * all succeed and the file is read exactly once. */
-static void test_one_read_per_round(void **state) {
-    (void)state;
+/* As a forward does: the first half where it may read, then ensure. */
+static void *split_racer(void *arg) {
+    int i = (int)(intptr_t)arg;
+    pthread_barrier_wait(&start);
+    ls_error err;
+    ls_error_init(&err);
+    ls_autoload_need need;
+    outcome[i] = ls_autoload_read(srv.autoload, "c", &need, &err);
+    if (outcome[i] == LS_OK && need != LS_AUTOLOAD_READY) outcome[i] = ls_autoload_ensure(srv.autoload, "c", &err);
+    ls_error_free(&err);
+    return NULL;
+}
+
+/* 40 rounds: the adapter is deleted, 16 threads ask for it at once (with
+ * split, every other one in two halves); all succeed, the file is read
+ * exactly once, and the adapter ends registered. */
+static void race_rounds(bool split) {
     for (int round = 0; round < 40; round++) {
         ls_pool_delete(srv.pool, "c", NULL);
         const unsigned long long before = ls_autoload_attempts(srv.autoload);
         pthread_barrier_init(&start, NULL, RACERS);
         pthread_t th[RACERS];
         for (int i = 0; i < RACERS; i++)
-            assert_int_equal(pthread_create(&th[i], NULL, racer, (void *)(intptr_t)i), 0);
+            assert_int_equal(
+                pthread_create(&th[i], NULL, split && i % 2 ? split_racer : racer, (void *)(intptr_t)i), 0);
         for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
         pthread_barrier_destroy(&start);
         for (int i = 0; i < RACERS; i++) assert_int_equal(outcome[i], LS_OK);
         if (ls_autoload_attempts(srv.autoload) != before + 1)
             fail_msg("round %d: %llu reads of one file", round, ls_autoload_attempts(srv.autoload) - before);
+        assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
     }
+}
+
+static void test_one_read_per_round(void **state) {
+    (void)state;
+    race_rounds(false);
+}
+
+/* Whoever finds the adapter read registers it; nobody waits for a
+ * registration that is not running. */
+static void test_split_loads_race(void **state) {
+    (void)state;
+    race_rounds(true);
 }
 
 /* With the descriptor table full the load is the server's failure (500),
@@ -191,41 +218,6 @@ static void test_read_then_register(void **state) {
     assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad2", &need, &err)), 422);
     assert_int_equal(ls_autoload_attempts(srv.autoload), before + 2);
     ls_error_free(&err);
-}
-
-/* As a forward does: the first half where it may read, then ensure. */
-static void *split_racer(void *arg) {
-    int i = (int)(intptr_t)arg;
-    pthread_barrier_wait(&start);
-    ls_error err;
-    ls_error_init(&err);
-    ls_autoload_need need;
-    outcome[i] = ls_autoload_read(srv.autoload, "c", &need, &err);
-    if (outcome[i] == LS_OK && need != LS_AUTOLOAD_READY) outcome[i] = ls_autoload_ensure(srv.autoload, "c", &err);
-    ls_error_free(&err);
-    return NULL;
-}
-
-/* Each round: half the racers load in two halves, half in one call; all
- * succeed, the file is read once, and no registration is left waiting
- * (whoever finds the adapter read registers it; nobody waits for a
- * registration that is not running). */
-static void test_split_loads_race(void **state) {
-    (void)state;
-    for (int round = 0; round < 40; round++) {
-        ls_pool_delete(srv.pool, "c", NULL);
-        const unsigned long long before = ls_autoload_attempts(srv.autoload);
-        pthread_barrier_init(&start, NULL, RACERS);
-        pthread_t th[RACERS];
-        for (int i = 0; i < RACERS; i++)
-            assert_int_equal(pthread_create(&th[i], NULL, i % 2 ? split_racer : racer, (void *)(intptr_t)i), 0);
-        for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
-        pthread_barrier_destroy(&start);
-        for (int i = 0; i < RACERS; i++) assert_int_equal(outcome[i], LS_OK);
-        if (ls_autoload_attempts(srv.autoload) != before + 1)
-            fail_msg("round %d: %llu reads of one file", round, ls_autoload_attempts(srv.autoload) - before);
-        assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
-    }
 }
 
 int main(void) {
