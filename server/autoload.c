@@ -275,6 +275,21 @@ static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, ls_
     return st;
 }
 
+/* Registers name's staged adapter when one is: true with *st its outcome,
+ * false (nothing done) when none is staged. */
+static bool ls_autoload_register_staged(ls_autoload *al, const char *name, ls_status *st, ls_error *err) {
+    pthread_mutex_lock(&al->mu);
+    ls_autoload_entry *e = ls_autoload_entry_find(al, name);
+    const bool staged = e && e->state == LS_AUTOLOAD_STAGED;
+    if (staged) {
+        e->state = LS_AUTOLOAD_LOADING;
+        *st = ls_autoload_register(al, e, err);
+        ls_autoload_entry_settle(al, e);
+    }
+    pthread_mutex_unlock(&al->mu);
+    return staged;
+}
+
 /* How far ls_autoload_step may go. */
 typedef enum {
     LS_AUTOLOAD_LOOK, /* neither read nor wait */
@@ -290,6 +305,14 @@ typedef enum {
 static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, ls_autoload_need *need,
                                   ls_error *err) {
     *need = LS_AUTOLOAD_READY;
+    /* A staged adapter first, before the pool or the directory is looked
+     * at: its reader's forward counts on this call to end that load (the
+     * loads gauge counts it until then). Left staged because a client
+     * uploaded the name or its file went away meanwhile, it stayed
+     * forever, and once the name was free again a later request
+     * registered it in place of the files as they had become. */
+    ls_status staged_st;
+    if (reach == LS_AUTOLOAD_ALL && ls_autoload_register_staged(al, name, &staged_st, err)) return staged_st;
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
     char path[LS_LOADER_PATH_MAX];
     ls_autoload_print print;

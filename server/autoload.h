@@ -25,7 +25,10 @@ void ls_autoload_free(ls_autoload *al);
  * LS_ADAPTER_NOT_FOUND when the directory holds neither NAME/ nor
  * NAME.safetensors; a file that fails validation gives its error (err),
  * remembered with the file's identity, size and time, and given again
- * without reading the file until one of them changes. May read the disk,
+ * without reading the file until one of them changes. An adapter read
+ * by ls_autoload_read and waiting to be registered is registered first,
+ * whatever the pool or the directory hold now (a name a client
+ * registered meanwhile keeps the client's adapter). May read the disk,
  * wait for another request's load and wait for the backend. */
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
 

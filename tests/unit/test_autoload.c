@@ -4,7 +4,9 @@
  * against the file, which loads once descriptors are back; the check an
  * HTTP thread makes never reads a file nor loads one; a load split in
  * its two halves (read on one thread, registered on another) reads the
- * file once, also when racing requests take either path. */
+ * file once, also when racing requests take either path, and what the
+ * first half read is registered by the second whatever happened between
+ * them. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,23 +31,30 @@ static char *dir;
 static ls_config cfg;
 static ls_server srv;
 
-/* A server on the tiny model (n=2, H=4, F=3, one layer) with --auto-load
- * over a temporary adapter directory holding c.safetensors. */
-static int setup(void **state) {
-    (void)state;
-    dir = ls_test_mkdtemp();
+/* A valid adapter of the tiny model as dir/NAME.safetensors. */
+static int write_good(const char *name) {
     ls_dims d = tu_tiny_dims(1);
     ls_tensor_set s;
     ls_tensor_set_init(&s);
     tu_add_peft_layer(&s, NULL, &d, 0, 2, 0);
     uint8_t *bytes;
     size_t len;
-    if (ls_safetensors_write(&s, &bytes, &len, NULL) != LS_OK) return -1;
+    const ls_status st = ls_safetensors_write(&s, &bytes, &len, NULL);
     ls_tensor_set_free(&s);
+    if (st != LS_OK) return -1;
     char path[1024];
-    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     ls_test_write_file(path, bytes, len);
     free(bytes);
+    return 0;
+}
+
+/* A server on the tiny model (n=2, H=4, F=3, one layer) with --auto-load
+ * over a temporary adapter directory holding c.safetensors. */
+static int setup(void **state) {
+    (void)state;
+    dir = ls_test_mkdtemp();
+    if (write_good("c")) return -1;
     char *argv[] = {"lorasink", "--experts", "2", "--hidden", "4", "--intermediate", "3", "--layers", "1",
                     "--max-rank", "4", "--slots", "4", "--threads", "1", "--adapter-dir", dir, "--auto-load", NULL};
     char *envp[] = {NULL};
@@ -220,6 +229,64 @@ static void test_read_then_register(void **state) {
     ls_error_free(&err);
 }
 
+static int64_t loads_running(void) {
+    pthread_mutex_lock(&srv.metrics.lock);
+    const int64_t n = srv.metrics.loads;
+    pthread_mutex_unlock(&srv.metrics.lock);
+    return n;
+}
+
+/* A read adapter is registered by the next ensure whatever happened
+ * between the halves: a client registered the name (its adapter stays),
+ * or the file went away (what was read is registered). Either way the
+ * load ends, the loads gauge is back to 0, and nothing stays read to be
+ * registered later in place of the files as they are by then. (Both
+ * used to make ensure answer before it looked at the entry.) */
+static void test_read_adapter_never_left(void **state) {
+    (void)state;
+    ls_autoload_need need;
+    ls_error err;
+    ls_error_init(&err);
+    char path[1024];
+
+    /* A client registers the name between the halves. */
+    assert_int_equal(write_good("up"), 0);
+    assert_int_equal(ls_autoload_read(srv.autoload, "up", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(loads_running(), 1);
+    ls_adapter a;
+    ls_adapter_origin origin;
+    ls_adapter_source src = {.path = "up.safetensors"};
+    assert_int_equal(ls_loader_load(&srv.loader, &src, &a, &origin, &err), LS_OK);
+    ls_adapter_info info;
+    assert_int_equal(ls_pool_load(srv.pool, "up", &a, NULL, &info, &err), LS_OK);
+    assert_int_equal(ls_autoload_ensure(srv.autoload, "up", &err), LS_OK);
+    assert_int_equal(loads_running(), 0);
+    ls_adapter_info now;
+    assert_int_equal(ls_pool_describe(srv.pool, "up", &now, &err), LS_OK);
+    assert_int_equal(now.version, info.version);
+    assert_false(now.auto_loaded);
+    /* Deleted, and its file bad now: the file is read again and refused. */
+    assert_int_equal(ls_pool_delete(srv.pool, "up", &err), LS_OK);
+    snprintf(path, sizeof path, "%s/up.safetensors", dir);
+    ls_test_write_file(path, "not a safetensors file", 22);
+    assert_int_equal(ls_status_http(ls_autoload_ensure(srv.autoload, "up", &err)), 422);
+    ls_error_free(&err);
+    ls_error_init(&err);
+
+    /* The file goes away between the halves. */
+    assert_int_equal(write_good("gone"), 0);
+    assert_int_equal(ls_autoload_read(srv.autoload, "gone", &need, &err), LS_OK);
+    assert_int_equal(loads_running(), 1);
+    snprintf(path, sizeof path, "%s/gone.safetensors", dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(ls_autoload_ensure(srv.autoload, "gone", &err), LS_OK);
+    assert_int_equal(loads_running(), 0);
+    assert_int_equal(ls_pool_describe(srv.pool, "gone", &now, &err), LS_OK);
+    assert_true(now.auto_loaded);
+    ls_error_free(&err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_read_per_round),
@@ -227,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_check_never_loads),
         cmocka_unit_test(test_read_then_register),
         cmocka_unit_test(test_split_loads_race),
+        cmocka_unit_test(test_read_adapter_never_left),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
