@@ -403,3 +403,9 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
     ls_autoload_need need;
     return ls_autoload_step(al, name, LS_AUTOLOAD_ALL, &need, err);
 }
+
+ls_status ls_autoload_finish(ls_autoload *al, const char *name, ls_error *err) {
+    ls_status st = LS_OK;
+    ls_autoload_register_staged(al, name, &st, err);
+    return st;
+}

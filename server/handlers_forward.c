@@ -116,12 +116,21 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
     const int until = failed ? fj->load_until : fr->T;
     ls_error err;
     ls_error_init(&err);
-    for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1))
-        if (ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err) != LS_OK) {
-            ls_reply_error(r, &err);
-            ls_error_free(&err);
-            return LS_FORWARD_ANSWERED;
-        }
+    ls_status st = LS_OK;
+    /* Past a name that fails, the names after it are only finished: an
+     * adapter this request read is registered by this request (no other
+     * may ever ask for that name, and the loads gauge counts it until
+     * then), but nothing more is read or waited for once the answer is
+     * an error. */
+    for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1)) {
+        if (st == LS_OK) st = ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err);
+        else ls_autoload_finish(fj->srv->autoload, fr->names[t], NULL);
+    }
+    if (st != LS_OK) {
+        ls_reply_error(r, &err);
+        ls_error_free(&err);
+        return LS_FORWARD_ANSWERED;
+    }
     ls_error_free(&err);
     if (failed) {
         ls_reply_error(r, &fj->load_err);

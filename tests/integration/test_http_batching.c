@@ -331,8 +331,9 @@ static void test_queue_full_is_429(void **state) {
 
 typedef struct {
     const char *path;
-    char *body;
+    char *body; /* NULL: none */
     long status;
+    const char *method; /* NULL: POST */
 } post_arg;
 
 /* For test_waits_hold_no_http_thread: each of these waits for its long
@@ -341,7 +342,8 @@ typedef struct {
 static void *post_worker(void *arg) {
     post_arg *a = arg;
     ls_test_response r;
-    if (ls_test_http_long(srv, "POST", a->path, NULL, a->body, strlen(a->body), NULL, &r) == 0) {
+    if (ls_test_http_long(srv, a->method ? a->method : "POST", a->path, NULL, a->body, a->body ? strlen(a->body) : 0,
+                          NULL, &r) == 0) {
         a->status = r.status;
         ls_test_response_free(&r);
     }
@@ -517,12 +519,138 @@ static void test_waits_hold_no_http_thread(void **state) {
     free(dir);
 }
 
+/* Waits (a minute at most) for lorasink_adapter_loads_running to reach n. */
+static void wait_loads(double n) {
+    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") != n; i++) usleep(10 * 1000);
+    assert_true(metric("lorasink_adapter_loads_running") == n);
+}
+
+/* An adapter an auto-loading forward has read is registered by that
+ * forward whatever happens before its turn on the backend: a client
+ * uploads the name (the client's adapter serves), the file goes away
+ * (what was read serves), an earlier adapter of the same forward fails
+ * (that failure is the answer, and the adapter is registered all the
+ * same). Each used to leave it read and never registered: the loads
+ * gauge stayed above 0 for good, and once the name was free again a
+ * later forward registered that old read in place of the file as it had
+ * become. One HTTP thread, so one backend worker, held by an upload
+ * that waits for a long forward: everything after it queues there in
+ * the order sent. */
+static void test_read_adapters_always_registered(void **state) {
+    (void)state;
+    enum { HD = 2048, FD = 1024, T = 300 };
+    char *dir = ls_test_mkdtemp();
+    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
+                          "--http-threads", "1", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
+                          "--auto-load", "--adapter-dir", dir, NULL};
+    write_adapter_file(dir, "up", HD, FD, 1);
+    write_adapter_file(dir, "gone", HD, FD, 2);
+    write_adapter_file(dir, "third", HD, FD, 3);
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
+    char *one = ls_test_forward_json(1, HD, "0.25", NULL, NULL);
+    char *two_text = ls_test_forward_json(2, HD, "0.25", NULL, NULL);
+    json_t *two_j = json_loads(two_text, 0, NULL);
+    free(two_text);
+    assert_non_null(two_j);
+    json_object_set_new(two_j, "adapters", json_pack("[s, s]", "r", "third"));
+    char *two = json_dumps(two_j, JSON_COMPACT);
+    json_decref(two_j);
+    char *body = adapter_body_dims("a", HD, FD, 1);
+    json_decref(post("/adapters", body, 201));
+    free(body);
+    /* r is registered by a client and has no file. */
+    body = adapter_body_dims("r", HD, FD, 4);
+    json_decref(post("/adapters", body, 201));
+    free(body);
+
+    post_arg fwd = {.path = "/forward", .body = big};
+    post_arg hold = {.path = "/adapters", .body = adapter_body_dims("hold", HD, FD, 5)};
+    post_arg upload = {.path = "/adapters", .body = adapter_body_dims("up", HD, FD, 6)};
+    post_arg f_up = {.path = "/forward?adapter=up", .body = one};
+    post_arg f_gone = {.path = "/forward?adapter=gone", .body = one};
+    post_arg del = {.path = "/adapters/r", .method = "DELETE"};
+    post_arg f_two = {.path = "/forward", .body = two};
+    pthread_t tf, th, tu, tfu, tfg, td, tft;
+    assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
+    for (int i = 0; i < 6000; i++) {
+        json_t *ad = get_json("/adapters/a");
+        const bool running = json_integer_value(json_object_get(ad, "in_flight")) == 1;
+        json_decref(ad);
+        if (running) break;
+        usleep(10 * 1000);
+    }
+    assert_forward_running();
+    assert_int_equal(pthread_create(&th, NULL, post_worker, &hold), 0);
+    wait_loads(1);
+    /* The upload of "up" waits behind hold; then a forward reads up.safetensors. */
+    assert_int_equal(pthread_create(&tu, NULL, post_worker, &upload), 0);
+    wait_loads(2);
+    assert_int_equal(pthread_create(&tfu, NULL, post_worker, &f_up), 0);
+    wait_loads(3);
+    /* A forward reads gone.safetensors, which is then removed. */
+    assert_int_equal(pthread_create(&tfg, NULL, post_worker, &f_gone), 0);
+    wait_loads(4);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gone.safetensors", dir);
+    assert_int_equal(unlink(path), 0);
+    /* r is deleted before the forward naming r, then third, has its
+     * turn; third is read meanwhile. (The idle HTTP thread queues the
+     * delete well within the pause.) */
+    assert_int_equal(pthread_create(&td, NULL, post_worker, &del), 0);
+    usleep(500 * 1000);
+    assert_int_equal(pthread_create(&tft, NULL, post_worker, &f_two), 0);
+    wait_loads(5);
+    assert_forward_running();
+
+    pthread_join(tf, NULL);
+    pthread_join(th, NULL);
+    pthread_join(tu, NULL);
+    pthread_join(tfu, NULL);
+    pthread_join(tfg, NULL);
+    pthread_join(td, NULL);
+    pthread_join(tft, NULL);
+    assert_int_equal(fwd.status, 200);
+    assert_int_equal(hold.status, 201);
+    assert_int_equal(upload.status, 201);
+    assert_int_equal(f_up.status, 200);
+    assert_int_equal(f_gone.status, 200);
+    assert_int_equal(del.status, 200);
+    assert_int_equal(f_two.status, 404);
+    assert_true(metric("lorasink_adapter_loads_running") == 0);
+    json_t *ad = get_json("/adapters/up");
+    assert_true(json_is_false(json_object_get(ad, "auto_loaded")));
+    json_decref(ad);
+    json_decref(get_json("/adapters/gone"));
+    json_decref(get_json("/adapters/third"));
+    /* Nothing read is left over: up deleted and its file bad now, a
+     * forward reads the file and answers its 422. */
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "DELETE", "/adapters/up", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    snprintf(path, sizeof path, "%s/up.safetensors", dir);
+    ls_test_write_file(path, "not safetensors at all", 22);
+    json_decref(post("/forward?adapter=up", one, 422));
+    assert_true(metric("lorasink_adapter_loads_running") == 0);
+    free(hold.body);
+    free(upload.body);
+    free(two);
+    free(one);
+    free(big);
+    assert_int_equal(ls_test_server_stop(srv), 0);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paths_over_http),
         cmocka_unit_test(test_queue_full_is_429),
         cmocka_unit_test(test_waits_hold_no_http_thread),
+        cmocka_unit_test(test_read_adapters_always_registered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
  * its two halves (read on one thread, registered on another) reads the
  * file once, also when racing requests take either path, and what the
  * first half read is registered by the second whatever happened between
- * them. */
+ * them (or by ls_autoload_finish, which reads nothing). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,6 +287,27 @@ static void test_read_adapter_never_left(void **state) {
     ls_error_free(&err);
 }
 
+/* ls_autoload_finish registers a read adapter and does nothing else: no
+ * file is read for a name that was not, and nothing is waited for. */
+static void test_finish_registers_only_what_was_read(void **state) {
+    (void)state;
+    ls_autoload_need need;
+    ls_error err;
+    ls_error_init(&err);
+    ls_pool_delete(srv.pool, "c", NULL);
+    const unsigned long long before = ls_autoload_attempts(srv.autoload);
+    assert_int_equal(ls_autoload_finish(srv.autoload, "c", &err), LS_OK);
+    assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before);
+    assert_int_equal(ls_autoload_read(srv.autoload, "c", &need, &err), LS_OK);
+    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(ls_autoload_finish(srv.autoload, "c", &err), LS_OK);
+    assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
+    assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
+    assert_int_equal(loads_running(), 0);
+    ls_error_free(&err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_read_per_round),
@@ -295,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_read_then_register),
         cmocka_unit_test(test_split_loads_race),
         cmocka_unit_test(test_read_adapter_never_left),
+        cmocka_unit_test(test_finish_registers_only_what_was_read),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
