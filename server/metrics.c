@@ -160,6 +160,14 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                      "auto-loads), each on an offload worker.\n"
                      "# TYPE lorasink_adapter_loads_running gauge\nlorasink_adapter_loads_running %lld\n",
                   (long long)m->loads);
+    ls_buf_printf(b, "# HELP lorasink_offload_waiting Requests queued for an offload worker: on \"backend\", "
+                     "loads, deletes and auto-loads (behind a running forward); on \"disk\", validations and the "
+                     "reading of uploads and auto-loaded files.\n"
+                     "# TYPE lorasink_offload_waiting gauge\n"
+                     "lorasink_offload_waiting{workers=\"backend\"} %lld\nlorasink_offload_waiting{workers=\"disk\"} "
+                     "%lld\n",
+                  (long long)atomic_load(&m->offload_waiting[LS_METRICS_BACKEND_WORKERS]),
+                  (long long)atomic_load(&m->offload_waiting[LS_METRICS_DISK_WORKERS]));
     ls_buf_printf(b, "# HELP lorasink_rejected_overload_total Requests refused with 429 overloaded: the queue full "
                      "(--max-queue-tokens, --max-queue-mb).\n"
                      "# TYPE lorasink_rejected_overload_total counter\nlorasink_rejected_overload_total %llu\n",

@@ -16,6 +16,10 @@
 #define LS_METRICS_MAX_SERIES 128
 #define LS_METRICS_LATENCY_BUCKETS 14
 #define LS_METRICS_BATCH_BUCKETS 12
+
+/* The two sets of offload workers (server/offload.h), as the metrics
+ * label them. */
+enum { LS_METRICS_BACKEND_WORKERS, LS_METRICS_DISK_WORKERS, LS_METRICS_WORKER_KINDS };
 /* Adapters with series of their own (the first names in byte order); the
  * rest are summed under adapter="_other", so a pool of thousands of
  * adapters cannot blow up a scrape or the TSDB (docs/dashboard.md). */
@@ -43,6 +47,8 @@ typedef struct {
     int64_t queue_depth; /* gauge, set by the batcher */
     int64_t receiving;   /* gauge, set by the batcher: forwards whose body is being read */
     int64_t loads;       /* gauge: adapter loads running (uploads and auto-loads) */
+    /* gauges kept by the offload queues (no lock): requests waiting for a worker */
+    atomic_llong offload_waiting[LS_METRICS_WORKER_KINDS];
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);

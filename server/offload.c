@@ -4,6 +4,7 @@
 #include "server/offload.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -14,6 +15,7 @@ struct ls_offload {
     bool stop;
     int threads;
     pthread_t *workers;
+    atomic_llong *waiting; /* jobs queued, not yet taken by a worker (NULL: not counted) */
 };
 
 static void *ls_offload_worker(void *arg) {
@@ -25,6 +27,7 @@ static void *ls_offload_worker(void *arg) {
         if (!job) break; /* stopping, and nothing left */
         o->head = job->next;
         if (!o->head) o->tail = NULL;
+        if (o->waiting) atomic_fetch_sub(o->waiting, 1);
         pthread_mutex_unlock(&o->lock);
         job->run(job->ctx);
         pthread_mutex_lock(&o->lock);
@@ -46,7 +49,7 @@ static void ls_offload_destroy(ls_offload *o, int started) {
     free(o);
 }
 
-ls_status ls_offload_create(int threads, ls_offload **out, ls_error *err) {
+ls_status ls_offload_create(int threads, atomic_llong *waiting, ls_offload **out, ls_error *err) {
     *out = NULL;
     if (threads < 1) threads = 1;
     ls_offload *o = calloc(1, sizeof *o);
@@ -60,6 +63,7 @@ ls_status ls_offload_create(int threads, ls_offload **out, ls_error *err) {
     pthread_cond_init(&o->cond, NULL);
     o->workers = w;
     o->threads = threads;
+    o->waiting = waiting;
     for (int i = 0; i < threads; i++) {
         if (pthread_create(&o->workers[i], NULL, ls_offload_worker, o)) {
             ls_offload_destroy(o, i);
@@ -80,6 +84,7 @@ void ls_offload_submit(ls_offload *o, ls_offload_job *job) {
     if (o->tail) o->tail->next = job;
     else o->head = job;
     o->tail = job;
+    if (o->waiting) atomic_fetch_add(o->waiting, 1);
     pthread_cond_signal(&o->cond);
     pthread_mutex_unlock(&o->lock);
 }

@@ -9,6 +9,8 @@
 #ifndef LS_SERVER_OFFLOAD_H
 #define LS_SERVER_OFFLOAD_H
 
+#include <stdatomic.h>
+
 #include "common/error.h"
 
 typedef struct ls_offload ls_offload;
@@ -23,8 +25,9 @@ typedef struct ls_offload_job {
     struct ls_offload_job *next; /* queue bookkeeping */
 } ls_offload_job;
 
-/* Starts threads workers (at least one). */
-ls_status ls_offload_create(int threads, ls_offload **out, ls_error *err);
+/* Starts threads workers (at least one). *waiting (borrowed, may be
+ * NULL) counts the jobs queued and not yet taken by a worker. */
+ls_status ls_offload_create(int threads, atomic_llong *waiting, ls_offload **out, ls_error *err);
 /* Runs every job still queued, stops the workers, frees o (NULL: no-op). */
 void ls_offload_free(ls_offload *o);
 /* Queues job; it runs on a worker, oldest first. Never fails: the

@@ -180,13 +180,15 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     /* As many as there are HTTP threads: the requests that wait (loads
      * behind a forward, auto-loads) get the concurrency they had when
      * they held an HTTP thread, without taking one. */
-    if ((st = ls_offload_create(cfg->http_threads, &srv->offload, &err)) != LS_OK) {
+    if ((st = ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_BACKEND_WORKERS],
+                                &srv->offload, &err)) != LS_OK) {
         ls_log_error("offload workers: %s", err.message);
         goto fail;
     }
     /* Validations apart, as many again: queued with the loads, they
      * waited for the forward the loads wait for, which they never use. */
-    if ((st = ls_offload_create(cfg->http_threads, &srv->offload_disk, &err)) != LS_OK) {
+    if ((st = ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_DISK_WORKERS],
+                                &srv->offload_disk, &err)) != LS_OK) {
         ls_log_error("offload workers: %s", err.message);
         goto fail;
     }

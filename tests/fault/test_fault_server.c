@@ -126,8 +126,8 @@ static void sv_start(sv_fx *f) {
     srv->state = f->w->state;
     srv->pool = f->w->p;
     ls_metrics_init(&srv->metrics);
-    assert_int_equal(ls_offload_create(2, &srv->offload, NULL), LS_OK);
-    assert_int_equal(ls_offload_create(2, &srv->offload_disk, NULL), LS_OK);
+    assert_int_equal(ls_offload_create(2, NULL, &srv->offload, NULL), LS_OK);
+    assert_int_equal(ls_offload_create(2, NULL, &srv->offload_disk, NULL), LS_OK);
     assert_true(ls_http_start(srv));
 }
 

@@ -519,11 +519,14 @@ static void test_waits_hold_no_http_thread(void **state) {
     free(dir);
 }
 
-/* Waits (a minute at most) for lorasink_adapter_loads_running to reach n. */
-static void wait_loads(double n) {
-    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") != n; i++) usleep(10 * 1000);
-    assert_true(metric("lorasink_adapter_loads_running") == n);
+/* Wait (a minute at most, for sanitizer builds) for a /metrics sample,
+ * labels included, to be n. */
+static void wait_for(const char *sample, double n) {
+    for (int i = 0; i < 6000 && metric(sample) != n; i++) usleep(10 * 1000);
+    assert_true(metric(sample) == n);
 }
+
+static void wait_loads(double n) { wait_for("lorasink_adapter_loads_running", n); }
 
 /* An adapter an auto-loading forward has read is registered by that
  * forward whatever happens before its turn on the backend: a client
@@ -596,10 +599,13 @@ static void test_read_adapters_always_registered(void **state) {
     snprintf(path, sizeof path, "%s/gone.safetensors", dir);
     assert_int_equal(unlink(path), 0);
     /* r is deleted before the forward naming r, then third, has its
-     * turn; third is read meanwhile. (The idle HTTP thread queues the
-     * delete well within the pause.) */
+     * turn; third is read meanwhile. Queued for the one backend worker
+     * (busy with hold): up's upload, the two forwards' registrations and
+     * then the delete. */
+    const char *backend_queue = "lorasink_offload_waiting{workers=\"backend\"}";
+    wait_for(backend_queue, 3);
     assert_int_equal(pthread_create(&td, NULL, post_worker, &del), 0);
-    usleep(500 * 1000);
+    wait_for(backend_queue, 4);
     assert_int_equal(pthread_create(&tft, NULL, post_worker, &f_two), 0);
     wait_loads(5);
     assert_forward_running();
@@ -619,6 +625,8 @@ static void test_read_adapters_always_registered(void **state) {
     assert_int_equal(del.status, 200);
     assert_int_equal(f_two.status, 404);
     assert_true(metric("lorasink_adapter_loads_running") == 0);
+    assert_true(metric(backend_queue) == 0);
+    assert_true(metric("lorasink_offload_waiting{workers=\"disk\"}") == 0);
     json_t *ad = get_json("/adapters/up");
     assert_true(json_is_false(json_object_get(ad, "auto_loaded")));
     json_decref(ad);
