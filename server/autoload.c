@@ -140,6 +140,15 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
     return false;
 }
 
+/* The answer for a name the adapter directory has no files for. */
+static ls_status ls_autoload_not_found(const char *name, ls_error *err) {
+    return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
+                        "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter directory",
+                        "adapter '%s' is not registered, and the adapter directory holds neither %s/ nor "
+                        "%s.safetensors",
+                        name, name, name);
+}
+
 /* With mu held: name's entry, or NULL. */
 static ls_autoload_entry *ls_autoload_entry_find(const ls_autoload *al, const char *name) {
     ls_autoload_entry *e = al->head;
@@ -234,6 +243,14 @@ static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, l
     ls_error mine;
     ls_error_init(&mine);
     ls_status st = ls_loader_load(al->ld, &src, &a, &origin, &mine);
+    char path[LS_LOADER_PATH_MAX];
+    ls_autoload_print print;
+    if (st == LS_INVALID_REQUEST && !ls_autoload_find(al, e->name, path, sizeof path, &print)) {
+        /* The files went away between finding and opening them: the
+         * answer is the one a request a moment later gets. */
+        ls_error_clear(&mine);
+        st = ls_autoload_not_found(e->name, &mine);
+    }
     pthread_mutex_lock(&al->mu);
     if (st == LS_OK) {
         e->staged = a;
@@ -317,12 +334,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
     char path[LS_LOADER_PATH_MAX];
     ls_autoload_print print;
     if (!ls_autoload_find(al, name, path, sizeof path, &print))
-        return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
-                            "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter "
-                            "directory",
-                            "adapter '%s' is not registered, and the adapter directory holds neither %s/ nor "
-                            "%s.safetensors",
-                            name, name, name);
+        return ls_autoload_not_found(name, err);
 
     pthread_mutex_lock(&al->mu);
     ls_autoload_entry *e = ls_autoload_entry_get(al, name);

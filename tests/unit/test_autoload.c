@@ -8,6 +8,7 @@
  * first half read is registered by the second whatever happened between
  * them (or by ls_autoload_finish, which reads nothing). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -308,6 +309,45 @@ static void test_finish_registers_only_what_was_read(void **state) {
     ls_error_free(&err);
 }
 
+static atomic_bool toggling;
+
+/* Writes and removes dir/flicker.safetensors until told to stop. */
+static void *flicker(void *arg) {
+    (void)arg;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/flicker.safetensors", dir);
+    while (atomic_load(&toggling)) {
+        assert_int_equal(write_good("flicker"), 0);
+        unlink(path);
+    }
+    return NULL;
+}
+
+/* A file that goes away between being found and being opened is 404, as
+ * for a request a moment later (it was 400 invalid_request, "the path
+ * does not exist", about a path the client never gave). */
+static void test_vanishing_file_is_404(void **state) {
+    (void)state;
+    atomic_store(&toggling, true);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flicker, NULL), 0);
+    int ok = 0, missing = 0;
+    for (int i = 0; i < 30000; i++) { /* the window is hit a few times in ten thousand */
+        ls_error err;
+        ls_error_init(&err);
+        const ls_status st = ls_autoload_ensure(srv.autoload, "flicker", &err);
+        if (st != LS_OK && st != LS_ADAPTER_NOT_FOUND && ls_status_http(st) != 422)
+            fail_msg("round %d: %s (%s)", i, ls_status_code(st), err.message);
+        ok += st == LS_OK;
+        missing += st == LS_ADAPTER_NOT_FOUND;
+        if (st == LS_OK) ls_pool_delete(srv.pool, "flicker", NULL);
+        ls_error_free(&err);
+    }
+    atomic_store(&toggling, false);
+    pthread_join(th, NULL);
+    assert_true(ok + missing > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_read_per_round),
@@ -316,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_read_then_register),
         cmocka_unit_test(test_split_loads_race),
         cmocka_unit_test(test_read_adapter_never_left),
+        cmocka_unit_test(test_vanishing_file_is_404),
         cmocka_unit_test(test_finish_registers_only_what_was_read),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
