@@ -353,7 +353,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
         if (e->state == LS_AUTOLOAD_READING || e->state == LS_AUTOLOAD_LOADING) {
             /* One load per name: wait for the one running and share its
              * end (or take it over once it is staged). */
-            *need = LS_AUTOLOAD_LOAD;
+            *need = LS_AUTOLOAD_WAIT;
             if (reach != LS_AUTOLOAD_ALL) break;
             if (!waited) {
                 waited = true;
@@ -364,7 +364,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
             continue;
         }
         if (e->state == LS_AUTOLOAD_STAGED) {
-            *need = LS_AUTOLOAD_LOAD;
+            *need = LS_AUTOLOAD_WAIT; /* read by another request */
             if (reach == LS_AUTOLOAD_ALL) {
                 e->state = LS_AUTOLOAD_LOADING;
                 st = ls_autoload_register(al, e, err);

@@ -36,7 +36,8 @@ ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
 typedef enum {
     LS_AUTOLOAD_READY, /* nothing: name is registered (or the answer is an error) */
     LS_AUTOLOAD_READ,  /* its files are to be read: ls_autoload_read, then ls_autoload_ensure */
-    LS_AUTOLOAD_LOAD,  /* a load is under way or read: ls_autoload_ensure finishes or waits for it */
+    LS_AUTOLOAD_LOAD,  /* this ls_autoload_read read them: ls_autoload_ensure registers them */
+    LS_AUTOLOAD_WAIT,  /* another request reads or registers them: ls_autoload_ensure waits or finishes */
 } ls_autoload_need;
 
 /* What is left, without reading a file or waiting: the answers that come

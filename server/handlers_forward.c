@@ -80,20 +80,20 @@ static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req 
         ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
-        else if (need == LS_AUTOLOAD_LOAD && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
+        else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
     }
     return LS_OK;
 }
 
 ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
     const ls_forward_req *fr = &fj->fr;
-    bool load = false;
+    bool load = false, read = false;
     ls_error err;
     ls_error_init(&err);
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
         ls_autoload_need need;
         if (ls_autoload_read(fj->srv->autoload, fr->names[t], &need, &err) != LS_OK) {
-            if (!load) { /* nothing read is waiting to be registered: answer now */
+            if (!read) { /* nothing this request read waits to be registered: answer now */
                 ls_reply_error(r, &err);
                 ls_error_free(&err);
                 return LS_FORWARD_ANSWERED;
@@ -105,6 +105,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
             break;
         }
         if (need != LS_AUTOLOAD_READY) load = true;
+        if (need == LS_AUTOLOAD_LOAD) read = true;
     }
     ls_error_free(&err);
     return load ? LS_FORWARD_LOAD : LS_FORWARD_BATCH;
@@ -117,25 +118,19 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_status st = LS_OK;
-    /* Past a name that fails, the names after it are only finished: an
-     * adapter this request read is registered by this request (no other
-     * may ever ask for that name, and the loads gauge counts it until
-     * then), but nothing more is read or waited for once the answer is
-     * an error. */
+    /* Once the answer is an error (an adapter failed its read, or fails
+     * here), the names left are only finished: an adapter this request
+     * read is registered by this request (no other may ever ask for that
+     * name, and the loads gauge counts it until then), but nothing more
+     * is read or waited for. */
     for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1)) {
-        if (st == LS_OK) st = ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err);
+        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err);
         else ls_autoload_finish(fj->srv->autoload, fr->names[t], NULL);
     }
-    if (st != LS_OK) {
-        ls_reply_error(r, &err);
-        ls_error_free(&err);
-        return LS_FORWARD_ANSWERED;
-    }
+    const ls_error *answer = failed ? &fj->load_err : st != LS_OK ? &err : NULL;
+    if (answer) ls_reply_error(r, answer);
     ls_error_free(&err);
-    if (failed) {
-        ls_reply_error(r, &fj->load_err);
-        return LS_FORWARD_ANSWERED;
-    }
+    if (answer) return LS_FORWARD_ANSWERED;
     return LS_FORWARD_BATCH;
 }
 

@@ -498,6 +498,19 @@ static void test_waits_hold_no_http_thread(void **state) {
     snprintf(bad, sizeof bad, "%s/broken2.safetensors", dir);
     ls_test_write_file(bad, "not safetensors either", 22);
     json_decref(post("/forward?adapter=broken2", one, 422));
+    /* Nor when the same forward names an adapter another request has
+     * read and waits to register: the bad file is the answer, at once. */
+    snprintf(bad, sizeof bad, "%s/broken3.safetensors", dir);
+    ls_test_write_file(bad, "not safetensors, third", 22);
+    char *pair_text = ls_test_forward_json(2, HD, "0.25", NULL, NULL);
+    json_t *pair = json_loads(pair_text, 0, NULL);
+    free(pair_text);
+    assert_non_null(pair);
+    json_object_set_new(pair, "adapters", json_pack("[s, s]", "auto0", "broken3"));
+    pair_text = json_dumps(pair, JSON_COMPACT);
+    json_decref(pair);
+    json_decref(post("/forward", pair_text, 422));
+    free(pair_text);
     assert_forward_running();
     pthread_join(tf, NULL);
     assert_int_equal(fwd.status, 200);

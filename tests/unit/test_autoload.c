@@ -211,9 +211,9 @@ static void test_read_then_register(void **state) {
     assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
     /* Read already: a second reader leaves it to the registration. */
     assert_int_equal(ls_autoload_read(srv.autoload, "c", &need, &err), LS_OK);
-    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(need, LS_AUTOLOAD_WAIT);
     assert_int_equal(ls_autoload_check(srv.autoload, "c", &need, &err), LS_OK);
-    assert_int_equal(need, LS_AUTOLOAD_LOAD);
+    assert_int_equal(need, LS_AUTOLOAD_WAIT);
     assert_int_equal(ls_autoload_ensure(srv.autoload, "c", &err), LS_OK);
     assert_int_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
     assert_int_equal(ls_autoload_attempts(srv.autoload), before + 1);
