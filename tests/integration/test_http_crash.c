@@ -54,7 +54,8 @@ typedef struct {
     uint64_t rng;
     bool in_doubt; /* the op below was sent and not answered */
     op pending;
-    long acked;
+    atomic_long acked;   /* read by the test while the client runs */
+    atomic_bool stopped; /* the client has returned */
     char fail[512];
 } client;
 
@@ -125,13 +126,14 @@ static void *client_loop(void *arg) {
         o.kind = !c->st[o.name].registered ? OP_LOAD : dice == 0 ? OP_DELETE : OP_REPLACE;
         int rc = client_run(c, o);
         if (rc == 1) {
-            c->acked++;
+            atomic_fetch_add(&c->acked, 1);
             continue;
         }
         if (rc == 0) {
             c->in_doubt = true;
             c->pending = o;
         }
+        atomic_store(&c->stopped, true);
         return NULL;
     }
 }
@@ -218,14 +220,22 @@ static void test_sigkill_loses_nothing_acknowledged(void **state) {
     for (int kill_no = 0; kill_no < KILLS; kill_no++) {
         c.srv = ts.srv;
         c.in_doubt = false;
+        atomic_store(&c.stopped, false);
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, client_loop, &c), 0);
+        /* The kill comes at a random moment after the first change of the
+         * round is acknowledged. Timed from the restart alone, it often
+         * came before the first answer on a busy machine, and the rounds
+         * changed next to nothing (49 changes in 52 kills). */
+        for (int t = 0; t < 30000 && atomic_load(&c.acked) == 0 && !atomic_load(&c.stopped); t++) usleep(1000);
+        const bool progressed = atomic_load(&c.acked) > 0;
         usleep((useconds_t)(2000 + next_rand(&rng) % 120000));
         kill(ls_test_server_pid(ts.srv), SIGKILL);
         pthread_join(th, NULL);
         if (c.fail[0]) fail_msg("before kill %d: %s", kill_no, c.fail);
-        acked += c.acked;
-        c.acked = 0;
+        if (!progressed) fail_msg("before kill %d: no change acknowledged in 30 s", kill_no);
+        acked += atomic_load(&c.acked);
+        atomic_store(&c.acked, 0);
         assert_true(tiny_server_restart(&ts, true));
 
         name_state seen[NNAMES];
@@ -276,7 +286,6 @@ static void test_sigkill_loses_nothing_acknowledged(void **state) {
     }
     print_message("%d kills: %ld changes acknowledged, %ld in flight at a kill (%ld of them done)\n", KILLS, acked,
                   in_doubt, doubt_done);
-    assert_true(acked > KILLS);
     /* Nothing left behind but two files per name: its record or
      * tombstone, and its floor. */
     assert_true(count_entries(state_dir) <= 2 * (NNAMES + 1 /* ref */));
