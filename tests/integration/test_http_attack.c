@@ -566,12 +566,10 @@ typedef struct {
     const char *body;
     long status;
     char code[64];
-    useconds_t delay_us;
 } fwd_call;
 
 static void *fwd_thread(void *arg) {
     fwd_call *c = arg;
-    usleep(c->delay_us);
     ls_test_response r;
     if (ls_test_http(c->srv, "POST", "/forward", NULL, c->body, strlen(c->body), NULL, &r) != 0) {
         c->status = -1;
@@ -585,12 +583,28 @@ static void *fwd_thread(void *arg) {
     return NULL;
 }
 
-/* Runs the calls at once (each after its delay) and waits for all. */
-static void run_concurrently(fwd_call *calls, int n) {
+/* Runs the calls as one batch and waits for all. A client still sending
+ * a forward holds the batch open (up to --batch-wait-us), each call is
+ * sent once the ones before it are queued, and the hold ends once all
+ * are: the batcher then takes them together. Delays of 20 and 40 ms stood
+ * in for this, but a forward that finds the server idle runs at once, so
+ * each ran alone and the batch under test never formed. */
+static void run_as_one_batch(fwd_call *calls, int n) {
     pthread_t th[8];
     assert_true(n <= 8);
-    for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, fwd_thread, &calls[i]), 0);
-    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    const ls_test_server *srv = calls[0].srv;
+    int slow = ls_test_open_receiving_forward(srv);
+    assert_true(slow >= 0);
+    int started = 0;
+    bool queued = true;
+    for (; started < n && queued; started++) {
+        assert_int_equal(pthread_create(&th[started], NULL, fwd_thread, &calls[started]), 0);
+        queued = ls_test_wait_metric(srv, "lorasink_queue_depth", started + 1);
+    }
+    close(slow);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    assert_true(queued); /* else a batch ran before all its calls were queued */
+    assert_true(ls_test_wait_receiving(srv, 0));
 }
 
 /* Runs first, and once the server has it queued in the batcher (holding
@@ -646,8 +660,10 @@ static void test_queue_budget(void **state) {
 static void test_reload_failure_stays_in_its_request(void **state) {
     (void)state;
     /* Two slots and a host tier of one: loading a, b, c leaves a neither
-     * resident nor in host memory, so using it reads its file again. */
-    const char *extra[] = {"--slots", "2", "--host-cache", "1", "--batch-wait-us", "300000", NULL};
+     * resident nor in host memory, so using it reads its file again. The
+     * batch is held open for as long as its calls take to be queued one
+     * by one (up to 1 s, the most it may wait). */
+    const char *extra[] = {"--slots", "2", "--host-cache", "1", "--batch-wait-us", "1000000", NULL};
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", extra));
     const char *names[3] = {"a", "b", "c"};
@@ -669,9 +685,9 @@ static void test_reload_failure_stays_in_its_request(void **state) {
     ls_test_write_file(path, other, len);
     free(other);
     char *with_a = forward_json(2, "a"), *with_c = forward_json(3, "c"), *base = forward_json(1, NULL);
-    fwd_call calls[3] = {{.srv = ts.srv, .body = with_a}, {.srv = ts.srv, .body = base, .delay_us = 20000},
-                         {.srv = ts.srv, .body = with_c, .delay_us = 40000}};
-    run_concurrently(calls, 3);
+    fwd_call calls[3] = {{.srv = ts.srv, .body = with_a}, {.srv = ts.srv, .body = base},
+                         {.srv = ts.srv, .body = with_c}};
+    run_as_one_batch(calls, 3);
     assert_int_equal(calls[0].status, 409);
     assert_string_equal(calls[0].code, "adapter_stale");
     assert_int_equal(calls[1].status, 200);
