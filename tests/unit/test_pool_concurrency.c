@@ -94,7 +94,8 @@ typedef struct {
     atomic_bool *stop;
     uint64_t rng;
     int first, count; /* mutators: the names they own */
-    long ok, not_found, exhausted, tokens, replaces, deletes, loads;
+    /* atomic: the test reads them while the workers run */
+    atomic_long ok, not_found, exhausted, tokens, replaces, deletes, loads;
 } worker;
 
 static void *forward_worker(void *arg) {
@@ -223,6 +224,19 @@ static void *watch_worker(void *arg) {
     return NULL;
 }
 
+/* Whether the workers have done enough of each kind of work for the
+ * checks at the end of stress() to hold. */
+static bool stress_enough(const worker *fw, int nfwd, const worker *mw, int nmut, ls_pool *p) {
+    long ok = 0, rep = 0, del = 0;
+    for (int i = 0; i < nfwd; i++) ok += fw[i].ok;
+    for (int i = 0; i < nmut; i++) rep += mw[i].replaces, del += mw[i].deletes;
+    ls_slot_info *s;
+    ls_pool_stats st;
+    if (ls_pool_snapshot(p, &s, &st, NULL) != LS_OK) return false;
+    free(s);
+    return ok > 20 && rep > 5 && del > 2 && st.evictions > 0;
+}
+
 static void stress(bool cpu, int millis) {
     const int S = 3;
     double *w13 = NULL, *w2 = NULL, *r13 = NULL, *r2 = NULL;
@@ -260,6 +274,10 @@ static void stress(bool cpu, int millis) {
 
     struct timespec ts = {.tv_sec = millis / 1000, .tv_nsec = (long)(millis % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+    /* Then on (60 s at most) until there is enough to check: under TSan
+     * on a busy machine the mutators got so little of the time that they
+     * made 1 replace and no delete. */
+    for (int i = 0; i < 6000 && !stress_enough(fw, NFWD, mw, NMUTW, p); i++) usleep(10000);
     atomic_store(&stop, true);
     for (int i = 0; i < NFWD; i++) pthread_join(tf[i], NULL);
     for (int i = 0; i < NMUTW; i++) pthread_join(tm[i], NULL);
