@@ -329,6 +329,15 @@ static void test_queue_full_is_429(void **state) {
     assert_int_equal(ls_test_server_stop(srv), 0);
 }
 
+/* Wait (a minute at most, for sanitizer builds) for a /metrics sample,
+ * labels included, to be n. */
+static void wait_for(const char *sample, double n) {
+    for (int i = 0; i < 6000 && metric(sample) != n; i++) usleep(10 * 1000);
+    assert_true(metric(sample) == n);
+}
+
+static void wait_loads(double n) { wait_for("lorasink_adapter_loads_running", n); }
+
 typedef struct {
     const char *path;
     char *body; /* NULL: none */
@@ -453,8 +462,7 @@ static void test_waits_hold_no_http_thread(void **state) {
     }
     /* All three validated; two hold the backend workers (one per HTTP
      * thread) waiting on the backend, one is queued for them. */
-    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < N; i++) usleep(10 * 1000);
-    assert_true(metric("lorasink_adapter_loads_running") == N);
+    wait_loads(N);
     for (int i = 0; i < N; i++) {
         snprintf(auto_paths[i], sizeof auto_paths[i], "/forward?adapter=auto%d", i);
         autos[i] = (post_arg){.path = auto_paths[i], .body = one};
@@ -464,8 +472,10 @@ static void test_waits_hold_no_http_thread(void **state) {
      * The auto-loads' files are read and validated meanwhile (on the
      * workers that never wait for the backend): 3 uploads and 3 read
      * adapters wait to be registered. */
-    for (int i = 0; i < 6000 && metric("lorasink_adapter_loads_running") < 2 * N; i++) usleep(10 * 1000);
-    assert_true(metric("lorasink_adapter_loads_running") == 2 * N);
+    wait_loads(2 * N);
+    /* Queued for the 2 backend workers (both held by loads): the third
+     * load and the 3 auto-loads. */
+    wait_for("lorasink_offload_waiting{workers=\"backend\"}", N + 1);
     const char *probes[] = {"/health", "/ready", "/pool", "/adapters", "/metrics"};
     for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
         ls_test_response r;
@@ -532,14 +542,6 @@ static void test_waits_hold_no_http_thread(void **state) {
     free(dir);
 }
 
-/* Wait (a minute at most, for sanitizer builds) for a /metrics sample,
- * labels included, to be n. */
-static void wait_for(const char *sample, double n) {
-    for (int i = 0; i < 6000 && metric(sample) != n; i++) usleep(10 * 1000);
-    assert_true(metric(sample) == n);
-}
-
-static void wait_loads(double n) { wait_for("lorasink_adapter_loads_running", n); }
 
 /* An adapter an auto-loading forward has read is registered by that
  * forward whatever happens before its turn on the backend: a client
