@@ -289,7 +289,7 @@ static void test_paths_over_http(void **state) {
 static void test_queue_full_is_429(void **state) {
     (void)state;
     const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1",
-                          "--batch-wait-us", "500000", "--max-queue-tokens", "4", "--http-threads", "2", NULL};
+                          "--batch-wait-us", "1000000", "--max-queue-tokens", "4", "--http-threads", "2", NULL};
     srv = ls_test_server_start(args);
     assert_non_null(srv);
     json_decref(post("/adapters", adapter_body("a", 1), 201));
@@ -303,6 +303,9 @@ static void test_queue_full_is_429(void **state) {
     for (int i = 0; i < 6; i++) {
         w[i] = (worker_arg){.i = 2 + 3 * i}; /* T = 3 each: only one fits in the queue at a time */
         pthread_create(&th[i], NULL, worker, &w[i]);
+        /* The first queued, the others come while the batch is held
+         * for the slow client (a second at most): the queue is full. */
+        if (i == 0) assert_true(ls_test_wait_metric(srv, "lorasink_queue_depth", 1));
     }
     int ok = 0, overloaded = 0;
     for (int i = 0; i < 6; i++) {
