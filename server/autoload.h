@@ -53,12 +53,12 @@ ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need 
  * of name, which registers it (need LS_AUTOLOAD_LOAD). */
 ls_status ls_autoload_read(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err);
 
-/* The second half alone, for a forward that ls_autoload_ensure failed
- * for an earlier name: registers name's adapter when one was read and
- * waits to be registered (its outcome), else does nothing (LS_OK). Never
- * reads a file nor waits for another request's load; may wait for the
- * backend. A read adapter is registered by a later ls_autoload_ensure or
- * this, so a forward that read one calls either for it. */
+/* The second half alone, for a forward whose answer is an error already
+ * (another of its adapters failed): registers name's adapter when one
+ * was read and waits to be registered (its outcome), else does nothing
+ * (LS_OK). Never reads a file nor waits for another request's load; may
+ * wait for the backend. A forward that read an adapter calls this or
+ * ls_autoload_ensure for it, so none is left read and never registered. */
 ls_status ls_autoload_finish(ls_autoload *al, const char *name, ls_error *err);
 
 /* Loads attempted (files read) since start: what the failure memory saves. */
