@@ -405,6 +405,19 @@ static void assert_forward_running(void) {
     json_decref(ad);
 }
 
+/* Wait (a minute at most) until the long forward holds "a", which it
+ * does from when its body has been read. */
+static void wait_forward_running(void) {
+    for (int i = 0; i < 6000; i++) {
+        json_t *ad = get_json("/adapters/a");
+        const bool running = json_integer_value(json_object_get(ad, "in_flight")) == 1;
+        json_decref(ad);
+        if (running) break;
+        usleep(10 * 1000);
+    }
+    assert_forward_running();
+}
+
 /* A load waits for the backend while a forward runs on it, seconds for a
  * large batch. It used to wait on an HTTP thread: once --http-threads
  * loads (or auto-loading forwards) waited, /health and /ready stopped
@@ -450,14 +463,7 @@ static void test_waits_hold_no_http_thread(void **state) {
     assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
     /* The forward holds "a" from when its body has been read; the idle
      * batcher puts it on the backend at once. */
-    for (int i = 0; i < 6000; i++) {
-        json_t *ad = get_json("/adapters/a");
-        const bool running = json_integer_value(json_object_get(ad, "in_flight")) == 1;
-        json_decref(ad);
-        if (running) break;
-        usleep(10 * 1000);
-    }
-    assert_forward_running();
+    wait_forward_running();
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "load%d", i);
         loads[i] = (post_arg){.path = "/adapters", .body = adapter_body_dims(name, HD, FD, 2 + i)};
@@ -595,14 +601,7 @@ static void test_read_adapters_always_registered(void **state) {
     post_arg f_two = {.path = "/forward", .body = two};
     pthread_t tf, th, tu, tfu, tfg, td, tft;
     assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
-    for (int i = 0; i < 6000; i++) {
-        json_t *ad = get_json("/adapters/a");
-        const bool running = json_integer_value(json_object_get(ad, "in_flight")) == 1;
-        json_decref(ad);
-        if (running) break;
-        usleep(10 * 1000);
-    }
-    assert_forward_running();
+    wait_forward_running();
     assert_int_equal(pthread_create(&th, NULL, post_worker, &hold), 0);
     wait_loads(1);
     /* The upload of "up" waits behind hold; then a forward reads up.safetensors. */
