@@ -18,9 +18,12 @@
  * --factors bf16 makes every factor value a bf16 number, as an adapter
  * saved in bf16 with a power-of-two scale arrives (the default, f32, is
  * full fp32 values).
+ * --fma-peak prints only that FMA peak, in GFLOP/s, and exits
+ * (bench/bench_http.sh bounds what batching can gain with it).
  *   bench_cpu [--hidden H] [--intermediate F] [--experts n] [--rank r]
  *             [--max-rank R] [--factors f32|bf16] [--threads N] [--layers L]
- *             [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer] */
+ *             [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer]
+ *   bench_cpu --fma-peak [--threads N] [--isa auto|avx512|avx2|generic] */
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
@@ -147,22 +150,32 @@ static double ls_memcpy_bandwidth(int threads) {
 #define LS_PEAK_ITERS 20000000L
 
 /* 12 independent chains of `lanes` floats each, so latency never limits
- * the rate; returns a value that depends on every chain. */
+ * the rate; returns a value that depends on every chain. The loops are
+ * fully unrolled (the pragmas) so the chains live in registers in every build
+ * type: at -O2 (RelWithDebInfo, the default build) gcc kept them in
+ * memory, and a store and a load between FMAs measured under half the
+ * peak, which overstated the compute floor. */
 __attribute__((target("avx512f"))) static float ls_peak_avx512(void) {
     __m512 acc[12], b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+#pragma GCC unroll 12
     for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
     for (long n = 0; n < LS_PEAK_ITERS; n++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], b, c);
     float s = 0;
+#pragma GCC unroll 12
     for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
     return s;
 }
 __attribute__((target("avx2,fma"))) static float ls_peak_avx2(void) {
     __m256 acc[12], b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+#pragma GCC unroll 12
     for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
     for (long n = 0; n < LS_PEAK_ITERS; n++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], b, c);
     float v[8], s = 0;
+#pragma GCC unroll 12
     for (int i = 0; i < 12; i++) {
         _mm256_storeu_ps(v, acc[i]);
         for (int l = 0; l < 8; l++) s += v[l];
@@ -173,6 +186,7 @@ static float ls_peak_generic(void) {
     float acc[12];
     for (int i = 0; i < 12; i++) acc[i] = (float)i;
     for (long n = 0; n < LS_PEAK_ITERS / 16; n++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = fmaf(acc[i], 0.999f, 1e-3f);
     float s = 0;
     for (int i = 0; i < 12; i++) s += acc[i];
@@ -189,6 +203,10 @@ static void *ls_peak_run(void *p) {
     j->sink = j->lanes == 16 ? ls_peak_avx512() : j->lanes == 8 ? ls_peak_avx2() : ls_peak_generic();
     return NULL;
 }
+
+/* Floats in one vector of the kernels named name ("avx512", "avx2",
+ * "generic"). */
+static int ls_isa_lanes(const char *name) { return !strcmp(name, "avx512") ? 16 : !strcmp(name, "avx2") ? 8 : 1; }
 
 /* FLOP/s of `threads` threads doing nothing but FMAs `lanes` wide, best of 3. */
 static double ls_fma_peak(int threads, int lanes) {
@@ -300,7 +318,7 @@ static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int t
 
 int main(int argc, char **argv) {
     int H = 2048, F = 1024, n = 2, rank = 16, max_rank = 0, threads = 2, L = 4, peer = 1, npy = 0;
-    bool bf16_factors = false;
+    bool bf16_factors = false, peak_only = false;
     const char *python[MAX_PEERS];
     ls_cpu_isa isa = LS_CPU_ISA_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -314,6 +332,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
         else if (!strcmp(argv[i], "--no-peer")) peer = 0;
+        else if (!strcmp(argv[i], "--fma-peak")) peak_only = true;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *v = argv[++i];
             isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
@@ -323,13 +342,22 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--max-rank R] "
                             "[--factors f32|bf16] [--threads N] [--layers L] [--isa auto|avx512|avx2|generic] "
-                            "[--python PATH]... [--no-peer]\n",
-                    argv[0]);
+                            "[--python PATH]... [--no-peer]\n       %s --fma-peak [--threads N] [--isa ...]\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
     if (max_rank == 0) max_rank = rank;
     if (L < 1 || threads < 1 || rank < 1 || max_rank < rank) return 2;
+    if (peak_only) {
+        if (isa == LS_CPU_ISA_AUTO)
+            isa = ls_cpu_isa_supported(LS_CPU_ISA_AVX512) ? LS_CPU_ISA_AVX512
+                  : ls_cpu_isa_supported(LS_CPU_ISA_AVX2) ? LS_CPU_ISA_AVX2
+                                                          : LS_CPU_ISA_GENERIC;
+        if (!ls_cpu_isa_supported(isa)) return 2;
+        printf("%.1f\n", ls_fma_peak(threads, ls_isa_lanes(ls_cpu_isa_name(isa))) / 1e9);
+        return 0;
+    }
     if (npy == 0) python[npy++] = "/usr/bin/python3";
     openblas_set_num_threads(threads);
     const int maxT = 2048, S = 8;
@@ -409,7 +437,7 @@ int main(int argc, char **argv) {
         ls_error_free(&err);
     }
 
-    const int lanes = !strcmp(isa_name, "avx512") ? 16 : !strcmp(isa_name, "avx2") ? 8 : 1;
+    const int lanes = ls_isa_lanes(isa_name);
     const double peak = ls_fma_peak(threads, lanes);
     printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d, %s factors), %d threads, %s kernels, %d "
            "layers in turn\n",

@@ -95,3 +95,16 @@ for c in 1 8 64; do
     'BEGIN{printf "http: concurrency %d tokens/s batching on / off = %.2f\n", c, a/b}'
 done
 awk -v a="${RPS[on,8]}" -v b="$HEALTH" 'BEGIN{printf "http: /forward T=1 requests/s / /health requests/s (concurrency 8) = %.3f\n", a/b}'
+# Batched, a base token costs its FLOPs (6 n H F a layer); unbatched, a
+# stream of the weights. So at 64 connections on / off is at most the
+# engine threads' FMA peak / FLOPs per token / unbatched requests/s, even
+# with HTTP free: the ratio a machine can reach.
+PEAK_BIN=$BUILD/bench/bench_cpu
+if [ -x "$PEAK_BIN" ] && peak=$("$PEAK_BIN" --fma-peak --threads "$(nproc)" --isa "$isa" 2>/dev/null); then
+  awk -v p="$peak" -v n=2 -v h="$H" -v f="$F" -v l="$L" -v on="${RPS[on,64]}" -v off="${RPS[off,64]}" 'BEGIN{
+    cap = p * 1e9 / (6.0 * n * h * f * l)
+    printf "http: ceiling of on / off at concurrency 64 = FMA peak %.1f GFLOP/s / %.1f MFLOP a token / %.1f requests/s unbatched = %.2f (reached %.2f of it)\n", p, 6.0 * n * h * f * l / 1e6, off, cap / off, (on / off) / (cap / off)
+  }'
+else
+  echo "http: ceiling of on / off: skipped ($PEAK_BIN not built)"
+fi
