@@ -68,6 +68,7 @@ typedef struct {
     int max_connections;
     int per_ip_connections;
     int connection_timeout_s;
+    int shutdown_timeout_s; /* how long a stop waits for clients, not for replies the server owes */
     ls_log_level log_level;
     bool access_log; /* one line per request on stderr */
 } ls_config;

@@ -91,6 +91,9 @@ const ls_setting ls_settings[] = {
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
+    INT("shutdown-timeout", shutdown_timeout_s, 0, 86400, "30",
+        "on SIGTERM, seconds to wait for clients still sending or reading before closing them; a reply the server "
+        "still owes (a request queued or running) is always finished and sent"),
     ENUM("log-level", log_level, ls_log_level_names, "info", "least severe level logged"),
     BOOL("access-log", access_log, "true", "one stderr line per request: time, request id, method, path, status, "
                                           "bytes, microseconds"),

@@ -26,6 +26,11 @@
 #include "server/request.h"
 #include "server/routes.h"
 
+/* During a stop, how long a reply the server has just finished gets to go
+ * out before the connections still open past --shutdown-timeout are
+ * closed: a send of a few MB to a client that reads. */
+#define LS_HTTP_FLUSH_MS 2000
+
 typedef struct {
     const ls_route *route;
     const char *label; /* metrics label: the route pattern or "other" */
@@ -473,7 +478,9 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         atomic_fetch_sub(&srv->suspended, 1);
     }
     ls_http_arrived(srv, st);
+    atomic_fetch_add(&srv->dispatching, 1);
     ls_http_dispatch(srv, conn, st, &r);
+    atomic_fetch_sub(&srv->dispatching, 1);
     return ls_http_send(conn, srv, st, &r);
 }
 
@@ -577,14 +584,36 @@ void ls_http_stop(ls_server *srv) {
      * worker may still hold the descriptor in a poll set until then and a
      * reused number must never reach its accept(). */
     if (fd != MHD_INVALID_SOCKET) shutdown(fd, SHUT_RDWR);
-    /* Let requests in flight finish (bounded, so a stuck client cannot
-     * hold shutdown forever). */
-    for (int i = 0; i < 3000 && atomic_load(&srv->active) > 0; i++) usleep(10000);
+    /* Let requests in flight finish. --shutdown-timeout bounds only what
+     * clients hold up (a body still arriving, a reply not read), so a stuck
+     * client cannot hold the stop forever. A request queued or running
+     * (suspended, or dispatching on an HTTP thread) is a reply the server
+     * owes: a load that went through unanswered would leave its client
+     * not knowing it happened, so the stop waits for every such reply and
+     * then gives it LS_HTTP_FLUSH_MS to go out. No new suspension starts
+     * once stopping is set and the workers run every queued job, so this
+     * ends. */
+    const long bound_ms = (long)srv->cfg.shutdown_timeout_s * 1000;
+    long waited_ms = 0, owed_ms = -LS_HTTP_FLUSH_MS; /* owed_ms: when a reply was last owed */
+    bool warned = false;
+    while (atomic_load(&srv->active) > 0) {
+        const bool owed = atomic_load(&srv->suspended) > 0 || atomic_load(&srv->dispatching) > 0;
+        if (owed) owed_ms = waited_ms;
+        if (waited_ms >= bound_ms) {
+            if (!warned)
+                ls_log_warn("shutdown: %d request(s) still open after %d s; finishing the replies the server owes, "
+                            "then closing the rest",
+                            atomic_load(&srv->active), srv->cfg.shutdown_timeout_s);
+            warned = true;
+            if (!owed && waited_ms - owed_ms >= LS_HTTP_FLUSH_MS) break;
+        }
+        usleep(10000);
+        waited_ms += 10;
+    }
     if (atomic_load(&srv->active) > 0)
-        ls_log_warn("shutdown: %d request(s) still open after 30 s, closing them", atomic_load(&srv->active));
-    /* MHD_stop_daemon panics on a connection still suspended. No new
-     * suspension starts once stopping is set, and the batcher runs every
-     * queued job, so this ends when the jobs in the queue have run. */
+        ls_log_warn("shutdown: closing %d connection(s) whose client is still sending or reading",
+                    atomic_load(&srv->active));
+    /* MHD_stop_daemon panics on a connection still suspended. */
     while (atomic_load(&srv->suspended) > 0) usleep(1000);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;

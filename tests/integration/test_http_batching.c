@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -669,6 +670,58 @@ static void test_read_adapters_always_registered(void **state) {
     free(dir);
 }
 
+/* A stop waits for clients for --shutdown-timeout only. Replies the
+ * server owes are another matter: a load queued behind a long forward, or
+ * forwards in the batch queue, used to be cut unanswered once the long
+ * forward outlasted the bound (the load went through all the same): the
+ * stop closed the connections as soon as the last job was done, while
+ * HTTP threads were still writing its replies. With --shutdown-timeout 1
+ * and a forward of seconds, every request in flight at the SIGTERM gets
+ * its reply: here forwards of 64 tokens, whose replies take milliseconds
+ * to write. */
+static void test_stop_finishes_owed_replies(void **state) {
+    (void)state;
+    enum { HD = 2048, FD = 1024, T = 300, N = 4 };
+    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
+                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
+                          "--shutdown-timeout", "1", NULL};
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
+    char *mid = ls_test_forward_json(64, HD, "0.25", NULL, NULL);
+    char *a = adapter_body_dims("a", HD, FD, 1);
+    json_decref(post("/adapters", a, 201));
+    free(a);
+    post_arg fwd = {.path = "/forward", .body = big};
+    post_arg load = {.path = "/adapters", .body = adapter_body_dims("late", HD, FD, 2)};
+    post_arg queued[N];
+    pthread_t tf, tl, tq[N];
+    assert_int_equal(pthread_create(&tf, NULL, post_worker, &fwd), 0);
+    wait_forward_running();
+    assert_int_equal(pthread_create(&tl, NULL, post_worker, &load), 0);
+    wait_loads(1);
+    for (int i = 0; i < N; i++) {
+        queued[i] = (post_arg){.path = "/forward", .body = mid};
+        assert_int_equal(pthread_create(&tq[i], NULL, post_worker, &queued[i]), 0);
+    }
+    wait_for("lorasink_queue_depth", N);
+    assert_forward_running();
+    assert_int_equal(kill(ls_test_server_pid(srv), SIGTERM), 0);
+    /* The bound passes with all of them still open... */
+    assert_true(ls_test_server_wait_output(srv, "still open after 1 s") >= 1);
+    pthread_join(tf, NULL);
+    pthread_join(tl, NULL);
+    for (int i = 0; i < N; i++) pthread_join(tq[i], NULL);
+    /* ...and each is answered all the same. */
+    assert_int_equal(fwd.status, 200);
+    assert_int_equal(load.status, 201);
+    for (int i = 0; i < N; i++) assert_int_equal(queued[i].status, 200);
+    assert_int_equal(ls_test_server_stop(srv), 0);
+    free(load.body);
+    free(big);
+    free(mid);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
@@ -676,6 +729,7 @@ int main(void) {
         cmocka_unit_test(test_queue_full_is_429),
         cmocka_unit_test(test_waits_hold_no_http_thread),
         cmocka_unit_test(test_read_adapters_always_registered),
+        cmocka_unit_test(test_stop_finishes_owed_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.max_connections, 1024);
     assert_int_equal(c.per_ip_connections, 256);
     assert_int_equal(c.connection_timeout_s, 60);
+    assert_int_equal(c.shutdown_timeout_s, 30);
     assert_int_equal(c.log_level, LS_LOG_INFO);
 }
 
