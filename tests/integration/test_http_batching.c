@@ -552,7 +552,6 @@ static void test_waits_hold_no_http_thread(void **state) {
     free(dir);
 }
 
-
 /* An adapter an auto-loading forward has read is registered by that
  * forward whatever happens before its turn on the backend: a client
  * uploads the name (the client's adapter serves), the file goes away
