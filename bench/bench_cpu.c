@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "gpu/backend.h"
+#include "gpu/cpu/kernels.h"
 
 #define MAX_PEERS 4
 
@@ -350,12 +351,9 @@ int main(int argc, char **argv) {
     if (max_rank == 0) max_rank = rank;
     if (L < 1 || threads < 1 || rank < 1 || max_rank < rank) return 2;
     if (peak_only) {
-        if (isa == LS_CPU_ISA_AUTO)
-            isa = ls_cpu_isa_supported(LS_CPU_ISA_AVX512) ? LS_CPU_ISA_AVX512
-                  : ls_cpu_isa_supported(LS_CPU_ISA_AVX2) ? LS_CPU_ISA_AVX2
-                                                          : LS_CPU_ISA_GENERIC;
-        if (!ls_cpu_isa_supported(isa)) return 2;
-        printf("%.1f\n", ls_fma_peak(threads, ls_isa_lanes(ls_cpu_isa_name(isa))) / 1e9);
+        const ls_cpu_kernels *k = ls_cpu_kernels_for(isa); /* what the engine would run */
+        if (!k) return 2;
+        printf("%.1f\n", ls_fma_peak(threads, ls_isa_lanes(k->name)) / 1e9);
         return 0;
     }
     if (npy == 0) python[npy++] = "/usr/bin/python3";
