@@ -419,6 +419,31 @@ static void wait_forward_running(void) {
     assert_forward_running();
 }
 
+/* The model of the tests around a long forward: H and F, and its tokens. */
+enum { HD = 2048, FD = 1024, LONG_T = 300 };
+
+/* Starts srv with the extra arguments (NULL-terminated) on a model where
+ * a forward of LONG_T tokens on the portable kernels on one thread is 8
+ * GFLOP, seconds on the backend (a minute under TSan), from a body read
+ * fast; registers "a" and returns that forward's body on it (malloc'd;
+ * the caller frees it). */
+static char *start_long_forward_server(const char *const *extra) {
+    const char *args[32] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
+                            "--device", "cpu", "--cpu-isa", "generic", "--threads", "1"};
+    size_t n = 14;
+    for (size_t i = 0; extra[i]; i++) {
+        assert_true(n + 1 < sizeof args / sizeof args[0]);
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    srv = ls_test_server_start(args);
+    assert_non_null(srv);
+    char *a = adapter_body_dims("a", HD, FD, 1);
+    json_decref(post("/adapters", a, 201));
+    free(a);
+    return ls_test_forward_json(LONG_T, HD, "0.5", NULL, "a");
+}
+
 /* A load waits for the backend while a forward runs on it, seconds for a
  * large batch. It used to wait on an HTTP thread: once --http-threads
  * loads (or auto-loading forwards) waited, /health and /ready stopped
@@ -432,26 +457,17 @@ static void wait_forward_running(void) {
  * and every request gets its answer once it has. */
 static void test_waits_hold_no_http_thread(void **state) {
     (void)state;
-    enum { HD = 2048, FD = 1024, T = 300, N = 3 };
+    enum { N = 3 };
     char *dir = ls_test_mkdtemp();
-    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
-                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
-                          "--auto-load", "--adapter-dir", dir, NULL};
     char name[32];
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "auto%d", i);
         write_adapter_file(dir, name, HD, FD, 10 + i);
     }
-    srv = ls_test_server_start(args);
-    assert_non_null(srv);
-    /* A forward of T tokens on the portable kernels on one thread: 8
-     * GFLOP, seconds on the backend, from a body read fast (sanitizers). */
-    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
+    const char *extra[] = {"--http-threads", "2", "--auto-load", "--adapter-dir", dir, NULL};
+    char *big = start_long_forward_server(extra);
     /* One token for each auto-loading forward. */
     char *one = ls_test_forward_json(1, HD, "0.25", NULL, NULL);
-    char *a = adapter_body_dims("a", HD, FD, 1);
-    json_decref(post("/adapters", a, 201));
-    free(a);
     /* A file that fails validation, remembered as failed from now on. */
     char bad[1024];
     snprintf(bad, sizeof bad, "%s/broken.safetensors", dir);
@@ -565,17 +581,12 @@ static void test_waits_hold_no_http_thread(void **state) {
  * the order sent. */
 static void test_read_adapters_always_registered(void **state) {
     (void)state;
-    enum { HD = 2048, FD = 1024, T = 300 };
     char *dir = ls_test_mkdtemp();
-    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
-                          "--http-threads", "1", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
-                          "--auto-load", "--adapter-dir", dir, NULL};
     write_adapter_file(dir, "up", HD, FD, 1);
     write_adapter_file(dir, "gone", HD, FD, 2);
     write_adapter_file(dir, "third", HD, FD, 3);
-    srv = ls_test_server_start(args);
-    assert_non_null(srv);
-    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
+    const char *extra[] = {"--http-threads", "1", "--auto-load", "--adapter-dir", dir, NULL};
+    char *big = start_long_forward_server(extra);
     char *one = ls_test_forward_json(1, HD, "0.25", NULL, NULL);
     char *two_text = ls_test_forward_json(2, HD, "0.25", NULL, NULL);
     json_t *two_j = json_loads(two_text, 0, NULL);
@@ -584,11 +595,8 @@ static void test_read_adapters_always_registered(void **state) {
     json_object_set_new(two_j, "adapters", json_pack("[s, s]", "r", "third"));
     char *two = json_dumps(two_j, JSON_COMPACT);
     json_decref(two_j);
-    char *body = adapter_body_dims("a", HD, FD, 1);
-    json_decref(post("/adapters", body, 201));
-    free(body);
     /* r is registered by a client and has no file. */
-    body = adapter_body_dims("r", HD, FD, 4);
+    char *body = adapter_body_dims("r", HD, FD, 4);
     json_decref(post("/adapters", body, 201));
     free(body);
 
@@ -680,17 +688,10 @@ static void test_read_adapters_always_registered(void **state) {
  * to write. */
 static void test_stop_finishes_owed_replies(void **state) {
     (void)state;
-    enum { HD = 2048, FD = 1024, T = 300, N = 4 };
-    const char *args[] = {"--experts", "2", "--hidden", "2048", "--intermediate", "1024", "--layers", "1",
-                          "--http-threads", "2", "--device", "cpu", "--cpu-isa", "generic", "--threads", "1",
-                          "--shutdown-timeout", "1", NULL};
-    srv = ls_test_server_start(args);
-    assert_non_null(srv);
-    char *big = ls_test_forward_json(T, HD, "0.5", NULL, "a");
+    enum { N = 4 };
+    const char *extra[] = {"--http-threads", "2", "--shutdown-timeout", "1", NULL};
+    char *big = start_long_forward_server(extra);
     char *mid = ls_test_forward_json(64, HD, "0.25", NULL, NULL);
-    char *a = adapter_body_dims("a", HD, FD, 1);
-    json_decref(post("/adapters", a, 201));
-    free(a);
     post_arg fwd = {.path = "/forward", .body = big};
     post_arg load = {.path = "/adapters", .body = adapter_body_dims("late", HD, FD, 2)};
     post_arg queued[N];
