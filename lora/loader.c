@@ -66,18 +66,20 @@ ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, s
 }
 
 /* Opens rel beneath dirfd (a directory of the adapter tree), answering
- * every failure as the client's path, never the server's. */
-static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int flags, ls_error *err) {
+ * every failure as the client's path, never the server's; *absent (when
+ * given) is set when rel does not exist. */
+static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int flags, bool *absent, ls_error *err) {
     int fd = ls_file_open_beneath(dirfd, rel, flags | O_NOCTTY | O_NONBLOCK);
     if (fd >= 0) return fd;
     char ebuf[128];
     if (errno == EXDEV || errno == ELOOP)
         ls_error_set(err, LS_INVALID_REQUEST, "adapters must live under --adapter-dir (no '..' above it, no links out)",
                      "path \"%.200s\" leads out of the adapter directory", shown);
-    else if (errno == ENOENT || errno == ENOTDIR)
+    else if (errno == ENOENT || errno == ENOTDIR) {
+        if (absent) *absent = true;
         ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
                      "path \"%.200s\" does not exist in the adapter directory", shown);
-    else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == EAGAIN ||
+    } else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == EAGAIN ||
              errno == EINTR || errno == ENOBUFS)
         /* The server ran short (descriptors, memory) or the disk failed:
          * nothing the client can fix in its path, and nothing to remember
@@ -93,7 +95,7 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
 /* Reads name (a regular file) beneath dirfd whole into *bytes. */
 static ls_status ls_loader_read_file(int dirfd, const char *name, const char *shown, size_t max, ls_status code,
                                      uint8_t **bytes, size_t *len, ls_error *err) {
-    int fd = ls_loader_open_at(dirfd, name, shown, O_RDONLY, err);
+    int fd = ls_loader_open_at(dirfd, name, shown, O_RDONLY, NULL, err);
     if (fd < 0) return err->code;
     ls_status st = ls_file_read_fd(fd, max, bytes, len, shown, code, err);
     close(fd);
@@ -102,11 +104,12 @@ static ls_status ls_loader_read_file(int dirfd, const char *name, const char *sh
 
 /* Reads rel (PEFT directory or .safetensors file) beneath the adapter
  * directory: fills tensors (borrowing from *bytes, the caller's to free
- * after them) and what the adapter says of itself. */
+ * after them) and what the adapter says of itself. *absent as for
+ * ls_adapter_origin. */
 static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter_params *own, ls_tensor_set *tensors,
-                                uint8_t **bytes, ls_error *err) {
+                                uint8_t **bytes, bool *absent, ls_error *err) {
     *bytes = NULL;
-    int fd = ls_loader_open_at(ld->dirfd, rel, rel, O_RDONLY, err);
+    int fd = ls_loader_open_at(ld->dirfd, rel, rel, O_RDONLY, absent, err);
     if (fd < 0) return err->code;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -164,12 +167,12 @@ static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter
  * the file says (merge), or given as it is (a reload: given already holds
  * what the file said when it was loaded). */
 static ls_status ls_loader_from_path(const ls_loader *ld, const char *rel, const ls_adapter_params *given, bool merge,
-                                     ls_adapter_params *used, ls_adapter *out, ls_error *err) {
+                                     ls_adapter_params *used, ls_adapter *out, bool *absent, ls_error *err) {
     ls_adapter_params own = {0};
     ls_tensor_set set;
     ls_tensor_set_init(&set);
     uint8_t *bytes = NULL;
-    ls_status st = ls_loader_read(ld, rel, &own, &set, &bytes, err);
+    ls_status st = ls_loader_read(ld, rel, &own, &set, &bytes, absent, err);
     if (st != LS_OK) return st;
     *used = merge ? ls_adapter_params_merge(&own, given) : *given;
     st = ls_adapter_normalise(&set, used, &ld->dims, &ld->pool, out, err);
@@ -187,7 +190,8 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
         return ls_adapter_normalise(src->tensors, &origin->params, &ld->dims, &ld->pool, out, err);
     }
     ls_status st = ls_loader_relative(ld, src->path, origin->path, sizeof origin->path, err);
-    if (st == LS_OK) st = ls_loader_from_path(ld, origin->path, &src->given, true, &origin->params, out, err);
+    if (st == LS_OK)
+        st = ls_loader_from_path(ld, origin->path, &src->given, true, &origin->params, out, &origin->absent, err);
     if (st != LS_OK) origin->path[0] = '\0';
     return st;
 }
@@ -196,5 +200,5 @@ ls_status ls_loader_reload(void *ctx, const char *path, const ls_adapter_params 
                            ls_error *err) {
     ls_adapter_params used;
     memset(out, 0, sizeof *out);
-    return ls_loader_from_path(ctx, path, params, false, &used, out, err);
+    return ls_loader_from_path(ctx, path, params, false, &used, out, NULL, err);
 }

@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     char path[LS_LOADER_PATH_MAX]; /* relative to the adapter directory; "" for tensors */
     ls_adapter_params params;      /* the merged parameters */
+    bool absent; /* on failure: the path itself did not exist when it was opened */
 } ls_adapter_origin;
 
 /* Reads, merges and normalises src into out (the caller's,

@@ -243,11 +243,10 @@ static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, l
     ls_error mine;
     ls_error_init(&mine);
     ls_status st = ls_loader_load(al->ld, &src, &a, &origin, &mine);
-    char path[LS_LOADER_PATH_MAX];
-    ls_autoload_print print;
-    if (st == LS_INVALID_REQUEST && !ls_autoload_find(al, e->name, path, sizeof path, &print)) {
+    if (st != LS_OK && origin.absent) {
         /* The files went away between finding and opening them: the
-         * answer is the one a request a moment later gets. */
+         * answer is the one a request a moment later gets (looking again
+         * is no test: the files may be back by then). */
         ls_error_clear(&mine);
         st = ls_autoload_not_found(e->name, &mine);
     }
