@@ -13,9 +13,22 @@ typedef struct {
     int n; /* shared experts */
     int H; /* hidden size */
     int F; /* intermediate size per expert */
-    int L; /* layers */
+    int L; /* layers served (those with shared experts) */
     ls_w13_layout w13_layout;
+    /* The checkpoint's own number of served layer i is layer_ids[i]
+     * (ascending); NULL: served layer i is layer i. layers_total is the
+     * checkpoint's layer count, dense layers included (0: L). The model
+     * owns the array and outlives every user of the dims. Users name
+     * layers by the checkpoint's numbers; arrays are indexed 0..L-1. */
+    const int *layer_ids;
+    int layers_total;
 } ls_dims;
+
+/* The served index (0..L-1) of the checkpoint's layer id; -1 when that
+ * layer is not served (a dense layer, or past the model). */
+int ls_dims_layer_index(const ls_dims *d, long long id);
+/* The checkpoint's number of served layer index (0..L-1). */
+int ls_dims_layer_id(const ls_dims *d, int index);
 
 typedef struct {
     int slots;    /* S */

@@ -346,7 +346,7 @@ static void run_case(const pcase *pc, int threads) {
     rn.pc = pc;
     int Tmax = 1;
     for (int i = 0; i < MAX_T && pc->T[i]; i++) Tmax = pc->T[i] > Tmax ? pc->T[i] : Tmax;
-    rn.dims = (ls_dims){pc->n, pc->H, pc->F, pc->L, pc->w13};
+    rn.dims = (ls_dims){.n = pc->n, .H = pc->H, .F = pc->F, .L = pc->L, .w13_layout = pc->w13};
     rn.pool = (ls_pool_dims){pc->S, pc->R, pc->pool, Tmax};
     rn.tol = pc->dtype == LS_DTYPE_F32 ? 1e-5 : 1e-2;
     const long nFH = (long)pc->n * pc->F * pc->H;
