@@ -32,9 +32,15 @@ struct ls_peft_rules {
     size_t n_patterns;
     char **names; /* target_modules entries that are full module names */
     size_t n_names;
+    char **params; /* target_parameters entries that can name a shared expert's weight */
+    size_t n_params;
 };
 
 static const char *const ls_leaves[] = {"gate_proj", "up_proj", "down_proj", "gate_up_proj"};
+/* Ends a key may have to concern a shared expert: a leaf, or the weight
+ * of one (PEFT matches target_parameters' patterns against
+ * "{module}.weight"). */
+static const char *const ls_key_ends[] = {"gate_proj", "up_proj", "down_proj", "gate_up_proj", "weight"};
 
 static bool ls_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -55,8 +61,8 @@ static bool ls_key_may_concern(const char *key) {
     while (t > 0 && ls_is_word_char(key[t - 1])) t--;
     if (t > 0 && key[t - 1] == '\\') t++; /* \d, \w: the letter is no literal */
     if (t >= n) return true;
-    for (size_t i = 0; i < sizeof ls_leaves / sizeof *ls_leaves; i++)
-        if (ls_ends_with(ls_leaves[i], key + t)) return true;
+    for (size_t i = 0; i < sizeof ls_key_ends / sizeof *ls_key_ends; i++)
+        if (ls_ends_with(ls_key_ends[i], key + t)) return true;
     return false;
 }
 
@@ -224,6 +230,28 @@ static bool ls_rules_targets(const json_t *obj, json_t *out, ls_error *err) {
     return ok;
 }
 
+/* target_parameters: PEFT wraps the parameter "{module}.weight" and
+ * matches rank_pattern and alpha_pattern against that name. */
+static bool ls_rules_params(const json_t *obj, json_t *out, ls_error *err) {
+    const json_t *v = json_object_get(obj, "target_parameters");
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_array(v)) {
+        ls_rules_bad(err, "target_parameters", NULL, "must be a list of parameter names (PEFT refuses a string too)");
+        return false;
+    }
+    json_t *names = json_array();
+    size_t i;
+    json_t *e;
+    bool ok = names != NULL;
+    json_array_foreach(v, i, e) {
+        const char *s = json_is_string(e) ? json_string_value(e) : "";
+        if (ok && ls_ends_with(s, ".weight") && strstr(s, "proj")) ok = !json_array_append(names, e);
+    }
+    if (ok && json_array_size(names)) ok = !json_object_set(out, "target_parameters", names);
+    json_decref(names);
+    return ok;
+}
+
 static ls_status ls_rules_write(const json_t *out, char *text, size_t len, ls_error *err) {
     text[0] = '\0';
     if (!json_object_size(out)) return LS_OK;
@@ -252,6 +280,7 @@ ls_status ls_peft_rules_from_config(const json_t *obj, bool from_file, char *tex
     ok &= ls_rules_layers(obj, out, err);
     ok &= ls_rules_layers_pattern(obj, out, err);
     ok &= ls_rules_targets(obj, out, err);
+    ok &= ls_rules_params(obj, out, err);
     ls_status st = ok ? ls_rules_write(out, text, len, err) : LS_ADAPTER_CONFIG_INVALID;
     json_decref(out);
     return st;
@@ -302,6 +331,7 @@ void ls_peft_rules_free(ls_peft_rules *r) {
     free(r->layers);
     ls_rules_free_list(r->patterns, r->n_patterns);
     ls_rules_free_list(r->names, r->n_names);
+    ls_rules_free_list(r->params, r->n_params);
     free(r);
 }
 
@@ -341,7 +371,8 @@ ls_status ls_peft_rules_load(const char *text, ls_peft_rules **out, ls_error *er
     bool ok = c && r && ls_rules_load_pairs(json_object_get(c, "rank_pattern"), &r->rank, &r->n_rank) &&
               ls_rules_load_pairs(json_object_get(c, "alpha_pattern"), &r->alpha, &r->n_alpha) &&
               ls_rules_load_strings(json_object_get(c, "layers_pattern"), &r->patterns, &r->n_patterns) &&
-              ls_rules_load_strings(json_object_get(c, "target_modules"), &r->names, &r->n_names);
+              ls_rules_load_strings(json_object_get(c, "target_modules"), &r->names, &r->n_names) &&
+              ls_rules_load_strings(json_object_get(c, "target_parameters"), &r->params, &r->n_params);
     const json_t *layers = ok ? json_object_get(c, "layers_to_transform") : NULL;
     if (layers) {
         r->layers = calloc(json_array_size(layers) + 1, sizeof *r->layers);
@@ -359,20 +390,37 @@ ls_status ls_peft_rules_load(const char *text, ls_peft_rules **out, ls_error *er
     return LS_OK;
 }
 
-static const ls_rule *ls_rules_first(const ls_rule *rules, size_t n, const char *module) {
+/* Whether PEFT put module's factors on its weight parameter
+ * (target_parameters: the key or its end after a '.'). */
+static bool ls_rules_is_param(const ls_peft_rules *r, const char *module) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.weight", module);
+    for (size_t i = 0; i < r->n_params; i++) {
+        const char *e = r->params[i];
+        size_t n = strlen(key), m = strlen(e);
+        if (!strcmp(key, e) || (n > m && key[n - m - 1] == '.' && !strcmp(key + n - m, e))) return true;
+    }
+    return false;
+}
+
+/* The first rule matching the name PEFT matched: the module's, or for a
+ * target_parameters adapter its weight's. */
+static const ls_rule *ls_rules_first(const ls_peft_rules *r, const ls_rule *rules, size_t n, const char *module) {
+    char key[256];
+    snprintf(key, sizeof key, ls_rules_is_param(r, module) ? "%s.weight" : "%s", module);
     for (size_t i = 0; i < n; i++)
-        if (ls_regex_match(rules[i].re, module) == 1) return &rules[i];
+        if (ls_regex_match(rules[i].re, key) == 1) return &rules[i];
     return NULL;
 }
 
 int ls_peft_rules_rank(const ls_peft_rules *r, const char *module, const char **key) {
-    const ls_rule *hit = r ? ls_rules_first(r->rank, r->n_rank, module) : NULL;
+    const ls_rule *hit = r ? ls_rules_first(r, r->rank, r->n_rank, module) : NULL;
     if (key) *key = hit ? hit->key : NULL;
     return hit ? (int)hit->value : 0;
 }
 
 bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alpha, const char **key) {
-    const ls_rule *hit = r ? ls_rules_first(r->alpha, r->n_alpha, module) : NULL;
+    const ls_rule *hit = r ? ls_rules_first(r, r->alpha, r->n_alpha, module) : NULL;
     if (key) *key = hit ? hit->key : NULL;
     if (hit) *alpha = hit->value;
     return hit != NULL;
@@ -403,7 +451,8 @@ static long long ls_rules_index(const char *module, const char *pattern) {
 
 bool ls_peft_rules_layer_ok(const ls_peft_rules *r, const char *module, long long *index) {
     *index = -1;
-    if (!r || !r->layers) return true;
+    /* PEFT applies layers_to_transform to target_modules only. */
+    if (!r || !r->layers || ls_rules_is_param(r, module)) return true;
     for (size_t i = 0; i < r->n_names; i++)
         if (!strcmp(r->names[i], module)) return true;
     if (!r->n_patterns) *index = ls_rules_index(module, NULL);

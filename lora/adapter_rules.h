@@ -2,7 +2,10 @@
  * rank_pattern and alpha_pattern (a key matches module name m when
  * re.match(rf"(.*\.)?({key})$", m); the first matching key wins),
  * layers_to_transform with layers_pattern (the layer index PEFT reads
- * from the name; full names in target_modules bypass it). Kept as compact
+ * from the name; full names in target_modules bypass it). For factors
+ * PEFT put on a weight parameter (target_parameters) the patterns are
+ * matched against "{module}.weight", as PEFT does, and
+ * layers_to_transform does not apply. Kept as compact
  * JSON text in ls_adapter_params.peft, so that parameters stay plain values;
  * read back into compiled rules when an adapter is normalised. */
 #ifndef LS_LORA_ADAPTER_RULES_H
@@ -18,7 +21,8 @@ typedef struct ls_peft_rules ls_peft_rules;
 
 /* Validates the keys of config obj that decide per-module ranks, scales
  * and layers (rank_pattern, alpha_pattern, layers_to_transform,
- * layers_pattern, target_modules when it names modules in full) and
+ * layers_pattern, target_modules when it names modules in full,
+ * target_parameters) and
  * writes their compact form into text[len] ("" when none applies). Every
  * pattern is compiled: one this server cannot evaluate exactly, a value of
  * the wrong kind or a form PEFT itself refuses is LS_ADAPTER_CONFIG_INVALID

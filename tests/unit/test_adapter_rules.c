@@ -144,6 +144,28 @@ static void test_patterns_kept_in_order(void **state) {
     ls_error_free(&err);
 }
 
+/* Factors PEFT put on a weight parameter (target_parameters, the way to
+ * DeepSeek's shared experts on transformers 5): PEFT matches the patterns
+ * against "{module}.weight" and ignores layers_to_transform for them. */
+static void test_target_parameters(void **state) {
+    (void)state;
+    ls_adapter_params p;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(parse("{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": null, \"target_parameters\": "
+                           "[\"mlp.shared_experts.up_proj.weight\"], \"rank_pattern\": {\"up_proj\": 6, "
+                           "\"down_proj.weight\": 2, \"up_proj.weight\": 5}}",
+                           &p, &err),
+                     LS_OK);
+    ls_peft_rules *r;
+    assert_int_equal(ls_peft_rules_load(p.peft, &r, &err), LS_OK);
+    assert_int_equal(ls_peft_rules_rank(r, "model.layers.0.mlp.shared_experts.up_proj", NULL), 5);
+    /* down_proj is no target parameter: its module name is matched */
+    assert_int_equal(ls_peft_rules_rank(r, "model.layers.0.mlp.shared_experts.down_proj", NULL), 0);
+    ls_peft_rules_free(r);
+    ls_error_free(&err);
+}
+
 /* Each refused key is named with its reason, all at once. */
 static void test_refusals(void **state) {
     (void)state;
@@ -229,6 +251,7 @@ int main(void) {
         cmocka_unit_test(test_regex_as_python),  cmocka_unit_test(test_regex_refusals),
         cmocka_unit_test(test_patterns_kept_in_order), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_modules_to_save), cmocka_unit_test(test_rules_from_metadata),
+        cmocka_unit_test(test_target_parameters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
