@@ -13,6 +13,7 @@
 
 #include "common/sha256.h"
 #include "lora/adapter_internal.h"
+#include "lora/adapter_rules.h"
 
 /* Static string; never freed. */
 const char *ls_adapter_format_name(ls_adapter_format f) {
@@ -113,30 +114,36 @@ static void ls_adapter_unknown(ls_adapter_ctx *c, const char *name, const ls_ada
                              "write the layer index as plain decimal digits: model.layers.{l}.mlp.shared_experts...",
                              "%s: the layer index is not a plain non-negative integer", name);
         break;
-    case LS_AN_WHY_UNFUSED:
-        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
-                             "train the adapter on the fused gate_up_proj, or upload the pool format: fuse the gate "
-                             "and up A matrices along the rank axis into gate_up_lora_a [1, O, 2r, H] and stack the "
-                             "gate and up B rows per expert into gate_up_lora_b [1, n, 2F, r]",
-                             "%s is a separate gate_proj/up_proj factor; the shared experts take gate and up fused",
-                             name);
-        break;
     case LS_AN_WHY_DORA:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
                              "train a plain LoRA adapter (use_dora false)",
                              "%s is a DoRA magnitude vector; DoRA adapters are not supported", name);
         break;
+    case LS_AN_WHY_BIAS:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "train the adapter without lora_bias: a LoRA delta here is B*A alone",
+                             "%s is a bias of a LoRA factor (lora_bias); this server serves factors without bias",
+                             name);
+        break;
+    case LS_AN_WHY_GATE:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "leave shared_expert_gate out of target_modules: it sets the experts' gammas, which "
+                             "this server takes from the checkpoint or the request",
+                             "%s is a LoRA factor of the shared-expert gate; only gate_proj, up_proj, down_proj "
+                             "(or gate_up_proj) take factors",
+                             name);
+        break;
     case LS_AN_WHY_SHARED_FORM:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
-                             "name the factors model.layers.{l}.mlp.shared_experts.{gate_up_proj,down_proj}."
-                             "lora_{A,B}.weight (PEFT) or ...shared_experts.{gate_up_lora_a,gate_up_lora_b,"
-                             "down_lora_a,down_lora_b} (pool format)",
+                             "name the factors model.layers.{l}.mlp.shared_experts.{gate_proj,up_proj,down_proj,"
+                             "gate_up_proj}.lora_{A,B}.weight (PEFT; shared_expert for Qwen) or ...shared_experts."
+                             "{gate_up_lora_a,gate_up_lora_b,down_lora_a,down_lora_b} (pool format)",
                              "%s names the shared experts but is not one of their LoRA factors", name);
         break;
     default:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA, NULL,
                              "%s is not a LoRA factor (expected model.layers.{l}.mlp.shared_experts."
-                             "{gate_up_proj,down_proj}.lora_{A,B}.weight or a pool buffer)",
+                             "{gate_proj,up_proj,down_proj}.lora_{A,B}.weight or a pool buffer)",
                              name);
         break;
     }
@@ -235,6 +242,7 @@ static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t
         slot->name = name;
         slot->t = &s->items[i].t;
         slot->prefixed = nm.prefixed;
+        slot->module_len = nm.module_len;
     }
     return n_other;
 }
@@ -365,14 +373,14 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
             ls_adapter_peft_fill(c, (int)l, dst);
         /* The inputs were finite, so a value that is not came from the
          * scale pushing a B factor past the fp32 range. */
-        for (int k = 0; k < LS_AD_SLOTS; dst += lay.len[k], k++) {
+        for (int k = 0; k < LS_FACTORS; dst += lay.len[k], k++) {
             size_t i = 0;
             while (i < lay.len[k] && isfinite(dst[i])) i++;
             if (i == lay.len[k]) continue;
-            const char *name = ls_adapter_at(c, (int)l, k)->name;
+            const char *name = ls_adapter_source_of(c, (int)l, k, i);
             ls_adapter_violation(c, LS_LORA_NONFINITE, (int)l, name, LS_NA, LS_NA, LS_NA,
                                  "lower lora_alpha (or scale), or the magnitude of the B factors",
-                                 "layer %zu: %s overflows fp32 once scaled by %g", l, name, c->scale);
+                                 "layer %zu: %s overflows fp32 once scaled", l, name);
             overflow = true;
         }
     }
@@ -404,7 +412,7 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
         return ls_error_set(err, LS_INTERNAL, NULL, "ls_adapter_normalise: missing argument");
     if (dims->n < 1 || dims->H < 1 || dims->F < 1 || dims->L < 1 || pool->max_rank < 1)
         return ls_error_set(err, LS_INTERNAL, NULL, "ls_adapter_normalise: invalid model or pool dimensions");
-    const ls_adapter_params defaults = {0};
+    static const ls_adapter_params defaults = {0};
     if (!params) params = &defaults;
 
     ls_adapter_ctx c = {.params = params, .dims = dims, .pool = pool, .err = err};
@@ -421,11 +429,15 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
 
     c.in = calloc((size_t)dims->L * LS_AD_SLOTS, sizeof *c.in);
     c.sane = calloc((size_t)dims->L * LS_AD_SLOTS, sizeof *c.sane);
-    if (!c.in || !c.sane) {
+    c.mods = calloc((size_t)dims->L * LS_MODS, sizeof *c.mods);
+    ls_peft_rules *rules = NULL;
+    if (!c.in || !c.sane || !c.mods || ls_peft_rules_load(params->peft, &rules, err) != LS_OK) {
         free(c.in);
         free(c.sane);
+        free(c.mods);
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory validating an adapter");
     }
+    c.rules = rules;
 
     size_t n_peft, n_pool;
     c.format = ls_adapter_pick_format(tensors, params->format, &n_peft, &n_pool);
@@ -453,8 +465,9 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
     ls_adapter_check_finite(&c);
     if (n_peft + n_pool == 0)
         ls_adapter_violation(&c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
-                             "upload factors named model.layers.{l}.mlp.shared_experts.gate_up_proj.lora_A.weight "
-                             "(and lora_B, down_proj) or the four pool buffers of a layer",
+                             "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A.weight "
+                             "(and lora_B, up_proj, down_proj; or the fused gate_up_proj) or the four pool buffers "
+                             "of a layer",
                              "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu factors of "
                              "other modules%s)",
                              tensors->n, n_other, n_other && !params->strict ? ", skipped" : "");
@@ -466,6 +479,8 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
     }
     free(c.in);
     free(c.sane);
+    free(c.mods);
+    ls_peft_rules_free(rules);
     return st;
 }
 

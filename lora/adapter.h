@@ -28,6 +28,9 @@ typedef enum { LS_GATE_UP_ORDER_GATE_UP, LS_GATE_UP_ORDER_INTERLEAVED } ls_gate_
 const char *ls_gate_up_order_name(ls_gate_up_order o);
 bool ls_gate_up_order_parse(const char *s, ls_gate_up_order *out);
 
+/* Room for the per-module rules of a PEFT config (ls_adapter_params.peft). */
+#define LS_ADAPTER_PEFT_TEXT 8192
+
 /* What the upload says about itself besides its tensors. */
 typedef struct {
     ls_adapter_format format; /* AUTO: follow the tensor names */
@@ -42,6 +45,11 @@ typedef struct {
     bool strict; /* factors of other modules are errors, not ignored */
     bool has_order; /* gate_up_order was stated */
     ls_gate_up_order gate_up_order; /* PEFT only */
+    /* rank_pattern, alpha_pattern, layers_to_transform (with layers_pattern
+     * and target_modules' full names) of the config, in the compact form
+     * of lora/adapter_rules.h; "" when none. Part of a whole config. */
+    bool has_peft; /* stated apart from a whole config (a __metadata__ key) */
+    char peft[LS_ADAPTER_PEFT_TEXT];
 } ls_adapter_params;
 
 /* What describes an adapter whoever holds it: the adapter itself, the

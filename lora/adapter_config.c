@@ -6,12 +6,14 @@
 
 #include "common/text.h"
 #include "format/json.h"
+#include "lora/adapter_rules.h"
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Writes a short rendering of v for a message ("8.0", "\"8\"", "true"). */
 static void ls_json_show(const json_t *v, char *buf, size_t len) {
@@ -50,6 +52,110 @@ static void ls_config_bad(ls_error *err, const char *key, const char *want, cons
     ls_json_show(v, shown, sizeof shown);
     ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, h,
                  "adapter config: \"%s\" must be %s, found %s (%s)", key, want, shown, ls_json_kind(v));
+}
+
+static void ls_config_refuse(ls_error *err, const char *key, const char *hint, const char *fmt, const char *what) {
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, what);
+    ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, hint, "adapter config: \"%s\" %s",
+                 key, msg);
+}
+
+/* A value a config key has when it asks for nothing: absent, null,
+ * false, 0, "" or an empty list or object. */
+static bool ls_config_unset(const json_t *v) {
+    return !v || json_is_null(v) || json_is_false(v) || (json_is_integer(v) && !json_integer_value(v)) ||
+           (json_is_string(v) && !*json_string_value(v)) || (json_is_array(v) && !json_array_size(v)) ||
+           (json_is_object(v) && !json_object_size(v));
+}
+
+/* LoRA variants and options whose forward is not W + s*B*A on unchanged
+ * base weights (PEFT's tuners/lora: config.py, layer.py, variants.py). */
+static const struct {
+    const char *key, *why;
+} ls_config_variants[] = {
+    {"use_dora", "DoRA rescales the adapted weight by a learned magnitude vector"},
+    {"lora_bias", "the factors carry a bias on lora_B"},
+    {"use_qalora", "QA-LoRA pools the input before lora_A"},
+    {"alora_invocation_tokens", "activated LoRA applies the delta only after its invocation tokens"},
+    {"arrow_config", "Arrow routes each token among several adapters"},
+    {"use_bdlora", "BD-LoRA stores block-diagonal factors"},
+    {"monteclora_config", "MonteCLoRA samples the factors"},
+    {"kasa_config", "KaSA truncates the base weights and adds a diagonal between the factors"},
+    {"layer_replication", "the adapter's layers are a replicated stack, not the model's"},
+};
+
+/* init_lora_weights values whose initialisation changed the base weights
+ * (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA). PEFT's save_pretrained with
+ * path_initial_model_for_weight_conversion turns such an adapter into a
+ * plain LoRA delta and then writes init_lora_weights true. */
+static const char *ls_config_init_mutates(const char *v) {
+    if (!strncmp(v, "pissa", 5)) return "PiSSA";
+    if (!strncmp(v, "corda", 5)) return "CorDA";
+    if (!strcasecmp(v, "olora")) return "OLoRA";
+    if (!strcmp(v, "loftq")) return "LoftQ";
+    if (!strcmp(v, "lora_ga")) return "LoRA-GA";
+    return NULL;
+}
+
+/* The keys that would make the factors mean something else than this
+ * server computes: each is refused with its reason. */
+static bool ls_config_refusals(const json_t *obj, bool from_file, ls_error *err) {
+    bool ok = true;
+    const json_t *type = json_object_get(obj, "peft_type");
+    if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "LORA"))) {
+        ls_config_refuse(err, "peft_type", "train a LoRA adapter (peft_type \"LORA\")",
+                         "is %s; this server serves LoRA adapters only",
+                         json_is_string(type) && !from_file ? json_string_value(type) : "not \"LORA\"");
+        ok = false;
+    }
+    for (size_t i = 0; i < sizeof ls_config_variants / sizeof *ls_config_variants; i++) {
+        const json_t *v = json_object_get(obj, ls_config_variants[i].key);
+        if (ls_config_unset(v)) continue;
+        ls_config_refuse(err, ls_config_variants[i].key, "train a plain LoRA adapter (leave this option unset)",
+                         "is set: %s, which this server does not compute", ls_config_variants[i].why);
+        ok = false;
+    }
+    const json_t *init = json_object_get(obj, "init_lora_weights");
+    const char *how = json_is_string(init) ? ls_config_init_mutates(json_string_value(init)) : NULL;
+    if (how) {
+        ls_config_refuse(err, "init_lora_weights",
+                         "save the adapter with save_pretrained(..., path_initial_model_for_weight_conversion=...) so "
+                         "that PEFT converts it to a plain LoRA delta on the original weights",
+                         "is %s: that initialisation changed the base weights, so the factors are not a delta on the "
+                         "checkpoint's weights",
+                         how);
+        ok = false;
+    } else if (init && !json_is_null(init) && !json_is_boolean(init) &&
+               !(json_is_string(init) && (!strcmp(json_string_value(init), "gaussian") ||
+                                          !strcmp(json_string_value(init), "eva") ||
+                                          !strcmp(json_string_value(init), "orthogonal") ||
+                                          !strcmp(json_string_value(init), "mica")))) {
+        ls_config_refuse(err, "init_lora_weights", NULL, "is %s, not one of PEFT's initialisations",
+                         "an unknown value");
+        ok = false;
+    }
+    const json_t *save = json_object_get(obj, "modules_to_save");
+    size_t i;
+    json_t *e;
+    if (save && !json_is_null(save) && !json_is_array(save)) {
+        ls_config_refuse(err, "modules_to_save", NULL, "must be a list of module names, found %s", ls_json_kind(save));
+        ok = false;
+    }
+    json_array_foreach(save, i, e) {
+        if (json_is_string(e) && !ls_peft_saves_shared_block(json_string_value(e))) continue;
+        char what[96];
+        if (from_file || !json_is_string(e)) snprintf(what, sizeof what, "entry %zu", i + 1);
+        else snprintf(what, sizeof what, "entry \"%.60s\"", json_string_value(e));
+        ls_config_refuse(err, "modules_to_save",
+                         "train the shared experts with LoRA factors only; keep modules_to_save to modules outside "
+                         "the shared-expert block (lm_head, embeddings)",
+                         "%s replaces a shared-expert module (or one that contains them) with a trained copy, whose "
+                         "weights this server does not load",
+                         what);
+        ok = false;
+    }
+    return ok;
 }
 
 /* Writes into p only when every key is valid (p's other fields, such as
@@ -91,7 +197,17 @@ static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool fro
         ok = false;
     }
 
-    if (!ok) return LS_ADAPTER_CONFIG_INVALID;
+    ok &= ls_config_refusals(obj, from_file, err);
+    char *peft = malloc(LS_ADAPTER_PEFT_TEXT);
+    if (!peft) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    if (ls_peft_rules_from_config(obj, from_file, peft, LS_ADAPTER_PEFT_TEXT, err) != LS_OK) ok = false;
+    if (!ok) {
+        free(peft);
+        return err->code == LS_INTERNAL ? LS_INTERNAL : LS_ADAPTER_CONFIG_INVALID;
+    }
+    memcpy(p->peft, peft, strlen(peft) + 1);
+    free(peft);
+    p->has_peft = false;
     p->has_order = order != NULL;
     p->gate_up_order = order_value;
     p->r = (int)json_integer_value(r);
@@ -156,6 +272,28 @@ static ls_status ls_params_double(const char *v, const char *key, const char *wh
     return LS_OK;
 }
 
+ls_status ls_adapter_params_rules_from_meta(const ls_tensor_set *t, const char *where, ls_adapter_params *p,
+                                            ls_error *err) {
+    static const char *const keys[] = {"rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern"};
+    bool any = false;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) any |= ls_tensor_set_meta(t, keys[k]) != NULL;
+    if (!any) return LS_OK;
+    char *text = malloc(LS_ADAPTER_PEFT_TEXT);
+    if (!text) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    memcpy(text, p->peft, strlen(p->peft) + 1);
+    ls_status st = LS_OK;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && st == LS_OK; k++) {
+        const char *v = ls_tensor_set_meta(t, keys[k]);
+        if (v) st = ls_peft_rules_from_text(keys[k], v, where, text, LS_ADAPTER_PEFT_TEXT, err);
+    }
+    if (st == LS_OK) {
+        memcpy(p->peft, text, strlen(text) + 1);
+        p->has_peft = true;
+    }
+    free(text);
+    return st;
+}
+
 ls_adapter_text_params ls_adapter_text_params_meta(const ls_tensor_set *t, const char *where) {
     return (ls_adapter_text_params){ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
                                     ls_tensor_set_meta(t, "format"),     ls_tensor_set_meta(t, "r"),
@@ -211,6 +349,10 @@ ls_adapter_params ls_adapter_params_merge(const ls_adapter_params *own, const ls
     if (given->has_rslora) m.has_rslora = true, m.use_rslora = given->use_rslora;
     if (given->has_scale) m.has_scale = true, m.scale = given->scale;
     if (given->has_order) m.has_order = true, m.gate_up_order = given->gate_up_order;
+    if (given->whole_config || given->has_peft) {
+        m.has_peft = given->has_peft;
+        memcpy(m.peft, given->peft, strlen(given->peft) + 1);
+    }
     m.strict = given->strict;
     return m;
 }

@@ -16,7 +16,7 @@
 typedef enum {
     LS_AN_UNKNOWN, /* not a LoRA factor this server can take: always an error */
     LS_AN_OTHER,   /* a LoRA factor of another module: ignored, or an error when strict */
-    LS_AN_PEFT,    /* model.layers.{l}.mlp.shared_experts.{gate_up,down}_proj.lora_{A,B}.weight */
+    LS_AN_PEFT,    /* ...layers.{l}.{mlp,feed_forward}.shared_expert[s].{gate_up,gate,up,down}_proj.lora_{A,B}.weight */
     LS_AN_POOL,    /* model.layers.{l}.mlp.shared_experts.{gate_up,down}_lora_{a,b} */
 } ls_adapter_name_kind;
 
@@ -25,20 +25,30 @@ typedef enum {
     LS_AN_WHY_NOT_LORA,    /* no LoRA factor at all */
     LS_AN_WHY_BAD_INDEX,   /* shared-experts name whose layer index is not plain digits */
     LS_AN_WHY_SHARED_FORM, /* names the shared experts in no form we know */
-    LS_AN_WHY_UNFUSED,     /* gate_proj / up_proj factors of the shared experts */
     LS_AN_WHY_DORA,        /* a DoRA magnitude vector */
+    LS_AN_WHY_BIAS,        /* a lora_B bias (lora_bias) */
+    LS_AN_WHY_GATE,        /* a factor of Qwen's shared_expert_gate */
 } ls_adapter_name_why;
 
-/* Slots of a layer, in the order of the factor layout. PEFT: gate_up A,
- * gate_up B, down A, down B. Pool: gate_up_lora_a, gate_up_lora_b,
- * down_lora_a, down_lora_b. */
+/* Slots of a layer: first the four in the order of the factor layout
+ * (PEFT: gate_up A, gate_up B, down A, down B; pool: gate_up_lora_a,
+ * gate_up_lora_b, down_lora_a, down_lora_b), then PEFT's separate gate
+ * and up projections, which the fusion (adapter_fuse.c) places into the
+ * gate_up factors. A and B of one module sit side by side (B = A + 1). */
 enum {
     LS_AD_GU_A = LS_FACTOR_GU_A,
     LS_AD_GU_B = LS_FACTOR_GU_B,
     LS_AD_D_A = LS_FACTOR_D_A,
     LS_AD_D_B = LS_FACTOR_D_B,
-    LS_AD_SLOTS = LS_FACTORS
+    LS_AD_G_A = LS_FACTORS,
+    LS_AD_G_B,
+    LS_AD_U_A,
+    LS_AD_U_B,
+    LS_AD_SLOTS
 };
+
+/* PEFT modules of a layer, each an (A, B) pair of slots 2m, 2m+1. */
+enum { LS_MOD_GATE_UP, LS_MOD_DOWN, LS_MOD_GATE, LS_MOD_UP, LS_MODS };
 
 typedef struct {
     ls_adapter_name_kind kind;
@@ -46,6 +56,7 @@ typedef struct {
     bool prefixed;           /* carried base_model.model. */
     int64_t layer;           /* PEFT/POOL: the parsed index (may be >= L) */
     int slot;                /* PEFT/POOL: LS_AD_* */
+    size_t module_len;       /* PEFT: the module's name is the module_len bytes after the prefix */
 } ls_adapter_name;
 
 /* Classifies name by the grammar of docs/api.md (the prefix is optional; the
@@ -62,7 +73,15 @@ typedef struct {
     const char *name; /* borrowed from the tensor set */
     const ls_tensor *t;
     bool prefixed;
+    size_t module_len; /* PEFT: see ls_adapter_name */
 } ls_adapter_in;
+
+/* What the checks settle for one PEFT module of one layer. */
+typedef struct {
+    int rank;          /* its factors' rank once agreed, else 0 */
+    double scale;      /* folded into its B factor */
+    const char *r_key; /* the rank_pattern key that set its rank, NULL: r */
+} ls_adapter_mod;
 
 typedef struct {
     const ls_adapter_params *params;
@@ -77,11 +96,16 @@ typedef struct {
     int rank;                 /* the adapter's r once known, else 0 */
     const char *rank_from;    /* name of a tensor that shows r */
     int outer;                /* O' once known, else 0 */
-    double scale;             /* folded into the B factors */
+    double scale;             /* folded into the B factors (PEFT: of modules no pattern matches) */
+    ls_adapter_mod *mods;     /* PEFT: [L][LS_MODS] */
+    const struct ls_peft_rules *rules; /* PEFT: the config's per-module rules, NULL: none */
 } ls_adapter_ctx;
 
 static inline ls_adapter_in *ls_adapter_at(const ls_adapter_ctx *c, int layer, int slot) {
     return &c->in[(size_t)layer * LS_AD_SLOTS + (size_t)slot];
+}
+static inline ls_adapter_mod *ls_adapter_mod_at(const ls_adapter_ctx *c, int layer, int mod) {
+    return &c->mods[(size_t)layer * LS_MODS + (size_t)mod];
 }
 static inline bool ls_adapter_is_sane(const ls_adapter_ctx *c, int layer, int slot) {
     return c->sane[(size_t)layer * LS_AD_SLOTS + (size_t)slot];
@@ -104,8 +128,14 @@ void ls_adapter_peft_check(ls_adapter_ctx *c);
 void ls_adapter_pool_check(ls_adapter_ctx *c);
 
 /* Writes layer l of a valid upload into dst (a->layer_floats floats,
- * zeroed by the caller), scale folded into the B factors. */
+ * zeroed by the caller), scale folded into the B factors: the PEFT form
+ * fuses separate gate and up factors (adapter_fuse.c). */
 void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst);
+/* The module's name (without the prefix) of a placed PEFT factor into buf. */
+const char *ls_adapter_module_name(const ls_adapter_in *in, char *buf, size_t len);
+/* The uploaded factor (name) that fills element i of factor k of layer l's
+ * compact layout: the original tensor to name in a message. */
+const char *ls_adapter_source_of(const ls_adapter_ctx *c, int l, int k, size_t i);
 void ls_adapter_pool_fill(const ls_adapter_ctx *c, int l, float *dst);
 
 #endif

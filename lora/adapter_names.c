@@ -1,31 +1,38 @@
 /* The tensor-name grammar of docs/api.md: which uploaded names are factors of
- * the shared experts (PEFT or pool format), which belong to other modules,
- * and which are nothing we know. */
+ * the shared experts (PEFT: fused gate_up_proj or separate gate_proj and
+ * up_proj, and down_proj, in each family's spelling; or the pool format),
+ * which belong to other modules, and which are nothing we know. */
 #include <stdio.h>
 #include <string.h>
 
 #include "lora/adapter_internal.h"
 
 static const char *const ls_peft_suffix[LS_AD_SLOTS] = {
-    "gate_up_proj.lora_A.weight",
-    "gate_up_proj.lora_B.weight",
-    "down_proj.lora_A.weight",
-    "down_proj.lora_B.weight",
+    "gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight", "down_proj.lora_B.weight",
+    "gate_proj.lora_A.weight",    "gate_proj.lora_B.weight",    "up_proj.lora_A.weight",   "up_proj.lora_B.weight",
 };
-static const char *const ls_pool_suffix[LS_AD_SLOTS] = {
+static const char *const ls_pool_suffix[LS_FACTORS] = {
     "gate_up_lora_a",
     "gate_up_lora_b",
     "down_lora_a",
     "down_lora_b",
 };
 static const char *const ls_peft_label[LS_AD_SLOTS] = {
-    "gate_up_proj.lora_A",
-    "gate_up_proj.lora_B",
-    "down_proj.lora_A",
-    "down_proj.lora_B",
+    "gate_up_proj.lora_A", "gate_up_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B",
+    "gate_proj.lora_A",    "gate_proj.lora_B",    "up_proj.lora_A",   "up_proj.lora_B",
 };
 
 #define LS_SHARED_INFIX "mlp.shared_experts."
+
+/* Where the decoder layers sit in the families with shared experts
+ * (causal LMs; the language model of vision-language checkpoints, in
+ * transformers 5's and 4's spelling), the block that holds the shared
+ * experts, and their module's name (DeepSeek's plural, Qwen's and
+ * Llama 4's singular). */
+static const char *const ls_layer_roots[] = {"model.layers.", "model.language_model.layers.",
+                                             "language_model.model.layers."};
+static const char *const ls_blocks[] = {"mlp.", "feed_forward."};
+static const char *const ls_shared[] = {"shared_experts.", "shared_expert."};
 
 static bool ls_starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
@@ -55,6 +62,29 @@ static bool ls_parse_index(const char *s, size_t len, int64_t *out) {
     return true;
 }
 
+/* The part of s after "{block}.{shared}." when s starts so; NULL else. */
+static const char *ls_after_shared(const char *s) {
+    for (size_t b = 0; b < sizeof ls_blocks / sizeof *ls_blocks; b++) {
+        if (!ls_starts(s, ls_blocks[b])) continue;
+        const char *t = s + strlen(ls_blocks[b]);
+        for (size_t k = 0; k < sizeof ls_shared / sizeof *ls_shared; k++)
+            if (ls_starts(t, ls_shared[k])) return t + strlen(ls_shared[k]);
+    }
+    return NULL;
+}
+
+/* Sorts a shared-expert name that is no factor we take by why. */
+static void ls_adapter_name_why_not(const char *s, ls_adapter_name *out) {
+    if (strstr(s, "lora_magnitude_vector"))
+        out->why = LS_AN_WHY_DORA;
+    else if (strstr(s, ".lora_B.bias") || strstr(s, ".lora_A.bias"))
+        out->why = LS_AN_WHY_BIAS;
+    else if (strstr(s, "shared_expert_gate.lora_"))
+        out->why = LS_AN_WHY_GATE;
+    else
+        out->why = LS_AN_WHY_SHARED_FORM;
+}
+
 /* name is borrowed; out holds no pointers into it. */
 void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
     memset(out, 0, sizeof *out);
@@ -67,42 +97,39 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
         s += strlen(LS_ADAPTER_PREFIX);
         out->prefixed = true;
     }
-    bool shared = strstr(s, "shared_experts") != NULL;
-
-    if (ls_starts(s, "model.layers.")) {
-        const char *idx = s + strlen("model.layers.");
+    for (size_t r = 0; r < sizeof ls_layer_roots / sizeof *ls_layer_roots; r++) {
+        if (!ls_starts(s, ls_layer_roots[r])) continue;
+        const char *idx = s + strlen(ls_layer_roots[r]);
         const char *dot = strchr(idx, '.');
-        if (dot && ls_starts(dot + 1, LS_SHARED_INFIX)) {
-            const char *rest = dot + 1 + strlen(LS_SHARED_INFIX);
-            int64_t layer;
-            if (!ls_parse_index(idx, (size_t)(dot - idx), &layer)) {
-                out->why = LS_AN_WHY_BAD_INDEX;
-                return;
-            }
-            out->layer = layer;
-            for (int k = 0; k < LS_AD_SLOTS; k++) {
-                if (!strcmp(rest, ls_peft_suffix[k])) {
-                    out->kind = LS_AN_PEFT;
-                    out->slot = k;
-                    return;
-                }
-                if (!strcmp(rest, ls_pool_suffix[k])) {
-                    out->kind = LS_AN_POOL;
-                    out->slot = k;
-                    return;
-                }
-            }
+        const char *rest = dot ? ls_after_shared(dot + 1) : NULL;
+        if (!rest) break;
+        int64_t layer;
+        if (!ls_parse_index(idx, (size_t)(dot - idx), &layer)) {
+            out->why = LS_AN_WHY_BAD_INDEX;
+            return;
         }
+        out->layer = layer;
+        for (int k = 0; k < LS_AD_SLOTS; k++) {
+            if (strcmp(rest, ls_peft_suffix[k])) continue;
+            out->kind = LS_AN_PEFT;
+            out->slot = k;
+            out->module_len = strlen(s) - strlen(".lora_A.weight");
+            return;
+        }
+        /* The pool buffers keep the one spelling they always had. */
+        const bool pool_form = r == 0 && ls_starts(dot + 1, LS_SHARED_INFIX);
+        for (int k = 0; pool_form && k < LS_FACTORS; k++) {
+            if (strcmp(rest, ls_pool_suffix[k])) continue;
+            out->kind = LS_AN_POOL;
+            out->slot = k;
+            return;
+        }
+        break;
     }
-    if (shared) {
-        /* Never skip a factor of the shared experts silently: serving the
-         * adapter without it would change its output. */
-        if (strstr(s, "lora_magnitude_vector"))
-            out->why = LS_AN_WHY_DORA;
-        else if ((strstr(s, "gate_proj.lora_") || strstr(s, "up_proj.lora_")) && !strstr(s, "gate_up_proj"))
-            out->why = LS_AN_WHY_UNFUSED;
-        else
-            out->why = LS_AN_WHY_SHARED_FORM;
+    /* Never skip a factor of the shared experts silently: serving the
+     * adapter without it would change its output. */
+    if (strstr(s, "shared_expert")) {
+        ls_adapter_name_why_not(s, out);
         return;
     }
     if (ls_is_lora_factor(s)) out->kind = LS_AN_OTHER;
@@ -110,12 +137,13 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
 
 /* Writes into the caller's buf (truncated to len). */
 void ls_adapter_name_build(char *buf, size_t len, ls_adapter_format format, bool prefixed, int layer, int slot) {
-    const char *suffix = format == LS_ADAPTER_FORMAT_POOL ? ls_pool_suffix[slot] : ls_peft_suffix[slot];
+    const char *suffix = format == LS_ADAPTER_FORMAT_POOL ? ls_pool_suffix[slot & 3] : ls_peft_suffix[slot];
     snprintf(buf, len, "%smodel.layers.%d." LS_SHARED_INFIX "%s", prefixed ? LS_ADAPTER_PREFIX : "", layer, suffix);
 }
 
 /* Static string; never freed. */
 const char *ls_adapter_slot_label(ls_adapter_format format, int slot) {
     if (slot < 0 || slot >= LS_AD_SLOTS) return "?";
-    return format == LS_ADAPTER_FORMAT_POOL ? ls_pool_suffix[slot] : ls_peft_label[slot];
+    if (format == LS_ADAPTER_FORMAT_POOL) return slot < LS_FACTORS ? ls_pool_suffix[slot] : "?";
+    return ls_peft_label[slot];
 }

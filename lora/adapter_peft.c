@@ -1,30 +1,46 @@
-/* PEFT-format adapters (docs/api.md, adapter formats): the checks of each lora_A/lora_B pair
- * against the model and the adapter's rank, and the layout change into
- * the compact pool layout with the scale folded into the B factors. */
+/* PEFT-format adapters (docs/api.md, adapter formats): the checks of each
+ * module's lora_A/lora_B pair (fused gate_up_proj, or separate gate_proj
+ * and up_proj, and down_proj) against the model, and each module's rank
+ * and scale from r, lora_alpha, use_rslora, rank_pattern and
+ * alpha_pattern, as PEFT sets them; layers_to_transform checked against
+ * the factors present. The fill is in adapter_fuse.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lora/adapter_internal.h"
+#include "lora/adapter_rules.h"
+
+/* Module of a slot, and whether the slot is its A factor. */
+static int ls_peft_mod_of(int slot) { return slot / 2; }
+static bool ls_peft_is_a(int slot) { return slot % 2 == 0; }
 
 /* The rank a 2D factor shows: axis 0 of lora_A, axis 1 of lora_B. */
 static int64_t ls_peft_rank_of(const ls_adapter_ctx *c, size_t i) {
     const ls_adapter_in *in = &c->in[i];
     if (!in->name || in->t->ndim != 2) return -1;
-    int slot = (int)(i % LS_AD_SLOTS);
-    return slot == LS_AD_GU_A || slot == LS_AD_D_A ? in->t->shape[0] : in->t->shape[1];
+    return ls_peft_is_a((int)(i % LS_AD_SLOTS)) ? in->t->shape[0] : in->t->shape[1];
 }
 
-/* The adapter's r: the rank most factors show, so that one odd factor
- * (say, a transposed one) is the one reported, not all the others. */
+/* The rank rank_pattern gives factor i's module; 0 when no key does. */
+static int ls_peft_pattern_rank(const ls_adapter_ctx *c, size_t i) {
+    return ls_adapter_mod_at(c, (int)(i / LS_AD_SLOTS), ls_peft_mod_of((int)(i % LS_AD_SLOTS)))->r_key
+               ? ls_adapter_mod_at(c, (int)(i / LS_AD_SLOTS), ls_peft_mod_of((int)(i % LS_AD_SLOTS)))->rank
+               : 0;
+}
+
+/* The adapter's r, for the modules no rank_pattern key matches: the rank
+ * most of their factors show, so that one odd factor (say, a transposed
+ * one) is the one reported, not all the others. */
 static void ls_peft_find_rank(ls_adapter_ctx *c) {
     const size_t total = (size_t)c->dims->L * LS_AD_SLOTS;
     size_t best_count = 0;
     for (size_t i = 0; i < total; i++) {
         int64_t v = ls_peft_rank_of(c, i);
-        if (v <= 0 || v > INT32_MAX) continue;
+        if (v <= 0 || v > INT32_MAX || ls_peft_pattern_rank(c, i)) continue;
         size_t count = 0;
-        for (size_t j = 0; j < total; j++) count += ls_peft_rank_of(c, j) == v;
+        for (size_t j = 0; j < total; j++) count += ls_peft_rank_of(c, j) == v && !ls_peft_pattern_rank(c, j);
         if (count > best_count) {
             best_count = count;
             c->rank = (int)v;
@@ -33,9 +49,26 @@ static void ls_peft_find_rank(ls_adapter_ctx *c) {
     }
 }
 
+/* A module's rank_pattern key and rank, for every module present. */
+static void ls_peft_patterns(ls_adapter_ctx *c) {
+    for (int l = 0; l < c->dims->L; l++)
+        for (int m = 0; m < LS_MODS; m++) {
+            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m), *b = a + 1;
+            const ls_adapter_in *in = a->name ? a : b;
+            if (!in->name || !c->rules) continue;
+            char module[192];
+            ls_adapter_mod *md = ls_adapter_mod_at(c, l, m);
+            md->rank = ls_peft_rules_rank(c->rules, ls_adapter_module_name(in, module, sizeof module), &md->r_key);
+        }
+}
+
 static void ls_peft_missing(ls_adapter_ctx *c, int l, int slot, const ls_adapter_in *partner) {
+    /* Named as the partner is, in its family's spelling: only the factor
+     * letter differs. */
     char name[192], hint[256];
-    ls_adapter_name_build(name, sizeof name, LS_ADAPTER_FORMAT_PEFT, partner->prefixed, l, slot);
+    snprintf(name, sizeof name, "%s", partner->name);
+    size_t n = strlen(name);
+    if (n >= 8) name[n - 8] = ls_peft_is_a(slot) ? 'A' : 'B';
     const char *label = ls_adapter_slot_label(LS_ADAPTER_FORMAT_PEFT, slot);
     snprintf(hint, sizeof hint, "upload %s together with %s, or leave both out",
              ls_adapter_slot_label(LS_ADAPTER_FORMAT_PEFT, slot ^ 1), label);
@@ -74,32 +107,55 @@ static void ls_peft_expert_axis(ls_adapter_ctx *c, int l, const ls_adapter_in *i
                              (long long)want);
 }
 
-static void ls_peft_rank_axis(ls_adapter_ctx *c, int l, const ls_adapter_in *in, int axis, const char *hint) {
-    const int64_t got = in->t->shape[axis];
-    if (c->rank < 1 || got == c->rank) return;
-    ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, in->name, axis, c->rank, got, hint,
-                         "layer %d: %s rank axis (%d) is %lld, expected r = %d (the rank of %s)", l, in->name, axis,
-                         (long long)got, c->rank, c->rank_from);
+static const char *ls_peft_rank_hint =
+    "every lora_A and lora_B of an adapter has one rank r (or the one rank_pattern gives its module): lora_A is "
+    "[r, in_features], lora_B is [out_features, r]; re-export the factors, or state rank_pattern in the config";
+
+/* The rank a module's factors must show: rank_pattern's, else r's. */
+static int ls_peft_want(const ls_adapter_ctx *c, int l, int m) {
+    const ls_adapter_mod *md = ls_adapter_mod_at(c, l, m);
+    return md->r_key ? md->rank : c->rank;
 }
 
-static const char *ls_peft_rank_hint =
-    "every lora_A and lora_B of an adapter has one rank r: lora_A is [r, in_features], lora_B is "
-    "[out_features, r]; re-export the factors at one rank";
+static void ls_peft_rank_axis(ls_adapter_ctx *c, int l, int m, const ls_adapter_in *in, int axis, const char *hint) {
+    const int64_t got = in->t->shape[axis];
+    const int want = ls_peft_want(c, l, m);
+    const ls_adapter_mod *md = ls_adapter_mod_at(c, l, m);
+    if (want < 1 || got == want) return;
+    if (md->r_key)
+        ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, in->name, axis, want, got, hint,
+                             "layer %d: %s rank axis (%d) is %lld, expected r = %d (rank_pattern key \"%.60s\")", l,
+                             in->name, axis, (long long)got, want, md->r_key);
+    else
+        ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, in->name, axis, want, got, hint,
+                             "layer %d: %s rank axis (%d) is %lld, expected r = %d (the rank of %s)", l, in->name,
+                             axis, (long long)got, want, c->rank_from);
+}
 
-/* lora_A of gate_up_proj [r, H] (module 0) or down_proj [r, n*F]. */
-static void ls_peft_check_a(ls_adapter_ctx *c, int l, int module, const ls_adapter_in *in) {
+/* in_features of a module's lora_A and out_features of its lora_B. */
+static int64_t ls_peft_in_features(const ls_adapter_ctx *c, int m) {
+    return m == LS_MOD_DOWN ? (int64_t)c->dims->n * c->dims->F : c->dims->H;
+}
+static int64_t ls_peft_out_features(const ls_adapter_ctx *c, int m) {
+    const int64_t nF = (int64_t)c->dims->n * c->dims->F;
+    return m == LS_MOD_DOWN ? c->dims->H : m == LS_MOD_GATE_UP ? 2 * nF : nF;
+}
+
+/* lora_A [r, in_features]: H for gate_up, gate and up; n*F for down. */
+static void ls_peft_check_a(ls_adapter_ctx *c, int l, int m, const ls_adapter_in *in) {
     if (!ls_peft_is_2d(c, l, in, true)) return;
     const ls_tensor *t = in->t;
-    const int64_t in_features = module == 0 ? c->dims->H : (int64_t)c->dims->n * c->dims->F;
+    const int64_t in_features = ls_peft_in_features(c, m);
+    const int want = ls_peft_want(c, l, m);
     char hint[256];
     const char *rank_hint = ls_peft_rank_hint, *feat_hint = NULL;
-    if (c->rank > 0 && in_features != c->rank && t->shape[0] == in_features && t->shape[1] == c->rank) {
+    if (want > 0 && in_features != want && t->shape[0] == in_features && t->shape[1] == want) {
         snprintf(hint, sizeof hint, "the tensor looks transposed: PEFT stores lora_A as [r, in_features] = [%d, %lld]",
-                 c->rank, (long long)in_features);
+                 want, (long long)in_features);
         rank_hint = feat_hint = hint;
     }
-    ls_peft_rank_axis(c, l, in, 0, rank_hint);
-    if (module == 0) {
+    ls_peft_rank_axis(c, l, m, in, 0, rank_hint);
+    if (m != LS_MOD_DOWN) {
         if (t->shape[1] != c->dims->H)
             ls_adapter_violation(c, LS_LORA_HIDDEN_MISMATCH, l, in->name, 1, c->dims->H, t->shape[1], feat_hint,
                                  "layer %d: %s input axis (1) is %lld, expected the hidden size H = %d", l, in->name,
@@ -109,30 +165,124 @@ static void ls_peft_check_a(ls_adapter_ctx *c, int l, int module, const ls_adapt
     }
 }
 
-/* lora_B of gate_up_proj [n*2F, r] (module 0) or down_proj [H, r]. */
-static void ls_peft_check_b(ls_adapter_ctx *c, int l, int module, const ls_adapter_in *in) {
+/* lora_B [out_features, r]: n*2F for gate_up, n*F for gate and up, H for down. */
+static void ls_peft_check_b(ls_adapter_ctx *c, int l, int m, const ls_adapter_in *in) {
     if (!ls_peft_is_2d(c, l, in, false)) return;
     const ls_tensor *t = in->t;
-    const int64_t out_features = module == 0 ? 2 * (int64_t)c->dims->n * c->dims->F : c->dims->H;
+    const int64_t out_features = ls_peft_out_features(c, m);
+    const int want = ls_peft_want(c, l, m);
     char hint[256];
     const char *rank_hint = ls_peft_rank_hint, *feat_hint = NULL;
-    if (c->rank > 0 && out_features != c->rank && t->shape[0] == c->rank && t->shape[1] == out_features) {
+    if (want > 0 && out_features != want && t->shape[0] == want && t->shape[1] == out_features) {
         snprintf(hint, sizeof hint, "the tensor looks transposed: PEFT stores lora_B as [out_features, r] = [%lld, %d]",
-                 (long long)out_features, c->rank);
+                 (long long)out_features, want);
         rank_hint = feat_hint = hint;
     }
-    ls_peft_rank_axis(c, l, in, 1, rank_hint);
-    if (module == 0) {
+    ls_peft_rank_axis(c, l, m, in, 1, rank_hint);
+    if (m == LS_MOD_GATE_UP)
         ls_peft_expert_axis(c, l, in, 0, 2 * c->dims->F, "2F", "rows", feat_hint);
-    } else if (t->shape[0] != c->dims->H) {
+    else if (m != LS_MOD_DOWN)
+        ls_peft_expert_axis(c, l, in, 0, c->dims->F, "F", "rows", feat_hint);
+    else if (t->shape[0] != c->dims->H)
         ls_adapter_violation(c, LS_LORA_HIDDEN_MISMATCH, l, in->name, 0, c->dims->H, t->shape[0], feat_hint,
                              "layer %d: %s output axis (0) is %lld, expected the hidden size H = %d", l, in->name,
                              (long long)t->shape[0], c->dims->H);
+}
+
+/* Factors of one layer: pairs, shapes, one form of gate and up, and
+ * whether layers_to_transform lets PEFT have created them. */
+static void ls_peft_check_layer(ls_adapter_ctx *c, int l) {
+    for (int m = 0; m < LS_MODS; m++) {
+        const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m), *b = a + 1;
+        if (!a->name && !b->name) continue;
+        if (!a->name) ls_peft_missing(c, l, 2 * m, b);
+        if (!b->name) ls_peft_missing(c, l, 2 * m + 1, a);
+        if (a->name) ls_peft_check_a(c, l, m, a);
+        if (b->name) ls_peft_check_b(c, l, m, b);
+        const ls_adapter_in *in = a->name ? a : b;
+        char module[192], layers[96];
+        long long index;
+        if (ls_peft_rules_layer_ok(c->rules, ls_adapter_module_name(in, module, sizeof module), &index)) continue;
+        ls_peft_rules_layers_str(c->rules, layers, sizeof layers);
+        if (index >= 0)
+            ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, l, in->name, LS_NA, LS_NA, index,
+                                 "correct layers_to_transform, or leave out the factors of the layers it excludes",
+                                 "layer %d: %s is a factor of layer %lld, which layers_to_transform %s leaves out: "
+                                 "PEFT would neither create nor load it",
+                                 l, in->name, index, layers);
+        else
+            ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, l, in->name, LS_NA, LS_NA, LS_NA,
+                                 "correct layers_pattern: the name of the module list that holds the layers",
+                                 "layer %d: PEFT finds no layer index in %s with the config's layers_pattern, so "
+                                 "layers_to_transform %s would leave it out",
+                                 l, in->name, layers);
     }
+    const ls_adapter_in *fused = ls_adapter_at(c, l, LS_AD_GU_A);
+    if (!fused->name) fused = fused + 1;
+    for (int k = LS_AD_G_A; fused->name && k < LS_AD_SLOTS; k++) {
+        const ls_adapter_in *sep = ls_adapter_at(c, l, k);
+        if (!sep->name) continue;
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, l, sep->name, LS_NA, LS_NA, LS_NA,
+                             "give gate and up either fused (gate_up_proj) or separate (gate_proj, up_proj), not both",
+                             "layer %d: %s is a separate factor of gate or up, but %s gives them fused: the delta "
+                             "would be added twice",
+                             l, sep->name, fused->name);
+        break;
+    }
+}
+
+/* The rank and scale of every module present, once the shapes agree:
+ * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
+ * and lora_alpha (alpha_pattern's, else the config's); 1 without any
+ * alpha. The adapter's rank is the largest. */
+static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
+    const ls_adapter_params *p = c->params;
+    int max = 0;
+    for (int l = 0; l < c->dims->L; l++)
+        for (int m = 0; m < LS_MODS; m++) {
+            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
+            ls_adapter_mod *md = ls_adapter_mod_at(c, l, m);
+            if (!a->name && !a[1].name) continue;
+            md->rank = ls_peft_want(c, l, m);
+            double alpha = p->lora_alpha;
+            char module[192];
+            bool has = ls_peft_rules_alpha(c->rules, ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module),
+                                           &alpha, NULL) ||
+                       p->has_alpha;
+            const double r = md->rank > 0 ? md->rank : 1;
+            md->scale = !has ? 1.0 : p->use_rslora ? alpha / sqrt(r) : alpha / r;
+            if (md->rank > max) {
+                max = md->rank;
+                *largest = a->name ? a->name : a[1].name;
+            }
+        }
+    /* The scale reported is that of the modules no pattern matches. */
+    const int r0 = c->rank > 0 ? c->rank : p->r;
+    c->scale = 1.0;
+    if (p->has_alpha && r0 > 0) c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)r0) : p->lora_alpha / (double)r0;
+    c->rank = max;
+}
+
+/* gate_up_order orders the rows of a fused gate_up_proj.lora_B: stated
+ * for an upload without one, it would be ignored. */
+static void ls_peft_check_order(ls_adapter_ctx *c) {
+    const ls_adapter_params *p = c->params;
+    if (!p->has_order || p->gate_up_order != LS_GATE_UP_ORDER_INTERLEAVED) return;
+    bool fused = false, separate = false;
+    for (int l = 0; l < c->dims->L; l++) {
+        fused |= ls_adapter_at(c, l, LS_AD_GU_B)->name != NULL;
+        separate |= ls_adapter_at(c, l, LS_AD_G_B)->name || ls_adapter_at(c, l, LS_AD_U_B)->name;
+    }
+    if (!fused && separate)
+        ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "drop gate_up_order: separate gate_proj and up_proj factors have no row order to state",
+                             "gate_up_order \"interleaved\" orders the rows of a fused gate_up_proj.lora_B, and this "
+                             "upload has none");
 }
 
 /* Reports into c; allocates nothing. */
 void ls_adapter_peft_check(ls_adapter_ctx *c) {
+    ls_peft_patterns(c);
     ls_peft_find_rank(c);
     /* No 2D factor shows a rank of 1 or more (each has an empty rank
      * axis), so the per-factor checks below have nothing to compare
@@ -140,7 +290,9 @@ void ls_adapter_peft_check(ls_adapter_ctx *c) {
      * 2D factor: one that is not 2D shows no rank at all and is reported
      * as such below, so a rank problem on it would only be a consequence. */
     const size_t total = (size_t)c->dims->L * LS_AD_SLOTS;
-    for (size_t i = 0; c->rank < 1 && i < total; i++) {
+    bool any_rank = c->rank > 0;
+    for (size_t i = 0; !any_rank && i < total; i++) any_rank = ls_peft_pattern_rank(c, i) > 0;
+    for (size_t i = 0; !any_rank && i < total; i++) {
         const int64_t r = ls_peft_rank_of(c, i);
         if (r < 0) continue;
         ls_adapter_violation(c, LS_INVALID_SHAPE, (int)(i / LS_AD_SLOTS), c->in[i].name, LS_NA, LS_NA, r,
@@ -150,21 +302,11 @@ void ls_adapter_peft_check(ls_adapter_ctx *c) {
                              c->in[i].name, (long long)r);
         break;
     }
-    for (int l = 0; l < c->dims->L; l++) {
-        for (int module = 0; module < 2; module++) {
-            const int ka = module == 0 ? LS_AD_GU_A : LS_AD_D_A, kb = ka + 1;
-            const ls_adapter_in *a = ls_adapter_at(c, l, ka), *b = ls_adapter_at(c, l, kb);
-            if (!a->name && !b->name) continue;
-            if (!a->name) ls_peft_missing(c, l, ka, b);
-            if (!b->name) ls_peft_missing(c, l, kb, a);
-            if (a->name) ls_peft_check_a(c, l, module, a);
-            if (b->name) ls_peft_check_b(c, l, module, b);
-        }
-    }
+    for (int l = 0; l < c->dims->L; l++) ls_peft_check_layer(c, l);
+    ls_peft_check_order(c);
     c->outer = 1;
-    if (c->rank < 1) return;
     const ls_adapter_params *p = c->params;
-    if (p->r > 0 && p->r != c->rank) {
+    if (c->rank > 0 && p->r > 0 && p->r != c->rank) {
         char hint[256];
         snprintf(hint, sizeof hint, "set \"r\": %d in the adapter config, or upload the factors of rank %d it names",
                  c->rank, p->r);
@@ -172,54 +314,16 @@ void ls_adapter_peft_check(ls_adapter_ctx *c) {
                              "the adapter config says r = %d, but the factors have rank %d (e.g. %s)", p->r, c->rank,
                              c->rank_from);
     }
+    if (!any_rank) return;
+    const char *largest = c->rank_from;
+    ls_peft_settle(c, &largest);
     if (c->rank > c->pool->max_rank) {
         char hint[256];
         snprintf(hint, sizeof hint,
                  "restart the server with --max-rank %d (or larger), or upload an adapter of rank <= %d", c->rank,
                  c->pool->max_rank);
-        ls_adapter_violation(c, LS_LORA_RANK_TOO_LARGE, LS_NA, c->rank_from, LS_NA, c->pool->max_rank, c->rank, hint,
-                             "the adapter's rank r = %d exceeds the pool's max rank R = %d", c->rank,
-                             c->pool->max_rank);
-    }
-    /* PEFT folds lora_alpha / r (rsLoRA: / sqrt(r)) into B; without an
-     * alpha the factors are taken as they are. */
-    c->scale = 1.0;
-    if (p->has_alpha)
-        c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)c->rank) : p->lora_alpha / (double)c->rank;
-}
-
-/* dst is the caller's (a layer of ls_adapter.data); c is borrowed. */
-void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst) {
-    const size_t n = (size_t)c->dims->n, H = (size_t)c->dims->H, F = (size_t)c->dims->F, r = (size_t)c->rank;
-    const double s = c->scale;
-    const ls_factor_layout lay = ls_factor_layout_of(c->dims, 1, c->rank); /* PEFT outer factors are shared */
-    float *gu_a = dst + lay.off[LS_FACTOR_GU_A], *gu_b = dst + lay.off[LS_FACTOR_GU_B];
-    float *d_a = dst + lay.off[LS_FACTOR_D_A], *d_b = dst + lay.off[LS_FACTOR_D_B];
-    const ls_adapter_in *in = ls_adapter_at(c, l, LS_AD_GU_A);
-    if (in->name) {
-        /* One A feeds gate and up: it fills both halves of the rank axis. */
-        for (size_t i = 0; i < r * H; i++) gu_a[i] = gu_a[r * H + i] = ls_adapter_value(in->t, i);
-        /* B [n*2F, r] expert-major is [n, 2F, r] row-major; the pool
-         * wants each expert's gate rows before its up rows. */
-        in = ls_adapter_at(c, l, LS_AD_GU_B);
-        const bool interleaved = c->params->gate_up_order == LS_GATE_UP_ORDER_INTERLEAVED;
-        for (size_t e = 0; e < n; e++)
-            for (size_t row = 0; row < 2 * F; row++) {
-                /* interleaved: source row 2j is gate j, 2j+1 is up j */
-                const size_t src = interleaved ? (row < F ? 2 * row : 2 * (row - F) + 1) : row;
-                for (size_t k = 0; k < r; k++)
-                    gu_b[(e * 2 * F + row) * r + k] =
-                        (float)(s * ls_adapter_value(in->t, (e * 2 * F + src) * r + k));
-            }
-    }
-    in = ls_adapter_at(c, l, LS_AD_D_A);
-    if (in->name) {
-        /* A [r, n*F] with expert-major columns becomes [n, r, F]. */
-        for (size_t e = 0; e < n; e++)
-            for (size_t k = 0; k < r; k++)
-                for (size_t j = 0; j < F; j++)
-                    d_a[(e * r + k) * F + j] = ls_adapter_value(in->t, k * n * F + e * F + j);
-        in = ls_adapter_at(c, l, LS_AD_D_B);
-        for (size_t i = 0; i < H * r; i++) d_b[i] = (float)(s * ls_adapter_value(in->t, i));
+        ls_adapter_violation(c, LS_LORA_RANK_TOO_LARGE, LS_NA, largest, LS_NA, c->pool->max_rank, c->rank, hint,
+                             "the adapter's rank r = %d (its largest module's, %s) exceeds the pool's max rank R = %d",
+                             c->rank, largest, c->pool->max_rank);
     }
 }

@@ -50,11 +50,11 @@ static void ls_pool_axis(ls_adapter_ctx *c, ls_status code, int l, const ls_adap
  * one missing or squeezed buffer must not hide the problems of the rest
  * ("every problem at once"). */
 static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
-    const ls_adapter_in *b[LS_AD_SLOTS];
-    const char *lab[LS_AD_SLOTS];
+    const ls_adapter_in *b[LS_FACTORS];
+    const char *lab[LS_FACTORS];
     int present = 0;
     bool prefixed = false;
-    for (int k = 0; k < LS_AD_SLOTS; k++) {
+    for (int k = 0; k < LS_FACTORS; k++) {
         b[k] = ls_adapter_at(c, l, k);
         lab[k] = ls_adapter_slot_label(LS_ADAPTER_FORMAT_POOL, k);
         if (b[k]->name && !present++) prefixed = b[k]->prefixed;
@@ -63,8 +63,8 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
     out->outer_from = NULL;
     if (present == 0) return;
 
-    bool is4[LS_AD_SLOTS];
-    for (int k = 0; k < LS_AD_SLOTS; k++) {
+    bool is4[LS_FACTORS];
+    for (int k = 0; k < LS_FACTORS; k++) {
         if (!b[k]->name) {
             ls_pool_missing(c, l, k, prefixed);
             is4[k] = false;
@@ -81,7 +81,7 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
                              l, lab[k], t->ndim, shape);
     }
 
-    for (int k = 0; k < LS_AD_SLOTS; k++)
+    for (int k = 0; k < LS_FACTORS; k++)
         if (is4[k]) ls_pool_axis(c, LS_LORA_SLOT_AXIS_INVALID, l, b[k], lab[k], 0, 1, "slot");
 
     const ls_adapter_in *ga = b[LS_AD_GU_A], *gb = b[LS_AD_GU_B], *da = b[LS_AD_D_A], *db = b[LS_AD_D_B];
@@ -255,7 +255,7 @@ void ls_adapter_pool_fill(const ls_adapter_ctx *c, int l, float *dst) {
     const ls_factor_layout lay = ls_factor_layout_of(c->dims, c->outer, c->rank);
     const double s = c->scale;
     /* The slot axis is 1, so each buffer is already its compact block. */
-    for (int k = 0; k < LS_AD_SLOTS; k++) {
+    for (int k = 0; k < LS_FACTORS; k++) {
         const ls_tensor *t = ls_adapter_at(c, l, k)->t;
         const bool is_b = k == LS_AD_GU_B || k == LS_AD_D_B;
         for (size_t i = 0; i < lay.len[k]; i++)

@@ -154,6 +154,7 @@ static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter
     if (st == LS_OK && !peft_dir) {
         ls_adapter_text_params t = ls_adapter_text_params_meta(tensors, "the file's __metadata__");
         st = ls_adapter_params_from_text(&t, own, err);
+        if (st == LS_OK) st = ls_adapter_params_rules_from_meta(tensors, "the file's __metadata__", own, err);
     }
     if (st != LS_OK) {
         ls_tensor_set_free(tensors);
@@ -186,7 +187,12 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
     memset(out, 0, sizeof *out);
     memset(origin, 0, sizeof *origin);
     if (!src->path) {
-        origin->params = ls_adapter_params_merge(&src->own, &src->given);
+        /* A raw body's per-module rules travel in its __metadata__ (inline
+         * JSON tensors have none): read here, beside its other keys. */
+        ls_adapter_params own = src->own;
+        ls_status st = ls_adapter_params_rules_from_meta(src->tensors, "the body's __metadata__", &own, err);
+        if (st != LS_OK) return st;
+        origin->params = ls_adapter_params_merge(&own, &src->given);
         return ls_adapter_normalise(src->tensors, &origin->params, &ld->dims, &ld->pool, out, err);
     }
     ls_status st = ls_loader_relative(ld, src->path, origin->path, sizeof origin->path, err);

@@ -194,9 +194,11 @@ static void test_unknown_tensor(void **state) {
         "model.layers.-1.mlp.shared_experts.gate_up_proj.lora_A.weight",
         "model.layers.+1.mlp.shared_experts.down_proj.lora_B.weight",
         "model.layers.x.mlp.shared_experts.down_proj.lora_B.weight",
-        "model.layers.1.mlp.shared_experts.gate_proj.lora_A.weight",
+        "model.layers.1.mlp.shared_experts.gate_proj.lora_B.bias",
         "model.layers.1.mlp.shared_experts.down_proj.lora_magnitude_vector",
         "layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight",
+        "model.layers.0.mlp.shared_expert_gate.lora_A.weight",
+        "model.layers.0.mlp.shared_experts.gate_proj.lora_A.default.weight",
     };
     const size_t nbad = sizeof bad / sizeof bad[0];
     const int64_t shape[2] = {2, 4};
@@ -207,7 +209,9 @@ static void test_unknown_tensor(void **state) {
     const ls_violation *v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[2]);
     assert_non_null(strstr(v->message, "layer index"));
     v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[6]);
-    assert_non_null(strstr(v->hint, "rank axis"));
+    assert_non_null(strstr(v->message, "lora_bias"));
+    v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[9]);
+    assert_non_null(strstr(v->message, "gate"));
     v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[7]);
     assert_non_null(strstr(v->message, "DoRA"));
 }
