@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # lorasink against the real transformers and peft libraries:
 #   bash scripts/check-hf.sh [BUILD_DIR]     (default: build)
-# Installs torch, transformers, peft, safetensors and numpy from PyPI into
-# .venv-hf/ (once; PyPI's torch wheel pulls its nvidia-* packages, about
-# 5.6 GB and 4 minutes here, and does not import without them), then runs
+# Installs torch, transformers, peft, safetensors and numpy from PyPI, at
+# the versions last checked, into a venv kept outside the clone
+# ($LORASINK_HF_VENV, default ~/.cache/lorasink/venv-hf: once per machine,
+# not once per clone; PyPI's torch wheel pulls its nvidia-* packages,
+# about 5.6 GB and 4 minutes here, and does not import without them), then runs
 # tests/hf/check_hf.py: tiny DeepSeek-V3 and Qwen2-MoE models saved by
 # transformers, LoRA adapters on their shared experts saved by peft, served
 # by BUILD_DIR/lorasink and compared with the modules' own forward.
@@ -16,17 +18,20 @@ case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 BIN=$BUILD/lorasink
 [ -x "$BIN" ] || { echo "check-hf: $BIN not found: build first" >&2; exit 1; }
 T0=$(date +%s)
-venv=$ROOT/.venv-hf
-reqs="torch transformers peft safetensors numpy"
+venv=${LORASINK_HF_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lorasink/venv-hf}
+# Pinned: a new release of any of them may change what it saves or how it
+# computes; moving a pin is a change of its own, with the check rerun.
+reqs="torch==2.15.0 transformers==5.24.0 peft==0.21.2 safetensors==0.8.0 numpy==2.4.6"
 if [ ! -f "$venv/stamp" ] || [ "$(cat "$venv/stamp")" != "$reqs" ]; then
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
   fi
   rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check $reqs
   echo "$reqs" >"$venv/stamp"
-  echo "check-hf: installed $reqs into .venv-hf ($(du -sh "$venv" | cut -f1), $(($(date +%s) - T0)) s)"
+  echo "check-hf: installed $reqs into $venv ($(du -sh "$venv" | cut -f1), $(($(date +%s) - T0)) s)"
 fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
