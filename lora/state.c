@@ -236,15 +236,21 @@ ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
 }
 
 int ls_state_open_file(const ls_state *s, const char *file, struct stat *sb) {
-    int fd = openat(s->dirfd, file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    if (fstat(fd, sb) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
+    /* What is not a regular file is not even opened (opening a device can
+     * act on it); the fstat after the open catches one swapped in
+     * between, and O_NONBLOCK keeps that open from waiting on a FIFO. */
+    if (fstatat(s->dirfd, file, sb, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+    if (!S_ISREG(sb->st_mode)) {
+        errno = 0;
         return -1;
     }
-    return fd;
+    int fd = openat(s->dirfd, file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const int st = fstat(fd, sb), e = errno;
+    if (st == 0 && S_ISREG(sb->st_mode)) return fd;
+    close(fd);
+    errno = st == 0 ? 0 : e;
+    return -1;
 }
 
 bool ls_state_u64_text(const char *v, uint64_t *out) {
@@ -266,7 +272,7 @@ bool ls_state_version_read(const ls_state *s, const char *file, uint64_t *versio
     int fd = ls_state_open_file(s, file, &sb);
     if (fd < 0) return false;
     size_t len = 0;
-    if (S_ISREG(sb.st_mode) && sb.st_size <= LS_STATE_VERSION_FILE_MAX)
+    if (sb.st_size <= LS_STATE_VERSION_FILE_MAX)
         for (ssize_t n; len < sizeof text - 1 && (n = read(fd, text + len, sizeof text - 1 - len)) != 0;) {
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) break;

@@ -62,10 +62,11 @@ ls_status ls_state_write_version(ls_state *s, const char *file, uint64_t version
 /* Removes file if it is there, then syncs the directory. */
 ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err);
 
-/* Opens file of the directory to read it, never blocking (O_NONBLOCK: a
- * FIFO does not wait for a writer) and never following a link; *sb is
- * what fstat says. -1 with errno when it cannot be opened. Whether it is
- * a regular file is the caller's to check. */
+/* Opens file of the directory to read it when it is a regular file,
+ * never following a link and never blocking; *sb is what fstat says. -1
+ * with errno when it cannot be opened, and -1 with errno 0 (*sb then
+ * saying what it is) when it is not a regular file: that is never opened
+ * at all. */
 int ls_state_open_file(const ls_state *s, const char *file, struct stat *sb);
 
 /* The version a tombstone or a floor file holds (a regular file of at

@@ -88,15 +88,11 @@ static ls_state_decoded ls_state_read_record(const ls_state *s, const char *file
     char ebuf[128];
     struct stat sb;
     int fd = ls_state_open_file(s, file, &sb);
-    if (fd < 0) {
-        snprintf(why, why_len, "cannot be opened (%s)", strerror_r(errno, ebuf, sizeof ebuf));
-        return LS_DECODE_BAD;
-    }
+    if (fd < 0 && !errno) snprintf(why, why_len, "is %s, not a record", ls_file_kind(sb.st_mode));
+    else if (fd < 0) snprintf(why, why_len, "cannot be opened (%s)", strerror_r(errno, ebuf, sizeof ebuf));
+    if (fd < 0) return LS_DECODE_BAD;
     ls_state_decoded d = LS_DECODED;
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(why, why_len, "is %s, not a record", ls_file_kind(sb.st_mode));
-        d = LS_DECODE_BAD;
-    } else if ((uint64_t)sb.st_size > s->max_record) {
+    if ((uint64_t)sb.st_size > s->max_record) {
         snprintf(why, why_len, "is %lld bytes, more than any record this pool could hold (%zu)", (long long)sb.st_size,
                  s->max_record);
         d = LS_DECODE_HUGE;
@@ -332,7 +328,7 @@ static ls_state_decoded ls_state_header_json(const ls_state *s, const char *file
     if (fd < 0) return LS_DECODE_BAD;
     uint8_t head[8];
     uint64_t n = 0;
-    const bool sized = S_ISREG(sb.st_mode) && sb.st_size >= 8 && pread(fd, head, 8, 0) == 8;
+    const bool sized = sb.st_size >= 8 && pread(fd, head, 8, 0) == 8;
     for (int i = 0; sized && i < 8; i++) n |= (uint64_t)head[i] << (8 * i);
     const bool framed = sized && n >= 1 && n <= LS_SAFETENSORS_MAX_HEADER && n <= (uint64_t)sb.st_size - 8;
     char *text = framed ? malloc((size_t)n) : NULL;
