@@ -16,12 +16,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static const char *ls_file_kind(mode_t mode) {
+const char *ls_file_kind(mode_t mode) {
     if (S_ISDIR(mode)) return "a directory";
     if (S_ISFIFO(mode)) return "a FIFO";
     if (S_ISCHR(mode)) return "a character device";
     if (S_ISBLK(mode)) return "a block device";
     if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
     return "not a regular file";
 }
 

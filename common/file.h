@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/types.h>
+
 #include "common/error.h"
 
 typedef struct {
@@ -35,6 +37,10 @@ ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status 
  * the descriptor, or -1 with errno set (EXDEV: the path leaves the
  * directory; ELOOP: a link the walk refused). */
 int ls_file_open_beneath(int dirfd, const char *rel, int flags);
+
+/* What a file of this mode is, for a message ("a directory", "a FIFO",
+ * ... "not a regular file"); only for modes that are not regular. */
+const char *ls_file_kind(mode_t mode);
 
 /* Reads fd (a regular file, checked) from its start into a malloc'd
  * buffer (*data, *len; caller frees *data). More than max bytes is

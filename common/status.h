@@ -58,6 +58,8 @@
     X(ADAPTER_STALE, "adapter_stale", 409,                                                         \
       "the adapter's file changed or went away since it was loaded: load it again with "           \
       "\"replace\": true, or restore the file")                                                    \
+    X(VERSIONS_EXHAUSTED, "versions_exhausted", 409,                                               \
+      "the name has had its last version (2^63-1): upload the adapter under another name")        \
     X(PIN_LIMIT, "pin_limit", 409,                                                                 \
       "at most slots-1 adapters can be pinned: unpin one (load it again with replace and pinned "   \
       "false) or delete one, or load this one unpinned")                                           \

@@ -197,6 +197,27 @@ static void choice_list(const char *const *choices, const char *sep, char *buf, 
     }
 }
 
+/* Whether s[n] is UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF). */
+static bool ls_utf8_valid(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < n;) {
+        const unsigned c = s[i];
+        const size_t k = c < 0x80                  ? 1
+                         : c >= 0xc2 && c <= 0xdf ? 2
+                         : c >= 0xe0 && c <= 0xef ? 3
+                         : c >= 0xf0 && c <= 0xf4 ? 4
+                                                  : 0;
+        if (!k || i + k > n) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return false;
+        if (k == 3 && ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] > 0x9f))) return false;
+        if (k == 4 && ((c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] > 0x8f))) return false;
+        i += k;
+    }
+    return true;
+}
+
 /* The suffix that pins a start-up adapter. */
 static const char ls_pinned_suffix[] = ",pinned";
 
@@ -224,6 +245,13 @@ static bool ls_adapter_entry_split(const char *e, size_t len, ls_config_adapter 
     out->name[nlen] = '\0';
     if (!ls_adapter_name_valid(out->name)) {
         *why = "has a name that is not 1-128 letters, digits, '.', '_' or '-' (not starting with '.')";
+        return false;
+    }
+    /* A path is shown as the adapter's source in GET /adapters and saved
+     * in its state record, both JSON, whose strings are UTF-8. */
+    if (!ls_utf8_valid(eq + 1, plen)) {
+        *why = "has a path that is not UTF-8 (it is shown in GET /adapters and saved in the state directory as JSON "
+               "text); rename the file";
         return false;
     }
     memcpy(out->path, eq + 1, plen);

@@ -60,7 +60,10 @@
  *   goes over: it is a soft cap.
  * - State directory (optional): a load is on disk before it is published
  *   and a delete before the name goes; versions continue from the disk
- *   and from deleted names (version floors), so none is ever reused.
+ *   and from deleted names (version floors), so none is ever reused, and
+ *   stop at LS_STATE_VERSION_MAX rather than wrap. Where the disk made a
+ *   change whose sync then failed, the registry makes it too, so that it
+ *   says what a restart will (docs/reliability.md has every step).
  * - Counters: hits (a forward found the adapter resident), misses (it had
  *   to be loaded), loads (slot writes of an adapter, at load or forward),
  *   evictions (a resident adapter displaced), host_drops (host copies
@@ -107,6 +110,8 @@ ls_status ls_pool_create(ls_backend *be, const ls_pool_config *cfg, ls_pool **ou
         ls_pool_free(p);
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the pool's scratch buffers");
     }
+    /* Nothing larger than a record this pool could hold is read back. */
+    if (cfg->state) ls_state_fit(cfg->state, &p->dims, &p->pd);
     *out = p;
     return LS_OK;
 }
@@ -176,6 +181,17 @@ static void ls_pool_entry_discard(ls_pool_entry *e) {
     free(e);
 }
 
+/* A change the state directory made although the sync after it failed:
+ * err (the state directory's) says so first. */
+static void ls_pool_unconfirmed(ls_error *err, const char *fmt, const char *name, uint64_t version) {
+    char said[sizeof err->message], what[192];
+    snprintf(said, sizeof said, "%s", err->message);
+    snprintf(what, sizeof what, fmt, name, version);
+    const ls_status code = err->code;
+    ls_error_clear(err);
+    ls_error_set(err, code, "check the disk of --state-dir", "%s, but its durability is not confirmed: %s", what, said);
+}
+
 /* Registers a under name (docs/math.md, the pool); see pool.h. On success *a is zeroed
  * and its buffers belong to the pool; on failure they stay the caller's. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
@@ -195,7 +211,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     pthread_mutex_lock(&p->be_mu);
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
-    const uint64_t floor = ls_pool_floor_of(p, name);
+    const uint64_t last = old ? old->version : ls_pool_floor_of(p, name);
     int pins = p->pinned - (old && old->pinned ? 1 : 0);
     if (opts->keep_pin && opts->replace) e->pinned = old && old->pinned;
     int slot = -1;
@@ -206,13 +222,19 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
         /* Not 503: waiting does not help, only the client's own change. */
         st = ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
                           pins);
-    } else if (opts->restore_version && opts->restore_version <= (old ? old->version : floor)) {
+    } else if (opts->restore_version &&
+               (opts->restore_version <= last || opts->restore_version > LS_STATE_VERSION_MAX)) {
         st = ls_error_set(err, LS_INTERNAL, NULL, "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64,
-                          name, opts->restore_version, old ? old->version : floor);
+                          name, opts->restore_version, last);
+    } else if (!opts->restore_version && last >= LS_STATE_VERSION_MAX) {
+        /* Never past the last: a version that wrapped would repeat one
+         * given before. */
+        st = ls_error_set(err, LS_VERSIONS_EXHAUSTED, NULL,
+                          "adapter '%s' has had version %" PRIu64 ", the last one a name can have", name, last);
     } else {
         /* Versions never go back: after a delete they continue from the
          * deleted name's last one. */
-        e->version = opts->restore_version ? opts->restore_version : (old ? old->version : floor) + 1;
+        e->version = opts->restore_version ? opts->restore_version : last + 1;
         e->seq = ++p->seq;
         ls_policy_touch(p, e);
         /* An idle old version goes away at the switch: its slot is the
@@ -242,14 +264,21 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
 
     if (st == LS_OK && slot >= 0) st = ls_policy_fill_slot(p, e, slot, err);
     /* Durable before it is published (and so before the client hears of
-     * it); a failure here undoes the load like a failed slot write. */
+     * it); a failure here undoes the load like a failed slot write,
+     * unless the record is in place all the same (only the sync after
+     * its rename failed): then the disk says the new version, and so
+     * must the registry, while the caller hears of the error. */
+    bool made = false;
     if (st == LS_OK && p->cfg.state && !opts->restore_version) {
         ls_state_record rec = {.name = name, .version = e->version, .pinned = e->pinned,
                                .auto_loaded = opts->auto_loaded, .source_path = e->source_path, .params = e->params,
                                .a = &e->a};
-        st = ls_state_save(p->cfg.state, &rec, err);
+        st = ls_state_save(p->cfg.state, &rec, &made, err);
+        if (st != LS_OK && made)
+            ls_pool_unconfirmed(err, "adapter '%s' version %" PRIu64 " is registered and in the state directory", name,
+                                e->version);
     }
-    if (st != LS_OK) {
+    if (st != LS_OK && !made) {
         /* The old version's factors in the slot it lent were (partly)
          * overwritten: written back from its host copy (held, so the tier
          * keeps it; a pinned one always has it), a failed replace leaves
@@ -311,7 +340,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     pthread_mutex_unlock(&p->state_mu);
     memset(a, 0, sizeof *a);
     ls_log_debug("pool: registered adapter '%s' version %" PRIu64 " in slot %d", name, version, slot);
-    return LS_OK;
+    return st;
 }
 
 static bool ls_pool_floor_reserve(ls_pool *p);
@@ -334,8 +363,14 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
     pthread_mutex_unlock(&p->mu);
     ls_status st = e ? LS_OK : ls_pool_not_found(name, err);
     if (st == LS_OK && !room) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory deleting adapter '%s'", name);
-    if (st == LS_OK && p->cfg.state) st = ls_state_forget(p->cfg.state, name, version, err);
-    if (st == LS_OK) {
+    /* As in a load: a delete the disk made, though its sync failed, is
+     * made here too. */
+    bool made = false;
+    if (st == LS_OK && p->cfg.state) st = ls_state_forget(p->cfg.state, name, version, &made, err);
+    if (st != LS_OK && made)
+        ls_pool_unconfirmed(err, "adapter '%s' version %" PRIu64 " is deleted, also in the state directory", name,
+                            version);
+    if (st == LS_OK || made) {
         pthread_mutex_lock(&p->mu);
         ls_registry_unlink(p, e);
         if (e->refs == 0) ls_registry_destroy(p, e);
@@ -370,8 +405,18 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
     const ls_pool_entry *old = ls_registry_find(p, rec->name);
     const bool behind = old && old->version >= rec->version;
     pthread_mutex_unlock(&p->mu);
-    if (floor >= rec->version) /* deleted: the crash came before the record was removed */
-        return ls_state_forget(p->cfg.state, rec->name, floor, err);
+    if (floor >= rec->version) {
+        /* Deleted (an older server's tombstone, and a crash before it
+         * removed the record): finished now, or at the next start if
+         * the disk refuses; the name stays deleted either way. */
+        ls_error why;
+        ls_error_init(&why);
+        bool made;
+        if (ls_state_forget(p->cfg.state, rec->name, floor, &made, &why) != LS_OK)
+            ls_log_warn("state directory: finishing the delete of '%s': %s", rec->name, why.message);
+        ls_error_free(&why);
+        return LS_OK;
+    }
     ls_pool_load_opts o = {.pinned = rec->pinned, .source_path = rec->source_path, .params = rec->params,
                            .restore_version = rec->version, .auto_loaded = rec->auto_loaded};
     ls_error why;

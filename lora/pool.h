@@ -76,15 +76,23 @@ typedef struct {
  * info; on failure *a stays the caller's and nothing changed. Errors:
  * LS_ADAPTER_EXISTS (name taken, no replace), LS_PIN_LIMIT (a pin over
  * S-1), LS_POOL_EXHAUSTED (pinned and no slot can be had now), LS_DEVICE_ERROR (slot
- * write failed: rolled back). An unpinned adapter that finds no slot now
- * stays registered in the host tier. */
+ * write failed: rolled back), LS_VERSIONS_EXHAUSTED (the name had
+ * LS_STATE_VERSION_MAX), LS_INTERNAL (out of memory, or the state
+ * directory refused: nothing changed). One exception: when the state
+ * directory renamed the record into place and only the sync after it
+ * failed, the adapter is registered as the disk now says (*a taken and
+ * info filled as on success) and LS_INTERNAL says its durability is not
+ * confirmed. An unpinned adapter that finds no slot now stays registered
+ * in the host tier. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
                        ls_adapter_info *info, ls_error *err);
 
 /* Unregisters name: unknown at once to new requests; the slot is freed at
  * the last release. LS_ADAPTER_NOT_FOUND when unknown. With a state
  * directory the delete is durable before this returns (LS_INTERNAL, and
- * nothing changed, when the disk refuses). */
+ * nothing changed, when the disk refuses; but when the record was removed
+ * and only the sync after it failed, the name is unregistered as the disk
+ * says, and LS_INTERNAL says the delete's durability is not confirmed). */
 ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
 
 /* Registers every adapter of the state directory with its version, and

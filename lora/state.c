@@ -1,35 +1,97 @@
-/* The state directory: adapter records as safetensors files written
- * atomically (temporary file, fsync, rename, fsync of the directory),
- * the floor of each name's versions, tombstones of deleted names, reading
- * one back, and the restore scan that moves what it cannot read aside
- * instead of stopping (keeping the versions it held). */
+/* The state directory's writing side: opening it and holding its lock,
+ * the bound on what reading takes, files written atomically (temporary
+ * file, fsync, rename, fsync of the directory), records encoded as
+ * safetensors, and the save and the delete, each ordered so that a step
+ * the disk refuses leaves the disk saying what the caller is told
+ * (docs/reliability.md has the table). Reading back and the restore scan
+ * are lora/state_restore.c's. */
 #include "lora/state.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
+#include <sys/file.h>
 #include <unistd.h>
 
-#include "common/file.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "format/safetensors.h"
+#include "lora/state_internal.h"
 
-#define LS_STATE_FORMAT "1"
-#define LS_STATE_MAX_NAME 128
+bool ls_state_file_name(char *out, size_t len, const char *name, const char *suffix) {
+    int n = snprintf(out, len, "%s%s", name, suffix);
+    if (n < 0 || (size_t)n >= len) {
+        if (len) out[0] = '\0';
+        return false;
+    }
+    return true;
+}
 
-struct ls_state {
-    int dirfd;
-    char dir[PATH_MAX];
-    unsigned long tmp_seq; /* names of temporary files; callers serialise writes */
-};
+ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
+    char ebuf[128];
+    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (space, permissions)",
+                        "state directory: %s %s: %s", what, file, strerror_r(errno, ebuf, sizeof ebuf));
+}
+
+/* ---- opening and the lock -------------------------------------------------- */
+
+/* The pid a holder of DIR/.lock wrote there, as text ("" when none). */
+static void ls_state_lock_holder(int fd, char *pid, size_t len) {
+    char text[32];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    size_t k = 0;
+    for (ssize_t i = 0; i < n && k + 1 < len && text[i] >= '0' && text[i] <= '9'; i++) pid[k++] = text[i];
+    pid[k] = '\0';
+}
+
+/* Takes DIR/.lock for the state's life. Two servers on one directory
+ * would each write what the other does not know of: one's delete takes
+ * the other's acknowledged adapter at the next start. flock, so the lock
+ * goes with the process however it ends; the pid in the file only names
+ * the holder in the refusal. */
+static ls_status ls_state_lock(ls_state *s, ls_error *err) {
+    static const char hint[] = "give each server a --state-dir of its own, or stop the other one first";
+    char ebuf[128];
+    int fd = openat(s->dirfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+    struct stat sb;
+    /* -1: not a regular file (a FIFO, a directory: O_NONBLOCK kept the
+     * open from waiting on a FIFO). */
+    const int e = fd < 0 || fstat(fd, &sb) != 0 ? errno : S_ISREG(sb.st_mode) ? 0 : -1;
+    if (e) {
+        if (fd >= 0) close(fd);
+        return ls_error_set(err, LS_INVALID_REQUEST, "give --state-dir a directory the server may write",
+                            "cannot take the lock of the state directory %.200s: %s/.lock: %s", s->dir, s->dir,
+                            e < 0 ? "not a regular file" : strerror_r(e, ebuf, sizeof ebuf));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        char pid[24];
+        ls_state_lock_holder(fd, pid, sizeof pid);
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return ls_error_set(err, LS_INVALID_REQUEST, hint,
+                                "the state directory %.200s is in use by another lorasink server (%s%s, which "
+                                "holds %.200s/.lock); two servers on one state directory would undo each other's "
+                                "changes",
+                                s->dir, pid[0] ? "pid " : "pid unknown", pid, s->dir);
+        return ls_error_set(err, LS_INVALID_REQUEST, "put --state-dir on a file system that supports flock",
+                            "cannot lock the state directory %.200s (%s/.lock): %s", s->dir, s->dir,
+                            strerror_r(e, ebuf, sizeof ebuf));
+    }
+    /* Only a name for the refusal above: a full disk must not stop a
+     * start (a DELETE is what frees space). */
+    char text[32];
+    int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
+        ls_log_warn("state directory %s: cannot write this server's pid into .lock: %s (the lock holds)", s->dir,
+                    strerror_r(errno, ebuf, sizeof ebuf));
+    s->lockfd = fd;
+    return LS_OK;
+}
 
 ls_status ls_state_open(const char *dir, ls_state **out, ls_error *err) {
     *out = NULL;
@@ -39,6 +101,9 @@ ls_status ls_state_open(const char *dir, ls_state **out, ls_error *err) {
                             "cannot create the state directory %.200s: %s", dir, strerror_r(errno, ebuf, sizeof ebuf));
     ls_state *s = calloc(1, sizeof *s);
     if (!s) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    s->lockfd = -1;
+    s->corrupt_fd = -1;
+    s->max_record = SIZE_MAX;
     s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0) {
         free(s);
@@ -46,77 +111,186 @@ ls_status ls_state_open(const char *dir, ls_state **out, ls_error *err) {
                             "cannot open the state directory %.200s: %s", dir, strerror_r(errno, ebuf, sizeof ebuf));
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
+    ls_status st = ls_state_lock(s, err);
+    if (st != LS_OK) {
+        ls_state_close(s);
+        return st;
+    }
     *out = s;
     return LS_OK;
 }
 
 void ls_state_close(ls_state *s) {
     if (!s) return;
+    if (s->corrupt_fd >= 0) close(s->corrupt_fd);
+    if (s->lockfd >= 0) close(s->lockfd); /* lets the lock go; the file stays, so no two servers race on it */
     close(s->dirfd);
     free(s);
 }
 
-/* ---- writing ------------------------------------------------------------- */
-
-static ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
-    char ebuf[128];
-    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (space, permissions)",
-                        "state directory: %s %s: %s", what, file, strerror_r(errno, ebuf, sizeof ebuf));
+void ls_state_fit(ls_state *s, const ls_dims *d, const ls_pool_dims *pd) {
+    const size_t L = (size_t)d->L, lf = ls_pool_layout(d, pd).total;
+    /* factors (f32) and layer_present (u8) per layer; the header may be
+     * as long as any safetensors header; 64 bytes of padding. */
+    const size_t fixed = 8 + (size_t)LS_SAFETENSORS_MAX_HEADER + 64;
+    s->fitted = true;
+    s->dims = *d;
+    s->dims.layer_ids = NULL;
+    s->pd = *pd;
+    s->max_record = SIZE_MAX;
+    if (lf <= (SIZE_MAX - fixed) / 8 && (L == 0 || lf * 4 + 1 <= (SIZE_MAX - fixed) / L))
+        s->max_record = fixed + L * (lf * 4 + 1);
 }
 
-static ls_status ls_state_sync_dir(ls_state *s, ls_error *err) {
-    if (fsync(s->dirfd) != 0) return ls_state_fail(err, "cannot sync the directory of", s->dir);
+/* ---- writing ------------------------------------------------------------- */
+
+/* A step happened (file is done: "in place", "removed") and only the
+ * sync of the directory after it failed: as far as anyone can read the
+ * disk, the step stands. */
+static ls_status ls_state_fail_unsynced(ls_error *err, const char *file, const char *done) {
+    char ebuf[128];
+    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir",
+                        "state directory: %s is %s, but the directory could not be synced after it: %s", file, done,
+                        strerror_r(errno, ebuf, sizeof ebuf));
+}
+
+static bool ls_state_write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC;
+            return false;
+        }
+        p += w, len -= (size_t)w;
+    }
+    return true;
+}
+
+ls_status ls_state_stage(ls_state *s, const char *file, const void *data, size_t len, ls_state_staged *t,
+                         ls_error *err) {
+    snprintf(t->file, sizeof t->file, "%s", file);
+    snprintf(t->tmp, sizeof t->tmp, ".tmp.%lu.%s", ++s->tmp_seq, file);
+    int fd = openat(s->dirfd, t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ls_state_fail(err, "cannot create", t->tmp);
+        t->tmp[0] = '\0';
+        return LS_INTERNAL;
+    }
+    /* Each failure sets err from errno at once, before the clean-up
+     * changes it. */
+    bool ok = ls_state_write_all(fd, data, len);
+    if (!ok) ls_state_fail(err, "cannot write", t->tmp);
+    if (ok && fsync(fd) != 0) {
+        ls_state_fail(err, "cannot sync", t->tmp);
+        ok = false;
+    }
+    if (close(fd) != 0 && ok) {
+        ls_state_fail(err, "cannot close", t->tmp);
+        ok = false;
+    }
+    if (!ok) ls_state_unstage(s, t);
+    return ok ? LS_OK : LS_INTERNAL;
+}
+
+void ls_state_unstage(ls_state *s, ls_state_staged *t) {
+    if (t->tmp[0]) unlinkat(s->dirfd, t->tmp, 0);
+    t->tmp[0] = '\0';
+}
+
+ls_status ls_state_place(ls_state *s, ls_state_staged *t, bool *placed, ls_error *err) {
+    *placed = false;
+    if (renameat(s->dirfd, t->tmp, s->dirfd, t->file) != 0) {
+        ls_state_fail(err, "cannot rename into place", t->file);
+        ls_state_unstage(s, t);
+        return LS_INTERNAL;
+    }
+    t->tmp[0] = '\0';
+    *placed = true;
+    if (fsync(s->dirfd) != 0) return ls_state_fail_unsynced(err, t->file, "in place");
     return LS_OK;
 }
 
-/* data[len] becomes file in one step, durable when this returns LS_OK. */
-static ls_status ls_state_write_atomic(ls_state *s, const char *file, const void *data, size_t len, ls_error *err) {
-    char tmp[LS_STATE_MAX_NAME + 64];
-    snprintf(tmp, sizeof tmp, ".tmp.%lu.%s", ++s->tmp_seq, file);
-    int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return ls_state_fail(err, "cannot create", tmp);
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            ls_state_fail(err, "cannot write", tmp);
-            close(fd);
-            unlinkat(s->dirfd, tmp, 0);
-            return LS_INTERNAL;
-        }
-        p += w, left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        ls_state_fail(err, "cannot sync", tmp);
-        unlinkat(s->dirfd, tmp, 0);
-        return LS_INTERNAL;
-    }
-    if (renameat(s->dirfd, tmp, s->dirfd, file) != 0) {
-        ls_state_fail(err, "cannot rename into place", file);
-        unlinkat(s->dirfd, tmp, 0);
-        return LS_INTERNAL;
-    }
-    return ls_state_sync_dir(s, err);
+ls_status ls_state_write_atomic(ls_state *s, const char *file, const void *data, size_t len, bool *placed,
+                                ls_error *err) {
+    *placed = false;
+    ls_state_staged t;
+    ls_status st = ls_state_stage(s, file, data, len, &t, err);
+    return st == LS_OK ? ls_state_place(s, &t, placed, err) : st;
 }
 
-/* version as the text of file (a tombstone or a floor: decimal digits
- * and a newline), durable when this returns LS_OK. */
-static ls_status ls_state_write_version(ls_state *s, const char *file, uint64_t version, ls_error *err) {
+ls_status ls_state_write_version(ls_state *s, const char *file, uint64_t version, bool *placed, ls_error *err) {
     char text[32];
     int n = snprintf(text, sizeof text, "%" PRIu64 "\n", version);
-    return ls_state_write_atomic(s, file, text, (size_t)n, err);
+    return ls_state_write_atomic(s, file, text, (size_t)n, placed, err);
 }
 
-/* Removes file if it is there; durable when this returns LS_OK. */
-static ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
+ls_status ls_state_remove(ls_state *s, const char *file, ls_error *err) {
     if (unlinkat(s->dirfd, file, 0) != 0) {
         if (errno == ENOENT) return LS_OK;
         return ls_state_fail(err, "cannot remove", file);
     }
-    return ls_state_sync_dir(s, err);
+    if (fsync(s->dirfd) != 0) return ls_state_fail(err, "cannot sync the directory after removing", file);
+    return LS_OK;
 }
+
+int ls_state_open_file(const ls_state *s, const char *file, struct stat *sb) {
+    /* What is not a regular file is not even opened (opening a device can
+     * act on it); the fstat after the open catches one swapped in
+     * between, and O_NONBLOCK keeps that open from waiting on a FIFO. */
+    if (fstatat(s->dirfd, file, sb, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+    if (!S_ISREG(sb->st_mode)) {
+        errno = 0;
+        return -1;
+    }
+    int fd = openat(s->dirfd, file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const int st = fstat(fd, sb), e = errno;
+    if (st == 0 && S_ISREG(sb->st_mode)) return fd;
+    close(fd);
+    errno = st == 0 ? 0 : e;
+    return -1;
+}
+
+bool ls_state_u64_text(const char *v, uint64_t *out) {
+    /* Digits only: strtoull would take "-1" as 2^64 - 1. */
+    if (!v || *v < '0' || *v > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(v, &end, 10);
+    if (errno || *end) return false;
+    *out = u;
+    return true;
+}
+
+/* Reads into a buffer of its own: nothing to allocate, so nothing to run
+ * out of. */
+bool ls_state_version_read(const ls_state *s, const char *file, uint64_t *version) {
+    char text[LS_STATE_VERSION_FILE_MAX + 2];
+    struct stat sb;
+    int fd = ls_state_open_file(s, file, &sb);
+    if (fd < 0) return false;
+    size_t len = 0;
+    if (sb.st_size <= LS_STATE_VERSION_FILE_MAX)
+        for (ssize_t n; len < sizeof text - 1 && (n = read(fd, text + len, sizeof text - 1 - len)) != 0;) {
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) break;
+            len += (size_t)n;
+        }
+    close(fd);
+    if (len == 0 || len > LS_STATE_VERSION_FILE_MAX) return false;
+    text[len] = '\0';
+    /* The first line, digits only and no overflow: strtoull would take
+     * "-1" (and any number past 2^64 - 1) as 2^64 - 1. */
+    char *nl = memchr(text, '\n', len);
+    if (nl) *nl = '\0';
+    uint64_t v = 0;
+    if (!ls_state_u64_text(text, &v) || v < 1 || v > LS_STATE_VERSION_MAX) return false;
+    *version = v;
+    return true;
+}
+
 
 /* j as compact text, NULL when out of memory. jansson 2.14's json_dumps
  * drops an object key it cannot append when memory runs out and still
@@ -142,7 +316,9 @@ static json_t *ls_state_params_json(const ls_adapter_params *p) {
                      "has_order", p->has_order, "gate_up_order", ls_gate_up_order_name(p->gate_up_order));
 }
 
-ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) {
+/* rec as the bytes of its NAME.adapter: *bytes (the caller frees) of *len. */
+static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, size_t *len, ls_error *err) {
+
     const ls_adapter *a = rec->a;
     const int64_t L = a->layers, lf = (int64_t)a->layer_floats;
     uint8_t *present = malloc((size_t)L ? (size_t)L : 1);
@@ -184,23 +360,9 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
                   ls_tensor_set_add_meta(&set, "ignored", ignored_text);
         if (!ok) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if (st == LS_OK) st = ls_safetensors_write(&set, &bytes, &len, err);
-    char file[LS_STATE_MAX_NAME + 16];
-    /* The name's floor before its record: once a record of this version
-     * is on disk, so is a file that knows the version, whatever later
-     * becomes of the record (a restore that cannot read even the
-     * record's header reads the floor). A floor left ahead of its record
-     * (the record's write failed or a crash came between) only bounds
-     * the name's versions from below: it costs nothing. */
-    snprintf(file, sizeof file, "%s.floor", rec->name);
-    if (st == LS_OK) st = ls_state_write_version(s, file, rec->version, err);
-    snprintf(file, sizeof file, "%s.adapter", rec->name);
-    if (st == LS_OK) st = ls_state_write_atomic(s, file, bytes, len, err);
-    snprintf(file, sizeof file, "%s.deleted", rec->name);
-    if (st == LS_OK) st = ls_state_remove(s, file, err);
-    free(bytes);
+    *bytes = NULL;
+    *len = 0;
+    if (st == LS_OK) st = ls_safetensors_write(&set, bytes, len, err);
     ls_tensor_set_free(&set);
     free(present);
     free(params_text);
@@ -208,420 +370,102 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, ls_error *err) 
     return st;
 }
 
-ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, ls_error *err) {
-    char file[LS_STATE_MAX_NAME + 16];
-    snprintf(file, sizeof file, "%s.deleted", name);
-    ls_status st = ls_state_write_version(s, file, version, err);
-    snprintf(file, sizeof file, "%s.adapter", name);
-    if (st == LS_OK) st = ls_state_remove(s, file, err);
-    return st;
+static ls_status ls_state_name_check(const char *name, ls_error *err) {
+    if (name && ls_adapter_name_valid(name)) return LS_OK;
+    /* Not echoed: it may hold anything, a newline included. */
+    return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                        "state directory: an adapter name must be 1-128 letters, digits, '.', '_' or '-', not "
+                        "starting with '.', to name its files");
 }
 
-/* ---- reading ------------------------------------------------------------- */
+/* The three files of a name (which the name rule keeps short enough). */
+typedef struct {
+    char record[LS_STATE_MAX_NAME + 16], floor[LS_STATE_MAX_NAME + 16], tomb[LS_STATE_MAX_NAME + 16];
+} ls_state_files;
 
-/* v, a decimal number and nothing else, into *out. */
-static bool ls_state_u64_text(const char *v, uint64_t *out) {
-    /* Digits only: strtoull would take "-1" as 2^64 - 1. */
-    if (!v || *v < '0' || *v > '9') return false;
-    char *end;
-    errno = 0;
-    unsigned long long u = strtoull(v, &end, 10);
-    if (errno || *end) return false;
-    *out = u;
-    return true;
+static void ls_state_files_of(const char *name, ls_state_files *f) {
+    ls_state_file_name(f->record, sizeof f->record, name, ".adapter");
+    ls_state_file_name(f->floor, sizeof f->floor, name, ".floor");
+    ls_state_file_name(f->tomb, sizeof f->tomb, name, ".deleted");
 }
 
-static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_t *out) {
-    return ls_state_u64_text(ls_tensor_set_meta(set, key), out);
-}
-
-/* What reading a record gave: the record, a file that is not one, or no
- * memory to tell (which says nothing about the file: it must not be set
- * aside for it). */
-typedef enum { LS_DECODED, LS_DECODE_BAD, LS_DECODE_NOMEM } ls_state_decoded;
-
-/* jansson's out of memory where it says so: json_unpack's error code, or
- * a parse that failed before it could name a reason (its buffer could not
- * be made). */
-static bool ls_state_json_nomem(const json_error_t *e) {
-    return !e->text[0] || json_error_code(e) == json_error_out_of_memory;
-}
-
-static ls_state_decoded ls_state_params_parse(const char *text, ls_adapter_params *p) {
-    json_error_t jerr;
-    json_t *j = text ? json_loads(text, 0, &jerr) : NULL;
-    if (!j) return text && ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    /* Records written before gate_up_order existed lack its keys: they
-     * were loaded with the only order there was. */
-    const char *format = NULL, *order = "gate_up";
-    int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0, has_order = 0;
-    double alpha = 0, scale = 0;
-    ls_state_decoded d = LS_DECODED;
-    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b, s?b, s?s}", "format", &format,
-                       "r", &r, "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
-                       &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict, "whole_config",
-                       &whole, "has_order", &has_order, "gate_up_order", &order))
-        d = json_error_code(&jerr) == json_error_out_of_memory ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    else if (!ls_adapter_format_parse(format, &p->format) || !ls_gate_up_order_parse(order, &p->gate_up_order))
-        d = LS_DECODE_BAD;
-    if (d == LS_DECODED) {
-        p->r = r, p->has_alpha = has_alpha, p->lora_alpha = alpha, p->has_rslora = has_rslora;
-        p->use_rslora = use_rslora, p->has_scale = has_scale, p->scale = scale, p->strict = strict;
-        p->whole_config = whole, p->has_order = has_order;
-    }
-    json_decref(j);
-    return d;
-}
-
-/* A record of file (NAME.adapter) into rec and *a (the caller's). Unless
- * LS_DECODED, nothing is allocated. */
-/* file read whole into *bytes (the caller frees) and *len. LS_INTERNAL
- * means out of memory; any other failure (cannot open, cannot read) is
- * LS_INVALID_REQUEST, and *bytes is NULL. */
-static ls_status ls_state_read_whole(ls_state *s, const char *file, uint8_t **bytes, size_t *len) {
-    *bytes = NULL;
-    *len = 0;
-    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return LS_INVALID_REQUEST;
-    ls_error err;
-    ls_error_init(&err);
-    ls_status st = ls_file_read_fd(fd, SIZE_MAX, bytes, len, file, LS_INVALID_REQUEST, &err);
-    close(fd);
-    ls_error_free(&err);
-    return st;
-}
-
-static ls_state_decoded ls_state_decode(ls_state *s, const char *file, const char *want_name, ls_state_record *rec,
-                                        ls_adapter *a, char *source, size_t source_len, char *name,
-                                        size_t name_len) {
-    memset(a, 0, sizeof *a);
+ls_status ls_state_save(ls_state *s, const ls_state_record *rec, bool *made, ls_error *err) {
+    *made = false;
+    ls_status st = ls_state_name_check(rec->name, err);
+    if (st != LS_OK) return st;
+    if (rec->version < 1 || rec->version > LS_STATE_VERSION_MAX)
+        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: version %" PRIu64 " of '%s' is out of range",
+                            rec->version, rec->name);
     uint8_t *bytes = NULL;
     size_t len = 0;
-    ls_error err;
-    ls_error_init(&err);
-    /* LS_INTERNAL from the reader and the parser means out of memory. */
-    ls_status st = ls_state_read_whole(s, file, &bytes, &len);
-    ls_tensor_set set;
-    ls_tensor_set_init(&set);
-    if (st == LS_OK) st = ls_safetensors_parse(bytes, len, &set, &err);
-    bool nomem = st == LS_INTERNAL, ok = st == LS_OK;
-    ls_error_free(&err);
-    const ls_tensor *factors = ok ? ls_tensor_set_find(&set, "factors") : NULL;
-    const ls_tensor *flags = ok ? ls_tensor_set_find(&set, "layer_present") : NULL;
-    const char *fmt = ok ? ls_tensor_set_meta(&set, "lorasink_state") : NULL, *nm = NULL, *sha = NULL, *src = NULL;
-    uint64_t version = 0, rank = 0, outer = 0;
-    ls_state_decoded params = LS_DECODE_BAD;
-    ok = ok && factors && flags && fmt && !strcmp(fmt, LS_STATE_FORMAT) && factors->dtype == LS_DTYPE_F32 &&
-         factors->ndim == 2 && flags->dtype == LS_DTYPE_U8 && flags->ndim == 1 && flags->shape[0] == factors->shape[0] &&
-         factors->shape[0] >= 1 && factors->shape[1] >= 1 && (nm = ls_tensor_set_meta(&set, "name")) &&
-         strlen(nm) < name_len && (!want_name || !strcmp(nm, want_name)) &&
-         ls_state_meta_u64(&set, "version", &version) && version >= 1 && ls_state_meta_u64(&set, "rank", &rank) &&
-         ls_state_meta_u64(&set, "outer", &outer) && rank >= 1 && rank <= INT32_MAX && outer >= 1 &&
-         outer <= INT32_MAX && (sha = ls_tensor_set_meta(&set, "sha256")) && strlen(sha) == 64 &&
-         (src = ls_tensor_set_meta(&set, "source")) && strlen(src) < source_len &&
-         (params = ls_state_params_parse(ls_tensor_set_meta(&set, "params"), &rec->params)) == LS_DECODED &&
-         ls_adapter_format_parse(ls_tensor_set_meta(&set, "format") ? ls_tensor_set_meta(&set, "format") : "",
-                                 &a->meta.format);
-    nomem |= params == LS_DECODE_NOMEM;
-    json_error_t jerr;
-    json_t *ignored = ok ? json_loads(ls_tensor_set_meta(&set, "ignored"), 0, &jerr) : NULL;
-    nomem |= ok && !ignored && ls_state_json_nomem(&jerr);
-    ok = ok && json_is_array(ignored);
-    if (ok) {
-        const size_t L = (size_t)factors->shape[0], lf = (size_t)factors->shape[1], n_ign = json_array_size(ignored);
-        a->layers = (int)L;
-        a->layer_floats = lf;
-        a->meta.rank = (int)rank;
-        a->meta.outer = (int)outer;
-        const char *scale = ls_tensor_set_meta(&set, "scale");
-        a->meta.scale = scale ? strtod(scale, NULL) : 1.0;
-        a->data = malloc(L * lf * sizeof(float));
-        a->layer_present = calloc(L, sizeof(bool));
-        a->ignored = calloc(n_ign ? n_ign : 1, sizeof(char *));
-        ok = a->data && a->layer_present && a->ignored;
-        nomem = !ok;
-        if (ok) {
-            memcpy(a->data, factors->data, L * lf * sizeof(float));
-            for (size_t l = 0; l < L; l++) a->layer_present[l] = ((const uint8_t *)flags->data)[l] != 0;
-            for (size_t i = 0; ok && i < n_ign; i++) {
-                const char *v = json_string_value(json_array_get(ignored, i));
-                ok = v && (a->ignored[a->meta.n_ignored] = strdup(v));
-                nomem = v && !ok;
-                if (ok) a->meta.n_ignored++;
-            }
-        }
-        if (ok) {
-            /* A record whose factors do not give its digest is corrupt. */
-            ls_adapter_digest(a->data, L * lf, a->meta.sha256);
-            ok = !strcmp(a->meta.sha256, sha);
-            a->meta.bytes = ls_adapter_host_bytes(a);
-        }
-        if (ok) {
-            const char *pinned = ls_tensor_set_meta(&set, "pinned");
-            rec->pinned = pinned && !strcmp(pinned, "true");
-            /* Absent from records written before --auto-load existed. */
-            const char *auto_loaded = ls_tensor_set_meta(&set, "auto_loaded");
-            rec->auto_loaded = auto_loaded && !strcmp(auto_loaded, "true");
-            rec->version = version;
-            snprintf(name, name_len, "%s", nm);
-            snprintf(source, source_len, "%s", src);
-            rec->name = name;
-            rec->source_path = *source ? source : NULL;
-        }
-    }
-    json_decref(ignored);
-    ls_tensor_set_free(&set);
+    st = ls_state_encode(rec, &bytes, &len, err);
+    ls_state_files f;
+    ls_state_files_of(rec->name, &f);
+    /* Every file the save writes is staged before the first rename, so
+     * that a full disk fails it with nothing changed and no file left:
+     * the record, and the floor unless it holds this version already. */
+    uint64_t floor = 0;
+    const bool floor_due = !ls_state_version_read(s, f.floor, &floor) || floor < rec->version;
+    ls_state_staged rt = {0}, ft = {0};
+    char text[32];
+    const int n = snprintf(text, sizeof text, "%" PRIu64 "\n", rec->version);
+    if (st == LS_OK) st = ls_state_stage(s, f.record, bytes, len, &rt, err);
     free(bytes);
-    if (!ok) ls_adapter_free(a);
-    return ok ? LS_DECODED : nomem ? LS_DECODE_NOMEM : LS_DECODE_BAD;
+    if (st == LS_OK && floor_due) st = ls_state_stage(s, f.floor, text, (size_t)n, &ft, err);
+    /* The record's rename is the save. */
+    if (st == LS_OK) st = ls_state_place(s, &rt, made, err);
+    if (!*made) {
+        ls_state_unstage(s, &rt);
+        ls_state_unstage(s, &ft);
+        return st;
+    }
+    /* The floor after the record, so that a crash between leaves it
+     * behind (the record gives the version; the next start moves the
+     * floor up), never ahead of a save that did not happen. */
+    ls_error why;
+    ls_error_init(&why);
+    bool placed;
+    if (floor_due && ls_state_place(s, &ft, &placed, &why) != LS_OK && !placed)
+        ls_log_warn("%s (%s stays behind %s until the next start)", why.message, f.floor, f.record);
+    ls_error_clear(&why);
+    /* A tombstone of an older delete: the restore goes by the record
+     * (newer), so one the disk keeps is only untidy. */
+    if (st == LS_OK && ls_state_remove(s, f.tomb, &why) != LS_OK)
+        ls_log_warn("%s (older than %s, which a restore goes by)", why.message, f.record);
+    ls_error_free(&why);
+    return st;
 }
 
-ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adapter *out, ls_error *err) {
-    char file[LS_STATE_MAX_NAME + 16], source[4096], nm[LS_STATE_MAX_NAME + 1];
-    snprintf(file, sizeof file, "%s.adapter", name);
-    ls_state_record rec = {0};
-    ls_state_decoded d = ls_state_decode(s, file, name, &rec, out, source, sizeof source, nm, sizeof nm);
-    if (d == LS_DECODE_NOMEM)
-        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s back", file);
-    if (d != LS_DECODED)
-        return ls_error_set(err, LS_INTERNAL, "the state directory was changed behind the server",
-                            "state directory: %s cannot be read back", file);
-    if (rec.version != version) {
-        ls_adapter_free(out);
-        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: %s holds version %" PRIu64 ", not %" PRIu64,
-                            file, rec.version, version);
+ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, bool *made, ls_error *err) {
+    *made = false;
+    ls_status st = ls_state_name_check(name, err);
+    if (st != LS_OK) return st;
+    ls_state_files f;
+    ls_state_files_of(name, &f);
+    /* The floor keeps the name's versions once its record is gone. Every
+     * save writes it after its record, and every start moves up one left
+     * behind; only a crash between the two since the last start (or a
+     * record saved before floors existed) leaves one to write now, the
+     * one write of a delete that takes space. A floor at or above the
+     * version deletes nothing, so a failure here changed nothing. */
+    uint64_t floor = 0;
+    bool placed;
+    if (!ls_state_version_read(s, f.floor, &floor) || floor < version) {
+        st = ls_state_write_version(s, f.floor, version, &placed, err);
+        if (st != LS_OK) return st;
     }
+    /* Removing the record is the delete, and it frees space: a full disk
+     * can still delete. */
+    if (unlinkat(s->dirfd, f.record, 0) != 0 && errno != ENOENT) return ls_state_fail(err, "cannot remove", f.record);
+    *made = true;
+    if (fsync(s->dirfd) != 0) return ls_state_fail_unsynced(err, f.record, "removed");
+    /* The tombstone says what the floor says, for a server from before
+     * floors kept a deleted name's versions (a downgrade); the removal
+     * made room for it. */
+    ls_error why;
+    ls_error_init(&why);
+    if (ls_state_write_version(s, f.tomb, version, &placed, &why) != LS_OK)
+        ls_log_warn("%s (the delete holds: %s keeps the name's versions)", why.message, f.floor);
+    ls_error_free(&why);
     return LS_OK;
-}
-
-/* ---- restore -------------------------------------------------------------- */
-
-/* Moves file to DIR/corrupt/ (never deleted: an operator may want it). */
-/* False when it could not be moved (it stays, and is skipped). The
- * sequence number keeps two files of one name set aside in the same
- * second apart. */
-static bool ls_state_set_aside(ls_state *s, const char *file, const char *why) {
-    mkdirat(s->dirfd, "corrupt", 0700);
-    char dest[LS_STATE_MAX_NAME + 96];
-    snprintf(dest, sizeof dest, "corrupt/%s.%lld.%lu", file, (long long)time(NULL), ++s->tmp_seq);
-    if (renameat(s->dirfd, file, s->dirfd, dest) == 0) {
-        fsync(s->dirfd);
-        ls_log_error("state directory: %s %s; moved to %s/%s", file, why, s->dir, dest);
-        return true;
-    }
-    ls_log_error("state directory: %s %s and cannot be moved aside; skipped", file, why);
-    return false;
-}
-
-/* The version a tombstone or a floor file holds (a decimal >= 1 ending
- * the file or its first line, the file 64 bytes at most); false when it
- * is missing or holds no version. Reads into a buffer of its own:
- * nothing to allocate, so nothing to run out of. */
-static bool ls_state_version_read(ls_state *s, const char *file, uint64_t *version) {
-    char text[66];
-    int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return false;
-    size_t len = 0;
-    for (ssize_t n; len < sizeof text - 1 && (n = read(fd, text + len, sizeof text - 1 - len)) != 0;) {
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) break;
-        len += (size_t)n;
-    }
-    close(fd);
-    if (len == 0 || len > 64) return false;
-    text[len] = '\0';
-    /* Digits only, and no overflow: strtoull would take "-1" (and any
-     * number past 2^64 - 1) as 2^64 - 1, a version no name could go on
-     * from. */
-    if (text[0] < '0' || text[0] > '9') return false;
-    char *end = NULL;
-    errno = 0;
-    uint64_t v = strtoull(text, &end, 10);
-    if (errno || v < 1 || !end || (*end != '\n' && *end)) return false;
-    *version = v;
-    return true;
-}
-
-/* A crash between writing a new version of a deleted name and dropping
- * its tombstone leaves both: a tombstone older than the record restored
- * is removed (best effort: a leftover one is harmless, only untidy). */
-static void ls_state_drop_outdated_tomb(ls_state *s, const char *name, uint64_t version) {
-    char file[LS_STATE_MAX_NAME + 16];
-    snprintf(file, sizeof file, "%s.deleted", name);
-    uint64_t tomb = 0;
-    if (!ls_state_version_read(s, file, &tomb) || tomb >= version) return;
-    ls_error err;
-    ls_error_init(&err);
-    if (ls_state_remove(s, file, &err) != LS_OK) ls_log_warn("%s", err.message);
-    ls_error_free(&err);
-}
-
-/* The version the header of file (NAME.adapter) gives, where it still
- * reads as a record of name; 0 when it does not. What breaks in a record
- * is mostly its factors (a digest that does not match, a file cut
- * short), and the header before them still says which version it was.
- * The file is read whole again, as the decode read it: only records that
- * failed to decode come here, rarely enough not to need a reader of
- * their own. LS_DECODE_NOMEM when memory ran out before it could tell
- * (which says nothing about the file). */
-static ls_state_decoded ls_state_header_version(ls_state *s, const char *file, const char *name,
-                                                uint64_t *version) {
-    *version = 0;
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    ls_status st = ls_state_read_whole(s, file, &bytes, &len);
-    if (st != LS_OK) return st == LS_INTERNAL ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    /* safetensors: the header's length (8 bytes, little-endian), then
-     * the header, a JSON object whose __metadata__ holds what
-     * ls_state_save put there. */
-    uint64_t n = 0;
-    for (int i = 0; len >= 8 && i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
-    const bool framed = len >= 8 && n >= 1 && n <= len - 8;
-    json_error_t jerr;
-    json_t *header = framed ? json_loadb((const char *)bytes + 8, (size_t)n, 0, &jerr) : NULL;
-    const bool nomem = framed && !header && ls_state_json_nomem(&jerr);
-    free(bytes);
-    const json_t *m = json_object_get(header, "__metadata__");
-    const char *fmt = json_string_value(json_object_get(m, "lorasink_state"));
-    const char *nm = json_string_value(json_object_get(m, "name"));
-    const char *v = json_string_value(json_object_get(m, "version"));
-    uint64_t u = 0;
-    if (fmt && !strcmp(fmt, LS_STATE_FORMAT) && nm && !strcmp(nm, name) && ls_state_u64_text(v, &u) && u >= 1)
-        *version = u;
-    json_decref(header);
-    return nomem ? LS_DECODE_NOMEM : LS_DECODED;
-}
-
-/* A record set aside would take its name's versions with it: the next
- * upload of the name would start again at 1 (or after an older
- * tombstone). *lost comes in as the version its header gives (0: none)
- * and leaves as the highest version the record could have held, that or
- * the name's floor (0 when neither tells). That version becomes the
- * name's tombstone, which every later start reads as the name's lower
- * bound as it does a delete's, unless a tombstone says as much already;
- * tomb hears of it now. False when the disk refuses the tombstone: the
- * record then stays where it is, for the next start to try again. *wrote
- * says whether this call wrote the tombstone, *prev the one it replaced
- * (0: none), for the caller to put back if the record cannot be moved. */
-static bool ls_state_keep_versions(ls_state *s, const char *name, uint64_t *lost, ls_state_tomb_fn tomb,
-                                   void *ctx, bool *wrote, uint64_t *prev) {
-    char file[LS_STATE_MAX_NAME + 16];
-    snprintf(file, sizeof file, "%s.floor", name);
-    uint64_t floor = 0, last = 0;
-    *wrote = false;
-    *prev = 0;
-    if (ls_state_version_read(s, file, &floor) && floor > *lost) *lost = floor;
-    if (!*lost) return true;
-    snprintf(file, sizeof file, "%s.deleted", name);
-    if (ls_state_version_read(s, file, &last) && last >= *lost) return true; /* tomb heard of it first */
-    *prev = last;
-    ls_error err;
-    ls_error_init(&err);
-    const bool kept = ls_state_write_version(s, file, *lost, &err) == LS_OK;
-    *wrote = kept;
-    if (!kept) ls_log_error("%s; %s.adapter, unreadable, is left in place", err.message, name);
-    ls_error_free(&err);
-    tomb(ctx, name, *lost);
-    return kept;
-}
-
-static int ls_state_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The NAME of NAME.suffix when file is exactly that, else false. */
-static bool ls_state_name_of(const char *file, const char *suffix, char *name, size_t len) {
-    size_t fl = strlen(file), sl = strlen(suffix);
-    if (fl <= sl || strcmp(file + fl - sl, suffix) || fl - sl > LS_STATE_MAX_NAME || fl - sl >= len) return false;
-    memcpy(name, file, fl - sl);
-    name[fl - sl] = '\0';
-    return name[0] != '.';
-}
-
-ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn tomb, void *ctx, ls_error *err) {
-    int fd = dup(s->dirfd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0) close(fd);
-        return ls_state_fail(err, "cannot list", s->dir);
-    }
-    rewinddir(d);
-    char **files = NULL;
-    size_t n = 0, cap = 0;
-    ls_status st = LS_OK;
-    for (struct dirent *e; st == LS_OK && (e = readdir(d));) {
-        if (!strncmp(e->d_name, ".tmp.", 5)) { /* a write a crash cut short */
-            unlinkat(s->dirfd, e->d_name, 0);
-            continue;
-        }
-        if (e->d_name[0] == '.' || !strcmp(e->d_name, "corrupt")) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **f = realloc(files, cap * sizeof *f);
-            if (!f) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-            else files = f;
-        }
-        if (st == LS_OK && !(files[n++] = strdup(e->d_name))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    }
-    closedir(d);
-    if (st == LS_OK && n) qsort(files, n, sizeof *files, ls_state_cmp); /* an empty directory: files is NULL */
-    char name[LS_STATE_MAX_NAME + 1];
-    /* Tombstones first: a record they outdate (a crash between the
-     * tombstone and the removal) is the delete's to finish. */
-    for (size_t i = 0; st == LS_OK && i < n; i++) {
-        if (!ls_state_name_of(files[i], ".deleted", name, sizeof name)) continue;
-        uint64_t v = 0;
-        if (ls_state_version_read(s, files[i], &v)) tomb(ctx, name, v);
-        else ls_state_set_aside(s, files[i], "is not a tombstone");
-    }
-    for (size_t i = 0; st == LS_OK && i < n; i++) {
-        if (!ls_state_name_of(files[i], ".adapter", name, sizeof name)) continue;
-        ls_state_record rec = {0};
-        ls_adapter a;
-        char source[4096], nm[LS_STATE_MAX_NAME + 1];
-        ls_state_decoded d = ls_state_decode(s, files[i], name, &rec, &a, source, sizeof source, nm, sizeof nm);
-        if (d == LS_DECODE_NOMEM) {
-            st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
-            break;
-        }
-        if (d != LS_DECODED) {
-            /* Set aside, but not with its name's versions. */
-            uint64_t lost = 0;
-            if (ls_state_header_version(s, files[i], name, &lost) == LS_DECODE_NOMEM) {
-                st = ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", files[i]);
-                break;
-            }
-            bool wrote;
-            uint64_t prev;
-            if (!ls_state_keep_versions(s, name, &lost, tomb, ctx, &wrote, &prev)) continue;
-            char why[LS_STATE_MAX_NAME + 128];
-            if (lost)
-                snprintf(why, sizeof why, "is truncated or corrupt (the name's versions go on after %" PRIu64 ")",
-                         lost);
-            else
-                snprintf(why, sizeof why,
-                         "is truncated or corrupt, and neither it nor %s.floor gives its version (the name's next "
-                         "version may repeat one given before)",
-                         name);
-            if (!ls_state_set_aside(s, files[i], why) && wrote) {
-                /* The record stays: a tombstone at its version would make
-                 * a later start that reads it cleanly finish it as a
-                 * delete. Put back what was there (best effort). */
-                char tomb_file[LS_STATE_MAX_NAME + 16];
-                snprintf(tomb_file, sizeof tomb_file, "%s.deleted", name);
-                ls_error why_not;
-                ls_error_init(&why_not);
-                ls_status back = prev ? ls_state_write_version(s, tomb_file, prev, &why_not)
-                                      : ls_state_remove(s, tomb_file, &why_not);
-                if (back != LS_OK) ls_log_warn("%s", why_not.message);
-                ls_error_free(&why_not);
-            }
-            continue;
-        }
-        rec.a = &a;
-        st = fn(ctx, &rec, &a, err);
-        ls_adapter_free(&a);
-        if (st == LS_OK) ls_state_drop_outdated_tomb(s, name, rec.version);
-    }
-    for (size_t i = 0; i < n; i++) free(files[i]);
-    free(files);
-    return st;
 }

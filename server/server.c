@@ -103,7 +103,14 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                 ls_device_kind_name(cfg->device),
                 cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
 
+    /* The state directory's lock first: a second server on it stops here,
+     * before it loads a model or takes a device. */
     ls_status st;
+    if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, &err)) != LS_OK) {
+        ls_log_error("%s", err.message);
+        if (err.hint[0]) ls_log_error("hint: %s", err.hint);
+        goto fail;
+    }
     if (cfg->weights[0]) {
         st = ls_model_load(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, &model, &err);
     } else {
@@ -145,10 +152,6 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
      * the default is wherever the server was started. */
     ls_log_info("adapter directory %s%s: adapter paths resolve beneath it", srv->loader.root,
                 cfg->adapter_dir[0] ? "" : " (the working directory; set --adapter-dir)");
-    if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, &err)) != LS_OK) {
-        ls_log_error("%s", err.message);
-        goto fail;
-    }
     ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader,
                          .state = srv->state};
     if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {

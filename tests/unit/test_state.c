@@ -1,24 +1,33 @@
-/* The durable registry (lora/state.c) and the pool over it: records read
- * back exactly, tombstones, the restore scan that sets aside what it
- * cannot read and removes cut-short writes, a pool restored from the
- * directory (versions, sha256, pins, forwards), and a disk that refuses a
- * write leaving the pool unchanged. */
+/* The durable registry (lora/state.c, lora/state_restore.c) and the pool
+ * over it: records read back exactly, tombstones, the restore scan that
+ * sets aside what it cannot read and removes cut-short writes, hostile
+ * files (FIFOs, links, directories, sparse giants, names and scales an
+ * upload would refuse, versions that would wrap, corrupt/ as a link), a
+ * pool restored from the directory (versions, sha256, pins, forwards),
+ * the lock that keeps a second server out, and a disk that refuses a
+ * write, or is full, leaving the pool as the disk says. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "lora/pool.h"
 #include "lora/state.h"
 #include "tests/util/pool_cases.h"
+#include "tests/util/state_files.h"
 #include "tests/util/testutil.h"
 
 static ls_state *open_state(const char *dir) {
@@ -108,7 +117,8 @@ static void save(ls_state *s, const char *name, uint64_t version, bool pinned, c
     rec.params.strict = true;
     ls_error err;
     ls_error_init(&err);
-    if (ls_state_save(s, &rec, &err) != LS_OK) fail_msg("ls_state_save: %s", err.message);
+    bool made;
+    if (ls_state_save(s, &rec, &made, &err) != LS_OK) fail_msg("ls_state_save: %s", err.message);
     ls_error_free(&err);
     ls_adapter_free(&a);
 }
@@ -205,12 +215,13 @@ static void test_restore_gives_records_and_tombstones(void **state) {
     save(s, "gone", 2, false, NULL, 9);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_state_forget(s, "gone", 2, &err), LS_OK);
+    bool made;
+    assert_int_equal(ls_state_forget(s, "gone", 2, &made, &err), LS_OK);
     assert_false(file_exists(dir, "gone.adapter"));
     assert_true(file_exists(dir, "gone.deleted"));
     /* A new version of a deleted name drops its tombstone. */
     save(s, "back", 1, false, NULL, 10);
-    assert_int_equal(ls_state_forget(s, "back", 1, &err), LS_OK);
+    assert_int_equal(ls_state_forget(s, "back", 1, &made, &err), LS_OK);
     save(s, "back", 2, false, NULL, 11);
     assert_false(file_exists(dir, "back.deleted"));
     ls_error_free(&err);
@@ -569,7 +580,8 @@ static void test_restore_into_a_smaller_pool(void **state) {
     ls_state_record rec = {.name = "odd", .version = 7, .a = &odd};
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_state_save(s, &rec, &err), LS_OK);
+    bool made;
+    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_OK);
     ls_adapter_free(&odd);
     ls_state_close(s);
 
@@ -625,6 +637,388 @@ static void test_refused_write_changes_nothing(void **state) {
     free(dir);
 }
 
+/* ---- hostile state directories ---------------------------------------------- */
+
+static void path_of(char *out, size_t len, const char *dir, const char *file) {
+    snprintf(out, len, "%s/%s", dir, file);
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "the restore blocked (a FIFO opened without O_NONBLOCK waits for a writer)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+/* restore, failing the test instead of hanging it when the restore
+ * blocks. */
+static gathered restore_bounded(ls_state *s) {
+    signal(SIGALRM, on_alarm);
+    alarm(60);
+    gathered g = restore(s);
+    alarm(0);
+    return g;
+}
+
+/* A FIFO, a directory or a link named like a state file is refused
+ * before anything reads it (opening a FIFO for reading blocks until a
+ * writer comes), and set aside; the start goes on. */
+static void test_hostile_files_never_block(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "good", 1, false, NULL, 1);
+    char path[1024];
+    const char *fifos[] = {"fifo.adapter", "tomb.deleted", "lone.floor", "good.floor"};
+    for (int i = 0; i < 4; i++) {
+        path_of(path, sizeof path, dir, fifos[i]);
+        unlink(path);
+        assert_int_equal(mkfifo(path, 0600), 0);
+    }
+    path_of(path, sizeof path, dir, "dir.adapter");
+    assert_int_equal(mkdir(path, 0700), 0);
+    path_of(path, sizeof path, dir, "link.adapter");
+    assert_int_equal(symlink("/etc/passwd", path), 0);
+    path_of(path, sizeof path, dir, "link.deleted");
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+
+    gathered g = restore_bounded(s);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.names[0], "good");
+    assert_int_equal(g.n_tomb, 0);
+    assert_int_equal(count_files(dir, "corrupt", ""), 7);
+    assert_int_equal(count_files(dir, "corrupt", "fifo.adapter"), 1);
+    assert_int_equal(count_files(dir, "corrupt", "dir.adapter"), 1);
+    /* The record's floor, a FIFO set aside, is written again. */
+    assert_string_equal(file_text(dir, "good.floor"), "1\n");
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* Nothing larger than the largest record the pool could hold is read: a
+ * 64 GiB sparse file of zeros is set aside (its name's floor keeps its
+ * versions), and so is a record of this pool's shape that grew to 64 GiB;
+ * a record of another shape that large is kept for a server that fits
+ * it, its version taken. Read whole, each was 64 GiB of memory (the
+ * restore failed out of memory, and the server with it). */
+static void test_huge_records_are_never_read(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_make(dir, 3);
+    pc_load_ok(f.p, "big", 1, false, false);
+    pc_load_ok(f.p, "big", 2, false, true);
+    pc_load_ok(f.p, "grown", 1, false, false);
+    pc_load_ok(f.p, "keep", 1, false, false);
+    sfx_free(&f);
+    ls_state *s = open_state(dir);
+    ls_adapter odd;
+    ls_dims other = pc_dims;
+    other.H = pc_dims.H + 2;
+    pt_adapter(&other, PC_RK, 5, &odd);
+    ls_state_record rec = {.name = "other", .version = 7, .a = &odd};
+    ls_error err;
+    ls_error_init(&err);
+    bool made;
+    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_OK);
+    ls_adapter_free(&odd);
+    ls_state_close(s);
+    const int64_t huge = (int64_t)64 << 30;
+    char path[1024];
+    path_of(path, sizeof path, dir, "big.adapter");
+    ls_test_sparse_file(path, huge, NULL, 0);
+    path_of(path, sizeof path, dir, "grown.adapter");
+    assert_int_equal(truncate(path, huge), 0);
+    path_of(path, sizeof path, dir, "other.adapter");
+    assert_int_equal(truncate(path, huge), 0);
+
+    f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 1);
+    assert_int_equal(pc_describe(f.p, "keep").version, 1);
+    assert_int_equal(count_files(dir, "corrupt", "big.adapter"), 1);
+    assert_int_equal(count_files(dir, "corrupt", "grown.adapter"), 1);
+    assert_true(file_exists(dir, "other.adapter"));
+    pc_load_ok(f.p, "big", 3, false, false);
+    pc_load_ok(f.p, "grown", 2, false, false);
+    pc_load_ok(f.p, "other", 8, false, false);
+    ls_error_free(&err);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A copy of src.adapter's record as file, renamed name inside. */
+static void forge_record(const char *dir, const char *src, const char *file, const char *name) {
+    char from[1024], to[1024];
+    path_of(from, sizeof from, dir, src);
+    path_of(to, sizeof to, dir, file);
+    assert_int_equal(rename(from, to), 0);
+    ls_test_set_meta(to, "name", name);
+}
+
+/* Names are checked on restore as on upload: a record or a tombstone
+ * whose name breaks the rule (markup, a newline that would split log
+ * lines, a right-to-left override that spoofs the page) is set aside,
+ * and no tombstone is written for it (no upload can use the name). And
+ * no file name is made from such a name: a save under "../x" would
+ * write outside the directory. */
+static void test_restored_names_follow_the_rule(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "good", 1, false, NULL, 1);
+    const char *bad[] = {"<img src=x onerror=alert(1)>", "nl\nname", "\xe2\x80\xae" "evil", "sp ace"};
+    char path[1024], file[256];
+    for (int i = 0; i < 4; i++) {
+        save(s, "tmpl", 3, false, NULL, 2 + (uint64_t)i);
+        path_of(path, sizeof path, dir, "tmpl.floor");
+        assert_int_equal(unlink(path), 0);
+        snprintf(file, sizeof file, "%s.adapter", bad[i]);
+        forge_record(dir, "tmpl.adapter", file, bad[i]);
+    }
+    write_file(dir, "<b>.deleted", "3\n", 2);
+    write_file(dir, "x y.floor", "2\n", 2);
+
+    gathered g = restore(s);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.names[0], "good");
+    assert_int_equal(g.n_tomb, 0);
+    assert_int_equal(count_files(dir, "corrupt", ""), 6);
+    assert_int_equal(count_files(dir, NULL, ""), 3); /* good.adapter, good.floor, corrupt/ */
+
+    ls_adapter a;
+    pt_adapter(&pc_dims, PC_RK, 9, &a);
+    ls_state_record rec = {.name = "../x", .version = 1, .a = &a};
+    ls_error err;
+    ls_error_init(&err);
+    bool made = true;
+    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_INVALID_REQUEST);
+    assert_false(made);
+    ls_error_clear(&err);
+    assert_int_equal(ls_state_forget(s, "../x", 1, &made, &err), LS_INVALID_REQUEST);
+    assert_false(file_exists(dir, "../x.adapter"));
+    assert_false(file_exists(dir, "../x.floor"));
+    ls_error_free(&err);
+    ls_adapter_free(&a);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A scale that is not finite (an upload refuses one) makes a record
+ * corrupt: restored, it served but could not be listed (JSON has no NaN)
+ * and GET /adapters/NAME answered 500. Its version is kept. */
+static void test_nonfinite_scale_is_corrupt(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    const char *names[] = {"n", "p", "m", "x"}, *scales[] = {"nan", "inf", "-inf", "0.5x"};
+    char path[1024], file[64];
+    for (int i = 0; i < 4; i++) {
+        save(s, names[i], 4, false, NULL, 1 + (uint64_t)i);
+        snprintf(file, sizeof file, "%s.adapter", names[i]);
+        path_of(path, sizeof path, dir, file);
+        ls_test_set_meta(path, "scale", scales[i]);
+    }
+    save(s, "good", 2, false, NULL, 9);
+    gathered g = restore(s);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.names[0], "good");
+    assert_int_equal(count_files(dir, "corrupt", ""), 4);
+    for (int i = 0; i < 4; i++) {
+        snprintf(file, sizeof file, "%s.deleted", names[i]);
+        assert_string_equal(file_text(dir, file), "4\n");
+    }
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* Versions cannot wrap: one above 2^63 - 1 (which a client would read as
+ * negative, and whose next one was 0) makes its record or tombstone
+ * corrupt; a name at 2^63 - 1 is restored there, and its replace is
+ * refused (409 versions_exhausted) with nothing changed. */
+static void test_versions_cannot_wrap(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    char path[1024];
+    save(s, "top", 5, false, NULL, pc_seed_of("top", 5));
+    path_of(path, sizeof path, dir, "top.adapter");
+    ls_test_set_meta(path, "version", "9223372036854775807");
+    save(s, "wrap", 5, false, NULL, 2);
+    path_of(path, sizeof path, dir, "wrap.adapter");
+    ls_test_set_meta(path, "version", "18446744073709551615");
+    save(s, "over", 5, false, NULL, 3);
+    path_of(path, sizeof path, dir, "over.adapter");
+    ls_test_set_meta(path, "version", "9223372036854775808");
+    write_file(dir, "tomb.deleted", "18446744073709551615\n", 21);
+    write_file(dir, "last.deleted", "9223372036854775807\n", 20);
+    ls_state_close(s);
+
+    sfx f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 1);
+    ls_adapter_info top = pc_describe(f.p, "top");
+    assert_true(top.version == LS_STATE_VERSION_MAX);
+    assert_int_equal(count_files(dir, "corrupt", ""), 3);
+    assert_int_equal(count_files(dir, "corrupt", "tomb.deleted"), 1);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pc_load(f.p, "top", 6, false, true, NULL, NULL, &err), LS_VERSIONS_EXHAUSTED);
+    assert_int_equal(ls_status_http(LS_VERSIONS_EXHAUSTED), 409);
+    assert_non_null(strstr(err.message, "9223372036854775807"));
+    ls_error_clear(&err);
+    assert_int_equal(pc_load(f.p, "last", 1, false, false, NULL, NULL, &err), LS_VERSIONS_EXHAUSTED);
+    ls_error_free(&err);
+    assert_true(pc_describe(f.p, "top").version == LS_STATE_VERSION_MAX);
+    assert_string_equal(pc_describe(f.p, "top").meta.sha256, top.meta.sha256);
+    /* The records set aside keep the versions their floors give. */
+    pc_load_ok(f.p, "wrap", 6, false, false);
+    pc_load_ok(f.p, "over", 6, false, false);
+    pc_load_ok(f.p, "tomb", 1, false, false);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* corrupt/ as a link (to a directory outside, or to nothing) is never
+ * followed: what cannot be read stays where it is, and a log line says
+ * why. */
+static void test_corrupt_link_is_not_followed(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp(), *outside = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    save(s, "flip", 2, false, NULL, 1);
+    flip_byte(dir, "flip.adapter", 5);
+    char path[1024];
+    path_of(path, sizeof path, dir, "corrupt");
+    assert_int_equal(symlink(outside, path), 0);
+    gathered g = restore(s);
+    assert_int_equal(g.n, 0);
+    assert_true(file_exists(dir, "flip.adapter"));
+    assert_int_equal(count_files(outside, NULL, ""), 0);
+    assert_false(file_exists(dir, "flip.deleted")); /* the record stays, so its tombstone must not be written */
+    /* A dangling link: nothing is made through it either. */
+    ls_test_rmtree(outside);
+    g = restore(s);
+    assert_int_equal(g.n, 0);
+    assert_true(file_exists(dir, "flip.adapter"));
+    struct stat sb;
+    assert_true(stat(outside, &sb) != 0);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+    free(outside);
+}
+
+/* One server per state directory: a second open is refused, naming the
+ * directory and the holder's pid, until the first closes. */
+static void test_second_server_is_refused(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *a = open_state(dir), *b = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_state_open(dir, &b, &err), LS_INVALID_REQUEST);
+    assert_null(b);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    assert_non_null(strstr(err.message, dir));
+    assert_non_null(strstr(err.message, pid));
+    ls_error_free(&err);
+    ls_state_close(a);
+    b = open_state(dir);
+    ls_state_close(b);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- a full disk ------------------------------------------------------------ */
+
+/* Writes dir/filler until the disk is full. */
+static void fill_disk(const char *dir) {
+    char path[1024], block[4096];
+    memset(block, 'f', sizeof block);
+    path_of(path, sizeof path, dir, "filler");
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    assert_true(fd >= 0);
+    while (write(fd, block, sizeof block) > 0) {
+    }
+    assert_int_equal(errno, ENOSPC);
+    close(fd);
+}
+
+/* Frees one page of the filler: room for one small file, not two. */
+static void free_one_page(const char *dir) {
+    char path[1024];
+    path_of(path, sizeof path, dir, "filler");
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, (sb.st_size / 4096 - 1) * 4096), 0);
+    struct statvfs vs;
+    assert_int_equal(statvfs(dir, &vs), 0);
+    assert_int_equal(vs.f_bavail * vs.f_frsize, 4096);
+}
+
+/* The files a failed upload of name could have left. */
+static int litter(const char *dir, const char *name) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s.", name);
+    return count_files(dir, NULL, prefix) + count_files(dir, NULL, ".tmp");
+}
+
+/* On a full state disk (a small tmpfs, where root may mount one) a load
+ * or a replace fails and leaves nothing behind (a floor staged for a
+ * failed upload used to stay), and a DELETE succeeds: it removes the
+ * record first, which frees the space its tombstone takes. The next
+ * start agrees. */
+static void test_full_disk(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    if (mount("lorasink-test", dir, "tmpfs", 0, "size=256k,mode=0700") != 0) {
+        print_message("skipped: cannot mount a tmpfs here (%s); tests/fault/test_fault_state refuses every write "
+                      "with ENOSPC instead\n",
+                      strerror(errno));
+        ls_test_rmtree(dir);
+        free(dir);
+        skip();
+    }
+    sfx f = sfx_make(dir, 3);
+    pc_load_ok(f.p, "a", 1, false, false);
+    pc_load_ok(f.p, "b", 1, false, false);
+    fill_disk(dir);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(litter(dir, "c"), 0);
+    ls_error_clear(&err);
+    assert_int_equal(pc_load(f.p, "a", 2, false, true, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(pc_describe(f.p, "a").version, 1);
+    ls_error_clear(&err);
+    free_one_page(dir);
+    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(litter(dir, "c"), 0);
+    ls_error_clear(&err);
+    fill_disk(dir);
+    if (ls_pool_delete(f.p, "a", &err) != LS_OK) fail_msg("DELETE on a full disk: %s", err.message);
+    ls_error_free(&err);
+    sfx_free(&f);
+
+    char path[1024];
+    path_of(path, sizeof path, dir, "filler");
+    assert_int_equal(unlink(path), 0);
+    f = sfx_make(dir, 3);
+    assert_int_equal(sfx_restore(&f), 1);
+    assert_int_equal(pc_describe(f.p, "b").version, 1);
+    pc_load_ok(f.p, "a", 2, false, false);
+    pc_load_ok(f.p, "c", 1, false, false);
+    sfx_free(&f);
+    assert_int_equal(umount(dir), 0);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_reads_back_exactly),
@@ -637,6 +1031,14 @@ int main(void) {
         cmocka_unit_test(test_unmovable_record_keeps_its_tombstone),
         cmocka_unit_test(test_restore_into_a_smaller_pool),
         cmocka_unit_test(test_refused_write_changes_nothing),
+        cmocka_unit_test(test_hostile_files_never_block),
+        cmocka_unit_test(test_huge_records_are_never_read),
+        cmocka_unit_test(test_restored_names_follow_the_rule),
+        cmocka_unit_test(test_nonfinite_scale_is_corrupt),
+        cmocka_unit_test(test_versions_cannot_wrap),
+        cmocka_unit_test(test_corrupt_link_is_not_followed),
+        cmocka_unit_test(test_second_server_is_refused),
+        cmocka_unit_test(test_full_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
