@@ -309,11 +309,14 @@ static char *ls_state_dump(const json_t *j) {
 }
 
 static json_t *ls_state_params_json(const ls_adapter_params *p) {
-    return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b, s:b, s:s}", "format",
+    /* The per-module rules too: a reload from the source with the
+     * parameters alone would lose rank_pattern and alpha_pattern. */
+    return json_pack("{s:s, s:i, s:b, s:f, s:b, s:b, s:b, s:f, s:b, s:b, s:b, s:s, s:b, s:s}", "format",
                      ls_adapter_format_name(p->format), "r", p->r, "has_alpha", p->has_alpha, "lora_alpha",
                      p->lora_alpha, "has_rslora", p->has_rslora, "use_rslora", p->use_rslora, "has_scale",
                      p->has_scale, "scale", p->scale, "strict", p->strict, "whole_config", p->whole_config,
-                     "has_order", p->has_order, "gate_up_order", ls_gate_up_order_name(p->gate_up_order));
+                     "has_order", p->has_order, "gate_up_order", ls_gate_up_order_name(p->gate_up_order),
+                     "has_peft", p->has_peft, "peft", p->peft);
 }
 
 /* rec as the bytes of its NAME.adapter: *bytes (the caller frees) of *len. */

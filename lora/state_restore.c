@@ -55,24 +55,28 @@ static ls_state_decoded ls_state_params_parse(const char *text, ls_adapter_param
     json_error_t jerr;
     json_t *j = text ? json_loads(text, 0, &jerr) : NULL;
     if (!j) return text && ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    /* Records written before gate_up_order existed lack its keys: they
-     * were loaded with the only order there was. */
-    const char *format = NULL, *order = "gate_up";
+    /* Records written before gate_up_order (or the per-module rules)
+     * existed lack their keys: they were loaded with the only order there
+     * was, and without rules. */
+    const char *format = NULL, *order = "gate_up", *peft = "";
     int r = 0, has_alpha = 0, has_rslora = 0, use_rslora = 0, has_scale = 0, strict = 0, whole = 0, has_order = 0;
+    int has_peft = 0;
     double alpha = 0, scale = 0;
     ls_state_decoded d = LS_DECODED;
-    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b, s?b, s?s}", "format", &format,
-                       "r", &r, "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora, "use_rslora",
-                       &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict, "whole_config",
-                       &whole, "has_order", &has_order, "gate_up_order", &order))
+    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:i, s:b, s:F, s:b, s:b, s:b, s:F, s:b, s:b, s?b, s?s, s?b, s?s}", "format",
+                       &format, "r", &r, "has_alpha", &has_alpha, "lora_alpha", &alpha, "has_rslora", &has_rslora,
+                       "use_rslora", &use_rslora, "has_scale", &has_scale, "scale", &scale, "strict", &strict,
+                       "whole_config", &whole, "has_order", &has_order, "gate_up_order", &order, "has_peft",
+                       &has_peft, "peft", &peft))
         d = json_error_code(&jerr) == json_error_out_of_memory ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     else if (!ls_adapter_format_parse(format, &p->format) || !ls_gate_up_order_parse(order, &p->gate_up_order) ||
-             !isfinite(alpha) || !isfinite(scale))
+             !isfinite(alpha) || !isfinite(scale) || strlen(peft) >= sizeof p->peft)
         d = LS_DECODE_BAD;
     if (d == LS_DECODED) {
         p->r = r, p->has_alpha = has_alpha, p->lora_alpha = alpha, p->has_rslora = has_rslora;
         p->use_rslora = use_rslora, p->has_scale = has_scale, p->scale = scale, p->strict = strict;
-        p->whole_config = whole, p->has_order = has_order;
+        p->whole_config = whole, p->has_order = has_order, p->has_peft = has_peft;
+        memcpy(p->peft, peft, strlen(peft) + 1);
     }
     json_decref(j);
     return d;

@@ -115,6 +115,9 @@ static void save(ls_state *s, const char *name, uint64_t version, bool pinned, c
     rec.params.has_alpha = true;
     rec.params.lora_alpha = 6.5;
     rec.params.strict = true;
+    /* The per-module rules' text is carried as it is, whatever it says. */
+    rec.params.has_peft = true;
+    snprintf(rec.params.peft, sizeof rec.params.peft, "rules of %s", name);
     ls_error err;
     ls_error_init(&err);
     bool made;
@@ -168,6 +171,7 @@ typedef struct {
     bool pinned[8];
     char sources[8][64];
     double alpha[8];
+    char peft[8][64];
     char sha[8][65];
     int n;
     char tomb_names[8][32];
@@ -184,6 +188,8 @@ static ls_status gather_one(void *ctx, const ls_state_record *rec, ls_adapter *a
     g->pinned[g->n] = rec->pinned;
     snprintf(g->sources[g->n], 64, "%s", rec->source_path ? rec->source_path : "");
     g->alpha[g->n] = rec->params.lora_alpha;
+    assert_true(rec->params.has_peft);
+    snprintf(g->peft[g->n], 64, "%.63s", rec->params.peft);
     snprintf(g->sha[g->n], 65, "%s", a->meta.sha256);
     g->n++;
     return LS_OK;
@@ -237,6 +243,7 @@ static void test_restore_gives_records_and_tombstones(void **state) {
     assert_true(g.pinned[1]);
     assert_string_equal(g.sources[1], "peft/b");
     assert_true(g.alpha[1] == 6.5);
+    assert_string_equal(g.peft[1], "rules of b"); /* rank_pattern and the like survive a restart */
     assert_string_equal(g.names[2], "back");
     assert_int_equal(g.versions[2], 2);
     ls_adapter want;
