@@ -49,6 +49,12 @@
     X(INVALID_REQUEST, "invalid_request", 400,                                                     \
       "check the request against the API reference: GET /openapi.json, or docs/api.md")            \
     X(UNAUTHORIZED, "unauthorized", 401, "send the header Authorization: Bearer <api key>")        \
+    X(FORBIDDEN_HOST, "forbidden_host", 403,                                                       \
+      "reach the server by IP address or localhost, or list the names clients use in "             \
+      "--allowed-hosts (LORASINK_ALLOWED_HOSTS; * for any)")                                       \
+    X(FORBIDDEN_ORIGIN, "forbidden_origin", 403,                                                   \
+      "browsers may call this server from its own pages only; list other origins in "              \
+      "--allowed-origins (LORASINK_ALLOWED_ORIGINS)")                                              \
     X(ADAPTER_NOT_FOUND, "adapter_not_found", 404, "load it first with POST /adapters")            \
     X(NOT_FOUND, "not_found", 404,                                                                 \
       "the routes are /health, /ready, /forward, /adapters, /pool, /metrics, /dashboard, /openapi.json") \
@@ -63,6 +69,8 @@
       "false) or delete one, or load this one unpinned")                                           \
     X(PAYLOAD_TOO_LARGE, "payload_too_large", 413,                                                 \
       "send a smaller body or restart with a larger --max-body-mb")                                \
+    X(URI_TOO_LONG, "uri_too_long", 414,                                                           \
+      "send at most 64 query parameters and 8192 bytes of path and query; send data in the body")  \
     X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415,                                       \
       "send application/json or application/octet-stream (safetensors)")                           \
     X(INVALID_SHAPE, "invalid_shape", 422, "check the tensor shapes against the model dimensions") \

@@ -21,7 +21,9 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "api/forward.h"
 #include "server/batcher.h"
+#include "server/http_head.h"
 #include "server/offload.h"
 #include "server/request.h"
 #include "server/routes.h"
@@ -31,7 +33,15 @@
  * closed: a send of a few MB to a client that reads. */
 #define LS_HTTP_FLUSH_MS 2000
 
+/* The longest request target (path and query) and the most query
+ * parameters a request may carry; no route reads more than ten. */
+#define LS_HTTP_TARGET_MAX 8192
+#define LS_HTTP_QUERY_MAX 64
+
 typedef struct {
+    bool begun;              /* the handler has seen the head (else only the request line was read) */
+    size_t target_len;       /* the request target's bytes, as sent */
+    size_t query_n;          /* its query parameters */
     const ls_route *route;
     const char *label; /* metrics label: the route pattern or "other" */
     char param[256];
@@ -80,29 +90,34 @@ static void ls_http_request_id(struct MHD_Connection *conn, char *id) {
     snprintf(id, LS_REQUEST_ID_MAX + 1, "%016llx", (unsigned long long)ls_splitmix64(&s));
 }
 
-/* The path as the access log shows it: bytes outside printable ASCII
- * (a decoded %0a among them) escaped again, so one request stays one
- * line. */
-static void ls_http_log_path(const char *url, char *out, size_t len) {
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)url; *p && o + 4 < len; p++) {
-        if (*p > ' ' && *p < 0x7f && *p != '%') out[o++] = (char)*p;
-        else o += (size_t)snprintf(out + o, len - o, "%%%02X", *p);
-    }
-    out[o] = '\0';
+/* The fields of a request the log shows, each written by
+ * ls_text_log_field: a method, path or id a client chose never splits a
+ * line or reaches a terminal raw ("GET\x1b[2J" is GET%1B[2J). */
+typedef struct {
+    char id[3 * LS_REQUEST_ID_MAX + 1];
+    char method[128];
+    char path[512];
+} ls_http_log_fields;
+
+static void ls_http_log_fields_of(const ls_conn_state *st, ls_http_log_fields *f) {
+    ls_text_log_field(st->request_id, false, f->id, sizeof f->id);
+    ls_text_log_field(st->method, false, f->method, sizeof f->method);
+    ls_text_log_field(st->url, false, f->path, sizeof f->path);
 }
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
 static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
     /* A 5xx is the server's trouble, not the client's: the operator
      * reads it in the log (the error body says what and how to fix). */
+    ls_http_log_fields f;
+    ls_http_log_fields_of(st, &f);
     if (r->status >= 500) {
-        char path[512];
-        ls_http_log_path(st->url, path, sizeof path);
         size_t n = r->body ? r->len : 0;
         while (n && r->body[n - 1] == '\n') n--;
-        ls_log_error("%s %s %s: %d %.*s", st->request_id, st->method, path, r->status, (int)(n > 400 ? 400 : n),
-                     r->body ? r->body : "");
+        char body[3 * 400 + 1], cut[401];
+        snprintf(cut, sizeof cut, "%.*s", (int)(n > 400 ? 400 : n), r->body ? r->body : "");
+        ls_text_log_field(cut, true, body, sizeof body);
+        ls_log_error("%s %s %s: %d %s", f.id, f.method, f.path, r->status, body);
     }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
@@ -120,6 +135,10 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
         snprintf(v, sizeof v, "%d", r->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
+    for (size_t i = 0; i < ls_http_hardening_count; i++)
+        MHD_add_response_header(resp, ls_http_hardening[i][0], ls_http_hardening[i][1]);
+    const bool page = r->content_type && !strncmp(r->content_type, "text/html", 9);
+    MHD_add_response_header(resp, "Content-Security-Policy", ls_http_csp(page));
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
     /* While stopping, keep-alive clients must not hold shutdown open. */
@@ -130,12 +149,8 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     MHD_destroy_response(resp);
     const double elapsed = ls_elapsed_s(&st->t0);
     ls_metrics_observe_request(&srv->metrics, st->label, r->status, elapsed);
-    if (srv->cfg.access_log) {
-        char path[512];
-        ls_http_log_path(st->url, path, sizeof path);
-        ls_log_access("%s %s %s %d %zu %lld", st->request_id, st->method, path, r->status, bytes,
-                      (long long)(elapsed * 1e6));
-    }
+    if (srv->cfg.access_log)
+        ls_log_access("%s %s %s %d %zu %lld", f.id, f.method, f.path, r->status, bytes, (long long)(elapsed * 1e6));
     st->replied = true;
     return ret;
 }
@@ -186,15 +201,59 @@ static bool ls_http_body_kind(struct MHD_Connection *conn, ls_body_kind *kind) {
     return false;
 }
 
-/* First call of a request: route, auth, size and media type. Returns
- * true when a reply was queued already. */
+/* Counts each header the head rules read and keeps its first value. */
+static enum MHD_Result ls_http_head_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    ls_http_head *h = cls;
+    const struct {
+        const char *name;
+        const char **first;
+        int *n;
+    } f[] = {{MHD_HTTP_HEADER_HOST, &h->host, &h->n_host},
+             {MHD_HTTP_HEADER_ORIGIN, &h->origin, &h->n_origin},
+             {"Sec-Fetch-Site", &h->sec_fetch_site, NULL},
+             {LS_FORWARD_ADAPTER_HEADER, &h->adapter, &h->n_adapter},
+             {MHD_HTTP_HEADER_CONTENT_LENGTH, NULL, &h->n_content_length},
+             {MHD_HTTP_HEADER_TRANSFER_ENCODING, &h->transfer_encoding, &h->n_transfer_encoding}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (strcasecmp(key, f[i].name)) continue;
+        if (f[i].first && !*f[i].first) *f[i].first = value ? value : "";
+        if (f[i].n) (*f[i].n)++;
+    }
+    return MHD_YES;
+}
+
+/* The head rules (server/http_head.h) on this request's head. */
+static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const char *version, bool open,
+                            ls_reply *r) {
+    ls_http_head h = {.http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0)};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, ls_http_head_visit, &h);
+    const ls_http_head_policy p = {srv->cfg.allowed_hosts, srv->cfg.allowed_origins};
+    ls_error err;
+    ls_error_init(&err);
+    const bool ok = ls_http_head_check(&h, &p, open, &err) == LS_OK;
+    if (!ok) ls_reply_error(r, &err);
+    ls_error_free(&err);
+    return ok;
+}
+
+/* First call of a request: head rules, route, auth, size and media type.
+ * Returns true when a reply was queued already. */
 static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
-                          ls_conn_state *st, enum MHD_Result *ret) {
+                          const char *version, ls_conn_state *st, enum MHD_Result *ret) {
     char allow[64];
     ls_reply r = {0};
     st->route = ls_route_find(method, url, st->param, sizeof st->param, allow, sizeof allow);
     st->label = st->route ? st->route->pattern : "other";
-    if (!st->route && allow[0]) {
+    if (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX) {
+        if (!st->route) st->label = ls_route_label(url);
+        ls_reply_fail(&r, LS_URI_TOO_LONG, NULL,
+                      "the request target is %zu bytes with %zu query parameters: at most %d bytes and %d "
+                      "parameters are read",
+                      st->target_len, st->query_n, LS_HTTP_TARGET_MAX, LS_HTTP_QUERY_MAX);
+    } else if (!ls_http_head_ok(srv, conn, version, st->route && st->route->open, &r)) {
+        if (!st->route) st->label = ls_route_label(url);
+    } else if (!st->route && allow[0]) {
         st->label = ls_route_label(url);
         snprintf(st->allow, sizeof st->allow, "%s", allow);
         r.allow = st->allow;
@@ -388,12 +447,11 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
 static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                        const char *version, const char *upload_data, size_t *upload_data_size,
                                        void **con_cls) {
-    (void)version;
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
-    if (!st) {
-        st = calloc(1, sizeof *st);
-        if (!st) return MHD_NO;
+    if (!st || !st->begun) {
+        if (!st && !(st = calloc(1, sizeof *st))) return MHD_NO;
+        st->begun = true;
         clock_gettime(CLOCK_MONOTONIC, &st->t0);
         st->method = method;
         st->url = url;
@@ -401,7 +459,7 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         *con_cls = st;
         atomic_fetch_add(&srv->active, 1);
         enum MHD_Result ret;
-        if (ls_http_begin(srv, conn, url, method, st, &ret)) return ret;
+        if (ls_http_begin(srv, conn, url, method, version, st, &ret)) return ret;
         if (srv->batcher && st->route->fn == ls_handle_forward) {
             ls_batcher_arriving(srv->batcher);
             st->arriving = true;
@@ -491,23 +549,29 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
     if (!st) return;
+    *con_cls = NULL;
+    if (!st->begun) { /* the head never came whole */
+        free(st);
+        return;
+    }
     ls_http_arrived(srv, st); /* a body cut short */
     ls_forward_job_free(st->fjob);
     ls_adapter_load_job_free(st->ljob);
     free(st->reply.body); /* a reply never sent */
     free(st->body);
     free(st);
-    *con_cls = NULL;
     atomic_fetch_sub(&srv->active, 1);
 }
 
 static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    char msg[512];
+    char msg[512], shown[3 * sizeof msg];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t l = strlen(msg);
     while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
-    ls_log_warn("microhttpd: %s", msg);
+    /* Its messages quote the request (a decoded URL among them). */
+    ls_text_log_field(msg, true, shown, sizeof shown);
+    ls_log_warn("microhttpd: %s", shown);
 }
 
 /* %XX escapes of the path and the query decoded in place, except %00:
@@ -532,6 +596,28 @@ static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) 
     }
     *out = '\0';
     return (size_t)(out - s);
+}
+
+/* libmicrohttpd's MHD_OPTION_URI_LOG_CALLBACK: the request line has
+ * come, its query not yet split. The request's state begins here. A
+ * target over the limits is answered 414 by the handler; its query is
+ * emptied first, because libmicrohttpd 0.9.75 keeps a record of every
+ * parameter in the connection's memory pool, and when they do not fit
+ * it logs a 431 and closes the connection without sending it. Emptying
+ * writes into the library's own copy of the line (passed as const),
+ * which it splits only after this returns. */
+static void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls, (void)conn;
+    ls_conn_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL; /* the handler tries again */
+    st->target_len = strlen(uri);
+    char *q = strchr(uri, '?');
+    if (q) {
+        st->query_n = 1;
+        for (const char *c = q + 1; *c; c++) st->query_n += *c == '&';
+    }
+    if (q && (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX)) q[1] = '\0';
+    return st;
 }
 
 bool ls_http_start(ls_server *srv) {
@@ -563,6 +649,7 @@ bool ls_http_start(ls_server *srv) {
         ls_http_completed, srv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK, ls_http_unescape, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, ls_http_uri_seen, NULL,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
