@@ -59,6 +59,9 @@
     X(NOT_FOUND, "not_found", 404,                                                                 \
       "the routes are /health, /ready, /forward, /adapters, /pool, /metrics, /dashboard, /openapi.json") \
     X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "see the Allow header")                       \
+    X(REQUEST_TIMEOUT, "request_timeout", 408,                                                     \
+      "send the head within --request-timeout seconds of its first byte and the body within "      \
+      "--body-timeout of the head")                                                                \
     X(ADAPTER_EXISTS, "adapter_exists", 409,                                                       \
       "pick another name, DELETE the old adapter, or send \"replace\": true")                      \
     X(ADAPTER_STALE, "adapter_stale", 409,                                                         \
@@ -75,6 +78,9 @@
       "send application/json or application/octet-stream (safetensors)")                           \
     X(INVALID_SHAPE, "invalid_shape", 422, "check the tensor shapes against the model dimensions") \
     X(OVERLOADED, "overloaded", 429, "the request queue is full; retry after a short wait")       \
+    X(TOO_MANY_CONNECTIONS, "too_many_connections", 429,                                           \
+      "this address holds --per-ip-connections connections (or the server --max-connections): "    \
+      "close some or reuse them; past the cap a connection serves only /health and /ready")        \
     X(POOL_EXHAUSTED, "pool_exhausted", 503,                                                       \
       "every slot is pinned or in use; retry later, unpin or delete an adapter")                   \
     X(DEVICE_ERROR, "device_error", 503, "the compute device failed; check /ready and the log")    \

@@ -127,6 +127,10 @@ const ls_setting ls_settings[] = {
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
+    INT("request-timeout", request_timeout_s, 1, 86400, "60",
+        "seconds from a request's first byte to the end of its head; past it 408 and the connection closed"),
+    INT("body-timeout", body_timeout_s, 1, 86400, "300",
+        "seconds from the end of a request's head to the end of its body; past it 408 and the connection closed"),
     {.name = "allowed-hosts", .type = LS_SET_STR, FIELD(allowed_hosts), .def = "", .meta = "NAMES",
      .help = "comma list of names the Host header may carry besides IP addresses and localhost (DNS rebinding); "
              "* = any",

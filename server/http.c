@@ -1,10 +1,10 @@
-/* The libmicrohttpd daemon: the three-phase request handler (allocate
- * state and check route, auth, size and media type; consume the body
- * under the size cap; dispatch and reply) and the one place where
- * responses are created, queued and destroyed. A request that may wait
+/* The requests libmicrohttpd hands over: the three-phase handler
+ * (allocate state and check head rules, route, auth, size and media
+ * type; consume the body under the size cap; dispatch and reply) and the
+ * one place where responses are created, queued and destroyed. A request that may wait
  * (a forward in the batcher, an adapter load, an auto-load) has its
  * connection suspended while it does, so HTTP threads never wait. The
- * routing table is server/routes.c. */
+ * routing table is server/routes.c, the daemon server/http_daemon.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
@@ -23,15 +23,12 @@
 #include "common/text.h"
 #include "api/forward.h"
 #include "server/batcher.h"
+#include "server/guard.h"
 #include "server/http_head.h"
 #include "server/offload.h"
+#include "server/http_internal.h"
 #include "server/request.h"
 #include "server/routes.h"
-
-/* During a stop, how long a reply the server has just finished gets to go
- * out before the connections still open past --shutdown-timeout are
- * closed: a send of a few MB to a client that reads. */
-#define LS_HTTP_FLUSH_MS 2000
 
 /* The longest request target (path and query) and the most query
  * parameters a request may carry; no route reads more than ten. */
@@ -63,16 +60,25 @@ typedef struct {
     struct timespec t0;
     const char *method, *url; /* MHD's, valid for the whole request: for the access log */
     char request_id[LS_REQUEST_ID_MAX + 1];
+    ls_guard_conn *gc;  /* the connection's state in the guard (NULL: unguarded) */
+    bool body_done;     /* the guard was told the body came whole */
 } ls_conn_state;
 
-/* Seeds the ids this process generates: two servers started in the same
- * second still differ by their pid. */
-static atomic_ullong ls_http_id_state;
+/* Seeds the ids this process generates (http_daemon.c seeds it): two
+ * servers started in the same second still differ by their pid. */
+atomic_ullong ls_http_id_state;
 
 static double ls_elapsed_s(const struct timespec *t0) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* The guard's state of the connection (MHD_OPTION_NOTIFY_CONNECTION's
+ * socket context), or NULL. */
+ls_guard_conn *ls_http_guard_conn(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
 }
 
 /* The client's X-Request-Id when it is 1 to LS_REQUEST_ID_MAX printable
@@ -86,6 +92,10 @@ static void ls_http_request_id(struct MHD_Connection *conn, char *id) {
         memcpy(id, v, n + 1);
         return;
     }
+    ls_http_new_request_id(id);
+}
+
+void ls_http_new_request_id(char *id) {
     uint64_t s = atomic_fetch_add(&ls_http_id_state, 0x9e3779b97f4a7c15ULL);
     snprintf(id, LS_REQUEST_ID_MAX + 1, "%016llx", (unsigned long long)ls_splitmix64(&s));
 }
@@ -107,6 +117,12 @@ static void ls_http_log_fields_of(const ls_conn_state *st, ls_http_log_fields *f
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
 static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
+    /* The guard's reaper may have answered 408 on the socket already. */
+    if (!ls_guard_body_done(srv->guard, st->gc)) {
+        free(r->body);
+        r->body = NULL;
+        return MHD_NO;
+    }
     /* A 5xx is the server's trouble, not the client's: the operator
      * reads it in the log (the error body says what and how to fix). */
     ls_http_log_fields f;
@@ -141,8 +157,10 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     MHD_add_response_header(resp, "Content-Security-Policy", ls_http_csp(page));
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
-    /* While stopping, keep-alive clients must not hold shutdown open. */
-    if (atomic_load(&srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* While stopping, keep-alive clients must not hold shutdown open; a
+     * connection from the reserve serves one probe. */
+    if (atomic_load(&srv->stopping) || ls_guard_reserved(st->gc))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     /* The body bytes sent: none for HEAD (its Content-Length is GET's). */
     const size_t bytes = strcmp(st->method, "HEAD") ? r->len : 0;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
@@ -251,6 +269,12 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
                       "the request target is %zu bytes with %zu query parameters: at most %d bytes and %d "
                       "parameters are read",
                       st->target_len, st->query_n, LS_HTTP_TARGET_MAX, LS_HTTP_QUERY_MAX);
+    } else if (ls_guard_reserved(st->gc) && !(st->route && (st->route->fn == ls_handle_health ||
+                                                            st->route->fn == ls_handle_ready))) {
+        if (!st->route) st->label = ls_route_label(url);
+        ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
+                      "this connection is past the open-connection cap of its address or of the server: it "
+                      "serves only GET /health and GET /ready");
     } else if (!ls_http_head_ok(srv, conn, version, st->route && st->route->open, &r)) {
         if (!st->route) st->label = ls_route_label(url);
     } else if (!st->route && allow[0]) {
@@ -444,7 +468,7 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     return MHD_YES;
 }
 
-static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                        const char *version, const char *upload_data, size_t *upload_data_size,
                                        void **con_cls) {
     ls_server *srv = cls;
@@ -456,10 +480,17 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         st->method = method;
         st->url = url;
         ls_http_request_id(conn, st->request_id);
+        st->gc = ls_http_guard_conn(conn);
         *con_cls = st;
         atomic_fetch_add(&srv->active, 1);
         enum MHD_Result ret;
         if (ls_http_begin(srv, conn, url, method, version, st, &ret)) return ret;
+        /* From here until the body is whole, the body's deadline. */
+        char what[sizeof(ls_http_log_fields)];
+        ls_http_log_fields f;
+        ls_http_log_fields_of(st, &f);
+        snprintf(what, sizeof what, "%s %s", f.method, f.path);
+        if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
         if (srv->batcher && st->route->fn == ls_handle_forward) {
             ls_batcher_arriving(srv->batcher);
             st->arriving = true;
@@ -499,6 +530,11 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
         memcpy(st->body + st->len, upload_data, n);
         st->len += n;
         return MHD_YES;
+    }
+    if (!st->body_done) {
+        /* Whole: what remains is the server's work, on no deadline. */
+        st->body_done = true;
+        if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }
     ls_reply r = {0};
     if (st->offloaded) { /* resumed: the worker has answered */
@@ -542,11 +578,12 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
     return ls_http_send(conn, srv, st, &r);
 }
 
-static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
-    (void)conn;
     (void)toe;
     ls_server *srv = cls;
+    /* The connection waits for its next request (or is closing). */
+    ls_guard_request_done(srv->guard, ls_http_guard_conn(conn));
     ls_conn_state *st = *con_cls;
     if (!st) return;
     *con_cls = NULL;
@@ -563,41 +600,6 @@ static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con
     atomic_fetch_sub(&srv->active, 1);
 }
 
-static void ls_http_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    char msg[512], shown[3 * sizeof msg];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t l = strlen(msg);
-    while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
-    /* Its messages quote the request (a decoded URL among them). */
-    ls_text_log_field(msg, true, shown, sizeof shown);
-    ls_log_warn("microhttpd: %s", shown);
-}
-
-/* %XX escapes of the path and the query decoded in place, except %00:
- * a NUL byte would cut a name short in every C string after this (as
- * "a%00evil" would register "a"), so it stays written as %00, which no
- * adapter name may hold. Returns the new length. */
-static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
-    (void)cls, (void)conn;
-    char *out = s;
-    for (const char *in = s; *in; in++) {
-        int hi = -1, lo = -1;
-        if (in[0] == '%' && in[1] && in[2]) {
-            hi = isxdigit((unsigned char)in[1]) ? (isdigit((unsigned char)in[1]) ? in[1] - '0' : (in[1] | 32) - 'a' + 10) : -1;
-            lo = isxdigit((unsigned char)in[2]) ? (isdigit((unsigned char)in[2]) ? in[2] - '0' : (in[2] | 32) - 'a' + 10) : -1;
-        }
-        if (hi >= 0 && lo >= 0 && (hi | lo) != 0) {
-            *out++ = (char)(hi * 16 + lo);
-            in += 2;
-        } else {
-            *out++ = *in;
-        }
-    }
-    *out = '\0';
-    return (size_t)(out - s);
-}
-
 /* libmicrohttpd's MHD_OPTION_URI_LOG_CALLBACK: the request line has
  * come, its query not yet split. The request's state begins here. A
  * target over the limits is answered 414 by the handler; its query is
@@ -606,8 +608,9 @@ static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) 
  * it logs a 431 and closes the connection without sending it. Emptying
  * writes into the library's own copy of the line (passed as const),
  * which it splits only after this returns. */
-static void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) {
-    (void)cls, (void)conn;
+void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) {
+    ls_server *srv = cls;
+    ls_guard_request_line(srv->guard, ls_http_guard_conn(conn));
     ls_conn_state *st = calloc(1, sizeof *st);
     if (!st) return NULL; /* the handler tries again */
     st->target_len = strlen(uri);
@@ -620,89 +623,3 @@ static void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection 
     return st;
 }
 
-bool ls_http_start(ls_server *srv) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    atomic_store(&ls_http_id_state, (unsigned long long)now.tv_sec * 1000000007ULL ^
-                                        (unsigned long long)now.tv_nsec << 20 ^ (unsigned long long)getpid());
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof port, "%d", srv->cfg.port);
-    int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
-    if (gai) {
-        ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
-        return false;
-    }
-    /* A pool of threads, each polling its share of the connections. Not
-     * epoll: in libmicrohttpd 0.9.75 MHD_quiesce_daemon on a thread pool of
-     * epoll sets can race a worker and abort the process ("Failed to remove
-     * listen FD from epoll set"), which broke graceful shutdown. */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     MHD_ALLOW_SUSPEND_RESUME;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    unsigned pool = (unsigned)srv->cfg.http_threads;
-    /* The logger first, so MHD routes every message through it. */
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_EXTERNAL_LOGGER, ls_http_log, NULL,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED,
-        ls_http_completed, srv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK, ls_http_unescape, NULL,
-        MHD_OPTION_URI_LOG_CALLBACK, ls_http_uri_seen, NULL,
-        MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!srv->daemon) {
-        ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
-        return false;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : srv->cfg.port;
-    return true;
-}
-
-void ls_http_stop(ls_server *srv) {
-    if (!srv->daemon) return;
-    atomic_store(&srv->stopping, true);
-    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
-    /* The listening socket is ours once quiesced. Shut down now, a new
-     * client is refused at once instead of waiting in the backlog until the
-     * requests in flight are done; closed only after MHD_stop_daemon, as a
-     * worker may still hold the descriptor in a poll set until then and a
-     * reused number must never reach its accept(). */
-    if (fd != MHD_INVALID_SOCKET) shutdown(fd, SHUT_RDWR);
-    /* Let requests in flight finish. --shutdown-timeout bounds only what
-     * clients hold up (a body still arriving, a reply not read), so a stuck
-     * client cannot hold the stop forever. A request queued or running
-     * (suspended, or dispatching on an HTTP thread) is a reply the server
-     * owes: a load that went through unanswered would leave its client
-     * not knowing it happened, so the stop waits for every such reply and
-     * then gives it LS_HTTP_FLUSH_MS to go out. No new suspension starts
-     * once stopping is set and the workers run every queued job, so this
-     * ends. */
-    const long bound_ms = (long)srv->cfg.shutdown_timeout_s * 1000;
-    long waited_ms = 0, owed_ms = -LS_HTTP_FLUSH_MS; /* owed_ms: when a reply was last owed */
-    bool warned = false;
-    while (atomic_load(&srv->active) > 0) {
-        const bool owed = atomic_load(&srv->suspended) > 0 || atomic_load(&srv->dispatching) > 0;
-        if (owed) owed_ms = waited_ms;
-        if (waited_ms >= bound_ms) {
-            if (!warned)
-                ls_log_warn("shutdown: %d request(s) still open after %d s; finishing the replies the server owes, "
-                            "then closing the rest",
-                            atomic_load(&srv->active), srv->cfg.shutdown_timeout_s);
-            warned = true;
-            if (!owed && waited_ms - owed_ms >= LS_HTTP_FLUSH_MS) break;
-        }
-        usleep(10000);
-        waited_ms += 10;
-    }
-    if (atomic_load(&srv->active) > 0)
-        ls_log_warn("shutdown: closing %d connection(s) whose client is still sending or reading",
-                    atomic_load(&srv->active));
-    /* MHD_stop_daemon panics on a connection still suspended. */
-    while (atomic_load(&srv->suspended) > 0) usleep(1000);
-    MHD_stop_daemon(srv->daemon);
-    srv->daemon = NULL;
-    if (fd != MHD_INVALID_SOCKET) close(fd);
-}
