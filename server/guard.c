@@ -268,6 +268,9 @@ ls_guard_conn *ls_guard_open(ls_guard *g, int fd, const struct sockaddr *addr) {
     pthread_mutex_lock(&g->mu);
     const int from_ip = ls_guard_count(g, c->family, c->ip);
     c->reserved = (g->cfg.per_ip > 0 && from_ip >= g->cfg.per_ip) || g->n >= g->cfg.max_connections;
+    /* A reserve connection is on the head's clock from the start: held
+     * idle, it would keep the probes out as surely as a slow one. */
+    if (c->reserved) ls_guard_start_head(g, c, ls_guard_now());
     c->next = g->head;
     if (g->head) g->head->prev = c;
     else pthread_cond_signal(&g->cv); /* the reaper sleeps while there is none */

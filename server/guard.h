@@ -19,8 +19,9 @@
  * server past --max-connections, for probes only. */
 #define LS_GUARD_RESERVE_PER_IP 4
 #define LS_GUARD_RESERVE_TOTAL 16
-/* A reserve connection's head must come within this (or
- * --request-timeout when shorter): a probe sends it at once. */
+/* A reserve connection's head must come within this of its accept (or
+ * --request-timeout when shorter), idle or not: a probe sends it at
+ * once. */
 #define LS_GUARD_RESERVE_HEAD_S 5
 
 typedef struct ls_guard ls_guard;
