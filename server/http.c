@@ -468,68 +468,80 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     return MHD_YES;
 }
 
+/* The first call, the head whole: the request's state, its checks (a
+ * refusal is answered at once) and the body's deadline. */
+static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
+                                     const char *version, void **con_cls) {
+    ls_conn_state *st = *con_cls;
+    if (!st && !(st = calloc(1, sizeof *st))) return MHD_NO;
+    st->begun = true;
+    clock_gettime(CLOCK_MONOTONIC, &st->t0);
+    st->method = method;
+    st->url = url;
+    ls_http_request_id(conn, st->request_id);
+    st->gc = ls_http_guard_conn(conn);
+    *con_cls = st;
+    atomic_fetch_add(&srv->active, 1);
+    enum MHD_Result ret;
+    if (ls_http_begin(srv, conn, url, method, version, st, &ret)) return ret;
+    /* From here until the body is whole, the body's deadline. */
+    char what[sizeof(ls_http_log_fields)];
+    ls_http_log_fields f;
+    ls_http_log_fields_of(st, &f);
+    snprintf(what, sizeof what, "%s %s", f.method, f.path);
+    if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
+    if (srv->batcher && st->route->fn == ls_handle_forward) {
+        ls_batcher_arriving(srv->batcher);
+        st->arriving = true;
+    }
+    return MHD_YES;
+}
+
+/* n more bytes of the body, kept under the size cap. */
+static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st,
+                                         const char *data, size_t n) {
+    size_t max = (size_t)srv->cfg.max_body_mb << 20;
+    /* A route that reads no body (the open /health and /ready among
+     * them) must not buffer one: drop it unread. */
+    if (!st->route->has_body) return MHD_YES;
+    if (st->too_large || n > max - st->len) {
+        /* Discard up to one more limit's worth so a client that
+         * overshoots a little still reads its 413; past that, close
+         * the connection rather than read an endless body. */
+        st->too_large = true;
+        st->discarded += n;
+        return st->discarded > max ? MHD_NO : MHD_YES;
+    }
+    if (st->len + n > st->cap) {
+        /* Sized once from Content-Length when it is given (it is
+         * within the limit, or the request was refused above), so a
+         * large body is neither copied as it grows nor held twice. */
+        size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
+        while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
+        uint8_t *b = realloc(st->body, cap);
+        if (!b) return MHD_NO;
+        st->body = b;
+        st->cap = cap;
+    }
+    memcpy(st->body + st->len, data, n);
+    st->len += n;
+    return MHD_YES;
+}
+
 enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                       const char *version, const char *upload_data, size_t *upload_data_size,
-                                       void **con_cls) {
+                                const char *version, const char *upload_data, size_t *upload_data_size,
+                                void **con_cls) {
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
-    if (!st || !st->begun) {
-        if (!st && !(st = calloc(1, sizeof *st))) return MHD_NO;
-        st->begun = true;
-        clock_gettime(CLOCK_MONOTONIC, &st->t0);
-        st->method = method;
-        st->url = url;
-        ls_http_request_id(conn, st->request_id);
-        st->gc = ls_http_guard_conn(conn);
-        *con_cls = st;
-        atomic_fetch_add(&srv->active, 1);
-        enum MHD_Result ret;
-        if (ls_http_begin(srv, conn, url, method, version, st, &ret)) return ret;
-        /* From here until the body is whole, the body's deadline. */
-        char what[sizeof(ls_http_log_fields)];
-        ls_http_log_fields f;
-        ls_http_log_fields_of(st, &f);
-        snprintf(what, sizeof what, "%s %s", f.method, f.path);
-        if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
-        if (srv->batcher && st->route->fn == ls_handle_forward) {
-            ls_batcher_arriving(srv->batcher);
-            st->arriving = true;
-        }
-        return MHD_YES;
-    }
+    if (!st || !st->begun) return ls_http_first(srv, conn, url, method, version, con_cls);
     if (st->replied) {
         *upload_data_size = 0; /* discard the rest of a refused body */
         return MHD_YES;
     }
     if (*upload_data_size) {
-        size_t max = (size_t)srv->cfg.max_body_mb << 20;
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        /* A route that reads no body (the open /health and /ready among
-         * them) must not buffer one: drop it unread. */
-        if (!st->route->has_body) return MHD_YES;
-        if (st->too_large || n > max - st->len) {
-            /* Discard up to one more limit's worth so a client that
-             * overshoots a little still reads its 413; past that, close
-             * the connection rather than read an endless body. */
-            st->too_large = true;
-            st->discarded += n;
-            return st->discarded > max ? MHD_NO : MHD_YES;
-        }
-        if (st->len + n > st->cap) {
-            /* Sized once from Content-Length when it is given (it is
-             * within the limit, or the request was refused above), so a
-             * large body is neither copied as it grows nor held twice. */
-            size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
-            while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
-            uint8_t *b = realloc(st->body, cap);
-            if (!b) return MHD_NO;
-            st->body = b;
-            st->cap = cap;
-        }
-        memcpy(st->body + st->len, upload_data, n);
-        st->len += n;
-        return MHD_YES;
+        return ls_http_take_body(srv, conn, st, upload_data, n);
     }
     if (!st->body_done) {
         /* Whole: what remains is the server's work, on no deadline. */
