@@ -1,8 +1,8 @@
 /* /forward wire formats: parse and check the request, build the reply. */
 #include "api/forward.h"
 
-#include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "api/forward_internal.h"
 #include "api/json_tensor.h"
 #include "common/buf.h"
+#include "common/text.h"
 #include "format/safetensors.h"
 
 void ls_forward_req_free(ls_forward_req *req) {
@@ -79,11 +80,10 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     memset(req, 0, sizeof *req);
     ls_status st = LS_OK;
     if (q_layer) {
-        char *end;
-        errno = 0;
-        long long layer = strtoll(q_layer, &end, 10);
-        if (errno || end == q_layer || *end)
-            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "query layer=%.32s is not an integer", q_layer);
+        long long layer;
+        if (!ls_text_int(q_layer, LLONG_MIN, LLONG_MAX, &layer))
+            return ls_error_set(err, LS_INVALID_REQUEST, "write the layer in decimal digits: ?layer=1",
+                                "query layer=%.32s is not an integer", q_layer);
         if ((st = ls_forward_check_layer(layer, dims, err)) != LS_OK) return st;
         req->layer = (int)layer;
     }

@@ -49,10 +49,19 @@
     X(INVALID_REQUEST, "invalid_request", 400,                                                     \
       "check the request against the API reference: GET /openapi.json, or docs/api.md")            \
     X(UNAUTHORIZED, "unauthorized", 401, "send the header Authorization: Bearer <api key>")        \
+    X(FORBIDDEN_HOST, "forbidden_host", 403,                                                       \
+      "reach the server by IP address or localhost, or list the names clients use in "             \
+      "--allowed-hosts (LORASINK_ALLOWED_HOSTS; * for any)")                                       \
+    X(FORBIDDEN_ORIGIN, "forbidden_origin", 403,                                                   \
+      "browsers may call this server from its own pages only; list other origins in "              \
+      "--allowed-origins (LORASINK_ALLOWED_ORIGINS)")                                              \
     X(ADAPTER_NOT_FOUND, "adapter_not_found", 404, "load it first with POST /adapters")            \
     X(NOT_FOUND, "not_found", 404,                                                                 \
       "the routes are /health, /ready, /forward, /adapters, /pool, /metrics, /dashboard, /openapi.json") \
     X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "see the Allow header")                       \
+    X(REQUEST_TIMEOUT, "request_timeout", 408,                                                     \
+      "send the head within --request-timeout seconds of its first byte and the body within "      \
+      "--body-timeout of the head")                                                                \
     X(ADAPTER_EXISTS, "adapter_exists", 409,                                                       \
       "pick another name, DELETE the old adapter, or send \"replace\": true")                      \
     X(ADAPTER_STALE, "adapter_stale", 409,                                                         \
@@ -65,10 +74,15 @@
       "false) or delete one, or load this one unpinned")                                           \
     X(PAYLOAD_TOO_LARGE, "payload_too_large", 413,                                                 \
       "send a smaller body or restart with a larger --max-body-mb")                                \
+    X(URI_TOO_LONG, "uri_too_long", 414,                                                           \
+      "send at most 64 query parameters and 8192 bytes of path and query; send data in the body")  \
     X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415,                                       \
       "send application/json or application/octet-stream (safetensors)")                           \
     X(INVALID_SHAPE, "invalid_shape", 422, "check the tensor shapes against the model dimensions") \
     X(OVERLOADED, "overloaded", 429, "the request queue is full; retry after a short wait")       \
+    X(TOO_MANY_CONNECTIONS, "too_many_connections", 429,                                           \
+      "this address holds --per-ip-connections connections (or the server --max-connections): "    \
+      "close some or reuse them; past the cap a connection serves only /health and /ready")        \
     X(POOL_EXHAUSTED, "pool_exhausted", 503,                                                       \
       "every slot is pinned or in use; retry later, unpin or delete an adapter")                   \
     X(DEVICE_ERROR, "device_error", 503, "the compute device failed; check /ready and the log")    \

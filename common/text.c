@@ -1,6 +1,9 @@
 /* See text.h. */
 #include "common/text.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Each literal correctly rounded by the compiler. */
@@ -19,6 +22,27 @@ bool ls_text_bool(const char *text, bool *out) {
     else if (!strcmp(text, "false") || !strcmp(text, "0")) *out = false;
     else return false;
     return true;
+}
+
+bool ls_text_int(const char *text, long long min, long long max, long long *out) {
+    const char *d = text[0] == '-' ? text + 1 : text;
+    if (!*d) return false;
+    for (const char *c = d; *c; c++)
+        if (*c < '0' || *c > '9') return false;
+    errno = 0;
+    long long v = strtoll(text, NULL, 10);
+    if (errno == ERANGE || v < min || v > max) return false;
+    *out = v;
+    return true;
+}
+
+void ls_text_log_field(const char *text, bool keep_spaces, char *out, size_t len) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && o + 4 < len; p++) {
+        if ((*p > ' ' || (*p == ' ' && keep_spaces)) && *p < 0x7f && *p != '%') out[o++] = (char)*p;
+        else o += (size_t)snprintf(out + o, len - o, "%%%02X", *p);
+    }
+    if (len) out[o < len ? o : len - 1] = '\0';
 }
 
 bool ls_adapter_name_valid(const char *name) {

@@ -1,12 +1,14 @@
 /* Small pieces of plain-text parsing and hashing that several folders
  * need the same way: booleans as flags, query strings and metadata spell
  * them, the splitmix64 stream the demo model and the tests draw from, the
- * FNV-1a hash of names, the adapter name rule, and the powers of ten that decimal numbers are
- * read and written with. */
+ * FNV-1a hash of names, the adapter name rule, plain integers, fields of
+ * log lines, and the powers of ten that decimal numbers are read and
+ * written with. */
 #ifndef LS_COMMON_TEXT_H
 #define LS_COMMON_TEXT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* 10^k for k in [-60, 60], each correctly rounded: exact for 0..22, the
@@ -21,6 +23,18 @@ bool ls_adapter_name_valid(const char *name);
 
 /* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
 bool ls_text_bool(const char *text, bool *out);
+
+/* A decimal integer written plainly: an optional '-' and digits, nothing
+ * else (no blank, '+', hex or trailing byte, as strtoll would take),
+ * within [min, max]. False (out untouched) otherwise. The reader of every
+ * integer a query string or a text parameter carries. */
+bool ls_text_int(const char *text, long long min, long long max, long long *out);
+
+/* text as a log line shows it, into out (len bytes, always terminated,
+ * cut short when it does not fit): bytes outside printable ASCII and '%'
+ * written as %XX, and spaces too unless keep_spaces, so a field a client
+ * chose stays one field of one line and never reaches a terminal raw. */
+void ls_text_log_field(const char *text, bool keep_spaces, char *out, size_t len);
 
 /* The next value of a splitmix64 stream whose state is *state. */
 static inline uint64_t ls_splitmix64(uint64_t *state) {

@@ -68,6 +68,10 @@ typedef struct {
     int max_connections;
     int per_ip_connections;
     int connection_timeout_s;
+    int request_timeout_s; /* from a head's first byte to its end */
+    int body_timeout_s;    /* from a head's end to its body's */
+    char allowed_hosts[1024];   /* names Host may carry besides IP literals and localhost; "*" = any */
+    char allowed_origins[1024]; /* origins besides the server's own whose pages may call it; "*" = any */
     int shutdown_timeout_s; /* how long a stop waits for clients, not for replies the server owes */
     ls_log_level log_level;
     bool access_log; /* one line per request on stderr */

@@ -41,6 +41,42 @@ static bool ls_host_check(const char *text, char *why, size_t len) {
     return false;
 }
 
+/* One entry of --allowed-hosts or --allowed-origins (n bytes of e):
+ * "*", a host name, or with origins scheme://host[:port]. */
+static bool ls_allow_entry_ok(const char *e, size_t n, bool origins) {
+    if (n == 1 && e[0] == '*') return true;
+    if (origins) {
+        size_t scheme = n > 7 && !strncmp(e, "http://", 7) ? 7 : n > 8 && !strncmp(e, "https://", 8) ? 8 : 0;
+        if (!scheme) return false;
+        e += scheme, n -= scheme;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)e[i];
+        const bool port = origins && (c == ':' || c == '[' || c == ']');
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || port)) return false;
+    }
+    return n > 0 && n <= 253;
+}
+
+/* A comma list of such entries ("" = none). */
+static bool ls_allow_list_check(const char *text, bool origins, char *why, size_t len) {
+    for (const char *e = text; *e;) {
+        size_t n = strcspn(e, ",");
+        if (!ls_allow_entry_ok(e, n, origins)) {
+            snprintf(why, len, "%s",
+                     origins ? "is not a comma list of origins such as https://ui.example.com:8443 (no path), or *"
+                             : "is not a comma list of host names such as lorasink.internal (no port), or *");
+            return false;
+        }
+        e += n;
+        if (*e) e++;
+    }
+    return true;
+}
+
+static bool ls_hosts_check(const char *text, char *why, size_t len) { return ls_allow_list_check(text, false, why, len); }
+static bool ls_origins_check(const char *text, char *why, size_t len) { return ls_allow_list_check(text, true, why, len); }
+
 const ls_setting ls_settings[] = {
     {.name = "host", .type = LS_SET_STR, FIELD(host), .min = 1, .def = "127.0.0.1", .meta = "ADDR",
      .help = "address to listen on (numeric IPv4 or IPv6)", .check = ls_host_check},
@@ -91,6 +127,18 @@ const ls_setting ls_settings[] = {
     INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
     INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
     INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
+    INT("request-timeout", request_timeout_s, 1, 86400, "60",
+        "seconds from a request's first byte to the end of its head; past it 408 and the connection closed"),
+    INT("body-timeout", body_timeout_s, 1, 86400, "300",
+        "seconds from the end of a request's head to the end of its body; past it 408 and the connection closed"),
+    {.name = "allowed-hosts", .type = LS_SET_STR, FIELD(allowed_hosts), .def = "", .meta = "NAMES",
+     .help = "comma list of names the Host header may carry besides IP addresses and localhost (DNS rebinding); "
+             "* = any",
+     .check = ls_hosts_check},
+    {.name = "allowed-origins", .type = LS_SET_STR, FIELD(allowed_origins), .def = "", .meta = "ORIGINS",
+     .help = "comma list of origins (https://host:port) besides the server's own whose pages may send requests; "
+             "* = any",
+     .check = ls_origins_check},
     INT("shutdown-timeout", shutdown_timeout_s, 0, 86400, "30",
         "on SIGTERM, seconds to wait for clients still sending or reading before closing them; a reply the server "
         "still owes (a request queued or running) is always finished and sent"),

@@ -314,10 +314,8 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
         st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not peft, pool or auto",
                           ls_params_subject(subject, sizeof subject, "format", t->format, w));
     if (st == LS_OK && t->r) {
-        char *end;
-        errno = 0;
-        long v = strtol(t->r, &end, 10);
-        if (errno || end == t->r || *end || v <= 0 || v > INT_MAX)
+        long long v;
+        if (!ls_text_int(t->r, 1, INT_MAX, &v))
             st = ls_error_set(err, LS_ADAPTER_CONFIG_INVALID,
                               "r states the factors' rank: a positive integer, or leave it out (the factors tell it)",
                               "%s is not a positive integer",

@@ -17,7 +17,11 @@
 #      registered adapter in the registry and data in every plot. The
 #      screenshot goes to BUILD_DIR/artifacts/dashboard.png and a copy
 #      scaled down to at most 150 KiB beside it (to docs/dashboard.png, the
-#      README's picture, with LORASINK_UPDATE_DOCS=1).
+#      README's picture, with LORASINK_UPDATE_DOCS=1);
+#   5. pages of another origin against a server without a key, in headless
+#      Chromium (scripts/check_cross_site.py): a no-cors text/plain upload
+#      that would replace and pin an adapter, and a DNS-rebinding read;
+#      both refused (403), nothing changed or read.
 # Installs chromium and prometheus from Debian when missing
 # (scripts/install-deps.sh). Exit status 0 only when every check passed.
 set -euo pipefail
@@ -396,5 +400,8 @@ finally:
     except subprocess.TimeoutExpired:
         browser.kill()
 PY
+
+# 5. Cross-site requests and DNS rebinding, from pages of other origins.
+python3 "$ROOT/scripts/check_cross_site.py" "$BIN" "$TMP" || fail "cross-site checks"
 
 echo "check-dashboard: all passed in $(($(date +%s) - T0)) s"

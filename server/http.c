@@ -1,10 +1,10 @@
-/* The libmicrohttpd daemon: the three-phase request handler (allocate
- * state and check route, auth, size and media type; consume the body
- * under the size cap; dispatch and reply) and the one place where
- * responses are created, queued and destroyed. A request that may wait
+/* The requests libmicrohttpd hands over: the three-phase handler
+ * (allocate state and check head rules, route, auth, size and media
+ * type; consume the body under the size cap; dispatch and reply) and the
+ * one place where responses are created, queued and destroyed. A request that may wait
  * (a forward in the batcher, an adapter load, an auto-load) has its
  * connection suspended while it does, so HTTP threads never wait. The
- * routing table is server/routes.c. */
+ * routing table is server/routes.c, the daemon server/http_daemon.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
@@ -21,17 +21,24 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "api/forward.h"
 #include "server/batcher.h"
+#include "server/guard.h"
+#include "server/http_head.h"
 #include "server/offload.h"
+#include "server/http_internal.h"
 #include "server/request.h"
 #include "server/routes.h"
 
-/* During a stop, how long a reply the server has just finished gets to go
- * out before the connections still open past --shutdown-timeout are
- * closed: a send of a few MB to a client that reads. */
-#define LS_HTTP_FLUSH_MS 2000
+/* The longest request target (path and query) and the most query
+ * parameters a request may carry; no route reads more than ten. */
+#define LS_HTTP_TARGET_MAX 8192
+#define LS_HTTP_QUERY_MAX 64
 
 typedef struct {
+    bool begun;              /* the handler has seen the head (else only the request line was read) */
+    size_t target_len;       /* the request target's bytes, as sent */
+    size_t query_n;          /* its query parameters */
     const ls_route *route;
     const char *label; /* metrics label: the route pattern or "other" */
     char param[256];
@@ -53,16 +60,25 @@ typedef struct {
     struct timespec t0;
     const char *method, *url; /* MHD's, valid for the whole request: for the access log */
     char request_id[LS_REQUEST_ID_MAX + 1];
+    ls_guard_conn *gc;  /* the connection's state in the guard (NULL: unguarded) */
+    bool body_done;     /* the guard was told the body came whole */
 } ls_conn_state;
 
-/* Seeds the ids this process generates: two servers started in the same
- * second still differ by their pid. */
-static atomic_ullong ls_http_id_state;
+/* Seeds the ids this process generates (http_daemon.c seeds it): two
+ * servers started in the same second still differ by their pid. */
+atomic_ullong ls_http_id_state;
 
 static double ls_elapsed_s(const struct timespec *t0) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* The guard's state of the connection (MHD_OPTION_NOTIFY_CONNECTION's
+ * socket context), or NULL. */
+ls_guard_conn *ls_http_guard_conn(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
 }
 
 /* The client's X-Request-Id when it is 1 to LS_REQUEST_ID_MAX printable
@@ -76,33 +92,48 @@ static void ls_http_request_id(struct MHD_Connection *conn, char *id) {
         memcpy(id, v, n + 1);
         return;
     }
+    ls_http_new_request_id(id);
+}
+
+void ls_http_new_request_id(char *id) {
     uint64_t s = atomic_fetch_add(&ls_http_id_state, 0x9e3779b97f4a7c15ULL);
     snprintf(id, LS_REQUEST_ID_MAX + 1, "%016llx", (unsigned long long)ls_splitmix64(&s));
 }
 
-/* The path as the access log shows it: bytes outside printable ASCII
- * (a decoded %0a among them) escaped again, so one request stays one
- * line. */
-static void ls_http_log_path(const char *url, char *out, size_t len) {
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)url; *p && o + 4 < len; p++) {
-        if (*p > ' ' && *p < 0x7f && *p != '%') out[o++] = (char)*p;
-        else o += (size_t)snprintf(out + o, len - o, "%%%02X", *p);
-    }
-    out[o] = '\0';
+/* The fields of a request the log shows, each written by
+ * ls_text_log_field: a method, path or id a client chose never splits a
+ * line or reaches a terminal raw ("GET\x1b[2J" is GET%1B[2J). */
+typedef struct {
+    char id[3 * LS_REQUEST_ID_MAX + 1];
+    char method[128];
+    char path[512];
+} ls_http_log_fields;
+
+static void ls_http_log_fields_of(const ls_conn_state *st, ls_http_log_fields *f) {
+    ls_text_log_field(st->request_id, false, f->id, sizeof f->id);
+    ls_text_log_field(st->method, false, f->method, sizeof f->method);
+    ls_text_log_field(st->url, false, f->path, sizeof f->path);
 }
 
 /* Creates, decorates, queues and destroys the response; frees r->body. */
 static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
+    /* The guard's reaper may have answered 408 on the socket already. */
+    if (!ls_guard_body_done(srv->guard, st->gc)) {
+        free(r->body);
+        r->body = NULL;
+        return MHD_NO;
+    }
     /* A 5xx is the server's trouble, not the client's: the operator
      * reads it in the log (the error body says what and how to fix). */
+    ls_http_log_fields f;
+    ls_http_log_fields_of(st, &f);
     if (r->status >= 500) {
-        char path[512];
-        ls_http_log_path(st->url, path, sizeof path);
         size_t n = r->body ? r->len : 0;
         while (n && r->body[n - 1] == '\n') n--;
-        ls_log_error("%s %s %s: %d %.*s", st->request_id, st->method, path, r->status, (int)(n > 400 ? 400 : n),
-                     r->body ? r->body : "");
+        char body[3 * 400 + 1], cut[401];
+        snprintf(cut, sizeof cut, "%.*s", (int)(n > 400 ? 400 : n), r->body ? r->body : "");
+        ls_text_log_field(cut, true, body, sizeof body);
+        ls_log_error("%s %s %s: %d %s", f.id, f.method, f.path, r->status, body);
     }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
@@ -120,22 +151,24 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
         snprintf(v, sizeof v, "%d", r->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
+    for (size_t i = 0; i < ls_http_hardening_count; i++)
+        MHD_add_response_header(resp, ls_http_hardening[i][0], ls_http_hardening[i][1]);
+    const bool page = r->content_type && !strncmp(r->content_type, "text/html", 9);
+    MHD_add_response_header(resp, "Content-Security-Policy", ls_http_csp(page));
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"lorasink\"");
-    /* While stopping, keep-alive clients must not hold shutdown open. */
-    if (atomic_load(&srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* While stopping, keep-alive clients must not hold shutdown open; a
+     * connection from the reserve serves one probe. */
+    if (atomic_load(&srv->stopping) || ls_guard_reserved(st->gc))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     /* The body bytes sent: none for HEAD (its Content-Length is GET's). */
     const size_t bytes = strcmp(st->method, "HEAD") ? r->len : 0;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     const double elapsed = ls_elapsed_s(&st->t0);
     ls_metrics_observe_request(&srv->metrics, st->label, r->status, elapsed);
-    if (srv->cfg.access_log) {
-        char path[512];
-        ls_http_log_path(st->url, path, sizeof path);
-        ls_log_access("%s %s %s %d %zu %lld", st->request_id, st->method, path, r->status, bytes,
-                      (long long)(elapsed * 1e6));
-    }
+    if (srv->cfg.access_log)
+        ls_log_access("%s %s %s %d %zu %lld", f.id, f.method, f.path, r->status, bytes, (long long)(elapsed * 1e6));
     st->replied = true;
     return ret;
 }
@@ -186,15 +219,65 @@ static bool ls_http_body_kind(struct MHD_Connection *conn, ls_body_kind *kind) {
     return false;
 }
 
-/* First call of a request: route, auth, size and media type. Returns
- * true when a reply was queued already. */
+/* Counts each header the head rules read and keeps its first value. */
+static enum MHD_Result ls_http_head_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    ls_http_head *h = cls;
+    const struct {
+        const char *name;
+        const char **first;
+        int *n;
+    } f[] = {{MHD_HTTP_HEADER_HOST, &h->host, &h->n_host},
+             {MHD_HTTP_HEADER_ORIGIN, &h->origin, &h->n_origin},
+             {"Sec-Fetch-Site", &h->sec_fetch_site, NULL},
+             {LS_FORWARD_ADAPTER_HEADER, &h->adapter, &h->n_adapter},
+             {MHD_HTTP_HEADER_CONTENT_LENGTH, NULL, &h->n_content_length},
+             {MHD_HTTP_HEADER_TRANSFER_ENCODING, &h->transfer_encoding, &h->n_transfer_encoding}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (strcasecmp(key, f[i].name)) continue;
+        if (f[i].first && !*f[i].first) *f[i].first = value ? value : "";
+        if (f[i].n) (*f[i].n)++;
+    }
+    return MHD_YES;
+}
+
+/* The head rules (server/http_head.h) on this request's head. */
+static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const char *version, bool open,
+                            ls_reply *r) {
+    ls_http_head h = {.http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0)};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, ls_http_head_visit, &h);
+    const ls_http_head_policy p = {srv->cfg.allowed_hosts, srv->cfg.allowed_origins};
+    ls_error err;
+    ls_error_init(&err);
+    const bool ok = ls_http_head_check(&h, &p, open, &err) == LS_OK;
+    if (!ok) ls_reply_error(r, &err);
+    ls_error_free(&err);
+    return ok;
+}
+
+/* First call of a request: head rules, route, auth, size and media type.
+ * Returns true when a reply was queued already. */
 static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
-                          ls_conn_state *st, enum MHD_Result *ret) {
+                          const char *version, ls_conn_state *st, enum MHD_Result *ret) {
     char allow[64];
     ls_reply r = {0};
     st->route = ls_route_find(method, url, st->param, sizeof st->param, allow, sizeof allow);
     st->label = st->route ? st->route->pattern : "other";
-    if (!st->route && allow[0]) {
+    if (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX) {
+        if (!st->route) st->label = ls_route_label(url);
+        ls_reply_fail(&r, LS_URI_TOO_LONG, NULL,
+                      "the request target is %zu bytes with %zu query parameters: at most %d bytes and %d "
+                      "parameters are read",
+                      st->target_len, st->query_n, LS_HTTP_TARGET_MAX, LS_HTTP_QUERY_MAX);
+    } else if (ls_guard_reserved(st->gc) && !(st->route && (st->route->fn == ls_handle_health ||
+                                                            st->route->fn == ls_handle_ready))) {
+        if (!st->route) st->label = ls_route_label(url);
+        ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
+                      "this connection is past the open-connection cap of its address or of the server: it "
+                      "serves only GET /health and GET /ready");
+    } else if (!ls_http_head_ok(srv, conn, version, st->route && st->route->open, &r)) {
+        if (!st->route) st->label = ls_route_label(url);
+    } else if (!st->route && allow[0]) {
         st->label = ls_route_label(url);
         snprintf(st->allow, sizeof st->allow, "%s", allow);
         r.allow = st->allow;
@@ -385,62 +468,85 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     return MHD_YES;
 }
 
-static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                       const char *version, const char *upload_data, size_t *upload_data_size,
-                                       void **con_cls) {
-    (void)version;
+/* The first call, the head whole: the request's state, its checks (a
+ * refusal is answered at once) and the body's deadline. */
+static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
+                                     const char *version, void **con_cls) {
+    ls_conn_state *st = *con_cls;
+    if (!st && !(st = calloc(1, sizeof *st))) return MHD_NO;
+    st->begun = true;
+    clock_gettime(CLOCK_MONOTONIC, &st->t0);
+    st->method = method;
+    st->url = url;
+    ls_http_request_id(conn, st->request_id);
+    st->gc = ls_http_guard_conn(conn);
+    *con_cls = st;
+    atomic_fetch_add(&srv->active, 1);
+    enum MHD_Result ret;
+    if (ls_http_begin(srv, conn, url, method, version, st, &ret)) return ret;
+    /* From here until the body is whole, the body's deadline. */
+    char what[sizeof(ls_http_log_fields)];
+    ls_http_log_fields f;
+    ls_http_log_fields_of(st, &f);
+    snprintf(what, sizeof what, "%s %s", f.method, f.path);
+    if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
+    if (srv->batcher && st->route->fn == ls_handle_forward) {
+        ls_batcher_arriving(srv->batcher);
+        st->arriving = true;
+    }
+    return MHD_YES;
+}
+
+/* n more bytes of the body, kept under the size cap. */
+static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st,
+                                         const char *data, size_t n) {
+    size_t max = (size_t)srv->cfg.max_body_mb << 20;
+    /* A route that reads no body (the open /health and /ready among
+     * them) must not buffer one: drop it unread. */
+    if (!st->route->has_body) return MHD_YES;
+    if (st->too_large || n > max - st->len) {
+        /* Discard up to one more limit's worth so a client that
+         * overshoots a little still reads its 413; past that, close
+         * the connection rather than read an endless body. */
+        st->too_large = true;
+        st->discarded += n;
+        return st->discarded > max ? MHD_NO : MHD_YES;
+    }
+    if (st->len + n > st->cap) {
+        /* Sized once from Content-Length when it is given (it is
+         * within the limit, or the request was refused above), so a
+         * large body is neither copied as it grows nor held twice. */
+        size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
+        while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
+        uint8_t *b = realloc(st->body, cap);
+        if (!b) return MHD_NO;
+        st->body = b;
+        st->cap = cap;
+    }
+    memcpy(st->body + st->len, data, n);
+    st->len += n;
+    return MHD_YES;
+}
+
+enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                const char *version, const char *upload_data, size_t *upload_data_size,
+                                void **con_cls) {
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
-    if (!st) {
-        st = calloc(1, sizeof *st);
-        if (!st) return MHD_NO;
-        clock_gettime(CLOCK_MONOTONIC, &st->t0);
-        st->method = method;
-        st->url = url;
-        ls_http_request_id(conn, st->request_id);
-        *con_cls = st;
-        atomic_fetch_add(&srv->active, 1);
-        enum MHD_Result ret;
-        if (ls_http_begin(srv, conn, url, method, st, &ret)) return ret;
-        if (srv->batcher && st->route->fn == ls_handle_forward) {
-            ls_batcher_arriving(srv->batcher);
-            st->arriving = true;
-        }
-        return MHD_YES;
-    }
+    if (!st || !st->begun) return ls_http_first(srv, conn, url, method, version, con_cls);
     if (st->replied) {
         *upload_data_size = 0; /* discard the rest of a refused body */
         return MHD_YES;
     }
     if (*upload_data_size) {
-        size_t max = (size_t)srv->cfg.max_body_mb << 20;
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        /* A route that reads no body (the open /health and /ready among
-         * them) must not buffer one: drop it unread. */
-        if (!st->route->has_body) return MHD_YES;
-        if (st->too_large || n > max - st->len) {
-            /* Discard up to one more limit's worth so a client that
-             * overshoots a little still reads its 413; past that, close
-             * the connection rather than read an endless body. */
-            st->too_large = true;
-            st->discarded += n;
-            return st->discarded > max ? MHD_NO : MHD_YES;
-        }
-        if (st->len + n > st->cap) {
-            /* Sized once from Content-Length when it is given (it is
-             * within the limit, or the request was refused above), so a
-             * large body is neither copied as it grows nor held twice. */
-            size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
-            while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
-            uint8_t *b = realloc(st->body, cap);
-            if (!b) return MHD_NO;
-            st->body = b;
-            st->cap = cap;
-        }
-        memcpy(st->body + st->len, upload_data, n);
-        st->len += n;
-        return MHD_YES;
+        return ls_http_take_body(srv, conn, st, upload_data, n);
+    }
+    if (!st->body_done) {
+        /* Whole: what remains is the server's work, on no deadline. */
+        st->body_done = true;
+        if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }
     ls_reply r = {0};
     if (st->offloaded) { /* resumed: the worker has answered */
@@ -484,138 +590,48 @@ static enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, c
     return ls_http_send(conn, srv, st, &r);
 }
 
-static void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
-    (void)conn;
     (void)toe;
     ls_server *srv = cls;
+    /* The connection waits for its next request (or is closing). */
+    ls_guard_request_done(srv->guard, ls_http_guard_conn(conn));
     ls_conn_state *st = *con_cls;
     if (!st) return;
+    *con_cls = NULL;
+    if (!st->begun) { /* the head never came whole */
+        free(st);
+        return;
+    }
     ls_http_arrived(srv, st); /* a body cut short */
     ls_forward_job_free(st->fjob);
     ls_adapter_load_job_free(st->ljob);
     free(st->reply.body); /* a reply never sent */
     free(st->body);
     free(st);
-    *con_cls = NULL;
     atomic_fetch_sub(&srv->active, 1);
 }
 
-static void ls_http_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t l = strlen(msg);
-    while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
-    ls_log_warn("microhttpd: %s", msg);
+/* libmicrohttpd's MHD_OPTION_URI_LOG_CALLBACK: the request line has
+ * come, its query not yet split. The request's state begins here. A
+ * target over the limits is answered 414 by the handler; its query is
+ * emptied first, because libmicrohttpd 0.9.75 keeps a record of every
+ * parameter in the connection's memory pool, and when they do not fit
+ * it logs a 431 and closes the connection without sending it. Emptying
+ * writes into the library's own copy of the line (passed as const),
+ * which it splits only after this returns. */
+void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) {
+    ls_server *srv = cls;
+    ls_guard_request_line(srv->guard, ls_http_guard_conn(conn));
+    ls_conn_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL; /* the handler tries again */
+    st->target_len = strlen(uri);
+    char *q = strchr(uri, '?');
+    if (q) {
+        st->query_n = 1;
+        for (const char *c = q + 1; *c; c++) st->query_n += *c == '&';
+    }
+    if (q && (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX)) q[1] = '\0';
+    return st;
 }
 
-/* %XX escapes of the path and the query decoded in place, except %00:
- * a NUL byte would cut a name short in every C string after this (as
- * "a%00evil" would register "a"), so it stays written as %00, which no
- * adapter name may hold. Returns the new length. */
-static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
-    (void)cls, (void)conn;
-    char *out = s;
-    for (const char *in = s; *in; in++) {
-        int hi = -1, lo = -1;
-        if (in[0] == '%' && in[1] && in[2]) {
-            hi = isxdigit((unsigned char)in[1]) ? (isdigit((unsigned char)in[1]) ? in[1] - '0' : (in[1] | 32) - 'a' + 10) : -1;
-            lo = isxdigit((unsigned char)in[2]) ? (isdigit((unsigned char)in[2]) ? in[2] - '0' : (in[2] | 32) - 'a' + 10) : -1;
-        }
-        if (hi >= 0 && lo >= 0 && (hi | lo) != 0) {
-            *out++ = (char)(hi * 16 + lo);
-            in += 2;
-        } else {
-            *out++ = *in;
-        }
-    }
-    *out = '\0';
-    return (size_t)(out - s);
-}
-
-bool ls_http_start(ls_server *srv) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    atomic_store(&ls_http_id_state, (unsigned long long)now.tv_sec * 1000000007ULL ^
-                                        (unsigned long long)now.tv_nsec << 20 ^ (unsigned long long)getpid());
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof port, "%d", srv->cfg.port);
-    int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
-    if (gai) {
-        ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
-        return false;
-    }
-    /* A pool of threads, each polling its share of the connections. Not
-     * epoll: in libmicrohttpd 0.9.75 MHD_quiesce_daemon on a thread pool of
-     * epoll sets can race a worker and abort the process ("Failed to remove
-     * listen FD from epoll set"), which broke graceful shutdown. */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     MHD_ALLOW_SUSPEND_RESUME;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    unsigned pool = (unsigned)srv->cfg.http_threads;
-    /* The logger first, so MHD routes every message through it. */
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)srv->cfg.port, NULL, NULL, ls_http_handler, srv, MHD_OPTION_EXTERNAL_LOGGER, ls_http_log, NULL,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_NOTIFY_COMPLETED,
-        ls_http_completed, srv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK, ls_http_unescape, NULL,
-        MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!srv->daemon) {
-        ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
-        return false;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : srv->cfg.port;
-    return true;
-}
-
-void ls_http_stop(ls_server *srv) {
-    if (!srv->daemon) return;
-    atomic_store(&srv->stopping, true);
-    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
-    /* The listening socket is ours once quiesced. Shut down now, a new
-     * client is refused at once instead of waiting in the backlog until the
-     * requests in flight are done; closed only after MHD_stop_daemon, as a
-     * worker may still hold the descriptor in a poll set until then and a
-     * reused number must never reach its accept(). */
-    if (fd != MHD_INVALID_SOCKET) shutdown(fd, SHUT_RDWR);
-    /* Let requests in flight finish. --shutdown-timeout bounds only what
-     * clients hold up (a body still arriving, a reply not read), so a stuck
-     * client cannot hold the stop forever. A request queued or running
-     * (suspended, or dispatching on an HTTP thread) is a reply the server
-     * owes: a load that went through unanswered would leave its client
-     * not knowing it happened, so the stop waits for every such reply and
-     * then gives it LS_HTTP_FLUSH_MS to go out. No new suspension starts
-     * once stopping is set and the workers run every queued job, so this
-     * ends. */
-    const long bound_ms = (long)srv->cfg.shutdown_timeout_s * 1000;
-    long waited_ms = 0, owed_ms = -LS_HTTP_FLUSH_MS; /* owed_ms: when a reply was last owed */
-    bool warned = false;
-    while (atomic_load(&srv->active) > 0) {
-        const bool owed = atomic_load(&srv->suspended) > 0 || atomic_load(&srv->dispatching) > 0;
-        if (owed) owed_ms = waited_ms;
-        if (waited_ms >= bound_ms) {
-            if (!warned)
-                ls_log_warn("shutdown: %d request(s) still open after %d s; finishing the replies the server owes, "
-                            "then closing the rest",
-                            atomic_load(&srv->active), srv->cfg.shutdown_timeout_s);
-            warned = true;
-            if (!owed && waited_ms - owed_ms >= LS_HTTP_FLUSH_MS) break;
-        }
-        usleep(10000);
-        waited_ms += 10;
-    }
-    if (atomic_load(&srv->active) > 0)
-        ls_log_warn("shutdown: closing %d connection(s) whose client is still sending or reading",
-                    atomic_load(&srv->active));
-    /* MHD_stop_daemon panics on a connection still suspended. */
-    while (atomic_load(&srv->suspended) > 0) usleep(1000);
-    MHD_stop_daemon(srv->daemon);
-    srv->daemon = NULL;
-    if (fd != MHD_INVALID_SOCKET) close(fd);
-}

@@ -23,6 +23,15 @@ void ls_metrics_init(ls_metrics *m) {
     pthread_mutex_init(&m->lock, NULL);
 }
 
+void ls_metrics_connections(ls_metrics *m, int open, int reserved) {
+    atomic_fetch_add(&m->connections, open);
+    atomic_fetch_add(&m->connections_reserved, reserved);
+}
+
+void ls_metrics_connection_refused(ls_metrics *m) { atomic_fetch_add(&m->connections_refused, 1); }
+
+void ls_metrics_request_timeout(ls_metrics *m, bool body) { atomic_fetch_add(&m->request_timeouts[body ? 1 : 0], 1); }
+
 void ls_metrics_free(ls_metrics *m) { pthread_mutex_destroy(&m->lock); }
 
 void ls_metrics_observe_request(ls_metrics *m, const char *route, int status, double seconds) {
@@ -168,6 +177,24 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                      "%lld\n",
                   (long long)atomic_load(&m->offload_waiting[LS_METRICS_BACKEND_WORKERS]),
                   (long long)atomic_load(&m->offload_waiting[LS_METRICS_DISK_WORKERS]));
+    ls_buf_printf(b, "# HELP lorasink_http_connections Open HTTP connections.\n"
+                     "# TYPE lorasink_http_connections gauge\nlorasink_http_connections %lld\n"
+                     "# HELP lorasink_http_connections_reserved Open connections taken from the reserve past "
+                     "--per-ip-connections or --max-connections (they serve /health and /ready only).\n"
+                     "# TYPE lorasink_http_connections_reserved gauge\nlorasink_http_connections_reserved %lld\n"
+                     "# HELP lorasink_http_connections_refused_total Connections closed at accept: their address "
+                     "held its --per-ip-connections and the reserve.\n"
+                     "# TYPE lorasink_http_connections_refused_total counter\n"
+                     "lorasink_http_connections_refused_total %llu\n"
+                     "# HELP lorasink_request_timeouts_total Requests answered 408 and closed: the head not in "
+                     "--request-timeout, or the body not in --body-timeout.\n"
+                     "# TYPE lorasink_request_timeouts_total counter\n"
+                     "lorasink_request_timeouts_total{phase=\"head\"} %llu\n"
+                     "lorasink_request_timeouts_total{phase=\"body\"} %llu\n",
+                  (long long)atomic_load(&m->connections), (long long)atomic_load(&m->connections_reserved),
+                  (unsigned long long)atomic_load(&m->connections_refused),
+                  (unsigned long long)atomic_load(&m->request_timeouts[0]),
+                  (unsigned long long)atomic_load(&m->request_timeouts[1]));
     ls_buf_printf(b, "# HELP lorasink_rejected_overload_total Requests refused with 429 overloaded: the queue full "
                      "(--max-queue-tokens, --max-queue-mb).\n"
                      "# TYPE lorasink_rejected_overload_total counter\nlorasink_rejected_overload_total %llu\n",

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,10 @@ typedef struct {
     int64_t loads;       /* gauge: adapter loads running (uploads and auto-loads) */
     /* gauges kept by the offload queues (no lock): requests waiting for a worker */
     atomic_llong offload_waiting[LS_METRICS_WORKER_KINDS];
+    /* kept by the connection guard (server/guard.h), no lock */
+    atomic_llong connections, connections_reserved; /* gauges: open, and of those taken from the reserve */
+    atomic_ullong connections_refused;              /* closed at accept: the address past its cap and reserve */
+    atomic_ullong request_timeouts[2];              /* answered 408: [0] the head, [1] the body */
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);
@@ -63,6 +68,11 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
 /* An adapter load began (+1) or ended (-1). */
 void ls_metrics_loads(ls_metrics *m, int delta);
 void ls_metrics_overload(ls_metrics *m);
+/* Connections opened (+1) or closed (-1), and of those from the reserve. */
+void ls_metrics_connections(ls_metrics *m, int open, int reserved);
+void ls_metrics_connection_refused(ls_metrics *m);
+/* A request answered 408: its head (body false) or its body too slow. */
+void ls_metrics_request_timeout(ls_metrics *m, bool body);
 
 struct ls_pool;
 struct ls_backend;

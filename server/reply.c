@@ -127,8 +127,9 @@ void ls_reply_error(ls_reply *r, const ls_error *err) {
     r->status = ls_status_http(code);
     r->content_type = "application/json";
     r->code = code;
-    /* Retry-After where waiting helps: a full pool or queue. */
-    if (code == LS_POOL_EXHAUSTED || code == LS_OVERLOADED) r->retry_after = 1;
+    /* Retry-After where waiting helps: a full pool or queue, an address
+     * at its connection cap. */
+    if (code == LS_POOL_EXHAUSTED || code == LS_OVERLOADED || code == LS_TOO_MANY_CONNECTIONS) r->retry_after = 1;
     if (code == LS_UNAUTHORIZED) r->www_authenticate = true;
 }
 

@@ -17,6 +17,10 @@ typedef enum { LS_BODY_NONE, LS_BODY_JSON, LS_BODY_SAFETENSORS } ls_body_kind;
 /* Longest X-Request-Id taken from a client (longer ones are replaced). */
 #define LS_REQUEST_ID_MAX 128
 
+/* A new request id (16 hex digits) into id (LS_REQUEST_ID_MAX + 1 bytes),
+ * different on every call of this process and from other processes'. */
+void ls_http_new_request_id(char *id);
+
 typedef struct {
     ls_server *srv;
     struct MHD_Connection *conn;

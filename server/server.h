@@ -35,6 +35,7 @@ typedef struct ls_server {
     struct ls_offload *offload_disk; /* owned: runs validations, which read but never wait on the backend */
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
+    struct ls_guard *guard; /* owned while the daemon runs: connection deadlines and counts (server/guard.h) */
     int port;
     atomic_int active;    /* requests being handled, for graceful shutdown */
     atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */

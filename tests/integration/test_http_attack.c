@@ -150,7 +150,7 @@ static void test_sighup_stops_gracefully(void **state) {
  * headers and its Content-Length of body) into buf, NUL-terminated. */
 static void get_on(int fd, const char *path, char *buf, size_t cap) {
     char req[256];
-    const int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    const int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
     assert_int_equal(send(fd, req, (size_t)n, 0), n);
     size_t len = 0;
     for (;;) {
@@ -182,7 +182,7 @@ static void test_sigterm_refuses_new_clients(void **state) {
     const char *body = "{\"x\": [[1, 2, 3, 4]], \"gammas\": [[1, 1]]}";
     char head[256];
     int hl = snprintf(head, sizeof head,
-                      "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n%.10s",
                       strlen(body), body);
     int fd = ls_test_raw_connect(ts.srv);

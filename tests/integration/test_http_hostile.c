@@ -157,7 +157,7 @@ static void test_early_413_closes(void **state) {
      * then the connection is closed rather than the body parsed as the
      * next request. */
     int fd = raw_connect(srv);
-    const char *req = "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    const char *req = "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: 2097152\r\n\r\n";
     assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
     char buf[8192];
@@ -171,10 +171,10 @@ static void test_early_413_closes(void **state) {
     /* An early 405 on a method MHD has no special case for, with a body
      * that is itself a request: one response, never two. */
     fd = raw_connect(srv);
-    const char *inner = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *inner = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     char smuggle[512];
     snprintf(smuggle, sizeof smuggle,
-             "PATCH /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             "PATCH /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(inner), inner);
     assert_int_equal(send(fd, smuggle, strlen(smuggle), 0), (ssize_t)strlen(smuggle));
     ls_test_raw_read_all(fd, buf, sizeof buf, &len);

@@ -283,7 +283,7 @@ static long ls_test_receiving(const ls_test_server *s) {
 }
 
 int ls_test_open_receiving_forward(const ls_test_server *s) {
-    const char *head = "POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    const char *head = "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        "Content-Length: 100\r\n\r\n{\"x\": ";
     const long before = ls_test_receiving(s);
     int fd = ls_test_raw_connect(s);

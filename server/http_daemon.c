@@ -1,0 +1,184 @@
+/* Starting and stopping the libmicrohttpd daemon, and its callbacks that
+ * are about connections rather than one request: the logger, the
+ * unescaper, the accept policy and the connection notifier (both the
+ * guard's, server/guard.h). A stop finishes every reply the server owes
+ * before it closes the rest. The requests themselves are http.c's. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "common/log.h"
+#include "common/text.h"
+#include "server/guard.h"
+#include "server/http_internal.h"
+#include "server/server.h"
+
+/* During a stop, how long a reply the server has just finished gets to go
+ * out before the connections still open past --shutdown-timeout are
+ * closed: a send of a few MB to a client that reads. */
+#define LS_HTTP_FLUSH_MS 2000
+
+static void ls_http_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512], shown[3 * sizeof msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t l = strlen(msg);
+    while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
+    /* Its messages quote the request (a decoded URL among them). */
+    ls_text_log_field(msg, true, shown, sizeof shown);
+    ls_log_warn("microhttpd: %s", shown);
+}
+
+/* %XX escapes of the path and the query decoded in place, except %00:
+ * a NUL byte would cut a name short in every C string after this (as
+ * "a%00evil" would register "a"), so it stays written as %00, which no
+ * adapter name may hold. Returns the new length. */
+static size_t ls_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
+    (void)cls, (void)conn;
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        int hi = -1, lo = -1;
+        if (in[0] == '%' && in[1] && in[2]) {
+            hi = isxdigit((unsigned char)in[1]) ? (isdigit((unsigned char)in[1]) ? in[1] - '0' : (in[1] | 32) - 'a' + 10) : -1;
+            lo = isxdigit((unsigned char)in[2]) ? (isdigit((unsigned char)in[2]) ? in[2] - '0' : (in[2] | 32) - 'a' + 10) : -1;
+        }
+        if (hi >= 0 && lo >= 0 && (hi | lo) != 0) {
+            *out++ = (char)(hi * 16 + lo);
+            in += 2;
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = '\0';
+    return (size_t)(out - s);
+}
+
+/* The accept policy: an address past its cap and the reserve is closed
+ * at once, as libmicrohttpd's own per-address limit did. */
+static enum MHD_Result ls_http_admit(void *cls, const struct sockaddr *addr, socklen_t len) {
+    ls_server *srv = cls;
+    return ls_guard_admit(srv->guard, addr, len) ? MHD_YES : MHD_NO;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: each connection is the guard's from its
+ * start to its end (the socket is still open when it ends). */
+static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe) {
+    ls_server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        ls_guard_close(srv->guard, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (fd && addr) *socket_context = ls_guard_open(srv->guard, fd->connect_fd, addr->client_addr);
+}
+
+bool ls_http_start(ls_server *srv) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    atomic_store(&ls_http_id_state, (unsigned long long)now.tv_sec * 1000000007ULL ^
+                                        (unsigned long long)now.tv_nsec << 20 ^ (unsigned long long)getpid());
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv->cfg.port);
+    int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
+    if (gai) {
+        ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
+        return false;
+    }
+    /* A pool of threads, each polling its share of the connections. Not
+     * epoll: in libmicrohttpd 0.9.75 MHD_quiesce_daemon on a thread pool of
+     * epoll sets can race a worker and abort the process ("Failed to remove
+     * listen FD from epoll set"), which broke graceful shutdown. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    unsigned pool = (unsigned)srv->cfg.http_threads;
+    /* The logger first, so MHD routes every message through it. */
+    /* The guard counts connections per address (libmicrohttpd's own
+     * limit has no reserve for probes) and keeps the deadlines. */
+    const ls_guard_config gcfg = {.request_timeout_s = srv->cfg.request_timeout_s,
+                                  .body_timeout_s = srv->cfg.body_timeout_s,
+                                  .per_ip = srv->cfg.per_ip_connections,
+                                  .max_connections = srv->cfg.max_connections};
+    if (!(srv->guard = ls_guard_new(&gcfg, &srv->metrics))) {
+        freeaddrinfo(ai);
+        return false;
+    }
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)srv->cfg.port, ls_http_admit, srv, ls_http_handler, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        ls_http_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, pool,
+        MHD_OPTION_NOTIFY_COMPLETED, ls_http_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, ls_http_notify, srv,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections + LS_GUARD_RESERVE_TOTAL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK,
+        ls_http_unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, ls_http_uri_seen, srv, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!srv->daemon) {
+        ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);
+        ls_guard_free(srv->guard);
+        srv->guard = NULL;
+        return false;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : srv->cfg.port;
+    return true;
+}
+
+void ls_http_stop(ls_server *srv) {
+    if (!srv->daemon) return;
+    atomic_store(&srv->stopping, true);
+    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    /* The listening socket is ours once quiesced. Shut down now, a new
+     * client is refused at once instead of waiting in the backlog until the
+     * requests in flight are done; closed only after MHD_stop_daemon, as a
+     * worker may still hold the descriptor in a poll set until then and a
+     * reused number must never reach its accept(). */
+    if (fd != MHD_INVALID_SOCKET) shutdown(fd, SHUT_RDWR);
+    /* Let requests in flight finish. --shutdown-timeout bounds only what
+     * clients hold up (a body still arriving, a reply not read), so a stuck
+     * client cannot hold the stop forever. A request queued or running
+     * (suspended, or dispatching on an HTTP thread) is a reply the server
+     * owes: a load that went through unanswered would leave its client
+     * not knowing it happened, so the stop waits for every such reply and
+     * then gives it LS_HTTP_FLUSH_MS to go out. No new suspension starts
+     * once stopping is set and the workers run every queued job, so this
+     * ends. */
+    const long bound_ms = (long)srv->cfg.shutdown_timeout_s * 1000;
+    long waited_ms = 0, owed_ms = -LS_HTTP_FLUSH_MS; /* owed_ms: when a reply was last owed */
+    bool warned = false;
+    while (atomic_load(&srv->active) > 0) {
+        const bool owed = atomic_load(&srv->suspended) > 0 || atomic_load(&srv->dispatching) > 0;
+        if (owed) owed_ms = waited_ms;
+        if (waited_ms >= bound_ms) {
+            if (!warned)
+                ls_log_warn("shutdown: %d request(s) still open after %d s; finishing the replies the server owes, "
+                            "then closing the rest",
+                            atomic_load(&srv->active), srv->cfg.shutdown_timeout_s);
+            warned = true;
+            if (!owed && waited_ms - owed_ms >= LS_HTTP_FLUSH_MS) break;
+        }
+        usleep(10000);
+        waited_ms += 10;
+    }
+    if (atomic_load(&srv->active) > 0)
+        ls_log_warn("shutdown: closing %d connection(s) whose client is still sending or reading",
+                    atomic_load(&srv->active));
+    /* MHD_stop_daemon panics on a connection still suspended. */
+    while (atomic_load(&srv->suspended) > 0) usleep(1000);
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+    ls_guard_free(srv->guard);
+    srv->guard = NULL;
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}

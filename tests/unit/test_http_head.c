@@ -1,0 +1,134 @@
+/* The head rules of server/http_head.c without a socket: which Host
+ * values are addresses or allowed names, which Origin is the server's
+ * own, and what a head must not carry twice or together.
+ * tests/integration/test_http_head.c has the same rules end to end. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/http_head.h"
+
+static void test_host_values(void **state) {
+    (void)state;
+    const char *ok[] = {"127.0.0.1", "127.0.0.1:8080", "10.0.0.7:1", "[::1]", "[::1]:65535", "[fe80::1]:80",
+                        "localhost", "LOCALHOST:8080", "0.0.0.0"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        if (!ls_http_host_allowed(ok[i], "")) fail_msg("%s refused", ok[i]);
+    }
+    const char *bad[] = {"",          "evil.test",  "evil.test:80",   "::1",         "[::1",        "[::1]x",
+                         "[1.2.3.4]", "127.0.0.1:", "127.0.0.1:x",    "1.2.3.4:123456", "127.1",    "0x7f.0.0.1",
+                         "localhost.", "a.localhost", "127.0.0.1.nip.io", "[evil]:80"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (ls_http_host_allowed(bad[i], "")) fail_msg("%s allowed", bad[i]);
+    }
+    assert_true(ls_http_host_allowed("lb.example:8000", "a.example, LB.example"));
+    assert_true(ls_http_host_allowed("Lb.Example", "a.example,lb.example"));
+    assert_false(ls_http_host_allowed("lb.example.evil", "lb.example"));
+    assert_false(ls_http_host_allowed("example", "lb.example"));
+    assert_true(ls_http_host_allowed("anything.at.all:1", "*"));
+    assert_false(ls_http_host_allowed("[::1", "*")); /* still a Host value */
+}
+
+static ls_status check(const ls_http_head *h, const char *hosts, const char *origins, bool open, const char *want) {
+    const ls_http_head_policy p = {hosts, origins};
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_http_head_check(h, &p, open, &err);
+    if (want && !strstr(err.message, want)) fail_msg("message %s, wanted %s", err.message, want);
+    ls_error_free(&err);
+    return st;
+}
+
+static void test_origin(void **state) {
+    (void)state;
+    ls_http_head h = {.host = "127.0.0.1:8080", .n_host = 1, .origin = "http://127.0.0.1:8080", .n_origin = 1};
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    h.origin = "https://127.0.0.1:8080"; /* a TLS proxy in front */
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    const char *foreign[] = {"http://127.0.0.1:8081", "http://127.0.0.1", "null", "http://evil.test",
+                             "http://127.0.0.1:8080/path", "127.0.0.1:8080"};
+    for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
+        h.origin = foreign[i];
+        if (check(&h, "", "", false, NULL) != LS_FORBIDDEN_ORIGIN) fail_msg("%s allowed", foreign[i]);
+        /* open routes too: a page gains nothing from them, and may not POST. */
+        assert_int_equal(check(&h, "", "", true, NULL), LS_FORBIDDEN_ORIGIN);
+    }
+    h.origin = "http://evil.test";
+    assert_int_equal(check(&h, "", "https://ui.example,http://evil.test", false, NULL), LS_OK);
+    assert_int_equal(check(&h, "", "*", false, NULL), LS_OK);
+    h.n_origin = 2;
+    assert_int_equal(check(&h, "", "*", false, "Origin is given 2 times"), LS_INVALID_REQUEST);
+}
+
+static void test_sec_fetch_site(void **state) {
+    (void)state;
+    ls_http_head h = {.host = "127.0.0.1", .n_host = 1, .sec_fetch_site = "cross-site"};
+    assert_int_equal(check(&h, "", "", false, "Sec-Fetch-Site"), LS_FORBIDDEN_ORIGIN);
+    assert_int_equal(check(&h, "", "", true, NULL), LS_OK);
+    assert_int_equal(check(&h, "", "*", false, NULL), LS_OK);
+    h.sec_fetch_site = "same-site";
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    h.sec_fetch_site = "none"; /* typed into the address bar */
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+}
+
+static void test_host_rule(void **state) {
+    (void)state;
+    ls_http_head h = {.host = "evil.test:8080", .n_host = 1};
+    assert_int_equal(check(&h, "", "", false, "evil.test:8080"), LS_FORBIDDEN_HOST);
+    assert_int_equal(check(&h, "", "", true, NULL), LS_OK);
+    assert_int_equal(check(&h, "evil.test", "", false, NULL), LS_OK);
+    ls_http_head none = {0};
+    assert_int_equal(check(&none, "", "", false, "without Host"), LS_INVALID_REQUEST);
+    assert_int_equal(check(&none, "", "", true, NULL), LS_OK);
+    none.http10 = true;
+    assert_int_equal(check(&none, "", "", false, NULL), LS_OK);
+}
+
+static void test_framing(void **state) {
+    (void)state;
+    ls_http_head h = {.host = "127.0.0.1", .n_host = 1, .transfer_encoding = "chunked", .n_transfer_encoding = 1,
+                      .n_content_length = 1};
+    assert_int_equal(check(&h, "*", "*", true, "Transfer-Encoding and Content-Length"), LS_INVALID_REQUEST);
+    h.n_content_length = 0;
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    h.transfer_encoding = "CHUNKED";
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    h.transfer_encoding = "gzip, chunked";
+    assert_int_equal(check(&h, "", "", false, "is not supported"), LS_INVALID_REQUEST);
+    h.transfer_encoding = NULL, h.n_transfer_encoding = 0, h.n_content_length = 2;
+    assert_int_equal(check(&h, "", "", false, "Content-Length is given 2 times"), LS_INVALID_REQUEST);
+    h.n_content_length = 1, h.n_host = 2;
+    assert_int_equal(check(&h, "", "", true, "Host is given 2 times"), LS_INVALID_REQUEST);
+    h.n_host = 1, h.adapter = "a1", h.n_adapter = 2;
+    assert_int_equal(check(&h, "", "", false, "X-Lorasink-Adapter is given 2 times"), LS_INVALID_REQUEST);
+    h.n_adapter = 1;
+    assert_int_equal(check(&h, "", "", false, NULL), LS_OK);
+    h.adapter = "a1,a2";
+    assert_int_equal(check(&h, "", "", false, "holds a list"), LS_INVALID_REQUEST);
+}
+
+static void test_response_headers(void **state) {
+    (void)state;
+    assert_non_null(strstr(ls_http_csp(true), "frame-ancestors 'none'"));
+    assert_non_null(strstr(ls_http_csp(false), "frame-ancestors 'none'"));
+    assert_non_null(strstr(ls_http_csp(false), "default-src 'none'"));
+    bool nosniff = false, frames = false;
+    for (size_t i = 0; i < ls_http_hardening_count; i++) {
+        nosniff |= !strcmp(ls_http_hardening[i][0], "X-Content-Type-Options");
+        frames |= !strcmp(ls_http_hardening[i][0], "X-Frame-Options");
+    }
+    assert_true(nosniff && frames);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_values), cmocka_unit_test(test_origin),  cmocka_unit_test(test_sec_fetch_site),
+        cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_response_headers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
