@@ -67,7 +67,8 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     float *w13 = ls_test_calloc(n * 2 * F * H, sizeof(float)), *w2 = ls_test_calloc(n * H * F, sizeof(float));
     ls_ref_fill_uniform_f(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
     ls_ref_fill_uniform_f(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
-    assert_int_equal(ls_backend_upload_base(be, 0, w13, w2, &err), LS_OK);
+    const ls_base_layer bl = ls_base_layer_f32(w13, w2);
+    assert_int_equal(ls_backend_upload_base(be, 0, &bl, &err), LS_OK);
 
     const ls_pool_dims *p = ls_backend_pool_dims(be);
     size_t lga = ls_pool_gu_a_len(d, p), lgb = ls_pool_gu_b_len(d, p);

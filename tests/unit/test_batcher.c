@@ -159,7 +159,7 @@ static void bt_fx_make(bt_fx *f, int max_batch_tokens, int wait_us, int max_queu
             fail_msg("load %s: %s", ids[i], err.message);
     ls_metrics_init(&f->m);
     bt_tracker_init(&f->tr);
-    if (ls_batcher_create(f->p, &f->m, D.H, D.n, max_batch_tokens, wait_us, max_queue_tokens, &f->b, &err) != LS_OK)
+    if (ls_batcher_create(f->p, &f->m, &D, max_batch_tokens, wait_us, max_queue_tokens, &f->b, &err) != LS_OK)
         fail_msg("batcher: %s", err.message);
     ls_error_free(&err);
 }
