@@ -56,6 +56,18 @@ static bool ls_ckpt_name_ok(const json_t *v) {
     return true;
 }
 
+/* The key jansson found twice: the last string that ends before the error's
+ * position (jansson reports a long key without it). */
+static const char *ls_ckpt_dup_key(const char *text, size_t len, size_t pos, char *buf, size_t blen) {
+    size_t end = pos < len ? pos : len;
+    while (end > 0 && text[end - 1] != '"') end--;
+    if (end == 0) return "";
+    size_t start = end - 1;
+    while (start > 0 && !(text[start - 1] == '"' && (start < 2 || text[start - 2] != '\\'))) start--;
+    snprintf(buf, blen, "%.*s", (int)(end - 1 - start), text + start);
+    return buf;
+}
+
 /* Reads name (at most LS_CKPT_MAX_JSON bytes) as one JSON object. */
 static ls_status ls_ckpt_read_json(const ls_ckpt *c, const char *name, json_t **out, ls_error *err) {
     *out = NULL;
@@ -74,7 +86,13 @@ static ls_status ls_ckpt_read_json(const ls_ckpt *c, const char *name, json_t **
     if (st != LS_OK) return st;
     json_error_t je;
     json_t *j = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &je);
+    char key[256] = "";
+    if (!j && json_error_code(&je) == json_error_duplicate_key)
+        ls_ckpt_dup_key((const char *)data, len, (size_t)je.position, key, sizeof key);
     free(data);
+    if (!j && key[0])
+        return ls_error_set(err, LS_INVALID_REQUEST, "a name is given once: a tensor lives in one shard",
+                            "%s is not valid JSON: duplicate object key \"%s\" (line %d)", what, key, je.line);
     if (!j) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not valid JSON: %s (line %d)", what, je.text, je.line);
     if (!json_is_object(j)) {
         json_decref(j);

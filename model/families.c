@@ -284,11 +284,11 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
     p->family = by_type ? by_type : by_arch;
     if (p->family) return LS_OK;
     return ls_error_set(err, LS_INVALID_REQUEST,
-                        "lorasink serves the shared experts of the deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, "
-                        "dots1, ernie4_5_moe, bailing_moe, qwen2_moe, qwen3_next, qwen3_5_moe and llama4 families "
-                        "(docs/api.md); for another model, write the fused file of docs/api.md",
-                        "config.json names model_type \"%s\" and architectures [%s]: not a family with shared experts "
-                        "that lorasink knows",
+                        "for a model of another family, write its shared experts as the fused weights file "
+                        "(docs/api.md, \"The model\")",
+                        "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
+                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, dots1, ernie4_5_moe, bailing_moe, "
+                        "qwen2_moe, qwen3_next, qwen3_5_moe and llama4 families only",
                         p->model_type, archs);
 }
 
