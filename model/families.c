@@ -126,7 +126,7 @@ static ls_status ls_key_int_or_list(const json_t *keys, const char *key, bool sm
  * layer when n_routed_experts is null or 0. Bailing names the count
  * num_shared_experts and may give the width of one. */
 static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan *p, ls_error *err) {
-    long long first, freq, shared, inter;
+    long long first = 0, freq = 1, shared = 0, inter = 0;
     const json_t *routed = json_object_get(k, bailing ? "num_experts" : "n_routed_experts");
     const bool none = routed && (json_is_null(routed) || (json_is_integer(routed) && json_integer_value(routed) == 0));
     const char *wkey = "moe_intermediate_size";
@@ -149,7 +149,7 @@ static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan 
 /* ERNIE 4.5: (l + 1) % moe_layer_interval == 0 and moe_layer_start_index
  * <= l <= moe_layer_end_index (-1 or absent: the last layer). */
 static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err) {
-    long long start, end, interval, shared, inter;
+    long long start = 0, end = 0, interval = 1, shared = 0, inter = 0;
     LS_MODEL_TRY(ls_key_int_or_list(k, "moe_layer_start_index", true, -2, &start, err));
     if (start < 0) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's moe_layer_start_index is negative");
     LS_MODEL_TRY(ls_key_int_or_list(k, "moe_layer_end_index", false, -1, &end, err));
@@ -173,7 +173,7 @@ static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err
  * in mlp_only_layers; Qwen3.5-MoE: every layer. One shared expert of
  * shared_expert_intermediate_size. */
 static ls_status ls_rule_qwen(const json_t *k, bool every, ls_family_plan *p, ls_error *err) {
-    long long step = 1, inter;
+    long long step = 1, inter = 0;
     LS_MODEL_TRY(ls_key_int(k, "shared_expert_intermediate_size", 1, -1, &inter, err));
     if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: shared_expert_intermediate_size is too large");
     p->F = (int)inter;
@@ -212,7 +212,7 @@ static ls_status ls_rule_qwen(const json_t *k, bool every, ls_family_plan *p, ls
  * interleave_moe_layer_step-th (l % step == step - 1); the shared expert
  * has intermediate_size. */
 static ls_status ls_rule_llama4(const json_t *k, ls_family_plan *p, ls_error *err) {
-    long long step, inter;
+    long long step = 1, inter = 0;
     LS_MODEL_TRY(ls_key_int(k, "intermediate_size", 1, -1, &inter, err));
     if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: intermediate_size is too large");
     p->F = (int)inter;
@@ -300,7 +300,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     p->name = p->family->name;
     p->gate = p->family->gate;
     const json_t *k = ls_family_keys(config);
-    long long L, H;
+    long long L = 0, H = 0;
     ls_status st = ls_key_int(k, "num_hidden_layers", 1, -1, &L, err);
     if (st == LS_OK) st = ls_key_int(k, "hidden_size", 1, -1, &H, err);
     if (st == LS_OK && (L > 100000 || H > 1 << 20))
