@@ -359,6 +359,22 @@ static void test_fused_adapter_on_deepseek(void **state) {
     assert_int_equal(json_integer_value(json_object_get(v, "layer")), 3);
     assert_true(!strncmp(json_string_value(json_object_get(v, "message")), "layer 3: ", 9));
     json_decref(j);
+
+    /* a pool-format buffer missing on layer 3 is named as layer 3's */
+    double a[2 * 3 * 48];
+    memset(a, 0, sizeof a);
+    json_t *one = json_pack("[[o]]", rows_of(a, 2 * r, H));
+    j = call(&sv, "POST", "/adapters/validate",
+             json_pack("{s:s, s:{s:o}}", "format", "pool", "tensors", "model.layers.3.mlp.shared_experts.gate_up_lora_a",
+                       one),
+             &code);
+    assert_int_equal(code, 422);
+    assert_string_equal(ls_test_error_code(j), "lora_missing_tensor");
+    v = json_array_get(json_object_get(json_object_get(j, "error"), "violations"), 0);
+    printf("%s\n", json_string_value(json_object_get(v, "message")));
+    assert_int_equal(json_integer_value(json_object_get(v, "layer")), 3);
+    assert_non_null(strstr(json_string_value(json_object_get(v, "tensor")), "model.layers.3."));
+    json_decref(j);
     free(x);
     lora_free(&l2);
     lora_free(&l3);
