@@ -58,12 +58,31 @@ ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, 
     return LS_OK;
 }
 
-ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error *err) {
-    if (layer < 0 || layer >= dims->L)
-        return ls_error_set(err, LS_INVALID_REQUEST, "layer runs from 0 to layers-1 of the served model",
-                            "layer %lld is out of range: the model has %d layer%s (0..%d)", layer, dims->L,
-                            dims->L == 1 ? "" : "s", dims->L - 1);
-    return LS_OK;
+/* Layers are the checkpoint's numbers; only those with shared experts
+ * are served. */
+ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, int *index, ls_error *err) {
+    *index = ls_dims_layer_index(dims, layer);
+    if (*index >= 0) return LS_OK;
+    const int total = ls_dims_layers_total(dims);
+    char served[128], hint[256];
+    ls_dims_layers_str(dims, served, sizeof served);
+    if (layer >= 0 && layer < total) {
+        snprintf(hint, sizeof hint, "send a layer with shared experts: %s", served);
+        return ls_error_set(err, LS_INVALID_REQUEST, hint,
+                            "layer %lld is a dense layer of the checkpoint (no shared experts); the layers with shared "
+                            "experts are %s",
+                            layer, served);
+    }
+    if (dims->layer_ids) {
+        snprintf(hint, sizeof hint, "send a layer with shared experts: %s", served);
+        return ls_error_set(err, LS_INVALID_REQUEST, hint,
+                            "layer %lld is out of range: the checkpoint has %d layers (0..%d), those with shared "
+                            "experts are %s",
+                            layer, total, total - 1, served);
+    }
+    return ls_error_set(err, LS_INVALID_REQUEST, "layer runs from 0 to layers-1 of the served model",
+                        "layer %lld is out of range: the model has %d layer%s (0..%d)", layer, dims->L,
+                        dims->L == 1 ? "" : "s", dims->L - 1);
 }
 
 ls_status ls_adapter_name_check(const char *name, const char *what, ls_error *err) {
@@ -79,14 +98,14 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
                                            ls_forward_req *req, ls_error *err) {
     memset(req, 0, sizeof *req);
     ls_status st = LS_OK;
+    long long layer = 0; /* the default: the checkpoint's layer 0 */
     if (q_layer) {
-        long long layer;
         if (!ls_text_int(q_layer, LLONG_MIN, LLONG_MAX, &layer))
             return ls_error_set(err, LS_INVALID_REQUEST, "write the layer in decimal digits: ?layer=1",
                                 "query layer=%.32s is not an integer", q_layer);
-        if ((st = ls_forward_check_layer(layer, dims, err)) != LS_OK) return st;
-        req->layer = (int)layer;
     }
+    if ((st = ls_forward_check_layer(layer, dims, &req->layer_index, err)) != LS_OK) return st;
+    req->layer = (int)layer;
     ls_tensor_set set;
     ls_tensor_set_init(&set);
     if ((st = ls_safetensors_parse(body, len, &set, err)) != LS_OK) return st;

@@ -12,7 +12,8 @@
 #include "common/text.h" /* ls_adapter_name_valid */
 
 typedef struct {
-    int layer;
+    int layer;       /* the checkpoint's number, as the client gave it (default 0) */
+    int layer_index; /* the served layer it is (0..L-1), for the pool and the backend */
     int T;
     float *x;      /* owned [T, H] */
     float *gammas; /* owned [T, n]; NULL = all ones */

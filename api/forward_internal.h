@@ -11,7 +11,8 @@
  * any count of 1 or more) and *rows_out; values must be finite. */
 ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, int want_cols, float **dst,
                                  int *rows_out, ls_error *err);
-/* A layer of the served model, or LS_INVALID_REQUEST. */
-ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, ls_error *err);
+/* The served index (*index) of the checkpoint's layer; a dense layer of
+ * the checkpoint and one past it are LS_INVALID_REQUEST, each said so. */
+ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, int *index, ls_error *err);
 
 #endif

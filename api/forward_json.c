@@ -319,7 +319,7 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
     memset(pb, 0, sizeof pb);
     ls_fj_matrix x = {0}, g = {0};
     ls_fj_names one = {0}, per_token = {0};
-    bool seen[7] = {false}, have_x = false, have_g = false;
+    bool seen[7] = {false}, have_x = false, have_g = false, layer_given = false;
     if (ls_jr_peek(&r) != '{') {
         if (ls_jr_skip(&r) && ls_jr_at_end(&r))
             ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
@@ -368,7 +368,8 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
                 if (ok && is_int) {
                     ls_error e;
                     ls_error_init(&e);
-                    if (ls_forward_check_layer(v, dims, &e) != LS_OK)
+                    layer_given = true;
+                    if (ls_forward_check_layer(v, dims, &req->layer_index, &e) != LS_OK)
                         ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s", e.message);
                     else req->layer = (int)v;
                     ls_error_free(&e);
@@ -416,6 +417,13 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
     } else {
         if (!have_x && pb[LS_FJ_X].st == LS_OK)
             ls_fj_note(&pb[LS_FJ_X], LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
+        if (!layer_given && pb[LS_FJ_LAYER].st == LS_OK) { /* the default, the checkpoint's layer 0 */
+            ls_error e;
+            ls_error_init(&e);
+            if (ls_forward_check_layer(0, dims, &req->layer_index, &e) != LS_OK)
+                ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s (no \"layer\" given: 0 is the default)", e.message);
+            ls_error_free(&e);
+        }
         if (have_g && pb[LS_FJ_GAMMAS].st == LS_OK && g.rows != x.rows && pb[LS_FJ_X].st == LS_OK)
             ls_fj_note(&pb[LS_FJ_GAMMAS], LS_INVALID_SHAPE, NULL, "gammas has %d rows, expected %d (one per token)",
                        g.rows, x.rows);

@@ -404,7 +404,10 @@ int main(int argc, char **argv) {
         isa_name = ls_backend_isa(be);
         c.be = be;
         for (int l = 0; l < L; l++)
-            if (ls_backend_upload_base(be, l, c.w13, c.w2, &err) != LS_OK) return 1;
+            {
+                const ls_base_layer bl = ls_base_layer_f32(c.w13, c.w2);
+                if (ls_backend_upload_base(be, l, &bl, &err) != LS_OK) return 1;
+            }
         size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
                lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
         float *fa = ls_xmalloc(la * 4), *fb = ls_xmalloc(lb * 4), *fc = ls_xmalloc(lc * 4), *fd = ls_xmalloc(ld * 4);

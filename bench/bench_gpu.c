@@ -137,7 +137,8 @@ int main(int argc, char **argv) {
                                  .dtype = LS_DTYPE_BF16};
         ls_backend *be = NULL;
         if (ls_backend_cuda_create(&cfg, &be, &err) != LS_OK) die("create", &err);
-        if (ls_backend_upload_base(be, 0, w13, w2, &err) != LS_OK) die("upload_base", &err);
+        const ls_base_layer bl = ls_base_layer_f32(w13, w2);
+        if (ls_backend_upload_base(be, 0, &bl, &err) != LS_OK) die("upload_base", &err);
         const size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
                      lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
         float *fa = malloc(la * 4), *fb = malloc(lb * 4), *fc = malloc(lc * 4), *fd = malloc(ld * 4);

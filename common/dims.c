@@ -2,6 +2,7 @@
  * between the checkpoint's layer numbers and the layers served. */
 #include "common/dims.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const char *ls_w13_layout_name(ls_w13_layout l) {
@@ -42,4 +43,52 @@ int ls_dims_layer_index(const ls_dims *d, long long id) {
 
 int ls_dims_layer_id(const ls_dims *d, int index) {
     return d->layer_ids && index >= 0 && index < d->L ? d->layer_ids[index] : index;
+}
+
+/* Appends text to buf at *off, keeping it NUL-terminated; false (and
+ * the buffer ending in "...") once it does not fit. */
+static bool ls_dims_append(char *buf, size_t len, size_t *off, const char *text) {
+    size_t n = strlen(text);
+    if (*off + n + 1 > len) {
+        if (len > 4) snprintf(buf + (*off + 4 <= len ? *off : len - 4), 4, "...");
+        return false;
+    }
+    memcpy(buf + *off, text, n + 1);
+    *off += n;
+    return true;
+}
+
+static const char *ls_dims_ordinal(int k) { return k == 2 ? "nd" : k == 3 ? "rd" : "th"; }
+
+const char *ls_dims_layers_str(const ls_dims *d, char *buf, size_t len) {
+    if (!len) return buf;
+    buf[0] = '\0';
+    const int L = d->L;
+    if (L <= 0) return buf;
+    const int first = ls_dims_layer_id(d, 0), last = ls_dims_layer_id(d, L - 1);
+    /* An even step (every layer, every k-th) reads best as its rule. */
+    const int step = L > 1 ? ls_dims_layer_id(d, 1) - first : 1;
+    bool even = true;
+    for (int i = 1; i < L && even; i++) even = ls_dims_layer_id(d, i) - ls_dims_layer_id(d, i - 1) == step;
+    if (L == 1) snprintf(buf, len, "%d", first);
+    else if (even && step == 1) snprintf(buf, len, "%d-%d", first, last);
+    else if (even && L == 2) snprintf(buf, len, "%d, %d", first, last);
+    else if (even && L == 3) snprintf(buf, len, "%d, %d, %d", first, first + step, last);
+    else if (even)
+        snprintf(buf, len, "%d, %d, %d, ..., %d (every %d%s)", first, first + step, first + 2 * step, last, step,
+                 ls_dims_ordinal(step));
+    if (buf[0]) return buf;
+    /* Otherwise runs of consecutive layers, cut when the buffer is full. */
+    size_t off = 0;
+    for (int i = 0; i < L;) {
+        int j = i;
+        while (j + 1 < L && ls_dims_layer_id(d, j + 1) == ls_dims_layer_id(d, j) + 1) j++;
+        char run[48];
+        const int a = ls_dims_layer_id(d, i), b = ls_dims_layer_id(d, j);
+        if (j == i) snprintf(run, sizeof run, "%s%d", i ? ", " : "", a);
+        else snprintf(run, sizeof run, j == i + 1 ? "%s%d, %d" : "%s%d-%d", i ? ", " : "", a, b);
+        if (!ls_dims_append(buf, len, &off, run)) break;
+        i = j + 1;
+    }
+    return buf;
 }

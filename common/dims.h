@@ -15,6 +15,10 @@ typedef struct {
     int F; /* intermediate size per expert */
     int L; /* layers served (those with shared experts) */
     ls_w13_layout w13_layout;
+    /* Every served layer has a shared-expert gate (Qwen2-MoE's
+     * shared_expert_gate): a forward without gammas takes sigmoid(w . x)
+     * as each expert's gamma instead of 1. */
+    bool gate;
     /* The checkpoint's own number of served layer i is layer_ids[i]
      * (ascending); NULL: served layer i is layer i. layers_total is the
      * checkpoint's layer count, dense layers included (0: L). The model
@@ -29,6 +33,12 @@ typedef struct {
 int ls_dims_layer_index(const ls_dims *d, long long id);
 /* The checkpoint's number of served layer index (0..L-1). */
 int ls_dims_layer_id(const ls_dims *d, int index);
+/* The checkpoint's layer count, dense layers included. */
+static inline int ls_dims_layers_total(const ls_dims *d) { return d->layers_total > 0 ? d->layers_total : d->L; }
+/* The served layers in the checkpoint's numbers, short enough for a
+ * message: "0-1", "3-60", "1, 3, 5, ..., 47 (every 2nd)", "0, 2, 5-7". A
+ * list longer than len is cut with "...". Returns buf. */
+const char *ls_dims_layers_str(const ls_dims *d, char *buf, size_t len);
 
 typedef struct {
     int slots;    /* S */

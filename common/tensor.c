@@ -127,6 +127,72 @@ void ls_round_to_dtype(ls_dtype dt, float *v, size_t count) {
         for (size_t i = 0; i < count; i++) v[i] = ls_f16_to_f32(ls_f32_to_f16(v[i]));
 }
 
+/* One value of a float dtype at index i, widened (exact). */
+static float ls_load_float(ls_dtype dt, const uint8_t *p, size_t i) {
+    if (dt == LS_DTYPE_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+    return dt == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
+}
+
+bool ls_convert_dtype(ls_dtype from, const void *src, ls_dtype to, void *dst, size_t count) {
+    if (!ls_dtype_is_float(from) || !ls_dtype_is_float(to)) return false;
+    if (from == to) {
+        memcpy(dst, src, count * ls_dtype_size(from));
+        return true;
+    }
+    if (from == LS_DTYPE_F32) return ls_convert_from_f32(to, src, count, dst);
+    uint8_t *out = dst;
+    for (size_t i = 0; i < count; i++) {
+        float f = ls_load_float(from, src, i);
+        if (to == LS_DTYPE_F32) {
+            memcpy(out + 4 * i, &f, 4);
+        } else {
+            uint16_t h = to == LS_DTYPE_BF16 ? ls_f32_to_bf16(f) : ls_f32_to_f16(f);
+            out[2 * i] = (uint8_t)(h & 0xff);
+            out[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+    }
+    return true;
+}
+
+/* By the bits: an all-ones exponent is Inf or NaN in each of the three. */
+bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
+    const uint8_t *p = v;
+    for (size_t i = 0; i < count; i++) {
+        bool bad;
+        if (dt == LS_DTYPE_F32) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            bad = (u & 0x7f800000u) == 0x7f800000u;
+        } else if (dt == LS_DTYPE_BF16 || dt == LS_DTYPE_F16) {
+            uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            bad = dt == LS_DTYPE_BF16 ? (h & 0x7f80u) == 0x7f80u : (h & 0x7c00u) == 0x7c00u;
+        } else {
+            return false;
+        }
+        if (bad) {
+            *at = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+ * subnormal (m * 2^-9). Every value is exact in fp32. */
+float ls_f8e4m3_to_f32(uint8_t v) {
+    const int exp = (v >> 3) & 0xf, man = v & 7;
+    float mag;
+    if (exp == 0xf && man == 7) mag = NAN;
+    else if (exp == 0) mag = (float)man * (1.0f / 512.0f);
+    else mag = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    return v & 0x80 ? -mag : mag;
+}
+
 int64_t ls_shape_numel(const int64_t *shape, int ndim) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {

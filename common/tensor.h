@@ -56,6 +56,16 @@ bool ls_convert_to_f32(ls_dtype dt, const void *src, size_t count, float *dst);
 bool ls_convert_from_f32(ls_dtype dt, const float *src, size_t count, void *dst);
 /* Rounds fp32 values in place to the precision of dt (identity for F32). */
 void ls_round_to_dtype(ls_dtype dt, float *v, size_t count);
+/* Converts count values between float dtypes (little-endian bytes): the
+ * same dtype is a copy of the bytes, a wider one is exact, a narrower one
+ * rounds to nearest even. False for a dtype that is not F32/F16/BF16. */
+bool ls_convert_dtype(ls_dtype from, const void *src, ls_dtype to, void *dst, size_t count);
+/* True when some value of a float dtype is NaN or Inf; *at is then the
+ * first one's index. False for other dtypes too (nothing to say). */
+bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at);
+/* FP8 E4M3 as deep-learning checkpoints store it (the "fn" variant: no
+ * infinities, 0x7f and 0xff are NaN), widened exactly to fp32. */
+float ls_f8e4m3_to_f32(uint8_t v);
 
 typedef struct {
     ls_dtype dtype;

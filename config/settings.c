@@ -85,7 +85,9 @@ const ls_setting ls_settings[] = {
     INT("threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
     ENUM("cpu-isa", cpu_isa, cpu_isa_names, "auto",
          "CPU kernels: auto = the widest this CPU runs; every choice gives the same bits"),
-    STR("weights", weights, 0, "", "FILE", "base weights (safetensors); turns --demo off"),
+    STR("weights", weights, 0, "", "PATH",
+        "base weights: a Hugging Face checkpoint directory (config.json and model.safetensors or the "
+        "model.safetensors.index.json of its shards), that index, or the fused safetensors file; turns --demo off"),
     BOOL("demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
     INT("experts", experts, 1, 64, "2", "demo model: shared experts n"),
     INT("hidden", hidden, 1, 65536, "1024", "demo model: hidden size H"),
@@ -94,10 +96,12 @@ const ls_setting ls_settings[] = {
     U64("seed", seed, "42", "demo model: random seed"),
     {.name = "w13-layout", .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
      .meta = "NAME",
-     .help = "row layout of W13; when given, overrides the weights file's metadata (not given: the file's, else "
-             "interleaved; null in a config file)",
+     .help = "row layout of the fused weights file's W13; when given, overrides its metadata (not given: the "
+             "file's, else interleaved; null in a config file); a checkpoint's is contiguous",
      .marks = true, .mark_offset = offsetof(ls_config, w13_layout_set)},
-    ENUM("dtype", dtype, dtype_names, "auto", "weight dtype; auto = the file's, bf16 for the demo model"),
+    ENUM("dtype", dtype, dtype_names, "auto",
+         "weight dtype; auto = the stored one (f32 when the tensors' differ, bf16 for FP8 blocks), bf16 for the "
+         "demo model"),
     INT("slots", slots, 1, 1024, "8", "adapter slots in the pool (S)"),
     INT("max-rank", max_rank, 1, 1024, "64", "largest adapter rank a slot holds (R)"),
     ENUM("lora-layout", lora_layout, lora_names, "shared", "pool layout of the outer LoRA factors"),

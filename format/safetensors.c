@@ -6,11 +6,14 @@
 
 #include "format/json.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define LS_ST_LEN_FIELD 8
 #define LS_ST_META "__metadata__"
@@ -248,19 +251,18 @@ static ls_status ls_st_check_layout(ls_st_entry *ents, size_t n, size_t body_len
     return ok ? LS_OK : LS_SAFETENSORS_INVALID;
 }
 
-/* Checks the length field and the header's framing; on success *root is a
- * new reference to the header object (caller decrefs) and *body_off the
- * offset of the data section. */
-static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, size_t *body_off, ls_error *err) {
-    *root = NULL;
-    if (len < LS_ST_LEN_FIELD) {
-        ls_st_violation(err, NULL, LS_NA, LS_ST_LEN_FIELD, (int64_t)len,
-                        "the file is %zu bytes, shorter than the 8-byte header length field", len);
+/* Checks the 8-byte length field (in buf) against a file of file_len
+ * bytes; on success *n is the header's length. */
+static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t *n_out, ls_error *err) {
+    if (file_len < LS_ST_LEN_FIELD) {
+        ls_st_violation(err, NULL, LS_NA, LS_ST_LEN_FIELD, (int64_t)file_len,
+                        "the file is %llu bytes, shorter than the 8-byte header length field",
+                        (unsigned long long)file_len);
         return false;
     }
     uint64_t n = 0;
     for (int i = 0; i < LS_ST_LEN_FIELD; i++) n |= (uint64_t)buf[i] << (8 * i);
-    size_t avail = len - LS_ST_LEN_FIELD;
+    uint64_t avail = file_len - LS_ST_LEN_FIELD;
     /* The messages below never carry the field's value nor any other
      * byte of the input: a file read by path is not the client's to see. */
     if (n > LS_SAFETENSORS_MAX_HEADER) {
@@ -270,27 +272,35 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     }
     if (n > avail) {
         ls_st_violation(err, NULL, LS_NA, (int64_t)avail, LS_NA,
-                        "the header length field runs past the end of the file (%zu bytes follow it)", avail);
+                        "the header length field runs past the end of the file (%llu bytes follow it)",
+                        (unsigned long long)avail);
         return false;
     }
     if (n == 0) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, 0, "header length is 0; the header must be a JSON object");
         return false;
     }
-    /* n is now bounded by the buffer: it is safe to read and parse. */
-    const char *h = (const char *)buf + LS_ST_LEN_FIELD;
+    *n_out = n;
+    return true;
+}
+
+/* Checks the header's n bytes at h (already bounded by the file) and
+ * parses them; on success *root is a new reference to the header object
+ * (caller decrefs). */
+static bool ls_st_header_json(const char *h, size_t n, json_t **root, ls_error *err) {
+    *root = NULL;
     if (h[0] != '{') {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{'");
         return false;
     }
-    const char *nul = memchr(h, '\0', (size_t)n);
+    const char *nul = memchr(h, '\0', n);
     if (nul) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header holds a NUL byte at offset %zu",
                         (size_t)(nul - h));
         return false;
     }
     json_error_t je;
-    json_t *j = json_loadb(h, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(h, n, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
         char why[160];
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)",
@@ -304,38 +314,29 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
         return false;
     }
     *root = j;
-    *body_off = LS_ST_LEN_FIELD + (size_t)n;
     return true;
 }
 
-/* See safetensors.h. out borrows from buf; on failure out is freed (empty)
- * and err holds every violation found. */
-ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
-    json_t *root;
-    size_t body_off;
-    if (!ls_st_load_header(buf, len, &root, &body_off, err)) {
-        ls_tensor_set_free(out);
-        return LS_SAFETENSORS_INVALID;
-    }
-    const uint8_t *body = buf + body_off;
-    size_t body_len = len - body_off;
-
-    /* Bounded by the header's size, which the buffer already holds. */
+/* Every entry of root checked on its own and then the layout of the data
+ * section (body_len bytes). On success *ents (caller frees; names
+ * borrowed from root) holds *n entries and *meta the borrowed
+ * __metadata__ object or NULL. */
+static ls_status ls_st_collect(json_t *root, uint64_t body_len, ls_st_entry **ents_out, size_t *n_out,
+                               const json_t **meta_out, ls_error *err) {
+    *ents_out = NULL;
+    *n_out = 0;
+    *meta_out = NULL;
+    /* Bounded by the header's size, which the file already holds. */
     size_t cap = json_object_size(root);
     ls_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
-    if (!ents) {
-        json_decref(root);
-        ls_tensor_set_free(out);
-        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", cap);
-    }
+    if (!ents) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", cap);
     size_t n = 0;
     bool ok = true;
-    const json_t *meta = NULL;
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
         if (!strcmp(key, LS_ST_META)) {
-            meta = v;
+            *meta_out = v;
             ok &= ls_st_check_meta(v, err);
         } else if (ls_st_check_entry(key, v, body_len, &ents[n], err)) {
             n++;
@@ -345,6 +346,34 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
     }
     /* The layout is only meaningful once every entry is sound. */
     ls_status st = ok ? ls_st_check_layout(ents, n, body_len, err) : LS_SAFETENSORS_INVALID;
+    if (st != LS_OK) {
+        free(ents);
+        *meta_out = NULL;
+        return st;
+    }
+    *ents_out = ents;
+    *n_out = n;
+    return LS_OK;
+}
+
+/* See safetensors.h. out borrows from buf; on failure out is freed (empty)
+ * and err holds every violation found. */
+ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
+    json_t *root = NULL;
+    uint64_t hlen = 0;
+    if (!ls_st_header_length(buf, len, &hlen, err) ||
+        !ls_st_header_json((const char *)buf + LS_ST_LEN_FIELD, (size_t)hlen, &root, err)) {
+        ls_tensor_set_free(out);
+        return LS_SAFETENSORS_INVALID;
+    }
+    const size_t body_off = LS_ST_LEN_FIELD + (size_t)hlen;
+    const uint8_t *body = buf + body_off;
+    ls_st_entry *ents;
+    size_t n;
+    const json_t *meta;
+    ls_status st = ls_st_collect(root, len - body_off, &ents, &n, &meta, err);
+    const char *key;
+    json_t *v;
     if (st == LS_OK && meta) {
         json_object_foreach((json_t *)meta, key, v) {
             if (!ls_tensor_set_add_meta(out, key, json_string_value(v))) {
@@ -369,6 +398,114 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
     json_decref(root);
     if (st != LS_OK) ls_tensor_set_free(out);
     return st;
+}
+
+/* ---- reading from a file: the header, then only the ranges wanted ---- */
+
+/* pread of exactly len bytes at off, retried on EINTR and short reads;
+ * -1 on an error (errno set), else the bytes read (< len: the file ended). */
+static ssize_t ls_st_pread_all(int fd, void *dst, size_t len, uint64_t off) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)dst + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static ls_status ls_st_read_failed(const char *what, int saved, ls_error *err) {
+    char ebuf[128];
+    return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot read %s: %s", what,
+                        strerror_r(saved, ebuf, sizeof ebuf));
+}
+
+/* Fills out from the entries (names copied) and the metadata. */
+static ls_status ls_st_header_fill(ls_st_header *out, const ls_st_entry *ents, size_t n, const json_t *meta,
+                                   uint64_t body_off, ls_error *err) {
+    out->items = calloc(n ? n : 1, sizeof *out->items);
+    if (!out->items) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu entries", n);
+    for (size_t i = 0; i < n; i++) {
+        ls_st_info *t = &out->items[out->n];
+        if (!(t->name = strdup(ents[i].name)))
+            return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for tensor names");
+        t->dtype = ents[i].dtype;
+        t->ndim = ents[i].ndim;
+        memcpy(t->shape, ents[i].shape, sizeof t->shape);
+        t->offset = body_off + (uint64_t)ents[i].begin;
+        t->nbytes = (size_t)(ents[i].end - ents[i].begin);
+        out->n++;
+    }
+    const char *key;
+    json_t *v;
+    if (!meta) return LS_OK;
+    json_object_foreach((json_t *)meta, key, v) {
+        if (!ls_tensor_set_add_meta(&out->meta, key, json_string_value(v)))
+            return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for metadata");
+    }
+    return LS_OK;
+}
+
+/* See safetensors.h: 8 + N bytes read, nothing of the data section. */
+ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out, ls_error *err) {
+    memset(out, 0, sizeof *out);
+    ls_tensor_set_init(&out->meta);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) return ls_st_read_failed(what, errno, err);
+    const uint64_t file_len = (uint64_t)sb.st_size;
+    uint8_t len8[LS_ST_LEN_FIELD] = {0};
+    ssize_t r = ls_st_pread_all(fd, len8, file_len < LS_ST_LEN_FIELD ? (size_t)file_len : LS_ST_LEN_FIELD, 0);
+    if (r < 0) return ls_st_read_failed(what, errno, err);
+    uint64_t hlen = 0;
+    if (!ls_st_header_length(len8, file_len, &hlen, err)) return LS_SAFETENSORS_INVALID;
+    char *h = malloc((size_t)hlen); /* bounded: at most the limit, and within the file */
+    if (!h) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the header of %s", what);
+    r = ls_st_pread_all(fd, h, (size_t)hlen, LS_ST_LEN_FIELD);
+    if (r < 0 || (uint64_t)r != hlen) {
+        int saved = r < 0 ? errno : EIO;
+        free(h);
+        return ls_st_read_failed(what, saved, err);
+    }
+    json_t *root = NULL;
+    ls_status st = ls_st_header_json(h, (size_t)hlen, &root, err) ? LS_OK : LS_SAFETENSORS_INVALID;
+    free(h);
+    ls_st_entry *ents = NULL;
+    size_t n = 0;
+    const json_t *meta = NULL;
+    const uint64_t body_off = LS_ST_LEN_FIELD + hlen;
+    if (st == LS_OK) st = ls_st_collect(root, file_len - body_off, &ents, &n, &meta, err);
+    if (st == LS_OK) st = ls_st_header_fill(out, ents, n, meta, body_off, err);
+    free(ents);
+    json_decref(root);
+    if (st == LS_OK) out->file_len = file_len;
+    else ls_st_header_free(out);
+    return st;
+}
+
+void ls_st_header_free(ls_st_header *h) {
+    for (size_t i = 0; h->items && i < h->n; i++) free(h->items[i].name);
+    free(h->items);
+    ls_tensor_set_free(&h->meta);
+    memset(h, 0, sizeof *h);
+}
+
+const ls_st_info *ls_st_header_find(const ls_st_header *h, const char *name) {
+    for (size_t i = 0; i < h->n; i++)
+        if (!strcmp(h->items[i].name, name)) return &h->items[i];
+    return NULL;
+}
+
+ls_status ls_safetensors_read_range(int fd, const char *what, const ls_st_info *t, void *dst, ls_error *err) {
+    ssize_t r = ls_st_pread_all(fd, dst, t->nbytes, t->offset);
+    if (r < 0) return ls_st_read_failed(what, errno, err);
+    if ((size_t)r != t->nbytes)
+        return ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, t->name, LS_NA, (int64_t)t->nbytes, (int64_t)r,
+                            "the file changed or was cut short after its header was read",
+                            "%s ends %zu bytes into tensor %s, which needs %zu", what, (size_t)r, t->name,
+                            t->nbytes);
+    return LS_OK;
 }
 
 /* Builds the header object: __metadata__ first, then each tensor with

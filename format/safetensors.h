@@ -20,6 +20,40 @@
  * failure out is left empty. */
 ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err);
 
+/* One tensor of a safetensors file as its header describes it: where its
+ * bytes lie in the file (none are read). */
+typedef struct {
+    char *name; /* owned */
+    ls_dtype dtype;
+    int ndim;
+    int64_t shape[LS_MAX_DIMS];
+    uint64_t offset; /* of its first byte, from the start of the file */
+    size_t nbytes;
+} ls_st_info;
+
+/* A file's header: its tensors in the header's order and __metadata__
+ * (in meta's metadata; meta holds no tensors). */
+typedef struct {
+    ls_st_info *items; /* owned */
+    size_t n;
+    ls_tensor_set meta;
+    uint64_t file_len;
+} ls_st_header;
+
+/* Reads the header of the file open at fd (8 + N bytes, nothing of the
+ * data section) and checks it by every rule of ls_safetensors_parse,
+ * offsets against the file's size. what names the file in messages. On
+ * success out is the caller's (ls_st_header_free); on failure it is
+ * empty. */
+ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out, ls_error *err);
+void ls_st_header_free(ls_st_header *h);
+/* Borrowed entry, or NULL. */
+const ls_st_info *ls_st_header_find(const ls_st_header *h, const char *name);
+/* Reads tensor t's bytes (t->nbytes at t->offset) into dst; a file that
+ * ends before them (cut after its header was read) is
+ * LS_SAFETENSORS_INVALID naming the tensor. */
+ls_status ls_safetensors_read_range(int fd, const char *what, const ls_st_info *t, void *dst, ls_error *err);
+
 /* Serialises s (its tensors in order, its metadata as __metadata__) into a
  * new buffer *out of *len bytes, owned by the caller (free()). */
 ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *len, ls_error *err);

@@ -87,13 +87,19 @@ ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_by
     return be->ops->memory(be, free_bytes, total_bytes, err);
 }
 
-ls_status ls_backend_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+static bool ls_backend_typed_ok(const ls_typed *t) { return t->data && ls_dtype_is_float(t->dtype); }
+
+ls_status ls_backend_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     ls_status st = ls_backend_check_layer(be, "upload_base", layer, err);
     if (st != LS_OK) return st;
-    if (!w13 || !w2)
-        return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: upload_base of layer %d without weights",
+    if (!w || !ls_backend_typed_ok(&w->w13) || !ls_backend_typed_ok(&w->w2))
+        return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: upload_base of layer %d without F32/F16/BF16 weights",
                             be->ops->name, layer);
-    if ((st = be->ops->upload_base(be, layer, w13, w2, err)) == LS_OK) be->uploaded[layer] = true;
+    if (be->dims.gate ? !ls_backend_typed_ok(&w->gate) : w->gate.data != NULL)
+        return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: upload_base of layer %d %s a gate, the model %s one",
+                            be->ops->name, layer, w->gate.data ? "with" : "without",
+                            be->dims.gate ? "has" : "has none");
+    if ((st = be->ops->upload_base(be, layer, w, err)) == LS_OK) be->uploaded[layer] = true;
     return st;
 }
 

@@ -44,6 +44,31 @@ typedef struct {
     const float *d_b;
 } ls_slot_factors;
 
+/* One tensor as the model holds it: values of a float dtype (F32, F16 or
+ * BF16), little-endian, row-major. data NULL: absent. */
+typedef struct {
+    ls_dtype dtype;
+    const void *data;
+} ls_typed;
+
+static inline ls_typed ls_typed_f32(const float *v) {
+    ls_typed t = {LS_DTYPE_F32, v};
+    return t;
+}
+
+/* One layer's base weights at their storage dtypes (each its own): w13
+ * [n, 2F, H] with its rows in dims.w13_layout, w2 [n, H, F], and gate
+ * [H], the shared-expert gate's weight, present exactly when dims.gate. */
+typedef struct {
+    ls_typed w13, w2, gate;
+} ls_base_layer;
+
+/* An fp32 layer without a gate (tests and benchmarks build these). */
+static inline ls_base_layer ls_base_layer_f32(const float *w13, const float *w2) {
+    ls_base_layer b = {ls_typed_f32(w13), ls_typed_f32(w2), {LS_DTYPE_F32, NULL}};
+    return b;
+}
+
 typedef struct ls_backend ls_backend;
 
 /* The CPU backend's kernel paths (--cpu-isa). Every path gives the same
@@ -96,9 +121,10 @@ bool ls_backend_usable(const ls_backend *be);
 
 /* Bytes free and total of the backend's memory. */
 ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
-/* Copies one layer's base weights (fp32 host: w13 [n, 2F, H], w2 [n, H, F],
- * W13 rows in the model's layout); the backend stores them at its dtype. */
-ls_status ls_backend_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err);
+/* Copies one layer's base weights (typed host tensors, see ls_base_layer;
+ * the caller keeps them); the backend stores w13 and w2 at its dtype
+ * (converting: exact when it is at least as wide) and the gate in fp32. */
+ls_status ls_backend_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err);
 /* Writes one layer of a slot and refreshes any operand derived from it. */
 ls_status ls_backend_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err);
 /* Zeroes every layer of a slot. */
@@ -107,7 +133,8 @@ ls_status ls_backend_slot_clear(ls_backend *be, int slot, ls_error *err);
  * ls_slot_factors; a NULL buffer is skipped. */
 ls_status ls_backend_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
                                ls_error *err);
-/* y[T, H] = the shared sink on x[T, H] with gammas[T, n] (NULL = ones)
+/* y[T, H] = the shared sink on x[T, H] with gammas[T, n] (NULL: the
+ * layer's gate sigmoid(w . x) for every expert when dims.gate, else ones)
  * and slot_of_token[T] (NULL = all -1; -1 = base only), T <= max_tokens.
  * The layer's base weights must have been uploaded. */
 ls_status ls_backend_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,

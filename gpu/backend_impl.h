@@ -18,7 +18,9 @@ typedef struct {
      * initialised or NULL); backend.c frees the rest. */
     void (*free)(ls_backend *be);
     ls_status (*memory)(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
-    ls_status (*upload_base)(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err);
+    /* w->w13, w->w2 present and of a float dtype; w->gate present
+     * exactly when dims.gate. */
+    ls_status (*upload_base)(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err);
     ls_status (*slot_write)(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err);
     ls_status (*slot_clear)(ls_backend *be, int slot, ls_error *err);
     ls_status (*slot_read)(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,

@@ -59,6 +59,27 @@ bool ls_gate_up_order_parse(const char *s, ls_gate_up_order *out) {
 }
 
 /* Copies tensor and the message into c->err (owned by the caller). */
+/* Appends the violation (msg already formatted). With map, layer is an
+ * index of the layer table: the checks write "layer %d: " with it, and
+ * users know the checkpoint's numbers, so the field and that prefix are
+ * given in them (unchanged without a checkpoint's numbers). */
+static void ls_adapter_add(ls_adapter_ctx *c, bool map, ls_status code, int layer, const char *tensor, int axis,
+                           int64_t expected, int64_t got, const char *hint, char *msg, size_t msg_len) {
+    if (map && layer != LS_NA && c->dims->layer_ids) {
+        const int id = ls_dims_layer_id(c->dims, layer);
+        char prefix[32], text[320];
+        int plen = snprintf(prefix, sizeof prefix, "layer %d: ", layer);
+        if (plen > 0 && !strncmp(msg, prefix, (size_t)plen)) {
+            snprintf(text, sizeof text, "layer %d: %s", id, msg + plen);
+            snprintf(msg, msg_len, "%s", text);
+        }
+        layer = id;
+    }
+    ls_error_add(c->err, code, layer, tensor, axis, expected, got, hint, "%s", msg);
+    if (!c->bad) c->first = code;
+    c->bad++;
+}
+
 void ls_adapter_violation(ls_adapter_ctx *c, ls_status code, int layer, const char *tensor, int axis, int64_t expected,
                           int64_t got, const char *hint, const char *fmt, ...) {
     char msg[320];
@@ -66,9 +87,7 @@ void ls_adapter_violation(ls_adapter_ctx *c, ls_status code, int layer, const ch
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ls_error_add(c->err, code, layer, tensor, axis, expected, got, hint, "%s", msg);
-    if (!c->bad) c->first = code;
-    c->bad++;
+    ls_adapter_add(c, true, code, layer, tensor, axis, expected, got, hint, msg, sizeof msg);
 }
 
 /* t is borrowed; i must be below its numel. */
@@ -172,6 +191,30 @@ static ls_adapter_format ls_adapter_pick_format(const ls_tensor_set *s, ls_adapt
     return first == LS_ADAPTER_FORMAT_AUTO ? LS_ADAPTER_FORMAT_PEFT : first;
 }
 
+/* A factor named for a layer that is not served: a dense layer of the
+ * checkpoint (no shared experts), or one past the model. The layer is
+ * given as named (the checkpoint's number), not as a served index. */
+static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int64_t layer) {
+    const ls_dims *d = c->dims;
+    const int total = ls_dims_layers_total(d), as = layer <= INT32_MAX ? (int)layer : LS_NA;
+    char served[128], hint[256], msg[320];
+    ls_dims_layers_str(d, served, sizeof served);
+    snprintf(hint, sizeof hint, "train the adapter on layers with shared experts (%s), or drop this factor", served);
+    if (layer < total)
+        snprintf(msg, sizeof msg,
+                 "%s names layer %lld, a dense layer of the checkpoint (no shared experts); the layers with shared "
+                 "experts are %s",
+                 name, (long long)layer, served);
+    else if (d->layer_ids)
+        snprintf(msg, sizeof msg, "%s names layer %lld, but the checkpoint has %d layers (0..%d); those with shared "
+                 "experts are %s", name, (long long)layer, total, total - 1, served);
+    else
+        snprintf(msg, sizeof msg, "%s names layer %lld, but the model has %d layers (0..%d)", name, (long long)layer,
+                 total, total - 1);
+    ls_adapter_add(c, false, LS_LORA_LAYER_OUT_OF_RANGE, as, name, LS_NA, total, layer, d->layer_ids ? hint : NULL,
+                   msg, sizeof msg);
+}
+
 /* Sorts every name: places the shared experts' factors of the chosen
  * format in the layer table, reports the rest. Returns how many names
  * are other modules' factors (ignored unless strict). */
@@ -225,16 +268,14 @@ static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t
             }
             continue;
         }
-        const int L = c->dims->L;
-        if (nm.layer >= L) {
-            ls_adapter_violation(c, LS_LORA_LAYER_OUT_OF_RANGE, nm.layer <= INT32_MAX ? (int)nm.layer : LS_NA, name,
-                                 LS_NA, L, nm.layer, NULL, "%s names layer %lld, but the model has %d layers (0..%d)",
-                                 name, (long long)nm.layer, L, L - 1);
+        const int index = ls_dims_layer_index(c->dims, nm.layer);
+        if (index < 0) {
+            ls_adapter_layer_not_served(c, name, nm.layer);
             continue;
         }
-        ls_adapter_in *slot = ls_adapter_at(c, (int)nm.layer, nm.slot);
+        ls_adapter_in *slot = ls_adapter_at(c, index, nm.slot);
         if (slot->name) {
-            ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, (int)nm.layer, name, LS_NA, LS_NA, LS_NA,
+            ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, index, name, LS_NA, LS_NA, LS_NA,
                                  "upload each factor once, with or without the base_model.model. prefix",
                                  "%s names the same factor as %s", name, slot->name);
             continue;

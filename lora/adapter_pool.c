@@ -18,7 +18,8 @@ typedef struct {
 
 static void ls_pool_missing(ls_adapter_ctx *c, int l, int slot, bool prefixed) {
     char name[192];
-    ls_adapter_name_build(name, sizeof name, LS_ADAPTER_FORMAT_POOL, prefixed, l, slot);
+    /* named as the user names it: the checkpoint's layer number */
+    ls_adapter_name_build(name, sizeof name, LS_ADAPTER_FORMAT_POOL, prefixed, ls_dims_layer_id(c->dims, l), slot);
     ls_adapter_violation(c, LS_LORA_MISSING_TENSOR, l, name, LS_NA, LS_NA, LS_NA,
                          "upload all four buffers of a layer (gate_up_lora_a, gate_up_lora_b, down_lora_a, "
                          "down_lora_b) or none of them",

@@ -1,238 +1,268 @@
-/* The base weights on the host: loaded from a safetensors file with every
- * name, shape, dtype and value checked (errors name the tensor), or built
- * as the deterministic demo model; then uploaded layer by layer. */
+/* The model's life: which reader a path goes to (model_internal.h), the
+ * demo model, reading one layer's byte ranges at their storage dtypes
+ * (FP8 dequantized, every value checked finite), the upload that streams
+ * the layers to a backend one at a time, and freeing. */
 #include "model/model.h"
 
 #include <errno.h>
-#include <limits.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "format/safetensors.h"
 #include "common/text.h"
-#include "common/file.h"
+#include "model/model_internal.h"
 
-#define LS_MODEL_PREFIX "model.layers."
-#define LS_MODEL_MIDDLE ".mlp.shared_experts."
-#define LS_MODEL_HINT                                                                                        \
-    "the file needs model.layers.{l}.mlp.shared_experts.w13_weight [n, 2F, H] and w2_weight [n, H, F] for "  \
-    "every layer l"
+/* ---- the source ------------------------------------------------------------ */
 
-enum { LS_MODEL_W13, LS_MODEL_W2 };
+ls_model_source *ls_model_source_new(int L) {
+    ls_model_source *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n_t = (size_t)(L > 0 ? L : 1) * LS_MT_COUNT;
+    if (!(s->t = calloc(s->n_t, sizeof *s->t))) {
+        free(s);
+        return NULL;
+    }
+    for (size_t i = 0; i < s->n_t; i++) s->t[i].file = s->t[i].scale_file = -1;
+    s->block[0] = s->block[1] = 128;
+    return s;
+}
 
-/* Parses "model.layers.{l}.mlp.shared_experts.{w13,w2}_weight" strictly
- * (decimal l without sign or leading zeros). Returns false for any other
- * name. */
-static bool ls_model_parse_name(const char *name, long *layer, int *kind) {
-    size_t plen = strlen(LS_MODEL_PREFIX);
-    if (strncmp(name, LS_MODEL_PREFIX, plen) != 0) return false;
-    const char *p = name + plen;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return false;
-    char *end;
-    errno = 0;
-    long l = strtol(p, &end, 10);
-    if (errno || l < 0 || l >= INT_MAX) return false;
-    size_t mlen = strlen(LS_MODEL_MIDDLE);
-    if (strncmp(end, LS_MODEL_MIDDLE, mlen) != 0) return false;
-    end += mlen;
-    if (!strcmp(end, "w13_weight")) *kind = LS_MODEL_W13;
-    else if (!strcmp(end, "w2_weight")) *kind = LS_MODEL_W2;
-    else return false;
-    *layer = l;
+int ls_model_source_add_fd(ls_model_source *s, int fd, const char *name) {
+    int *fds = realloc(s->fds, (size_t)(s->n_fds + 1) * sizeof *fds);
+    if (fds) s->fds = fds;
+    char **names = fds ? realloc(s->names, (size_t)(s->n_fds + 1) * sizeof *names) : NULL;
+    if (names) s->names = names;
+    char *copy = names ? strdup(name) : NULL;
+    if (!copy) {
+        close(fd);
+        return -1;
+    }
+    s->fds[s->n_fds] = fd;
+    s->names[s->n_fds] = copy;
+    return s->n_fds++;
+}
+
+void ls_model_source_free(ls_model_source *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_fds; i++) {
+        close(s->fds[i]);
+        free(s->names[i]);
+    }
+    for (size_t i = 0; i < s->n_t; i++) {
+        free(s->t[i].info.name);
+        free(s->t[i].scale.name);
+    }
+    free(s->fds);
+    free(s->names);
+    free(s->t);
+    free(s);
+}
+
+bool ls_model_info_copy(ls_st_info *dst, const ls_st_info *src) {
+    free(dst->name);
+    *dst = *src;
+    dst->name = strdup(src->name);
+    return dst->name != NULL;
+}
+
+bool ls_model_add_file(ls_model *m, const char *name) {
+    char **files = realloc(m->files, (size_t)(m->n_files + 1) * sizeof *files);
+    if (!files) return false;
+    m->files = files;
+    if (!(m->files[m->n_files] = strdup(name))) return false;
+    m->n_files++;
     return true;
 }
 
-static void ls_model_name(char *buf, size_t len, long layer, int kind) {
-    snprintf(buf, len, LS_MODEL_PREFIX "%ld" LS_MODEL_MIDDLE "%s", layer,
-             kind == LS_MODEL_W13 ? "w13_weight" : "w2_weight");
+ls_dtype ls_model_served_dtype(const ls_model_tensor *t) {
+    return t->scale_file >= 0 ? LS_DTYPE_BF16 : t->info.dtype;
 }
 
-/* The tensor's shape must equal want[3] (n, 2F, H or n, H, F). */
-static ls_status ls_model_check_shape(const char *name, long layer, const ls_tensor *t, const int64_t *want,
-                                      const char *what, ls_error *err) {
-    char got[96], exp[96];
-    if (t->ndim != 3)
-        return ls_error_add(err, LS_INVALID_SHAPE, (int)layer, name, LS_NA, 3, t->ndim, LS_MODEL_HINT,
-                            "weights: %s has %d dimensions %s, expected 3 (%s)", name, t->ndim,
-                            ls_shape_str(t->shape, t->ndim, got, sizeof got), what);
-    for (int a = 0; a < 3; a++) {
-        if (t->shape[a] != want[a])
-            return ls_error_add(err, LS_INVALID_SHAPE, (int)layer, name, a, want[a], t->shape[a], LS_MODEL_HINT,
-                                "weights: %s has shape %s, expected %s (%s, from layer 0's w13_weight)", name,
-                                ls_shape_str(t->shape, 3, got, sizeof got), ls_shape_str(want, 3, exp, sizeof exp),
-                                what);
-    }
-    return LS_OK;
+/* ---- opening ------------------------------------------------------------------ */
+
+static const char *ls_model_base(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
 }
 
-/* fp32 copy of a tensor of a float dtype, refusing any NaN or Inf. The
- * caller frees *out. */
-static ls_status ls_model_values(const char *name, long layer, const ls_tensor *t, float **out, ls_error *err) {
-    *out = NULL;
-    size_t count = (size_t)ls_tensor_numel(t);
-    float *v = malloc((count ? count : 1) * sizeof *v);
-    if (!v) return ls_error_set(err, LS_INTERNAL, NULL, "weights: out of memory reading %s", name);
-    if (!ls_convert_to_f32(t->dtype, t->data, count, v)) {
-        free(v);
-        return ls_error_set(err, LS_INTERNAL, NULL, "weights: cannot convert %s from %s", name,
-                            ls_dtype_name(t->dtype));
+/* A regular file: an index (".json") or the fused weights file. */
+static ls_status ls_model_open_file(const char *path, const ls_w13_layout *override, ls_model *m, ls_error *err) {
+    size_t len = strlen(path);
+    if (len > 5 && !strcmp(path + len - 5, ".json")) {
+        char dir[4096];
+        const char *base = ls_model_base(path);
+        snprintf(dir, sizeof dir, "%.*s", base > path ? (int)(base - path - 1) : 1, base > path ? path : ".");
+        if (!dir[0]) snprintf(dir, sizeof dir, "/");
+        snprintf(m->source, sizeof m->source, "checkpoint");
+        return ls_model_open_checkpoint(dir, base, m, err);
     }
-    for (size_t i = 0; i < count; i++) {
-        if (!isfinite(v[i])) {
-            free(v);
-            return ls_error_add(err, LS_SAFETENSORS_INVALID, (int)layer, name, LS_NA, LS_NA, LS_NA,
-                                "the weights file is corrupt or came from a diverged run",
-                                "weights: %s holds a non-finite value at flat index %zu", name, i);
-        }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        char ebuf[128];
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot open %s: %s", path,
+                            strerror_r(errno, ebuf, sizeof ebuf));
     }
-    *out = v;
-    return LS_OK;
+    snprintf(m->source, sizeof m->source, "file");
+    snprintf(m->family, sizeof m->family, "fused");
+    snprintf(m->rule, sizeof m->rule, "every layer of the file");
+    ls_status st = ls_model_open_fused(fd, path, override, m, err);
+    if (st == LS_OK && (ls_model_source_add_fd(m->src, fd, path) != 0 || !ls_model_add_file(m, ls_model_base(path))))
+        st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    else if (st != LS_OK) close(fd);
+    return st;
 }
 
-/* Allocates the per-layer pointer arrays (values NULL). */
-static bool ls_model_alloc(ls_model *m, int L) {
-    m->w13 = calloc((size_t)L, sizeof *m->w13);
-    m->w2 = calloc((size_t)L, sizeof *m->w2);
-    return m->w13 && m->w2;
-}
-
-/* Frees every layer and the arrays; m is zeroed and can be reused. */
-void ls_model_free(ls_model *m) {
-    if (!m) return;
-    for (int l = 0; m->w13 && l < m->dims.L; l++) free(m->w13[l]);
-    for (int l = 0; m->w2 && l < m->dims.L; l++) free(m->w2[l]);
-    free(m->w13);
-    free(m->w2);
-    memset(m, 0, sizeof *m);
-}
-
-/* F32 wins over 16-bit; F16 with BF16 is F32 too, since neither holds the
- * other's values and the backend rounds to this dtype on upload. */
-static ls_dtype ls_model_widen(ls_dtype have, ls_dtype next, bool first) {
-    if (first || have == next) return next;
-    return LS_DTYPE_F32;
-}
-
-/* Finds both tensors of each layer and the layer count. idx13/idx2 hold
- * the set index of each layer's tensor (or -1), for layers below cap. */
-static ls_status ls_model_index(const ls_tensor_set *set, long *idx13, long *idx2, long cap, int *L_out,
-                                ls_error *err) {
-    long max_layer = -1;
-    for (long l = 0; l < cap; l++) idx13[l] = idx2[l] = -1;
-    for (size_t i = 0; i < set->n; i++) {
-        const char *name = set->items[i].name;
-        long layer;
-        int kind;
-        if (!ls_model_parse_name(name, &layer, &kind))
-            return ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, name, LS_NA, LS_NA, LS_NA, LS_MODEL_HINT,
-                                "weights: unexpected tensor %s (expected model.layers.{l}.mlp.shared_experts."
-                                "w13_weight or w2_weight)",
-                                name);
-        if (layer > max_layer) max_layer = layer;
-        if (layer < cap) (kind == LS_MODEL_W13 ? idx13 : idx2)[layer] = (long)i;
-    }
-    if (max_layer < 0)
-        return ls_error_set(err, LS_INVALID_SHAPE, LS_MODEL_HINT, "weights: the file holds no layer tensors");
-    /* Each layer takes two tensors, so a layer index >= cap implies a gap
-     * below cap: the scan finds it. */
-    for (long l = 0; l <= max_layer; l++) {
-        if (l >= cap || idx13[l] < 0 || idx2[l] < 0) {
-            char name[160];
-            ls_model_name(name, sizeof name, l, l < cap && idx13[l] >= 0 ? LS_MODEL_W2 : LS_MODEL_W13);
-            return ls_error_add(err, LS_INVALID_SHAPE, (int)l, name, LS_NA, LS_NA, LS_NA, LS_MODEL_HINT,
-                                "weights: %s is missing (the file has tensors up to layer %ld)", name, max_layer);
-        }
-    }
-    *L_out = (int)(max_layer + 1);
-    return LS_OK;
-}
-
-/* Checks the names, shapes, dtypes and values of set and fills out. */
-static ls_status ls_model_from_set(const ls_tensor_set *set, const ls_w13_layout *layout_override, ls_model *out,
-                                   ls_error *err) {
-    ls_w13_layout layout = LS_W13_INTERLEAVED;
-    const char *meta = ls_tensor_set_meta(set, "w13_layout");
-    if (layout_override) {
-        layout = *layout_override;
-    } else if (meta && !ls_w13_layout_parse(meta, &layout)) {
-        return ls_error_set(err, LS_SAFETENSORS_INVALID, "set __metadata__.w13_layout to interleaved or contiguous",
-                            "weights: __metadata__ w13_layout is \"%s\", expected interleaved or contiguous", meta);
-    }
-
-    long cap = (long)set->n / 2 + 1;
-    long *idx = malloc(2 * (size_t)cap * sizeof *idx);
-    if (!idx) return ls_error_set(err, LS_INTERNAL, NULL, "weights: out of memory");
-    int L = 0;
-    ls_status st = ls_model_index(set, idx, idx + cap, cap, &L, err);
-    if (st != LS_OK) {
-        free(idx);
-        return st;
-    }
-
-    const ls_tensor *t0 = &set->items[idx[0]].t;
-    char name0[160];
-    ls_model_name(name0, sizeof name0, 0, LS_MODEL_W13);
-    if (t0->ndim != 3 || t0->shape[0] <= 0 || t0->shape[1] <= 0 || t0->shape[2] <= 0 || t0->shape[1] % 2 ||
-        t0->shape[0] > INT_MAX || t0->shape[1] > INT_MAX || t0->shape[2] > INT_MAX) {
-        char got[96];
-        int axis = LS_NA;
-        for (int a = 0; t0->ndim == 3 && a < 3 && axis == LS_NA; a++)
-            if (t0->shape[a] <= 0 || t0->shape[a] > INT_MAX || (a == 1 && t0->shape[a] % 2)) axis = a;
-        free(idx);
-        return ls_error_add(err, LS_INVALID_SHAPE, 0, name0, axis, LS_NA, axis == LS_NA ? t0->ndim : t0->shape[axis],
-                            LS_MODEL_HINT,
-                            "weights: %s has shape %s, expected [n, 2F, H] with positive n, F, H (2F even)", name0,
-                            ls_shape_str(t0->shape, t0->ndim, got, sizeof got));
-    }
-    const int n = (int)t0->shape[0], F = (int)(t0->shape[1] / 2), H = (int)t0->shape[2];
-    const int64_t want13[3] = {n, 2 * (int64_t)F, H}, want2[3] = {n, H, F};
-
+/* See model.h. */
+ls_status ls_model_open(const char *path, const ls_w13_layout *layout_override, ls_model *out, ls_error *err) {
     memset(out, 0, sizeof *out);
-    out->dims = (ls_dims){.n = n, .H = H, .F = F, .L = L, .w13_layout = layout};
-    if (!ls_model_alloc(out, L)) {
-        free(idx);
-        ls_model_free(out);
-        return ls_error_set(err, LS_INTERNAL, NULL, "weights: out of memory");
+    snprintf(out->path, sizeof out->path, "%s", path);
+    struct stat sb;
+    ls_status st;
+    if (stat(path, &sb) != 0) {
+        char ebuf[128];
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot open %s: %s", path,
+                          strerror_r(errno, ebuf, sizeof ebuf));
+    } else if (S_ISDIR(sb.st_mode)) {
+        snprintf(out->source, sizeof out->source, "checkpoint");
+        st = ls_model_open_checkpoint(path, NULL, out, err);
+    } else if (S_ISREG(sb.st_mode)) {
+        st = ls_model_open_file(path, layout_override, out, err);
+    } else {
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                          "cannot read %s: it is neither a regular file nor a directory", path);
     }
-    for (int l = 0; l < L && st == LS_OK; l++) {
-        for (int kind = LS_MODEL_W13; kind <= LS_MODEL_W2 && st == LS_OK; kind++) {
-            const ls_named_tensor *nt = &set->items[idx[kind == LS_MODEL_W13 ? l : cap + l]];
-            if (!ls_dtype_is_float(nt->t.dtype))
-                st = ls_error_add(err, LS_SAFETENSORS_INVALID, l, nt->name, LS_NA, LS_NA, LS_NA,
-                                  "store the weights as F32, F16 or BF16",
-                                  "weights: %s has dtype %s, expected F32, F16 or BF16", nt->name,
-                                  ls_dtype_name(nt->t.dtype));
-            if (st == LS_OK)
-                st = ls_model_check_shape(nt->name, l, &nt->t, kind == LS_MODEL_W13 ? want13 : want2,
-                                          kind == LS_MODEL_W13 ? "[n, 2F, H]" : "[n, H, F]", err);
-            if (st == LS_OK)
-                st = ls_model_values(nt->name, l, &nt->t, kind == LS_MODEL_W13 ? &out->w13[l] : &out->w2[l], err);
-            if (st == LS_OK) out->dtype = ls_model_widen(out->dtype, nt->t.dtype, l == 0 && kind == LS_MODEL_W13);
-        }
-    }
-    free(idx);
+    /* A checkpoint's W13 is gate_proj's rows, then up_proj's. */
+    if (st == LS_OK && layout_override && !strcmp(out->source, "checkpoint") && *layout_override != LS_W13_CONTIGUOUS)
+        st = ls_error_set(err, LS_INVALID_REQUEST, "drop --w13-layout: it is the fused file's row order",
+                          "--w13-layout %s does not apply to a checkpoint: its gate_proj and up_proj are separate "
+                          "tensors, served gate rows first",
+                          ls_w13_layout_name(*layout_override));
     if (st != LS_OK) ls_model_free(out);
     return st;
 }
 
-/* Maps and parses path, then checks it (see model.h). On success out owns
- * fp32 copies of every layer (ls_model_free); the mapping is released
- * before returning. On failure out is zeroed. */
-ls_status ls_model_load(const char *path, const ls_w13_layout *layout_override, ls_model *out, ls_error *err) {
-    memset(out, 0, sizeof *out);
-    ls_file_map map;
-    ls_status st = ls_file_map_open(path, &map, LS_INVALID_REQUEST, err);
-    if (st != LS_OK) return st;
-    ls_tensor_set set;
-    ls_tensor_set_init(&set);
-    st = ls_safetensors_parse(map.data, map.len, &set, err);
-    if (st == LS_OK) st = ls_model_from_set(&set, layout_override, out, err);
-    ls_tensor_set_free(&set);
-    ls_file_map_close(&map);
+/* ---- reading a layer ----------------------------------------------------------- */
+
+/* Reads tensor t into dst at dtype (count values): straight into place
+ * when it is stored at that dtype, else through one buffer of its own
+ * bytes (FP8: dequantized with its scale). */
+static ls_status ls_model_read_tensor(const ls_model_source *s, const ls_model_tensor *t, ls_dtype dtype, void *dst,
+                                      ls_error *err) {
+    const int fd = s->fds[t->file];
+    const char *what = s->names[t->file];
+    const size_t count = t->info.nbytes / ls_dtype_size(t->info.dtype);
+    if (t->scale_file < 0 && t->info.dtype == dtype) return ls_safetensors_read_range(fd, what, &t->info, dst, err);
+    void *raw = malloc(t->info.nbytes ? t->info.nbytes : 1);
+    void *scale = t->scale_file >= 0 ? malloc(t->scale.nbytes ? t->scale.nbytes : 1) : NULL;
+    ls_status st = raw && (t->scale_file < 0 || scale) ? LS_OK
+                                                       : ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s",
+                                                                      t->info.name);
+    if (st == LS_OK) st = ls_safetensors_read_range(fd, what, &t->info, raw, err);
+    if (st == LS_OK && scale) st = ls_safetensors_read_range(s->fds[t->scale_file], s->names[t->scale_file], &t->scale, scale, err);
+    if (st == LS_OK && scale)
+        ls_model_dequant_fp8(raw, scale, t->scale.dtype, t->info.shape[0], t->info.shape[1], s->block, dtype, dst);
+    else if (st == LS_OK)
+        ls_convert_dtype(t->info.dtype, raw, dtype, dst, count);
+    free(raw);
+    free(scale);
     return st;
 }
+
+/* Refuses a NaN or Inf among the count values just read. */
+static ls_status ls_model_check_finite(const ls_model_tensor *t, int layer, ls_dtype dtype, const void *v,
+                                       size_t count, ls_error *err) {
+    size_t at;
+    if (!ls_find_nonfinite(dtype, v, count, &at)) return LS_OK;
+    return ls_error_add(err, LS_SAFETENSORS_INVALID, layer, t->info.name, LS_NA, LS_NA, LS_NA,
+                        "the weights file is corrupt or came from a diverged run",
+                        "weights: %s holds a non-finite value at flat index %zu", t->info.name, at);
+}
+
+/* One tensor (or W13 = gate_proj then up_proj) into a new buffer. */
+static ls_status ls_model_read_part(ls_model *m, int index, int which, void **out, ls_dtype *dt, ls_error *err) {
+    ls_model_tensor *a = ls_model_tensor_at(m->src, index, which);
+    ls_model_tensor *up = ls_model_tensor_at(m->src, index, LS_MT_UP);
+    ls_model_tensor *b = which == LS_MT_W13 && up->file >= 0 ? up : NULL; /* a checkpoint's W13 is two tensors */
+    *dt = ls_model_served_dtype(a);
+    if (b && ls_model_served_dtype(b) != *dt) *dt = LS_DTYPE_F32; /* neither holds the other */
+    const size_t ca = a->info.nbytes / ls_dtype_size(a->info.dtype);
+    const size_t cb = b ? b->info.nbytes / ls_dtype_size(b->info.dtype) : 0, es = ls_dtype_size(*dt);
+    char *buf = malloc((ca + cb) * es + 1);
+    if (!buf) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for layer %d", ls_dims_layer_id(&m->dims, index));
+    const int id = ls_dims_layer_id(&m->dims, index);
+    ls_status st = ls_model_read_tensor(m->src, a, *dt, buf, err);
+    if (st == LS_OK) st = ls_model_check_finite(a, id, *dt, buf, ca, err);
+    if (st == LS_OK && b) st = ls_model_read_tensor(m->src, b, *dt, buf + ca * es, err);
+    if (st == LS_OK && b) st = ls_model_check_finite(b, id, *dt, buf + ca * es, cb, err);
+    if (st != LS_OK) free(buf);
+    else *out = buf;
+    return st;
+}
+
+static void *ls_model_dup(const void *p, size_t bytes) {
+    void *q = malloc(bytes ? bytes : 1);
+    if (q) memcpy(q, p, bytes);
+    return q;
+}
+
+ls_status ls_model_read_layer(ls_model *m, int index, ls_model_layer *out, ls_error *err) {
+    memset(out, 0, sizeof *out);
+    if (index < 0 || index >= m->dims.L)
+        return ls_error_set(err, LS_INTERNAL, NULL, "model: layer index %d of %d", index, m->dims.L);
+    if (m->held) { /* the demo */
+        const ls_model_layer *h = &m->held[index];
+        const size_t c13 = (size_t)m->dims.n * 2 * m->dims.F * m->dims.H, c2 = (size_t)m->dims.n * m->dims.H * m->dims.F;
+        *out = (ls_model_layer){ls_model_dup(h->w13, c13 * ls_dtype_size(h->dt13)), ls_model_dup(h->w2, c2 * ls_dtype_size(h->dt2)),
+                                NULL, h->dt13, h->dt2, h->dtg};
+        if (!out->w13 || !out->w2) {
+            ls_model_layer_free(out);
+            return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+        }
+        return LS_OK;
+    }
+    if (!m->src) return ls_error_set(err, LS_INTERNAL, NULL, "model: the files were already closed");
+    ls_status st = ls_model_read_part(m, index, LS_MT_W13, &out->w13, &out->dt13, err);
+    if (st == LS_OK) st = ls_model_read_part(m, index, LS_MT_W2, &out->w2, &out->dt2, err);
+    if (st == LS_OK && m->dims.gate) st = ls_model_read_part(m, index, LS_MT_GATE, &out->gate, &out->dtg, err);
+    if (st != LS_OK) ls_model_layer_free(out);
+    return st;
+}
+
+void ls_model_layer_free(ls_model_layer *l) {
+    free(l->w13);
+    free(l->w2);
+    free(l->gate);
+    memset(l, 0, sizeof *l);
+}
+
+/* Reads layer by layer into be: the host holds one layer at a time. */
+ls_status ls_model_upload(ls_model *m, ls_backend *be, ls_error *err) {
+    const ls_dims *a = &m->dims, *b = ls_backend_dims(be);
+    if (a->n != b->n || a->H != b->H || a->F != b->F || a->L != b->L || a->w13_layout != b->w13_layout ||
+        a->gate != b->gate)
+        return ls_error_set(err, LS_INTERNAL, NULL,
+                            "model (n=%d H=%d F=%d L=%d %s%s) and backend (n=%d H=%d F=%d L=%d %s%s) disagree", a->n,
+                            a->H, a->F, a->L, ls_w13_layout_name(a->w13_layout), a->gate ? " gated" : "", b->n, b->H,
+                            b->F, b->L, ls_w13_layout_name(b->w13_layout), b->gate ? " gated" : "");
+    for (int l = 0; l < a->L; l++) {
+        ls_model_layer layer;
+        ls_status st = LS_OK;
+        if (m->held) layer = m->held[l];
+        else st = ls_model_read_layer(m, l, &layer, err);
+        if (st != LS_OK) return st;
+        const ls_base_layer bl = {{layer.dt13, layer.w13}, {layer.dt2, layer.w2}, {layer.dtg, layer.gate}};
+        st = ls_backend_upload_base(be, l, &bl, err);
+        if (!m->held) ls_model_layer_free(&layer);
+        if (st != LS_OK) return st;
+    }
+    return LS_OK;
+}
+
+/* ---- the demo model ---------------------------------------------------------------- */
 
 /* Uniform in [-scale, scale) from splitmix64 (a fixed integer recurrence,
  * so the demo model is the same on every machine and compiler): 24 random
@@ -245,10 +275,19 @@ static void ls_model_fill(float *v, size_t count, float scale, uint64_t *state) 
     }
 }
 
+/* count values drawn into scratch, then stored at dtype in a new buffer. */
+static void *ls_model_draw(float *scratch, size_t count, float scale, uint64_t *state, ls_dtype dtype) {
+    ls_model_fill(scratch, count, scale, state);
+    void *v = malloc(count * ls_dtype_size(dtype));
+    if (v) ls_convert_from_f32(dtype, scratch, count, v);
+    return v;
+}
+
 /* Builds the demo model (see model.h). Uniform weights with variance
  * 1/fan_in (bound sqrt(3/fan_in)) keep z = W13·x at the scale of x, and
  * W2 over all n*F inputs keeps y = O(1) whatever n. Draw order: layer by
- * layer, w13 then w2, row-major. On success out owns the weights. */
+ * layer, w13 then w2, row-major. The layers are held at dtype (bf16 and
+ * f16 round to nearest even). */
 ls_status ls_model_demo(const ls_dims *dims, uint64_t seed, ls_dtype dtype, ls_model *out, ls_error *err) {
     memset(out, 0, sizeof *out);
     if (dims->n <= 0 || dims->H <= 0 || dims->F <= 0 || dims->L <= 0)
@@ -262,39 +301,45 @@ ls_status ls_model_demo(const ls_dims *dims, uint64_t seed, ls_dtype dtype, ls_m
     if (n * 2 * F > SIZE_MAX / sizeof(float) / H)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "demo model: dimensions too large");
     out->dims = *dims;
+    out->dims.gate = false;
+    out->dims.layer_ids = NULL;
     out->dtype = dtype;
-    if (!ls_model_alloc(out, dims->L)) {
-        ls_model_free(out);
-        return ls_error_set(err, LS_INTERNAL, NULL, "demo model: out of memory");
-    }
+    snprintf(out->source, sizeof out->source, "demo");
+    snprintf(out->family, sizeof out->family, "demo");
+    snprintf(out->rule, sizeof out->rule, "every layer");
+    float *scratch = malloc(n * 2 * F * H * sizeof *scratch);
+    out->held = calloc((size_t)dims->L, sizeof *out->held);
+    ls_status st = scratch && out->held ? LS_OK : ls_error_set(err, LS_INTERNAL, NULL, "demo model: out of memory");
     uint64_t state = seed;
     const float s13 = sqrtf(3.0f / (float)H), s2 = sqrtf(3.0f / (float)(n * F));
-    for (int l = 0; l < dims->L; l++) {
-        out->w13[l] = malloc(n * 2 * F * H * sizeof(float));
-        out->w2[l] = malloc(n * H * F * sizeof(float));
-        if (!out->w13[l] || !out->w2[l]) {
-            ls_model_free(out);
-            return ls_error_set(err, LS_INTERNAL, NULL, "demo model: out of memory for layer %d", l);
-        }
-        ls_model_fill(out->w13[l], n * 2 * F * H, s13, &state);
-        ls_model_fill(out->w2[l], n * H * F, s2, &state);
-        ls_round_to_dtype(dtype, out->w13[l], n * 2 * F * H);
-        ls_round_to_dtype(dtype, out->w2[l], n * H * F);
+    for (int l = 0; st == LS_OK && l < dims->L; l++) {
+        ls_model_layer *h = &out->held[l];
+        h->dt13 = h->dt2 = h->dtg = dtype;
+        h->w13 = ls_model_draw(scratch, n * 2 * F * H, s13, &state, dtype);
+        h->w2 = ls_model_draw(scratch, n * H * F, s2, &state, dtype);
+        if (!h->w13 || !h->w2) st = ls_error_set(err, LS_INTERNAL, NULL, "demo model: out of memory for layer %d", l);
+        out->bytes += (n * 2 * F * H + n * H * F) * ls_dtype_size(dtype);
     }
-    return LS_OK;
+    free(scratch);
+    if (st != LS_OK) ls_model_free(out);
+    return st;
 }
 
-/* Copies every layer into be (the model keeps its own copy). */
-ls_status ls_model_upload(const ls_model *m, ls_backend *be, ls_error *err) {
-    const ls_dims *a = &m->dims, *b = ls_backend_dims(be);
-    if (a->n != b->n || a->H != b->H || a->F != b->F || a->L != b->L || a->w13_layout != b->w13_layout)
-        return ls_error_set(err, LS_INTERNAL, NULL,
-                            "model (n=%d H=%d F=%d L=%d %s) and backend (n=%d H=%d F=%d L=%d %s) disagree", a->n,
-                            a->H, a->F, a->L, ls_w13_layout_name(a->w13_layout), b->n, b->H, b->F, b->L,
-                            ls_w13_layout_name(b->w13_layout));
-    for (int l = 0; l < a->L; l++) {
-        ls_status st = ls_backend_upload_base(be, l, m->w13[l], m->w2[l], err);
-        if (st != LS_OK) return st;
-    }
-    return LS_OK;
+/* ---- releasing ---------------------------------------------------------------------- */
+
+void ls_model_release(ls_model *m) {
+    ls_model_source_free(m->src);
+    m->src = NULL;
+    for (int l = 0; m->held && l < m->dims.L; l++) ls_model_layer_free(&m->held[l]);
+    free(m->held);
+    m->held = NULL;
+}
+
+void ls_model_free(ls_model *m) {
+    if (!m) return;
+    ls_model_release(m);
+    for (int i = 0; i < m->n_files; i++) free(m->files[i]);
+    free(m->files);
+    free(m->layer_ids);
+    memset(m, 0, sizeof *m);
 }

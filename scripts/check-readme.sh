@@ -30,7 +30,7 @@ block=$(awk '/^## Try it/{on=1} on && /^```sh/{grab=1; next} grab && /^```/{exit
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 script=$(mktemp)
 out=$(mktemp)
-trap 'rm -f "$script" "$out" lorasink.log; pkill -f "build/lorasink --demo --port $port" || true' EXIT
+trap 'rm -f "$script" "$out" lorasink.log; rm -rf demo-checkpoint; pkill -f "build/lorasink (--demo )?--port $port" || true' EXIT
 {
   echo "set -e"
   echo "export LORASINK_URL=http://127.0.0.1:$port"
@@ -45,6 +45,7 @@ if ! timeout 1200 bash "$script" >"$out" 2>&1; then
 fi
 grep -q '"status":"ready"' "$out" || fail "the block never saw /ready"
 grep -q '"y":' "$out" || fail "the block's forward printed no y"
+grep -q '"source":"checkpoint"' "$out" || fail "the block's GET /model did not show the checkpoint it serves"
 [ "$(grep -c '== delete one' "$out")" = 2 ] || fail "quickstart.sh did not run twice to its end"
 grep -q ' info  stopped' lorasink.log || fail "the server did not stop cleanly on kill %1"
 echo "PASS try-it: the README block ran as pasted, quickstart.sh twice, clean stop ($(($(date +%s) - start)) s)"

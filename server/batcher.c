@@ -16,6 +16,7 @@ struct ls_batcher {
     ls_pool *pool;
     ls_metrics *metrics;
     int H, n, max_tokens, wait_us, max_queue_tokens;
+    bool gate; /* the model's gate: jobs without gammas cannot share a call with jobs that send them */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     ls_batch_job *head, *tail;
@@ -121,11 +122,19 @@ static double ls_batcher_age_us(const struct timespec *t0) {
     return ls_batcher_us_between(t0, &now);
 }
 
-/* Tokens queued for layer (the batch the head job would lead). */
-static int ls_batcher_tokens_for(const ls_batcher *b, int layer) {
+/* Whether job j may run in one call with the batch head leads: the same
+ * layer and, on a gated model, gammas sent by both or by neither (a call
+ * has gammas for every token or for none, and a token without them takes
+ * the gate, which only the engine computes). */
+static bool ls_batcher_joins(const ls_batcher *b, const ls_batch_job *head, const ls_batch_job *j) {
+    return j->layer == head->layer && (!b->gate || (j->gammas != NULL) == (head->gammas != NULL));
+}
+
+/* Tokens queued that the head job's batch would take. */
+static int ls_batcher_tokens_for(const ls_batcher *b, const ls_batch_job *head) {
     int tokens = 0;
     for (const ls_batch_job *j = b->head; j; j = j->next)
-        if (j->layer == layer) tokens += j->T;
+        if (ls_batcher_joins(b, head, j)) tokens += j->T;
     return tokens;
 }
 
@@ -149,7 +158,7 @@ static void *ls_batcher_main(void *arg) {
         /* Fill the batch until the cap or the head's deadline. */
         struct timespec wait0;
         bool waited = false;
-        while (!b->stop && ls_batcher_tokens_for(b, b->head->layer) < b->max_tokens && ls_batcher_worth_waiting(b)) {
+        while (!b->stop && ls_batcher_tokens_for(b, b->head) < b->max_tokens && ls_batcher_worth_waiting(b)) {
             double left = b->wait_us - ls_batcher_age_us(&b->head->enqueued);
             if (left <= 0) break;
             if (!waited) clock_gettime(CLOCK_MONOTONIC, &wait0);
@@ -162,12 +171,13 @@ static void *ls_batcher_main(void *arg) {
             pthread_cond_timedwait(&b->cond, &b->lock, &until);
         }
         if (waited) ls_metrics_observe_batch_wait(b->metrics, ls_batcher_age_us(&wait0) * 1e-6);
-        /* Take the head's layer, FIFO, up to the cap. */
-        int layer = b->head->layer, count = 0, tokens = 0;
+        /* Take the jobs that join the head, FIFO, up to the cap. */
+        ls_batch_job *head = b->head;
+        int count = 0, tokens = 0;
         ls_batch_job **link = &b->head, *prev = NULL;
         while (*link) {
             ls_batch_job *j = *link;
-            if (j->layer == layer && (count == 0 || tokens + j->T <= b->max_tokens)) {
+            if (ls_batcher_joins(b, head, j) && (count == 0 || tokens + j->T <= b->max_tokens)) {
                 *link = j->next;
                 if (b->tail == j) b->tail = prev;
                 b->batch[count++] = j;
@@ -192,16 +202,16 @@ static void *ls_batcher_main(void *arg) {
     return NULL;
 }
 
-ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, int H, int n, int max_batch_tokens, int wait_us,
+ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, const ls_dims *dims, int max_batch_tokens, int wait_us,
                             int max_queue_tokens, ls_batcher **out, ls_error *err) {
     ls_batcher *b = calloc(1, sizeof *b);
     if (!b) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the batcher");
-    *b = (ls_batcher){.pool = pool, .metrics = metrics, .H = H, .n = n, .max_tokens = max_batch_tokens,
-                      .wait_us = wait_us, .max_queue_tokens = max_queue_tokens};
+    *b = (ls_batcher){.pool = pool, .metrics = metrics, .H = dims->H, .n = dims->n, .gate = dims->gate,
+                      .max_tokens = max_batch_tokens, .wait_us = wait_us, .max_queue_tokens = max_queue_tokens};
     size_t T = (size_t)max_batch_tokens;
-    b->x = malloc(sizeof(float) * T * (size_t)H);
-    b->y = malloc(sizeof(float) * T * (size_t)H);
-    b->gammas = malloc(sizeof(float) * T * (size_t)n);
+    b->x = malloc(sizeof(float) * T * (size_t)b->H);
+    b->y = malloc(sizeof(float) * T * (size_t)b->H);
+    b->gammas = malloc(sizeof(float) * T * (size_t)b->n);
     b->names = malloc(sizeof(char *) * T);
     b->used = malloc(sizeof(ls_pool_used) * T);
     b->batch = malloc(sizeof(ls_batch_job *) * T);

@@ -36,8 +36,9 @@ typedef struct ls_batch_job {
     struct timespec enqueued;
 } ls_batch_job;
 
-/* Starts the worker. pool and metrics are borrowed. */
-ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, int H, int n, int max_batch_tokens, int wait_us,
+/* Starts the worker. pool and metrics are borrowed; dims (copied) gives
+ * H, n and whether the model has a shared-expert gate. */
+ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, const ls_dims *dims, int max_batch_tokens, int wait_us,
                             int max_queue_tokens, ls_batcher **out, ls_error *err);
 /* Runs what is queued, stops the worker, frees everything. */
 void ls_batcher_free(ls_batcher *b);

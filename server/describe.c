@@ -62,14 +62,34 @@ json_t *ls_describe_pool(ls_server *srv, ls_error *err) {
                               (json_int_t)s->hits, "live", used ? json_boolean(s->live) : json_null()));
     }
     free(slots);
+    json_t *ids = json_array();
+    for (int i = 0; ids && i < srv->dims.L; i++) json_array_append_new(ids, json_integer(ls_dims_layer_id(&srv->dims, i)));
     json_t *j = json_pack(
-        "{s:o, s:{s:i, s:i, s:i, s:s, s:I, s:I}, s:{s:i, s:i, s:I, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I}, s:s}",
-        "slots", jslots, "capacity", "slots", st.slots, "max_rank", st.max_rank, "layers", st.layers, "layout",
+        "{s:o, s:{s:i, s:i, s:i, s:o, s:s, s:I, s:I}, s:{s:i, s:i, s:I, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I}, s:s}",
+        "slots", jslots, "capacity", "slots", st.slots, "max_rank", st.max_rank, "layers", st.layers, "layer_ids", ids,
+        "layout",
         ls_lora_layout_name(st.layout), "bytes_per_slot", (json_int_t)st.bytes_per_slot, "bytes_total",
         (json_int_t)st.bytes_total, "host_cache", "capacity", st.host_capacity, "used", st.host_used, "bytes",
         (json_int_t)st.host_bytes, "registered", st.registered, "pinned", st.pinned, "counters", "loads",
         (json_int_t)st.loads, "evictions", (json_int_t)st.evictions, "hits", (json_int_t)st.hits, "misses",
         (json_int_t)st.misses, "host_drops", (json_int_t)st.host_drops, "backend", ls_backend_name(srv->backend));
     if (!j) ls_error_set(err, LS_INTERNAL, NULL, "out of memory describing the pool");
+    return j;
+}
+
+json_t *ls_describe_model(const ls_server *srv, ls_error *err) {
+    const ls_model *m = &srv->model;
+    const ls_dims *d = &srv->dims;
+    json_t *layers = json_array(), *files = json_array();
+    for (int i = 0; layers && i < d->L; i++) json_array_append_new(layers, json_integer(ls_dims_layer_id(d, i)));
+    for (int i = 0; files && i < m->n_files; i++) json_array_append_new(files, json_string(m->files[i]));
+    json_t *j = json_pack("{s:s, s:s, s:o, s:o, s:i, s:i, s:i, s:o, s:i, s:s, s:s, s:b, s:b, s:s, s:o, s:I}", "source",
+                          m->source, "family", m->family, "model_type", m->model_type[0] ? json_string(m->model_type) : json_null(),
+                          "architecture", m->architecture[0] ? json_string(m->architecture) : json_null(), "n", d->n,
+                          "hidden", d->H, "intermediate", d->F, "layers", layers, "layers_total",
+                          ls_dims_layers_total(d), "layer_rule", m->rule, "dtype", ls_dtype_name(ls_backend_dtype(srv->backend)),
+                          "gate", d->gate, "fp8_dequantized", m->fp8, "w13_layout", ls_w13_layout_name(d->w13_layout),
+                          "files", files, "bytes", (json_int_t)m->bytes);
+    if (!j) ls_error_set(err, LS_INTERNAL, NULL, "out of memory describing the model");
     return j;
 }

@@ -142,7 +142,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
     if (st == LS_OK) {
         json_t *layers = json_array();
         for (int l = 0; layers && l < a.layers; l++)
-            if (a.layer_present[l]) json_array_append_new(layers, json_integer(l));
+            if (a.layer_present[l]) json_array_append_new(layers, json_integer(ls_dims_layer_id(&req->srv->dims, l)));
         json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:s, s:I}", "valid", 1, "format",
                               ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),

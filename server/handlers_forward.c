@@ -201,7 +201,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         *next = LS_FORWARD_ANSWERED;
         return NULL;
     }
-    fj->job = (ls_batch_job){.layer = fj->fr.layer, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
+    fj->job = (ls_batch_job){.layer = fj->fr.layer_index, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
                              .names = (const char *const *)fj->fr.names, .y = fj->y, .used = fj->used};
     ls_error_init(&fj->job.err);
     ls_error_free(&err);

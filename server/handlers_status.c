@@ -44,6 +44,15 @@ void ls_handle_metrics(const ls_request *req, ls_reply *r) {
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
+void ls_handle_model(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    json_t *j = ls_describe_model(req->srv, &err);
+    if (!j) ls_reply_error(r, &err);
+    else ls_reply_json(r, 200, ls_json_take_text(j));
+    ls_error_free(&err);
+}
+
 void ls_handle_pool(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);

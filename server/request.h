@@ -107,6 +107,7 @@ void ls_handle_ready(const ls_request *req, ls_reply *r);
 void ls_handle_metrics(const ls_request *req, ls_reply *r);
 void ls_handle_openapi(const ls_request *req, ls_reply *r);
 void ls_handle_pool(const ls_request *req, ls_reply *r);
+void ls_handle_model(const ls_request *req, ls_reply *r);
 void ls_handle_dashboard(const ls_request *req, ls_reply *r);
 void ls_handle_forward(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_load(const ls_request *req, ls_reply *r);

@@ -18,6 +18,7 @@ static const ls_route ls_routes[] = {
     {"GET", "/metrics", ls_handle_metrics, false, false, LS_ROUTE_INLINE},
     {"GET", "/openapi.json", ls_handle_openapi, false, false, LS_ROUTE_INLINE},
     {"GET", "/pool", ls_handle_pool, false, false, LS_ROUTE_INLINE},
+    {"GET", "/model", ls_handle_model, false, false, LS_ROUTE_INLINE},
     {"GET", "/dashboard", ls_handle_dashboard, true, false, LS_ROUTE_INLINE},
     {"POST", "/forward", ls_handle_forward, false, true, LS_ROUTE_BACKEND},
     {"POST", "/adapters", ls_handle_adapter_load, false, true, LS_ROUTE_LOAD},

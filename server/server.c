@@ -31,6 +31,30 @@ static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
     }
 }
 
+/* The start-up log's account of the model: what, where from, which
+ * layers, what dtype, whether the gate applies, which files were read. */
+static void ls_server_log_model(const ls_model *m, ls_dtype served) {
+    char layers[160], files[512] = "";
+    ls_dims_layers_str(&m->dims, layers, sizeof layers);
+    for (int i = 0; i < m->n_files; i++) {
+        size_t l = strlen(files);
+        if (i == 8 && m->n_files > 9) {
+            snprintf(files + l, sizeof files - l, ", ... (%d files)", m->n_files);
+            break;
+        }
+        snprintf(files + l, sizeof files - l, "%s%s", i ? ", " : "", m->files[i]);
+    }
+    ls_log_info("model: %s %s%s%s%s, family %s: n=%d H=%d F=%d, layers %s (%d of %d: %s), %s weights%s, w13 %s, "
+                "%.1f MiB of shared experts",
+                m->source, m->path[0] ? m->path : "(built in)", m->model_type[0] ? " (model_type " : "",
+                m->model_type, m->model_type[0] ? ")" : "", m->family, m->dims.n, m->dims.H, m->dims.F, layers,
+                m->dims.L, ls_dims_layers_total(&m->dims), m->rule, ls_dtype_name(served),
+                m->fp8 ? " (FP8 blocks dequantized to bf16 at load)" : "", ls_w13_layout_name(m->dims.w13_layout),
+                (double)m->bytes / (1 << 20));
+    if (m->dims.gate) ls_log_info("model: shared-expert gate: a forward without gammas applies sigmoid(gate . x)");
+    if (m->n_files) ls_log_info("model: read %s", files);
+}
+
 /* Prints err's structured body on stderr: an operator reads the same
  * violations a client of POST /adapters would. */
 static void ls_server_preload_error(const char *name, const ls_error *err) {
@@ -97,7 +121,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     ls_metrics_init(&srv->metrics);
     ls_error err;
     ls_error_init(&err);
-    ls_model model = {0};
+    ls_model *model = &srv->model;
     bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
     ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
                 ls_device_kind_name(cfg->device),
@@ -112,20 +136,20 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         goto fail;
     }
     if (cfg->weights[0]) {
-        st = ls_model_load(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, &model, &err);
+        st = ls_model_open(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, model, &err);
     } else {
         ls_dims d = {.n = cfg->experts, .H = cfg->hidden, .F = cfg->intermediate, .L = cfg->layers,
                      .w13_layout = cfg->w13_layout};
-        st = ls_model_demo(&d, cfg->seed, ls_server_dtype(cfg->dtype, LS_DTYPE_BF16), &model, &err);
+        st = ls_model_demo(&d, cfg->seed, ls_server_dtype(cfg->dtype, LS_DTYPE_BF16), model, &err);
     }
     if (st != LS_OK) {
         ls_log_error("model: %s", err.message);
         goto fail;
     }
-    srv->dims = model.dims;
+    srv->dims = model->dims;
     srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
                                     .max_tokens = cfg->max_batch_tokens};
-    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model.dtype),
+    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype),
                             .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa), .device_id = 0};
     st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, &err) : ls_backend_cpu_create(&bc, &srv->backend, &err);
     if (st != LS_OK) {
@@ -135,15 +159,14 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     if (ls_backend_isa(srv->backend))
         ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", ls_backend_isa(srv->backend),
                     ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
-    if ((st = ls_model_upload(&model, srv->backend, &err)) != LS_OK) {
+    if ((st = ls_model_upload(model, srv->backend, &err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err.message);
         goto fail;
     }
-    ls_log_info("model: %s, n=%d H=%d F=%d L=%d, w13 %s, %s weights; pool: %d slots, max rank %d, %s layout, %.1f MiB",
-                cfg->weights[0] ? cfg->weights : "demo", srv->dims.n, srv->dims.H, srv->dims.F, srv->dims.L,
-                ls_w13_layout_name(srv->dims.w13_layout), ls_dtype_name(bc.dtype), cfg->slots, cfg->max_rank,
+    ls_model_release(model);
+    ls_server_log_model(model, bc.dtype);
+    ls_log_info("pool: %d slots, max rank %d, %s layout, %.1f MiB", cfg->slots, cfg->max_rank,
                 ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
-    ls_model_free(&model);
     if ((st = ls_loader_open(&srv->loader, cfg->adapter_dir, &srv->dims, &srv->pool_dims, &err)) != LS_OK) {
         ls_log_error("%s", err.message);
         goto fail;
@@ -175,7 +198,7 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
         ls_log_info("auto-load on: forwards load unregistered adapters from %s by name", srv->loader.root);
     }
     if (cfg->batching &&
-        (st = ls_batcher_create(srv->pool, &srv->metrics, srv->dims.H, srv->dims.n, cfg->max_batch_tokens,
+        (st = ls_batcher_create(srv->pool, &srv->metrics, &srv->dims, cfg->max_batch_tokens,
                                 cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
         ls_log_error("batcher: %s", err.message);
         goto fail;
@@ -198,7 +221,6 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     ls_error_free(&err);
     return true;
 fail:
-    ls_model_free(&model);
     ls_error_free(&err);
     ls_server_free(srv);
     return false;
@@ -224,4 +246,5 @@ void ls_server_free(ls_server *srv) {
     srv->backend = NULL;
     ls_loader_close(&srv->loader);
     ls_metrics_free(&srv->metrics);
+    ls_model_free(&srv->model); /* last: srv->dims points at its layer numbers */
 }

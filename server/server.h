@@ -14,6 +14,7 @@
 #include "gpu/backend.h"
 #include "lora/loader.h"
 #include "lora/pool.h"
+#include "model/model.h"
 #include "server/metrics.h"
 
 struct MHD_Daemon;
@@ -23,7 +24,8 @@ struct ls_offload;
 
 typedef struct ls_server {
     ls_config cfg;
-    ls_dims dims;
+    ls_dims dims;         /* its layer_ids are model's */
+    ls_model model;       /* what was loaded (GET /model); its files are closed after the upload */
     ls_pool_dims pool_dims;
     ls_backend *backend; /* owned */
     ls_loader loader;    /* adapter directory and shapes: every adapter load goes through it */

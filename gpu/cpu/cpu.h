@@ -40,6 +40,15 @@ typedef struct {
     void *w13, *w2;
     int zw;                 /* columns of w13 and of zs: ceil(F/16) * 2n * 16 */
     size_t w13_len, w2_len; /* values of one layer's operand */
+    /* The shared-expert gate when the model has one: per layer an fp32
+     * operand [H, 1] (one panel; fp32 holds any stored dtype exactly), and
+     * gs [max_tokens] the gate of each row of a forward that sent no
+     * gammas: sigmoid(x . w), computed by the same tiles as the GEMMs, so
+     * it is one multiply-add chain over H whatever the batch or path. */
+    bool gated;
+    float *gate;    /* [L][gate_len] */
+    size_t gate_len;
+    float *gs;      /* [max_tokens] */
 
     /* The pool, one block of slot_len floats per slot and layer, room for
      * rank R in fp32. A block holds its factors at the rank r and dtypes
@@ -81,6 +90,7 @@ typedef struct {
 int ls_cpu_rank(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer);
+ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half);
 ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e);

@@ -42,6 +42,10 @@ ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer) {
     return (ls_cpu_mat){(const char *)c->w2 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->n * c->F, c->H};
 }
 
+ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer) {
+    return (ls_cpu_mat){c->gate + (size_t)layer * c->gate_len, LS_DTYPE_F32, c->H, 1};
+}
+
 static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
     return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot_len;
 }
@@ -86,6 +90,8 @@ static void ls_cpu_free(ls_backend *be) {
         ls_cpu_threads_free(c->threads);
         free(c->w13);
         free(c->w2);
+        free(c->gate);
+        free(c->gs);
         free(c->pool);
         free(c->form);
         free(c->gather);
@@ -131,24 +137,32 @@ static ls_status ls_cpu_memory(ls_backend *be, size_t *free_bytes, size_t *total
     return LS_OK;
 }
 
-/* Packs one layer at the storage dtype (bf16 and f16 round to nearest
- * even): W13[e] rows are gate j at 2j (interleaved) or j (contiguous) and
- * up j at 2j+1 or F+j; value (h, j) of expert e's gate is W13[e][gate row
- * j][h], its panels interleaved with the other experts' and the ups' (see
- * cpu.h). W2 value (e*F + j, h) is W2[e][h][j]. */
-static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+/* Packs one layer from its stored dtypes to the backend's (exact when
+ * that is at least as wide; else round to nearest even): W13[e] rows are
+ * gate j at 2j (interleaved) or j (contiguous) and up j at 2j+1 or F+j;
+ * value (h, j) of expert e's gate is W13[e][gate row j][h], its panels
+ * interleaved with the other experts' and the ups' (see cpu.h). W2 value
+ * (e*F + j, h) is W2[e][h][j]. The gate's value (h, 0) is gate[h]. */
+static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     const size_t H = (size_t)c->H, F = (size_t)c->F, wb = ls_cpu_wbytes(c->dtype);
+    const size_t b13 = ls_dtype_size(w->w13.dtype), b2 = ls_dtype_size(w->w2.dtype);
     const bool inter = c->w13_layout == LS_W13_INTERLEAVED;
     ls_cpu_mat m13 = ls_cpu_w13(c, layer), m2 = ls_cpu_w2(c, layer);
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++) {
-            const float *rows = w13 + (size_t)e * 2 * F * H + (inter ? (size_t)half * H : (size_t)half * F * H);
+            const size_t row0 = (size_t)e * 2 * F * H + (inter ? (size_t)half * H : (size_t)half * F * H);
             char *first = (char *)m13.p + (size_t)(2 * e + half) * H * LS_CPU_NR * wb;
-            ls_cpu_pack_b(first, c->dtype, c->H, 0, 2 * c->n, rows, 1, inter ? 2 * H : H, c->H, c->F);
+            ls_cpu_pack_b_typed(first, c->dtype, c->H, 0, 2 * c->n, (const char *)w->w13.data + row0 * b13,
+                                w->w13.dtype, 1, inter ? 2 * H : H, c->H, c->F);
         }
-        ls_cpu_pack_b((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1, w2 + (size_t)e * H * F, 1, F, c->F, c->H);
+        ls_cpu_pack_b_typed((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1,
+                            (const char *)w->w2.data + (size_t)e * H * F * b2, w->w2.dtype, 1, F, c->F, c->H);
+    }
+    if (c->gated) {
+        ls_cpu_mat g = ls_cpu_gate(c, layer);
+        ls_cpu_pack_b_typed((void *)g.p, LS_DTYPE_F32, c->H, 0, 1, w->gate.data, w->gate.dtype, 1, 1, c->H, 1);
     }
     return LS_OK;
 }
@@ -380,6 +394,10 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     const size_t wb = ls_cpu_wbytes(c->dtype);
     c->w13 = ls_cpu_alloc(L, 1, c->w13_len, wb);
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
+    c->gated = d->gate;
+    c->gate_len = ls_cpu_packed_len(H, 1);
+    c->gate = ls_cpu_alloc(c->gated ? L : 0, 1, c->gate_len, sizeof(float));
+    c->gs = ls_cpu_alloc(c->gated ? T : 0, 1, 1, sizeof(float));
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
     c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
@@ -393,7 +411,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->pool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

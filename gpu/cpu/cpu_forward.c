@@ -9,7 +9,10 @@
  * Each job splits rows or output columns by thread index, never K, and
  * every element is one chain of multiply-adds (gemm.h), so a token's
  * output is the same bits whatever else is in the call. Nothing is
- * allocated here: every buffer was sized in ls_backend_cpu_create. */
+ * allocated here: every buffer was sized in ls_backend_cpu_create.
+ * Without gammas, a model with a shared-expert gate takes each row's gate
+ * in job A (gs = sigmoid(xs . w_gate), a GEMM of one column), and job B
+ * applies it as every expert's gamma. */
 #include <string.h>
 
 #include "gpu/cpu/cpu.h"
@@ -23,6 +26,7 @@ typedef struct {
     const float *xs; /* x itself when the slot order is the token order */
     float *ys;       /* y itself then */
     int first;       /* first adapter row (group[1]) */
+    bool gate;       /* compute the gate into c->gs (no gammas, a gated model) */
 } ls_cpu_job;
 
 /* [lo, hi) of count items for thread index of count threads. */
@@ -80,6 +84,12 @@ static void ls_cpu_job_a(void *p, int index, int count) {
     if (j->xs == c->xs)
         for (int i = r0; i < r1; i++)
             memcpy(c->xs + (size_t)i * c->H, j->x + (size_t)c->order[i] * c->H, (size_t)c->H * sizeof(float));
+    if (j->gate && r1 > r0) {
+        ls_cpu_mat g = ls_cpu_gate(c, j->layer);
+        ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), r1 - r0, j->xs + (size_t)r0 * c->H, (size_t)c->H, &g, 0, 1,
+                    c->gs + r0, 1, LS_CPU_NR, false);
+        ls_cpu_sigmoid(c->gs + r0, r1 - r0);
+    }
     ls_cpu_each_slot_rows(j, r0 > j->first ? r0 : j->first, r1, index, ls_cpu_shrink_gate_up);
 }
 
@@ -110,11 +120,12 @@ static void ls_cpu_job_b(void *p, int index, int count) {
     }
     for (int i = 0; i < j->T; i++) {
         const float *gam = j->gammas ? j->gammas + (size_t)c->order[i] * n : NULL;
+        const float every = j->gate ? c->gs[i] : 1.0f; /* each expert's gamma without gammas */
         for (int q = q0; q < q1; q++) {
             const float *z = c->zs + (size_t)i * ZW + (size_t)q * step;
             const int w = F - q * LS_CPU_NR < LS_CPU_NR ? F - q * LS_CPU_NR : LS_CPU_NR;
             for (int e = 0; e < n; e++)
-                ls_cpu_swiglu(z + (size_t)2 * e * LS_CPU_NR, z + (size_t)(2 * e + 1) * LS_CPU_NR, gam ? gam[e] : 1.0f,
+                ls_cpu_swiglu(z + (size_t)2 * e * LS_CPU_NR, z + (size_t)(2 * e + 1) * LS_CPU_NR, gam ? gam[e] : every,
                               c->as + (size_t)i * AW + (size_t)e * F + (size_t)q * LS_CPU_NR, w);
         }
     }
@@ -182,9 +193,10 @@ ls_status ls_cpu_forward(ls_backend *be, int layer, int T, const float *x, const
     bool identity = true;
     for (int i = 0; identity && i < T; i++) identity = c->order[i] == i;
     ls_cpu_job j = {.c = c, .layer = layer, .T = T, .x = x, .gammas = gammas, .y = y,
-                    .xs = identity ? x : c->xs, .ys = identity ? y : c->ys, .first = c->group[1]};
+                    .xs = identity ? x : c->xs, .ys = identity ? y : c->ys, .first = c->group[1],
+                    .gate = c->gated && !gammas};
     const bool lora = j.first < T;
-    if (lora || !identity) ls_cpu_threads_run(c->threads, ls_cpu_job_a, &j);
+    if (lora || !identity || j.gate) ls_cpu_threads_run(c->threads, ls_cpu_job_a, &j);
     ls_cpu_threads_run(c->threads, ls_cpu_job_b, &j);
     if (lora) ls_cpu_threads_run(c->threads, ls_cpu_job_c, &j);
     ls_cpu_threads_run(c->threads, ls_cpu_job_d, &j);

@@ -45,3 +45,7 @@ void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int co
         a[j] = gamma * (v / (1.0f + ls_cpu_exp_body(-v))) * u[j];
     }
 }
+
+void ls_cpu_sigmoid(float *v, int count) {
+    for (int i = 0; i < count; i++) v[i] = 1.0f / (1.0f + ls_cpu_exp_body(-v[i]));
+}

@@ -13,4 +13,7 @@ float ls_cpu_expf(float x);
 /* a[j] = (gamma * silu(g[j])) * u[j] for j < count, silu(v) = v / (1 + e^-v). */
 void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int count);
 
+/* v[i] = 1 / (1 + e^-v[i]) for i < count: the shared-expert gate. */
+void ls_cpu_sigmoid(float *v, int count);
+
 #endif

@@ -10,20 +10,33 @@
 
 static size_t ls_cpu_dtype_bytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
 
-void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n,
-                   int k, int n) {
+/* Source value at element i of a float dtype, widened (exact). */
+static inline float ls_cpu_src_value(const void *src, ls_dtype sdt, size_t i) {
+    if (sdt == LS_DTYPE_F32) return ((const float *)src)[i];
+    uint16_t h;
+    memcpy(&h, (const char *)src + 2 * i, 2); /* little-endian host */
+    return sdt == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
+}
+
+void ls_cpu_pack_b_typed(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const void *src, ls_dtype sdt,
+                         size_t ld_k, size_t ld_n, int k, int n) {
     const int panels = ls_cpu_panel_count(n);
     for (int p = 0; p < panels; p++) {
         for (int kk = 0; kk < k; kk++) {
             size_t at = ((size_t)p * (size_t)pstep * kdst + (size_t)(k0 + kk)) * LS_CPU_NR;
             for (int l = 0; l < LS_CPU_NR; l++) {
                 int j = p * LS_CPU_NR + l;
-                float v = j < n ? src[(size_t)kk * ld_k + (size_t)j * ld_n] : 0.0f;
+                float v = j < n ? ls_cpu_src_value(src, sdt, (size_t)kk * ld_k + (size_t)j * ld_n) : 0.0f;
                 if (dt == LS_DTYPE_F32) ((float *)dst)[at + l] = v;
                 else ((uint16_t *)dst)[at + l] = dt == LS_DTYPE_BF16 ? ls_f32_to_bf16(v) : ls_f32_to_f16(v);
             }
         }
     }
+}
+
+void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n,
+                   int k, int n) {
+    ls_cpu_pack_b_typed(dst, dt, kdst, k0, pstep, src, LS_DTYPE_F32, ld_k, ld_n, k, n);
 }
 
 void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,

@@ -37,6 +37,11 @@ static inline size_t ls_cpu_packed_len(int k, int n) {
  * Padding columns past n are zeroed. */
 void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n,
                    int k, int n);
+/* The same from a source of any float dtype sdt (value (kk, j) at element
+ * kk * ld_k + j * ld_n of src): a value of the same dtype keeps its bits,
+ * a wider dt is exact, a narrower one rounds to nearest even. */
+void ls_cpu_pack_b_typed(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const void *src, ls_dtype sdt,
+                         size_t ld_k, size_t ld_n, int k, int n);
 /* The inverse: rows [k0, k0 + k) of a packed operand back into dst. */
 void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,
                      int n);

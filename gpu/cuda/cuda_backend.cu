@@ -100,6 +100,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
     c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p), c->max_tokens = p->max_tokens;
     c->w13_layout = d->w13_layout;
+    c->gated = d->gate;
     c->dt = cfg->dtype;
     c->esz = ls_dtype_size(c->dt);
     c->cdt = c->dt == LS_DTYPE_BF16 ? CUDA_R_16BF : c->dt == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
@@ -137,6 +138,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     dev_part parts[LS_CUDA_MAX_PARTS] = {
         {&c->d_w13, L * n * 2 * F * H * esz},
         {&c->d_w2, L * H * n * F * esz},
+        {(void **)&c->d_gate, c->gated ? L * H * sizeof(float) : 0},
         {(void **)&c->d_canon, S * L * c->canon_len * sizeof(float)},
         {&c->d_der, S * L * c->der_len * esz},
         {(void **)&c->d_x32, Tm * H * sizeof(float)},
@@ -155,7 +157,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     size_t total = 0;
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++) total += parts[i].bytes;
     c->device_bytes = total;
-    const size_t weights = parts[0].bytes + parts[1].bytes, pool = parts[2].bytes + parts[3].bytes;
+    const size_t weights = parts[0].bytes + parts[1].bytes + parts[2].bytes, pool = parts[3].bytes + parts[4].bytes;
 
     /* Everything is allocated here, once; say what did not fit. */
     size_t free_b = 0, total_b = 0;
@@ -183,7 +185,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
 
     /* A chunk holds at least one row of either weight matrix. */
     c->chunk_bytes = CHUNK_BYTES;
-    if (c->chunk_bytes < H * esz) c->chunk_bytes = H * esz;
+    if (c->chunk_bytes < H * sizeof(float)) c->chunk_bytes = H * sizeof(float); /* the gate, in fp32 */
     if (c->chunk_bytes < n * F * esz) c->chunk_bytes = n * F * esz;
     LS_TRY(pinned((void **)&c->h_io, Tm * H * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_gam, Tm * n * sizeof(float), err));
@@ -212,25 +214,30 @@ static ls_status cuda_memory(ls_backend *be, size_t *free_bytes, size_t *total_b
     return e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaMemGetInfo", __FILE__, __LINE__);
 }
 
-/* Converts `count` fp32 values to the dtype in the pinned chunk and copies
- * them to dst; waits, since the chunk is reused at once. */
-static ls_status upload_chunk(ls_cuda *c, void *dst, size_t count, ls_error *err) {
-    LS_CUDA_TRY(err, cudaMemcpyAsync(dst, c->h_chunk, count * c->esz, cudaMemcpyHostToDevice, c->stream));
+/* Copies `bytes` of the pinned chunk to dst; waits, since the chunk is
+ * reused at once. */
+static ls_status upload_chunk(ls_cuda *c, void *dst, size_t bytes, ls_error *err) {
+    LS_CUDA_TRY(err, cudaMemcpyAsync(dst, c->h_chunk, bytes, cudaMemcpyHostToDevice, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     return LS_OK;
 }
 
-static ls_status upload_base_locked(ls_cuda *c, int layer, const float *w13, const float *w2, ls_error *err) {
+/* Each tensor is converted on the host from its stored dtype to the
+ * backend's (ls_convert_dtype: exact when that is at least as wide), a
+ * chunk at a time through pinned memory. */
+static ls_status upload_base_locked(ls_cuda *c, int layer, const ls_base_layer *w, ls_error *err) {
     const size_t n = c->n, H = c->H, F = c->F, esz = c->esz;
     const size_t chunk_elems = c->chunk_bytes / esz;
+    const size_t s13 = ls_dtype_size(w->w13.dtype), s2 = ls_dtype_size(w->w2.dtype);
     /* W13 keeps its row order: [n*2F, H] is already the GEMM's layout. */
     const size_t n13 = n * 2 * F * H;
     char *dst13 = (char *)c->d_w13 + (size_t)layer * n13 * esz;
     for (size_t off = 0; off < n13; off += chunk_elems) {
         size_t cnt = n13 - off < chunk_elems ? n13 - off : chunk_elems;
-        if (!ls_convert_from_f32(c->dt, w13 + off, cnt, c->h_chunk))
-            return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot convert to %s", ls_dtype_name(c->dt));
-        LS_TRY(upload_chunk(c, dst13 + off * esz, cnt, err));
+        if (!ls_convert_dtype(w->w13.dtype, (const char *)w->w13.data + off * s13, c->dt, c->h_chunk, cnt))
+            return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot convert %s to %s",
+                                ls_dtype_name(w->w13.dtype), ls_dtype_name(c->dt));
+        LS_TRY(upload_chunk(c, dst13 + off * esz, cnt * esz, err));
     }
     /* W2 [n, H, F] becomes W2cat [H, n*F] so the down projection of every
      * expert is one GEMM with K = n*F. */
@@ -240,16 +247,21 @@ static ls_status upload_base_locked(ls_cuda *c, int layer, const float *w13, con
         size_t rows = H - h0 < rows_per ? H - h0 : rows_per;
         for (size_t h = h0; h < h0 + rows; h++)
             for (size_t e = 0; e < n; e++)
-                ls_convert_from_f32(c->dt, w2 + (e * H + h) * F, F, (char *)c->h_chunk + ((h - h0) * nF + e * F) * esz);
-        LS_TRY(upload_chunk(c, dst2 + h0 * nF * esz, rows * nF, err));
+                ls_convert_dtype(w->w2.dtype, (const char *)w->w2.data + (e * H + h) * F * s2, c->dt,
+                                 (char *)c->h_chunk + ((h - h0) * nF + e * F) * esz, F);
+        LS_TRY(upload_chunk(c, dst2 + h0 * nF * esz, rows * nF * esz, err));
+    }
+    if (c->gated) {
+        ls_convert_dtype(w->gate.dtype, w->gate.data, LS_DTYPE_F32, c->h_chunk, H);
+        LS_TRY(upload_chunk(c, c->d_gate + (size_t)layer * H, H * sizeof(float), err));
     }
     return LS_OK;
 }
 
-static ls_status cuda_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+static ls_status cuda_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return upload_base_locked(c, layer, w13, w2, err);
+    return upload_base_locked(c, layer, w, err);
 }
 
 static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slot_factors *f, ls_error *err) {

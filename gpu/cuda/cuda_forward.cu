@@ -179,8 +179,11 @@ static ls_status run_device(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_err
     if (c->dt != LS_DTYPE_F32) LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)T * H, c->stream));
     LS_TRY(gemm(c, T, n2F, H, w13, H, 0, c->d_xc, H, 0, c->d_z, CUDA_R_32F, n2F, 0, 1, 0.0f, err));
     if (p->n_lora > 0) LS_TRY(lora_gate_up(c, layer, p, err));
-    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas ? c->d_gam : NULL, c->d_a, c->dt, T, n, F, c->w13_layout,
-                                    c->stream));
+    /* Without gammas a gated model's gamma is its gate, from fp32 x. */
+    const bool gate = !p->has_gammas && c->gated;
+    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)layer * H, c->d_gam, T, H, n, c->stream));
+    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
+                                    c->w13_layout, c->stream));
     LS_TRY(gemm(c, T, H, nF, w2, nF, 0, c->d_a, nF, 0, c->d_y, CUDA_R_32F, H, 0, 1, 0.0f, err));
     if (p->n_lora > 0) LS_TRY(lora_down(c, layer, p, err));
     return LS_OK;

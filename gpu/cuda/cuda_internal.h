@@ -12,7 +12,7 @@
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/kernels.cuh"
 
-#define LS_CUDA_MAX_PARTS 16
+#define LS_CUDA_MAX_PARTS 17
 
 typedef struct {
     int device;
@@ -42,6 +42,8 @@ typedef struct {
     size_t device_bytes;
     void *d_w13;     /* [L][n*2F, H] as given (either W13 layout) */
     void *d_w2;      /* [L][H, n*F]: W2cat[h, e*F + j] = W2[e, h, j] */
+    int gated;       /* the model has a shared-expert gate (dims.gate) */
+    float *d_gate;   /* [L][H] its weights in fp32 (absent without) */
     float *d_canon;  /* [S][L][canon_len] what slot_write received */
     void *d_der;     /* [S][L][der_len] derived operands */
     float *d_x32;    /* [T, H] inputs, grouped by slot */

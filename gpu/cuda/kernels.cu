@@ -1,5 +1,5 @@
 /* The CUDA backend's kernels and their launchers: fp32 -> compute dtype,
- * SwiGLU x gamma for both W13 layouts, the derived operands of a slot
+ * SwiGLU x gamma for both W13 layouts, the shared-expert gate, the derived operands of a slot
  * write, and the segmented LoRA GEMM (SGMV) in two variants: tensor cores
  * through WMMA for bf16/f16 weights, fp32 FMA for every dtype. */
 #include "gpu/cuda/kernels.cuh"
@@ -90,6 +90,35 @@ cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t
     case LS_DTYPE_F16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__half *)a, T, n, F, il); break;
     default: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (float *)a, T, n, F, il); break;
     }
+    return cudaGetLastError();
+}
+
+/* ---- the shared-expert gate ------------------------------------------------- */
+
+/* One block of 256 threads per token: strided partial sums, then a tree
+ * in shared memory; thread 0 writes the sigmoid for every expert. */
+__global__ void gate_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ gam, int H,
+                            int n) {
+    __shared__ float part[256];
+    const int t = blockIdx.x;
+    const float *xr = x + (long long)t * H;
+    float acc = 0.0f;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) acc = fmaf(xr[h], w[h], acc);
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const float g = 1.0f / (1.0f + expf(-part[0]));
+        for (int e = 0; e < n; e++) gam[(long long)t * n + e] = g;
+    }
+}
+
+cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int H, int n, cudaStream_t stream) {
+    if (T <= 0) return cudaSuccess;
+    gate_kernel<<<(unsigned)T, 256, 0, stream>>>(x, w, gam, H, n);
     return cudaGetLastError();
 }
 

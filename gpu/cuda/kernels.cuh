@@ -56,6 +56,10 @@ cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long c
 cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t, int T, int n, int F,
                            ls_w13_layout layout, cudaStream_t stream);
 
+/* The shared-expert gate: gam[t, e] = sigmoid(sum_h x[t, h] * w[h]) for
+ * every expert e < n, t < T; x and w fp32, the sum in fp32. */
+cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int H, int n, cudaStream_t stream);
+
 /* The four derived operands of one slot and layer, in the compute dtype. */
 typedef struct {
     int n, H, F, R, O;

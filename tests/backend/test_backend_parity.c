@@ -1,8 +1,11 @@
 /* Backend parity: one list of forward cases run on every device backend
  * (CUDA with its tensor-core and its fp32 LoRA kernels) against the CPU
  * backend, the reference, with docs/math.md's tolerance; on small shapes both
- * are also checked against the tests' double-precision reference. Exits
- * 77 (skipped) when no CUDA device answers. */
+ * are also checked against the tests' double-precision reference. The
+ * weights are uploaded typed, at the dtype they are stored in (16-bit
+ * bytes for 16-bit cases, and mixed dtypes into an f32 backend), and the
+ * gated cases carry a shared-expert gate that forwards without gammas
+ * apply. Exits 77 (skipped) when no CUDA device answers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,23 +33,33 @@ typedef struct {
     int S, R;
     ls_dtype dtype;
     int T[MAX_T]; /* token counts, 0-terminated */
+    int gate;     /* a shared-expert gate on every layer */
+    int up_given; /* upload w13 at up13 and w2 at up2, not at dtype */
+    ls_dtype up13, up2;
 } pcase;
 
 /* From the worked example's size to Inkling-Small (n=2, H=4096, F=2048);
  * odd sizes reach the kernels' unaligned paths. The largest shapes get
  * few token counts to keep the CPU reference affordable. */
+#define PLAIN 0, 0, LS_DTYPE_F32, LS_DTYPE_F32 /* no gate, uploaded at the case's dtype */
+#define GATED 1, 0, LS_DTYPE_F32, LS_DTYPE_F32
 static const pcase CASES[] = {
-    {"tiny", 2, 4, 3, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 2, 4, LS_DTYPE_BF16, {1, 3, 7}},
-    {"tiny-f32", 2, 4, 3, 1, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 2, 4, LS_DTYPE_F32, {1, 3, 7}},
-    {"odd-f32", 3, 40, 24, 2, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 3, 5, LS_DTYPE_F32, {1, 5, 33, 70}},
-    {"odd-bf16", 3, 40, 24, 2, LS_W13_INTERLEAVED, LS_LORA_PER_EXPERT, 3, 5, LS_DTYPE_BF16, {2, 33, 70}},
-    {"small", 2, 64, 48, 1, LS_W13_INTERLEAVED, LS_LORA_PER_EXPERT, 4, 8, LS_DTYPE_BF16, {1, 31, 64, 100}},
-    {"medium", 2, 512, 256, 2, LS_W13_INTERLEAVED, LS_LORA_SHARED, 8, 16, LS_DTYPE_BF16, {1, 8, 64, 300, 1024}},
-    {"medium-f16", 4, 256, 128, 1, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 5, 32, LS_DTYPE_F16, {2, 65, 513}},
-    {"medium-f32", 2, 1024, 512, 1, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 4, 64, LS_DTYPE_F32, {1, 129, 2048}},
-    {"inkling", 2, 4096, 2048, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 8, 64, LS_DTYPE_BF16, {1, 64, 4096}},
-    {"inkling-pe", 2, 4096, 2048, 1, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 4, 16, LS_DTYPE_BF16, {7, 512}},
-    {"inkling-f32", 2, 4096, 2048, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 2, 16, LS_DTYPE_F32, {1, 256}},
+    {"tiny", 2, 4, 3, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 2, 4, LS_DTYPE_BF16, {1, 3, 7}, PLAIN},
+    {"tiny-f32", 2, 4, 3, 1, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 2, 4, LS_DTYPE_F32, {1, 3, 7}, PLAIN},
+    {"odd-f32", 3, 40, 24, 2, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 3, 5, LS_DTYPE_F32, {1, 5, 33, 70}, PLAIN},
+    {"odd-bf16", 3, 40, 24, 2, LS_W13_INTERLEAVED, LS_LORA_PER_EXPERT, 3, 5, LS_DTYPE_BF16, {2, 33, 70}, PLAIN},
+    {"small", 2, 64, 48, 1, LS_W13_INTERLEAVED, LS_LORA_PER_EXPERT, 4, 8, LS_DTYPE_BF16, {1, 31, 64, 100}, PLAIN},
+    {"medium", 2, 512, 256, 2, LS_W13_INTERLEAVED, LS_LORA_SHARED, 8, 16, LS_DTYPE_BF16, {1, 8, 64, 300, 1024}, PLAIN},
+    {"medium-f16", 4, 256, 128, 1, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 5, 32, LS_DTYPE_F16, {2, 65, 513}, PLAIN},
+    {"medium-f32", 2, 1024, 512, 1, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 4, 64, LS_DTYPE_F32, {1, 129, 2048}, PLAIN},
+    {"inkling", 2, 4096, 2048, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 8, 64, LS_DTYPE_BF16, {1, 64, 4096}, PLAIN},
+    {"inkling-pe", 2, 4096, 2048, 1, LS_W13_CONTIGUOUS, LS_LORA_PER_EXPERT, 4, 16, LS_DTYPE_BF16, {7, 512}, PLAIN},
+    {"inkling-f32", 2, 4096, 2048, 1, LS_W13_INTERLEAVED, LS_LORA_SHARED, 2, 16, LS_DTYPE_F32, {1, 256}, PLAIN},
+    {"mixed-f32", 2, 64, 48, 2, LS_W13_INTERLEAVED, LS_LORA_SHARED, 3, 8, LS_DTYPE_F32, {1, 31, 100}, 0, 1,
+     LS_DTYPE_BF16, LS_DTYPE_F16},
+    {"gated-bf16", 1, 40, 24, 2, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 3, 5, LS_DTYPE_BF16, {1, 33, 70}, GATED},
+    {"gated-f32", 1, 64, 48, 2, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 3, 8, LS_DTYPE_F32, {2, 65}, GATED},
+    {"gated-medium", 1, 2048, 1408, 2, LS_W13_CONTIGUOUS, LS_LORA_SHARED, 4, 16, LS_DTYPE_BF16, {1, 64, 1024}, GATED},
 };
 
 typedef struct {
@@ -196,6 +209,7 @@ typedef struct {
     device dev[MAX_DEV];
     int ndev;
     float **w13, **w2; /* [L] host copies (dtype-rounded) */
+    float **gate;      /* [L] the gate's weights (bf16 values), gated cases */
     slot_data *slots;  /* [S] */
     int ref_ok;        /* small enough for the double reference */
     double tol;
@@ -248,6 +262,12 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
         for (long i = 0; i < (long)T * H; i++) xd[i] = x[i];
         if (gam)
             for (long i = 0; i < (long)T * d->n; i++) gd[i] = gam[i];
+        /* Without gammas a gated model's gamma is sigmoid(gate . x). */
+        for (int t = 0; !gam && rn->gate && t < T; t++) {
+            double z = 0;
+            for (int h = 0; h < H; h++) z += xd[(long)t * H + h] * rn->gate[layer][h];
+            for (int e = 0; e < d->n; e++) gd[(long)t * d->n + e] = 1.0 / (1.0 + exp(-z));
+        }
         ref_adapter *ra = ls_test_calloc((size_t)rn->pool.slots, sizeof *ra);
         const ls_ref_lora **lot = ls_test_calloc((size_t)T, sizeof *lot);
         for (int s = 0; s < rn->pool.slots; s++)
@@ -256,7 +276,7 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
             int s = slot_of_token ? slot_of_token[t] : -1;
             lot[t] = s >= 0 && rn->slots[s].rank > 0 ? &ra[s].lora : NULL;
         }
-        ls_ref_forward(d, w13, w2, T, xd, gam ? gd : NULL, lot, yd);
+        ls_ref_forward(d, w13, w2, T, xd, gam || rn->gate ? gd : NULL, lot, yd);
         /* The CPU backend computes in fp32: it must meet the f32 bound. */
         snprintf(label, sizeof label, "%s cpu T=%d layer %d %s vs double", rn->pc->name, T, layer, pattern);
         compare(label, y_cpu, NULL, yd, T, H, 1e-5);
@@ -340,13 +360,37 @@ static const int *make_pattern(int k, int T, int S, int one, int *sot) {
     return sot;
 }
 
+/* Rounds layer l's weights to the dtypes they are uploaded at (then to
+ * the backends', which is exact), encodes them at those dtypes and uploads
+ * them typed to every backend, the gate as bf16. */
+static void upload_layer(run *rn, int l, size_t n13, size_t n2, ls_error *err) {
+    const pcase *pc = rn->pc;
+    const ls_dtype d13 = pc->up_given ? pc->up13 : pc->dtype, d2 = pc->up_given ? pc->up2 : pc->dtype;
+    ls_round_to_dtype(d13, rn->w13[l], n13);
+    ls_round_to_dtype(d2, rn->w2[l], n2);
+    /* Every backend and the double reference see the same weights. */
+    ls_round_to_dtype(pc->dtype, rn->w13[l], n13);
+    ls_round_to_dtype(pc->dtype, rn->w2[l], n2);
+    void *b13 = ls_test_calloc(n13, ls_dtype_size(d13)), *b2 = ls_test_calloc(n2, ls_dtype_size(d2));
+    void *bg = rn->gate ? ls_test_calloc((size_t)pc->H, 2) : NULL;
+    ls_convert_from_f32(d13, rn->w13[l], n13, b13);
+    ls_convert_from_f32(d2, rn->w2[l], n2, b2);
+    if (bg) ls_convert_from_f32(LS_DTYPE_BF16, rn->gate[l], (size_t)pc->H, bg);
+    const ls_base_layer bl = {{d13, b13}, {d2, b2}, {LS_DTYPE_BF16, bg}};
+    must(ls_backend_upload_base(rn->cpu, l, &bl, err), err, "cpu upload_base");
+    for (int i = 0; i < rn->ndev; i++) must(ls_backend_upload_base(rn->dev[i].be, l, &bl, err), err, "device upload_base");
+    free(b13);
+    free(b2);
+    free(bg);
+}
+
 static void run_case(const pcase *pc, int threads) {
     run rn;
     memset(&rn, 0, sizeof rn);
     rn.pc = pc;
     int Tmax = 1;
     for (int i = 0; i < MAX_T && pc->T[i]; i++) Tmax = pc->T[i] > Tmax ? pc->T[i] : Tmax;
-    rn.dims = (ls_dims){.n = pc->n, .H = pc->H, .F = pc->F, .L = pc->L, .w13_layout = pc->w13};
+    rn.dims = (ls_dims){.n = pc->n, .H = pc->H, .F = pc->F, .L = pc->L, .w13_layout = pc->w13, .gate = pc->gate};
     rn.pool = (ls_pool_dims){pc->S, pc->R, pc->pool, Tmax};
     rn.tol = pc->dtype == LS_DTYPE_F32 ? 1e-5 : 1e-2;
     const long nFH = (long)pc->n * pc->F * pc->H;
@@ -378,18 +422,18 @@ static void run_case(const pcase *pc, int threads) {
     const size_t n13 = (size_t)pc->n * 2 * pc->F * pc->H, n2 = (size_t)nFH;
     rn.w13 = ls_test_calloc((size_t)pc->L, sizeof(float *));
     rn.w2 = ls_test_calloc((size_t)pc->L, sizeof(float *));
+    rn.gate = pc->gate ? ls_test_calloc((size_t)pc->L, sizeof(float *)) : NULL;
     for (int l = 0; l < pc->L; l++) {
         rn.w13[l] = ls_test_calloc(n13, sizeof(float));
         rn.w2[l] = ls_test_calloc(n2, sizeof(float));
         fill(rn.w13[l], n13, sqrt(3.0 / pc->H), &st);
         fill(rn.w2[l], n2, sqrt(3.0 / ((double)pc->n * pc->F)), &st);
-        /* Every backend and the double reference see the same weights. */
-        ls_round_to_dtype(pc->dtype, rn.w13[l], n13);
-        ls_round_to_dtype(pc->dtype, rn.w2[l], n2);
-        must(ls_backend_upload_base(rn.cpu, l, rn.w13[l], rn.w2[l], &err), &err, "cpu upload_base");
-        for (int i = 0; i < rn.ndev; i++)
-            must(ls_backend_upload_base(rn.dev[i].be, l, rn.w13[l], rn.w2[l], &err), &err,
-                 "device upload_base");
+        if (rn.gate) {
+            rn.gate[l] = ls_test_calloc((size_t)pc->H, sizeof(float));
+            fill(rn.gate[l], (size_t)pc->H, 4.0 * sqrt(3.0 / pc->H), &st); /* gates spread over (0, 1) */
+            ls_round_to_dtype(LS_DTYPE_BF16, rn.gate[l], (size_t)pc->H);
+        }
+        upload_layer(&rn, l, n13, n2, &err);
     }
 
     /* Ranks spread over 1..R; the last slot is written, then cleared. */
@@ -467,8 +511,10 @@ done:
         free(rn.w13[l]);
         free(rn.w2[l]);
     }
+    for (int l = 0; rn.gate && l < pc->L; l++) free(rn.gate[l]);
     free(rn.w13);
     free(rn.w2);
+    free(rn.gate);
     for (int s = 0; rn.slots && s < pc->S; s++) {
         for (int l = 0; l < pc->L; l++) {
             free(rn.slots[s].gu_a[l]);
@@ -489,7 +535,7 @@ done:
 /* A pool that cannot fit fails with LS_DEVICE_ERROR and says how much it
  * needed and how much was free. */
 static void check_too_large(void) {
-    ls_backend_config cfg = {.dims = {2, 4096, 2048, 20000, LS_W13_INTERLEAVED},
+    ls_backend_config cfg = {.dims = {2, 4096, 2048, 20000, LS_W13_INTERLEAVED, false, NULL, 0},
                              .pool = {8, 64, LS_LORA_SHARED, 4096},
                              .dtype = LS_DTYPE_BF16};
     ls_backend *be = NULL;

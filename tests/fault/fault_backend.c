@@ -64,10 +64,10 @@ static ls_status fb_memory(ls_backend *be, size_t *free_bytes, size_t *total_byt
     return st != LS_OK ? st : ls_backend_memory(fb->inner, free_bytes, total_bytes, err);
 }
 
-static ls_status fb_upload_base(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
+static ls_status fb_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     fb_backend *fb = fb_of(be);
     ls_status st = fb_enter(fb, "upload_base", false, NULL, err);
-    return st != LS_OK ? st : ls_backend_upload_base(fb->inner, layer, w13, w2, err);
+    return st != LS_OK ? st : ls_backend_upload_base(fb->inner, layer, w, err);
 }
 
 /* A failed write leaves the layer half written, as a copy cut short on

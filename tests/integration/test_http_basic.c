@@ -93,6 +93,23 @@ static void test_health_ready(void **state) {
     json_decref(j);
 }
 
+/* GET /model on the demo model: its dimensions, layers 0..L-1, no files. */
+static void test_model_demo(void **state) {
+    (void)state;
+    json_t *j = request_json("GET", "/model", NULL, 200);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "demo");
+    assert_int_equal(json_integer_value(json_object_get(j, "n")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "hidden")), 64);
+    assert_int_equal(json_integer_value(json_object_get(j, "intermediate")), 32);
+    assert_int_equal(json_integer_value(json_object_get(j, "layers_total")), 2);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "layers"), 1)), 1);
+    assert_string_equal(json_string_value(json_object_get(j, "dtype")), "BF16");
+    assert_int_equal(json_array_size(json_object_get(j, "files")), 0);
+    assert_false(json_is_true(json_object_get(j, "gate")));
+    json_decref(j);
+    expect_error("POST", "/model", "{}", 405, "method_not_allowed");
+}
+
 static void test_routing_errors(void **state) {
     (void)state;
     expect_error("GET", "/nope", NULL, 404, "not_found");
@@ -235,6 +252,7 @@ static void test_forward_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_ready),
+        cmocka_unit_test(test_model_demo),
         cmocka_unit_test(test_routing_errors),
         cmocka_unit_test(test_forward_json),
         cmocka_unit_test(test_forward_base64_and_safetensors),

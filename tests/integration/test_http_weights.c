@@ -125,6 +125,22 @@ static void run_case(const char *layout_meta, const char *layout_flag, ls_w13_la
     }
     ls_test_server *s = ls_test_server_start(args);
     assert_non_null(s);
+    /* GET /model: the fused file, its layers 0..L-1, the file read */
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "GET", "/model", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *m = ls_test_response_json(&r);
+    assert_string_equal(json_string_value(json_object_get(m, "source")), "file");
+    assert_string_equal(json_string_value(json_object_get(m, "family")), "fused");
+    assert_true(json_is_null(json_object_get(m, "model_type")));
+    assert_int_equal(json_integer_value(json_object_get(m, "n")), w.n);
+    assert_int_equal(json_array_size(json_object_get(m, "layers")), 2);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(m, "layers"), 1)), 1);
+    assert_string_equal(json_string_value(json_object_get(m, "w13_layout")), ls_w13_layout_name(expect));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(m, "files"), 0)), "weights.safetensors");
+    assert_false(json_is_true(json_object_get(m, "gate")));
+    json_decref(m);
+    ls_test_response_free(&r);
     check_forward(s, &w, expect, 0, 1, seed + 1);
     check_forward(s, &w, expect, 1, 17, seed + 2);
     check_forward(s, &w, expect, 0, 70, seed + 3);

@@ -7,7 +7,9 @@
  * other bit for bit. T runs from 1 to past several row blocks (past one
  * on the slow portable path), and the
  * second model's K and N are past one K block and not multiples of a
- * vector width. */
+ * vector width. A model with a shared-expert gate, uploaded typed at its
+ * dtype, takes sigmoid(w . x) as the gamma of tokens sent without gammas:
+ * the same invariance and agreement hold for it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,7 +69,20 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     float *w13 = ls_test_calloc(n * 2 * F * H, sizeof(float)), *w2 = ls_test_calloc(n * H * F, sizeof(float));
     ls_ref_fill_uniform_f(w13, n * 2 * F * H, 1.0 / sqrt((double)H), &st);
     ls_ref_fill_uniform_f(w2, n * H * F, 1.0 / sqrt((double)(n * F)), &st);
-    assert_int_equal(ls_backend_upload_base(be, 0, w13, w2, &err), LS_OK);
+    if (!d->gate) {
+        const ls_base_layer bl = ls_base_layer_f32(w13, w2);
+        assert_int_equal(ls_backend_upload_base(be, 0, &bl, &err), LS_OK);
+    } else { /* typed: the weights at the model's dtype, the gate in bf16 */
+        float *g = ls_test_calloc(H, sizeof(float));
+        ls_ref_fill_uniform_f(g, H, 4.0 / sqrt((double)H), &st);
+        void *b13 = ls_test_calloc(n * 2 * F * H, 4), *b2 = ls_test_calloc(n * H * F, 4), *bg = ls_test_calloc(H, 2);
+        ls_convert_from_f32(m->dtype, w13, n * 2 * F * H, b13);
+        ls_convert_from_f32(m->dtype, w2, n * H * F, b2);
+        ls_convert_from_f32(LS_DTYPE_BF16, g, H, bg);
+        const ls_base_layer bl = {{m->dtype, b13}, {m->dtype, b2}, {LS_DTYPE_BF16, bg}};
+        assert_int_equal(ls_backend_upload_base(be, 0, &bl, &err), LS_OK);
+        free(g), free(b13), free(b2), free(bg);
+    }
 
     const ls_pool_dims *p = ls_backend_pool_dims(be);
     size_t lga = ls_pool_gu_a_len(d, p), lgb = ls_pool_gu_b_len(d, p);
@@ -203,7 +218,8 @@ static ls_dtype dtype_of(int combo) {
 
 /* generic_max_t caps T on the portable path, whose fmaf calls are ~100x
  * slower than the vector paths (its blocking is the same code). */
-static void run_invariance(int n, int H, int F, int R, int trials, int generic_max_t, unsigned long long seed) {
+static void run_invariance(int n, int H, int F, int R, int trials, int generic_max_t, bool gate,
+                           unsigned long long seed) {
     int paths_run = 0;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         if (!ls_cpu_isa_supported(PATHS[pi])) {
@@ -216,7 +232,7 @@ static void run_invariance(int n, int H, int F, int R, int trials, int generic_m
             for (int combo = 0; combo < 4; combo++) {
                 const int w = combo & 1, pl = combo >> 1;
                 model_spec m = {.d = {.n = n, .H = H, .F = F, .L = 1,
-                                      .w13_layout = w ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED},
+                                      .w13_layout = w ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED, .gate = gate},
                                 .layout = pl ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
                                 .R = R,
                                 .dtype = dtype_of(combo)};
@@ -242,7 +258,7 @@ static void run_invariance(int n, int H, int F, int R, int trials, int generic_m
 /* Odd sizes: no dimension is a multiple of a vector width or a panel. */
 static void test_invariance_small(void **state) {
     (void)state;
-    run_invariance(3, 40, 24, 8, 6, MAX_T, 1000);
+    run_invariance(3, 40, 24, 8, 6, MAX_T, false, 1000);
 }
 
 /* K past one K block (H and n*F above LS_CPU_KC), N and K not multiples
@@ -251,16 +267,25 @@ static void test_invariance_small(void **state) {
 static void test_invariance_blocked(void **state) {
     (void)state;
     assert_true(520 > LS_CPU_KC && 2 * 200 > LS_CPU_KC && 120 > LS_CPU_MC);
-    run_invariance(2, 520, 200, 24, 3, 120, 2000);
+    run_invariance(2, 520, 200, 24, 3, 120, false, 2000);
+}
+
+/* The gate (half the trials send no gammas): one expert, as Qwen2-MoE
+ * has, with K past one block; and two experts sharing it. */
+static void test_invariance_gated(void **state) {
+    (void)state;
+    run_invariance(1, 520, 136, 8, 4, 60, true, 3000);
+    run_invariance(2, 40, 24, 8, 4, MAX_T, true, 3100);
 }
 
 /* The same batch on every path this CPU has, and on 1 and 3 threads:
  * the outputs must be the same bytes as the portable path's. */
 static void test_paths_agree(void **state) {
     (void)state;
-    for (int combo = 0; combo < 4; combo++) {
-        model_spec m = {.d = {.n = 2, .H = 520, .F = 200, .L = 1,
-                              .w13_layout = combo & 1 ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED},
+    for (int combo = 0; combo < 6; combo++) {
+        const bool gated = combo >= 4; /* gated, and without gammas */
+        model_spec m = {.d = {.n = gated ? 1 : 2, .H = 520, .F = 200, .L = 1,
+                              .w13_layout = combo & 1 ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED, .gate = gated},
                         .layout = combo & 2 ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
                         .R = 24,
                         .dtype = dtype_of(combo)};
@@ -269,13 +294,13 @@ static void test_paths_agree(void **state) {
         const size_t len = (size_t)b.T * m.d.H;
         float *want = ls_test_calloc(len, 4), *got = ls_test_calloc(len, 4);
         ls_backend *be = setup(&m, LS_CPU_ISA_GENERIC, 1, 5000 + (unsigned long long)combo);
-        run(be, &b, true, want);
+        run(be, &b, !gated, want);
         ls_backend_free(be);
         for (size_t pi = 0; pi < N_PATHS; pi++) {
             if (!ls_cpu_isa_supported(PATHS[pi])) continue;
             for (int threads = 1; threads <= 3; threads += 2) {
                 be = setup(&m, PATHS[pi], threads, 5000 + (unsigned long long)combo);
-                run(be, &b, true, got);
+                run(be, &b, !gated, got);
                 if (memcmp(got, want, len * 4) != 0) {
                     for (size_t i = 0; i < len; i++)
                         if (got[i] != want[i]) {
@@ -326,6 +351,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance_small),
         cmocka_unit_test(test_invariance_blocked),
+        cmocka_unit_test(test_invariance_gated),
         cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_auto_and_refusal),
     };

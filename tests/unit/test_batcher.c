@@ -3,7 +3,8 @@
  * the job run alone, one job's unknown adapter fails only that job, a
  * full queue answers LS_OVERLOADED without calling done(), done() runs
  * exactly once per accepted job, and freeing the batcher runs what is
- * queued and refuses what comes after. */
+ * queued and refuses what comes after. On a model with a shared-expert
+ * gate, jobs that send gammas and jobs that do not never share a call. */
 #include "tests/util/pool_fixture.h"
 
 #include "server/batcher.h"
@@ -148,7 +149,9 @@ typedef struct {
     bt_tracker tr;
 } bt_fx;
 
-static void bt_fx_make(bt_fx *f, int max_batch_tokens, int wait_us, int max_queue_tokens) {
+/* gate: the batcher is told the model has a shared-expert gate (the fake
+ * backend computes without one: only the grouping is under test). */
+static void bt_fx_make_gate(bt_fx *f, int max_batch_tokens, int wait_us, int max_queue_tokens, bool gate) {
     f->fk = pt_fake_create(D, BT_S, BT_R, 64);
     f->p = pt_pool(f->fk->be, 16, NULL, NULL);
     const char *ids[] = {"a", "b", "c", "d"};
@@ -159,9 +162,15 @@ static void bt_fx_make(bt_fx *f, int max_batch_tokens, int wait_us, int max_queu
             fail_msg("load %s: %s", ids[i], err.message);
     ls_metrics_init(&f->m);
     bt_tracker_init(&f->tr);
-    if (ls_batcher_create(f->p, &f->m, D.H, D.n, max_batch_tokens, wait_us, max_queue_tokens, &f->b, &err) != LS_OK)
+    ls_dims d = D;
+    d.gate = gate;
+    if (ls_batcher_create(f->p, &f->m, &d, max_batch_tokens, wait_us, max_queue_tokens, &f->b, &err) != LS_OK)
         fail_msg("batcher: %s", err.message);
     ls_error_free(&err);
+}
+
+static void bt_fx_make(bt_fx *f, int max_batch_tokens, int wait_us, int max_queue_tokens) {
+    bt_fx_make_gate(f, max_batch_tokens, wait_us, max_queue_tokens, false);
 }
 
 /* The batcher first (it borrows the pool and metrics), the backend last. */
@@ -229,6 +238,42 @@ static void test_coalesces_queued_jobs(void **state) {
     bt_fx_free(&f);
     for (int i = 0; i < 4; i++) bt_job_free(&j[i]);
     bt_job_free(&blocker);
+}
+
+/* With a gate, a call carries gammas for every token or for none (a token
+ * without them takes the gate, which only the engine computes): the
+ * queued jobs go out in two calls, those with gammas and those without,
+ * each in arrival order, where an ungated model merges all four. */
+static void test_gated_keeps_gammas_apart(void **state) {
+    (void)state;
+    for (int gate = 0; gate < 2; gate++) {
+        bt_fx f;
+        bt_fx_make_gate(&f, 16, 5 * 1000 * 1000, 1000, gate);
+        const char *a[] = {"a"}, *b[] = {"b"};
+        bt_job blocker, j[4];
+        bt_job_init(&blocker, &f.tr, 0, 16, NULL, 0, false, 20);
+        bt_job_init(&j[0], &f.tr, 0, 2, a, 1, true, 21);
+        bt_job_init(&j[1], &f.tr, 0, 3, b, 1, false, 22);
+        bt_job_init(&j[2], &f.tr, 0, 1, NULL, 0, true, 23);
+        bt_job_init(&j[3], &f.tr, 0, 2, a, 1, false, 24);
+        pt_fake_gate(f.fk, true);
+        assert_int_equal(bt_submit(f.b, &blocker), LS_OK);
+        pt_fake_wait_blocked(f.fk, 1);
+        for (int i = 0; i < 4; i++) assert_int_equal(bt_submit(f.b, &j[i]), LS_OK);
+        pt_fake_gate(f.fk, false);
+        bt_wait_done(&f.tr, 5);
+        assert_int_equal(atomic_load(&f.fk->forwards), gate ? 3 : 2);
+        assert_int_equal(f.m.batch_requests_sum, gate ? 1 + 2 + 2 : 1 + 4);
+        ls_batcher_free(f.b);
+        f.b = NULL;
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(atomic_load(&j[i].done_calls), 1);
+            bt_expect_alone(f.p, &j[i]);
+        }
+        bt_fx_free(&f);
+        for (int i = 0; i < 4; i++) bt_job_free(&j[i]);
+        bt_job_free(&blocker);
+    }
 }
 
 /* A batch holds one layer, up to the token cap; the rest waits for the
@@ -583,6 +628,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalesces_queued_jobs),
         cmocka_unit_test(test_layers_and_cap),
+        cmocka_unit_test(test_gated_keeps_gammas_apart),
         cmocka_unit_test(test_unknown_adapter_fails_one_job),
         cmocka_unit_test(test_failed_batch_isolates_the_job),
         cmocka_unit_test(test_queue_limit),

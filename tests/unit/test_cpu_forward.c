@@ -117,7 +117,8 @@ static void upload(ls_backend *be, int layer, const double *w13, const double *w
     float *f13 = to_float(w13, c13), *f2 = to_float(w2, c2);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_backend_upload_base(be, layer, f13, f2, &err), LS_OK);
+    const ls_base_layer bl = ls_base_layer_f32(f13, f2);
+    assert_int_equal(ls_backend_upload_base(be, layer, &bl, &err), LS_OK);
     ls_error_free(&err);
     free(f13);
     free(f2);
@@ -403,7 +404,8 @@ static void test_errors(void **state) {
     ls_error_clear(&err);
     assert_int_equal(ls_backend_slot_read(be, 0, 7, buf, NULL, NULL, NULL, &err), LS_INTERNAL);
     ls_error_clear(&err);
-    assert_int_equal(ls_backend_upload_base(be, 3, buf, buf, &err), LS_INTERNAL);
+    const ls_base_layer bad = ls_base_layer_f32(buf, buf);
+    assert_int_equal(ls_backend_upload_base(be, 3, &bad, &err), LS_INTERNAL);
     ls_error_clear(&err);
     assert_int_equal(ls_backend_synchronize(be, &err), LS_OK);
 

@@ -183,6 +183,36 @@ static st_entry *find_entry(st_file *f, const char *name) {
 
 /* ---- loading ---------------------------------------------------------- */
 
+/* Layer l's W13 (which 0) or W2 (1) as fp32, read through the model at
+ * its stored dtype (the caller frees). */
+static float *read_f32(ls_model *m, int l, int which) {
+    ls_model_layer ml;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_model_read_layer(m, l, &ml, &err) != LS_OK) fail_msg("read layer %d: %s", l, err.message);
+    const size_t n = (size_t)m->dims.n, H = (size_t)m->dims.H, F = (size_t)m->dims.F;
+    const size_t count = which ? n * H * F : n * 2 * F * H;
+    float *v = malloc(count * sizeof *v);
+    assert_non_null(v);
+    assert_true(ls_convert_dtype(which ? ml.dt2 : ml.dt13, which ? ml.w2 : ml.w13, LS_DTYPE_F32, v, count));
+    ls_model_layer_free(&ml);
+    ls_error_free(&err);
+    return v;
+}
+
+/* Opens path and reads every layer, as the server's start-up does; on
+ * failure m is freed. */
+static ls_status load_all(const char *path, const ls_w13_layout *override, ls_model *m, ls_error *err) {
+    ls_status st = ls_model_open(path, override, m, err);
+    for (int l = 0; st == LS_OK && l < m->dims.L; l++) {
+        ls_model_layer ml;
+        st = ls_model_read_layer(m, l, &ml, err);
+        ls_model_layer_free(&ml);
+    }
+    if (st != LS_OK) ls_model_free(m);
+    return st;
+}
+
 static void check_load(const char *dt13, const char *dt2, ls_dtype want_dtype) {
     st_file f = {0};
     float *w13, *w2;
@@ -193,7 +223,7 @@ static void check_load(const char *dt13, const char *dt2, ls_dtype want_dtype) {
     ls_model m;
     ls_error err;
     ls_error_init(&err);
-    ls_status s = ls_model_load(path, NULL, &m, &err);
+    ls_status s = ls_model_open(path, NULL, &m, &err);
     if (s != LS_OK) fprintf(stderr, "load: %s\n", err.message);
     assert_int_equal(s, LS_OK);
     assert_int_equal(m.dims.n, n);
@@ -204,11 +234,14 @@ static void check_load(const char *dt13, const char *dt2, ls_dtype want_dtype) {
     assert_int_equal(m.dtype, want_dtype);
     size_t c13 = (size_t)n * 2 * F * H, c2 = (size_t)n * H * F;
     for (int l = 0; l < L; l++) {
-        assert_memory_equal(m.w13[l], w13 + l * c13, c13 * sizeof(float));
-        assert_memory_equal(m.w2[l], w2 + l * c2, c2 * sizeof(float));
+        float *a = read_f32(&m, l, 0), *b = read_f32(&m, l, 1);
+        assert_memory_equal(a, w13 + l * c13, c13 * sizeof(float));
+        assert_memory_equal(b, w2 + l * c2, c2 * sizeof(float));
+        free(a);
+        free(b);
     }
     ls_model_free(&m);
-    assert_null(m.w13);
+    assert_null(m.src);
     ls_error_free(&err);
     unlink(path);
     st_free(&f);
@@ -235,7 +268,7 @@ static ls_status load_with_meta(const char *meta, const ls_w13_layout *override,
         snprintf(f.meta_value, sizeof f.meta_value, "%s", meta);
     }
     const char *path = st_write(&f);
-    ls_status s = ls_model_load(path, override, m, err);
+    ls_status s = load_all(path, override, m, err);
     unlink(path);
     st_free(&f);
     free(w13);
@@ -265,7 +298,7 @@ static void test_layout_metadata_and_override(void **state) {
     assert_int_not_equal(load_with_meta("diagonal", NULL, &m, &err), LS_OK);
     assert_non_null(strstr(err.message, "w13_layout"));
     assert_non_null(strstr(err.message, "diagonal"));
-    assert_null(m.w13);
+    assert_null(m.src);
     ls_error_clear(&err);
     assert_int_equal(load_with_meta("diagonal", &contig, &m, &err), LS_OK);
     ls_model_free(&m);
@@ -389,14 +422,13 @@ static void test_errors_name_the_tensor(void **state) {
         ls_model m;
         ls_error err;
         ls_error_init(&err);
-        ls_status s = ls_model_load(path, NULL, &m, &err);
+        ls_status s = load_all(path, NULL, &m, &err);
         if (s == LS_OK || !strstr(err.message, culprit))
             fprintf(stderr, "case %d: status %s, message \"%s\", expected it to name %s\n", k, ls_status_code(s),
                     err.message, culprit);
         assert_int_not_equal(s, LS_OK);
         assert_non_null(strstr(err.message, culprit));
-        assert_null(m.w13);
-        assert_null(m.w2);
+        assert_null(m.src);
         if (k == BAD_LAYER_SHAPE || k == BAD_W2_VS_W13 || k == BAD_NDIM || k == BAD_MISSING_LAYER ||
             k == BAD_MISSING_W2 || k == BAD_ODD_2F)
             assert_int_equal(s, LS_INVALID_SHAPE);
@@ -420,7 +452,7 @@ static void test_unreadable_files(void **state) {
     ls_model m;
     ls_error err;
     ls_error_init(&err);
-    assert_int_not_equal(ls_model_load("/nonexistent/weights.safetensors", NULL, &m, &err), LS_OK);
+    assert_int_not_equal(ls_model_open("/nonexistent/weights.safetensors", NULL, &m, &err), LS_OK);
     assert_non_null(strstr(err.message, "/nonexistent/weights.safetensors"));
     ls_error_clear(&err);
 
@@ -430,15 +462,15 @@ static void test_unreadable_files(void **state) {
     assert_true(fd >= 0);
     assert_int_equal(write(fd, "hello, world", 12), 12);
     close(fd);
-    assert_int_equal(ls_model_load(path, NULL, &m, &err), LS_SAFETENSORS_INVALID);
+    assert_int_equal(ls_model_open(path, NULL, &m, &err), LS_SAFETENSORS_INVALID);
     ls_error_clear(&err);
     unlink(path);
 
     /* Valid safetensors without a single tensor. */
     st_file f = {0};
     const char *p2 = st_write(&f);
-    assert_int_not_equal(ls_model_load(p2, NULL, &m, &err), LS_OK);
-    assert_null(m.w13);
+    assert_int_not_equal(ls_model_open(p2, NULL, &m, &err), LS_OK);
+    assert_null(m.src);
     unlink(p2);
     ls_error_free(&err);
 }
@@ -457,13 +489,16 @@ static void test_demo_deterministic(void **state) {
     assert_int_equal(a.dims.w13_layout, LS_W13_CONTIGUOUS);
     assert_int_equal(a.dims.L, 2);
     size_t c13 = 2 * 2 * 32 * 64, c2 = 2 * 64 * 32;
+    float *aw[2][2], *bw[2][2], *cw[2][2];
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2; k++) aw[l][k] = read_f32(&a, l, k), bw[l][k] = read_f32(&b, l, k), cw[l][k] = read_f32(&c, l, k);
     for (int l = 0; l < 2; l++) {
-        assert_memory_equal(a.w13[l], b.w13[l], c13 * 4);
-        assert_memory_equal(a.w2[l], b.w2[l], c2 * 4);
-        assert_memory_not_equal(a.w13[l], c.w13[l], c13 * 4);
-        assert_memory_not_equal(a.w2[l], c.w2[l], c2 * 4);
+        assert_memory_equal(aw[l][0], bw[l][0], c13 * 4);
+        assert_memory_equal(aw[l][1], bw[l][1], c2 * 4);
+        assert_memory_not_equal(aw[l][0], cw[l][0], c13 * 4);
+        assert_memory_not_equal(aw[l][1], cw[l][1], c2 * 4);
     }
-    assert_memory_not_equal(a.w13[0], a.w13[1], c13 * 4);
+    assert_memory_not_equal(aw[0][0], aw[1][0], c13 * 4);
 
     /* The documented recipe, recomputed here, pins the values on every
      * machine: splitmix64 from the seed, 24 bits to [0, 1), w13 of layer 0
@@ -472,20 +507,25 @@ static void test_demo_deterministic(void **state) {
     const float bound = sqrtf(3.0f / 64.0f);
     for (int i = 0; i < 8; i++) {
         float u = (float)(ls_splitmix64(&s) >> 40) * (1.0f / 16777216.0f);
-        assert_true(a.w13[0][i] == (2.0f * u - 1.0f) * bound);
+        assert_true(aw[0][0][i] == (2.0f * u - 1.0f) * bound);
     }
     float mx = 0;
-    for (size_t i = 0; i < c13; i++) mx = fmaxf(mx, fabsf(a.w13[1][i]));
+    for (size_t i = 0; i < c13; i++) mx = fmaxf(mx, fabsf(aw[1][0][i]));
     assert_true(mx <= bound && mx > 0.9f * bound);
 
+    /* bf16: held at 2 bytes a value, each the bf16 rounding of the f32
+     * demo's value (the same draw). */
     ls_model bf;
     assert_int_equal(ls_model_demo(&d, 42, LS_DTYPE_BF16, &bf, &err), LS_OK);
     assert_int_equal(bf.dtype, LS_DTYPE_BF16);
+    assert_int_equal(bf.held[0].dt13, LS_DTYPE_BF16);
     for (size_t i = 0; i < c13; i++) {
-        uint32_t u;
-        memcpy(&u, &bf.w13[0][i], 4);
-        assert_int_equal(u & 0xffffu, 0);
+        uint16_t h;
+        memcpy(&h, (const char *)bf.held[0].w13 + 2 * i, 2);
+        assert_int_equal(h, ls_f32_to_bf16(aw[0][0][i]));
     }
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2; k++) free(aw[l][k]), free(bw[l][k]), free(cw[l][k]);
 
     /* y stays O(1) for x of unit scale. */
     ls_backend_config cfg = {.dims = d, .pool = {.slots = 1, .max_rank = 4, .max_tokens = 16}, .dtype = LS_DTYPE_F32};
@@ -531,8 +571,8 @@ static void check_forward(const char *meta_layout) {
     ls_model m;
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_model_load(path, NULL, &m, &err), LS_OK);
-    unlink(path);
+    assert_int_equal(ls_model_open(path, NULL, &m, &err), LS_OK);
+    unlink(path); /* the model keeps the file open: its layers are read at upload */
     ls_backend_config cfg = {
         .dims = m.dims, .pool = {.slots = 2, .max_rank = 4, .max_tokens = T}, .dtype = m.dtype};
     ls_backend *be = NULL;

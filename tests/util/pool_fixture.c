@@ -110,8 +110,8 @@ static ls_status pt_fake_memory(ls_backend *be, size_t *fr, size_t *total, ls_er
     return LS_OK;
 }
 
-static ls_status pt_fake_upload(ls_backend *be, int layer, const float *w13, const float *w2, ls_error *err) {
-    (void)be, (void)layer, (void)w13, (void)w2, (void)err;
+static ls_status pt_fake_upload(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
+    (void)be, (void)layer, (void)w, (void)err;
     return LS_OK;
 }
 
@@ -252,7 +252,8 @@ pt_fake *pt_fake_create(ls_dims d, int S, int R, int max_tokens) {
     pthread_mutex_init(&f->gate_mu, NULL);
     pthread_cond_init(&f->gate_cv, NULL);
     for (int l = 0; l < d.L; l++)
-        if (ls_backend_upload_base(f->be, l, f->store, f->store, &err) != LS_OK)
+        if (ls_backend_upload_base(f->be, l, &(ls_base_layer){ls_typed_f32(f->store), ls_typed_f32(f->store), {0}},
+                                   &err) != LS_OK)
             fail_msg("fake upload: %s", err.message);
     ls_error_free(&err);
     return f;
@@ -318,7 +319,8 @@ ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens, uint64_t seed
     for (int l = 0; l < d.L; l++) {
         for (size_t i = 0; i < n13; i++) (*w13)[l * n13 + i] = f13[i] = pt_uniform(&s, 0.5f);
         for (size_t i = 0; i < n2; i++) (*w2)[l * n2 + i] = f2[i] = pt_uniform(&s, 0.5f);
-        if (ls_backend_upload_base(be, l, f13, f2, &err) != LS_OK) fail_msg("upload_base: %s", err.message);
+        const ls_base_layer bl = ls_base_layer_f32(f13, f2);
+        if (ls_backend_upload_base(be, l, &bl, &err) != LS_OK) fail_msg("upload_base: %s", err.message);
     }
     free(f13);
     free(f2);

@@ -1,0 +1,333 @@
+/* The Hugging Face families whose shared experts lorasink serves: how each
+ * is recognised in config.json (model_type, architectures), which keys
+ * give the width of its shared-expert MLP, which layers have one (each
+ * family's own rule, as its modeling code builds the decoder layers), and
+ * how the tensors are named. docs/api.md lists them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/json.h"
+#include "model/model_internal.h"
+
+typedef enum { LS_RULE_DEEPSEEK, LS_RULE_BAILING, LS_RULE_ERNIE, LS_RULE_QWEN, LS_RULE_EVERY, LS_RULE_LLAMA4 } ls_rule;
+
+struct ls_family {
+    const char *name;
+    const char *model_types[3];
+    const char *architectures[3];
+    ls_rule rule;
+    const char *module; /* the shared-expert MLP under a layer: "mlp.shared_experts." */
+    bool gate;          /* mlp.shared_expert_gate.weight [1, H] */
+};
+
+static const ls_family ls_families[] = {
+    {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
+    {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
+     false},
+    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
+    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
+    {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false},
+    {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false},
+    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true},
+    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true},
+    {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
+     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true},
+    {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
+     "feed_forward.shared_expert.", false},
+};
+#define LS_N_FAMILIES (sizeof ls_families / sizeof *ls_families)
+
+const char *const ls_family_prefixes[] = {"model.layers.", "model.language_model.layers.", "language_model.model.layers.",
+                                          NULL};
+
+static const char *const ls_proj_names[LS_PROJ_COUNT] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                                         NULL};
+
+void ls_family_name(const ls_family_plan *p, const char *prefix, int layer, int proj, char *buf, size_t len) {
+    if (proj == LS_PROJ_SCALAR_GATE) /* beside the MLP, not in it */
+        snprintf(buf, len, "%s%d.mlp.shared_expert_gate.weight", prefix, layer);
+    else snprintf(buf, len, "%s%d.%s%s", prefix, layer, p->family->module, ls_proj_names[proj]);
+}
+
+bool ls_family_in_module(const ls_family_plan *p, const char *prefix, const char *name, long *layer,
+                         const char **rest) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return false;
+    const char *q = name + pl;
+    if (*q < '0' || *q > '9') return false;
+    char *end;
+    long l = strtol(q, &end, 10);
+    if (*end != '.' || l < 0 || l > 1000000) return false;
+    const char *after = end + 1, *mod = p->family->module;
+    if (!strncmp(after, mod, strlen(mod))) {
+        *rest = after + strlen(mod);
+    } else if (p->gate && !strncmp(after, "mlp.shared_expert_gate.", 23)) {
+        *rest = after + 4; /* "shared_expert_gate...." */
+    } else {
+        return false;
+    }
+    *layer = l;
+    return true;
+}
+
+/* ---- reading keys --------------------------------------------------------- */
+
+/* The family's keys: text_config's when config nests one. */
+static const json_t *ls_family_keys(const json_t *config) {
+    const json_t *t = json_object_get(config, "text_config");
+    return json_is_object(t) ? t : config;
+}
+
+/* An integer key >= min; absent (or null) gives dflt when dflt >= min,
+ * else an error that names the key. */
+static ls_status ls_key_int(const json_t *keys, const char *key, long long min, long long dflt, long long *out,
+                            ls_error *err) {
+    const json_t *v = json_object_get(keys, key);
+    if (!v || json_is_null(v)) {
+        if (dflt >= min) {
+            *out = dflt;
+            return LS_OK;
+        }
+        return ls_error_set(err, LS_INVALID_REQUEST, "a checkpoint saved by transformers has every key of its config",
+                            "config.json has no \"%s\", which lorasink needs and will not assume", key);
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's \"%s\" is %s, expected an integer >= %lld", key,
+                            json_is_integer(v) ? "too small" : ls_json_kind(v), min);
+    *out = json_integer_value(v);
+    return LS_OK;
+}
+
+/* ERNIE's start and end indices may be per modality: the text trunk takes
+ * the smallest start and the largest end. */
+static ls_status ls_key_int_or_list(const json_t *keys, const char *key, bool smallest, long long dflt,
+                                    long long *out, ls_error *err) {
+    const json_t *v = json_object_get(keys, key);
+    if (!json_is_array(v)) return ls_key_int(keys, key, -1, dflt, out, err);
+    if (json_array_size(v) == 0)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's \"%s\" is an empty list", key);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e))
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's \"%s\" holds %s, expected integers", key,
+                                ls_json_kind(e));
+        long long x = json_integer_value(e);
+        if (i == 0 || (smallest ? x < *out : x > *out)) *out = x;
+    }
+    return LS_OK;
+}
+
+/* ---- the layer rules -------------------------------------------------------- */
+
+/* DeepSeek-V2/V3 and the models built on them: a layer has shared experts
+ * from first_k_dense_replace on, every moe_layer_freq-th (absent: 1); no
+ * layer when n_routed_experts is null or 0. Bailing names the count
+ * num_shared_experts and may give the width of one. */
+static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan *p, ls_error *err) {
+    long long first = 0, freq = 1, shared = 0, inter = 0;
+    const json_t *routed = json_object_get(k, bailing ? "num_experts" : "n_routed_experts");
+    const bool none = routed && (json_is_null(routed) || (json_is_integer(routed) && json_integer_value(routed) == 0));
+    const char *wkey = "moe_intermediate_size";
+    const json_t *sw = json_object_get(k, "moe_shared_expert_intermediate_size");
+    if (bailing && sw && !json_is_null(sw)) wkey = "moe_shared_expert_intermediate_size";
+    LS_MODEL_TRY(ls_key_int(k, "first_k_dense_replace", 0, -1, &first, err));
+    LS_MODEL_TRY(ls_key_int(k, "moe_layer_freq", 1, 1, &freq, err));
+    LS_MODEL_TRY(ls_key_int(k, bailing ? "num_shared_experts" : "n_shared_experts", 1, -1, &shared, err));
+    LS_MODEL_TRY(ls_key_int(k, wkey, 1, -1, &inter, err));
+    if (shared * inter > 1 << 24)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width %lld x %lld is too "
+                            "large", shared, inter);
+    p->F = (int)(shared * inter);
+    for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none && l >= first && l % freq == 0;
+    snprintf(p->rule, sizeof p->rule, "l >= first_k_dense_replace (%lld) and l %% moe_layer_freq (%lld) == 0%s", first,
+             freq, none ? ", but n_routed_experts is none" : "");
+    return LS_OK;
+}
+
+/* ERNIE 4.5: (l + 1) % moe_layer_interval == 0 and moe_layer_start_index
+ * <= l <= moe_layer_end_index (-1 or absent: the last layer). */
+static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err) {
+    long long start = 0, end = 0, interval = 1, shared = 0, inter = 0;
+    LS_MODEL_TRY(ls_key_int_or_list(k, "moe_layer_start_index", true, -2, &start, err));
+    if (start < 0) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's moe_layer_start_index is negative");
+    LS_MODEL_TRY(ls_key_int_or_list(k, "moe_layer_end_index", false, -1, &end, err));
+    if (end < 0) end = p->layers_total - 1;
+    LS_MODEL_TRY(ls_key_int(k, "moe_layer_interval", 1, 1, &interval, err));
+    LS_MODEL_TRY(ls_key_int(k, "moe_num_shared_experts", 0, -1, &shared, err));
+    LS_MODEL_TRY(ls_key_int(k, "moe_intermediate_size", 1, -1, &inter, err));
+    if (shared == 0)
+        return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
+                            "config.json's moe_num_shared_experts is 0: the checkpoint has no shared experts");
+    if (shared * inter > 1 << 24)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width is too large");
+    p->F = (int)(shared * inter);
+    for (int l = 0; l < p->layers_total; l++) p->moe[l] = (l + 1) % interval == 0 && l >= start && l <= end;
+    snprintf(p->rule, sizeof p->rule, "moe_layer_start_index (%lld) <= l <= moe_layer_end_index (%lld) and (l + 1) %% "
+             "moe_layer_interval (%lld) == 0", start, end, interval);
+    return LS_OK;
+}
+
+/* Qwen2-MoE and Qwen3-Next: (l + 1) % decoder_sparse_step == 0 and l not
+ * in mlp_only_layers; Qwen3.5-MoE: every layer. One shared expert of
+ * shared_expert_intermediate_size. */
+static ls_status ls_rule_qwen(const json_t *k, bool every, ls_family_plan *p, ls_error *err) {
+    long long step = 1, inter = 0;
+    LS_MODEL_TRY(ls_key_int(k, "shared_expert_intermediate_size", 1, -1, &inter, err));
+    if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: shared_expert_intermediate_size is too large");
+    p->F = (int)inter;
+    if (every) {
+        for (int l = 0; l < p->layers_total; l++) p->moe[l] = true;
+        snprintf(p->rule, sizeof p->rule, "every layer");
+        return LS_OK;
+    }
+    LS_MODEL_TRY(ls_key_int(k, "decoder_sparse_step", 1, 1, &step, err));
+    const json_t *routed = json_object_get(k, "num_experts");
+    const bool none = json_is_integer(routed) && json_integer_value(routed) == 0;
+    for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none && (l + 1) % step == 0;
+    const json_t *only = json_object_get(k, "mlp_only_layers");
+    size_t i;
+    json_t *e;
+    if (only && !json_is_null(only) && !json_is_array(only))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's mlp_only_layers is %s, expected a list",
+                            ls_json_kind(only));
+    char listed[64] = "";
+    json_array_foreach(only, i, e) {
+        if (!json_is_integer(e))
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's mlp_only_layers holds %s",
+                                ls_json_kind(e));
+        long long l = json_integer_value(e);
+        if (l >= 0 && l < p->layers_total) p->moe[l] = false;
+        size_t at = strlen(listed);
+        if (at < sizeof listed - 8) snprintf(listed + at, sizeof listed - at, "%s%lld", i ? ", " : "", l);
+        else if (at < sizeof listed - 4) snprintf(listed + at, sizeof listed - at, "...");
+    }
+    snprintf(p->rule, sizeof p->rule, "(l + 1) %% decoder_sparse_step (%lld) == 0 and l not in mlp_only_layers [%s]%s",
+             step, listed, none ? ", but num_experts is 0" : "");
+    return LS_OK;
+}
+
+/* Llama 4: the layers moe_layers lists, else every
+ * interleave_moe_layer_step-th (l % step == step - 1); the shared expert
+ * has intermediate_size. */
+static ls_status ls_rule_llama4(const json_t *k, ls_family_plan *p, ls_error *err) {
+    long long step = 1, inter = 0;
+    LS_MODEL_TRY(ls_key_int(k, "intermediate_size", 1, -1, &inter, err));
+    if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: intermediate_size is too large");
+    p->F = (int)inter;
+    const json_t *list = json_object_get(k, "moe_layers");
+    if (list && !json_is_null(list)) {
+        if (!json_is_array(list))
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's moe_layers is %s, expected a list",
+                                ls_json_kind(list));
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e) {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= p->layers_total)
+                return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                                    "config.json's moe_layers holds %s, expected layers 0..%d", ls_json_kind(e),
+                                    p->layers_total - 1);
+            p->moe[json_integer_value(e)] = true;
+        }
+        snprintf(p->rule, sizeof p->rule, "l in moe_layers (%zu listed)", json_array_size(list));
+        return LS_OK;
+    }
+    LS_MODEL_TRY(ls_key_int(k, "interleave_moe_layer_step", 1, 1, &step, err));
+    for (int l = 0; l < p->layers_total; l++) p->moe[l] = l % step == step - 1;
+    snprintf(p->rule, sizeof p->rule, "l %% interleave_moe_layer_step (%lld) == %lld", step, step - 1);
+    return LS_OK;
+}
+
+/* ---- choosing the family ------------------------------------------------------ */
+
+static const ls_family *ls_family_by_type(const char *t) {
+    for (size_t f = 0; t && f < LS_N_FAMILIES; f++)
+        for (int i = 0; i < 3 && ls_families[f].model_types[i]; i++)
+            if (!strcmp(ls_families[f].model_types[i], t)) return &ls_families[f];
+    return NULL;
+}
+
+static const ls_family *ls_family_by_arch(const char *a) {
+    for (size_t f = 0; a && f < LS_N_FAMILIES; f++)
+        for (int i = 0; i < 3 && ls_families[f].architectures[i]; i++)
+            if (!strcmp(ls_families[f].architectures[i], a)) return &ls_families[f];
+    return NULL;
+}
+
+/* The family config names: by model_type (or text_config's), else by an
+ * architectures entry. An architecture of another known family beside a
+ * known model_type is a contradiction, not a choice to make. */
+static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_error *err) {
+    const json_t *mt = json_object_get(config, "model_type"), *arch = json_object_get(config, "architectures");
+    const json_t *tmt = json_object_get(ls_family_keys(config), "model_type");
+    snprintf(p->model_type, sizeof p->model_type, "%s", json_is_string(mt) ? json_string_value(mt) : "");
+    const ls_family *by_type = ls_family_by_type(json_string_value(mt));
+    if (!by_type) by_type = ls_family_by_type(json_string_value(tmt));
+    const ls_family *by_arch = NULL;
+    char archs[160] = "";
+    size_t i;
+    json_t *a;
+    json_array_foreach(arch, i, a) {
+        const char *s = json_string_value(a);
+        if (!s) continue;
+        if (!p->architecture[0]) snprintf(p->architecture, sizeof p->architecture, "%s", s);
+        size_t l = strlen(archs);
+        snprintf(archs + l, sizeof archs - l, "%s%s", l ? ", " : "", s);
+        const ls_family *f = ls_family_by_arch(s);
+        if (f && (!by_arch || f == by_type)) by_arch = f;
+    }
+    if (by_type && by_arch && by_arch != by_type)
+        return ls_error_set(err, LS_INVALID_REQUEST, "fix config.json: its model_type and architectures must agree",
+                            "config.json's model_type \"%s\" is the %s family, but its architectures [%s] are %s",
+                            p->model_type, by_type->name, archs, by_arch->name);
+    p->family = by_type ? by_type : by_arch;
+    if (p->family) return LS_OK;
+    return ls_error_set(err, LS_INVALID_REQUEST,
+                        "for a model of another family, write its shared experts as the fused weights file "
+                        "(docs/api.md, \"The model\")",
+                        "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
+                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, dots1, ernie4_5_moe, bailing_moe, "
+                        "qwen2_moe, qwen3_next, qwen3_5_moe and llama4 families only",
+                        p->model_type, archs);
+}
+
+ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls_error *err) {
+    memset(p, 0, sizeof *p);
+    if (!json_is_object(config))
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json is %s, expected an object", ls_json_kind(config));
+    LS_MODEL_TRY(ls_family_pick(config, p, err));
+    p->name = p->family->name;
+    p->gate = p->family->gate;
+    const json_t *k = ls_family_keys(config);
+    long long L = 0, H = 0;
+    ls_status st = ls_key_int(k, "num_hidden_layers", 1, -1, &L, err);
+    if (st == LS_OK) st = ls_key_int(k, "hidden_size", 1, -1, &H, err);
+    if (st == LS_OK && (L > 100000 || H > 1 << 20))
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: num_hidden_layers %lld or hidden_size %lld is "
+                          "too large", L, H);
+    if (st != LS_OK) return st;
+    p->layers_total = (int)L;
+    p->H = (int)H;
+    if (!(p->moe = calloc((size_t)L, sizeof *p->moe))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    switch (p->family->rule) {
+    case LS_RULE_DEEPSEEK: st = ls_rule_deepseek(k, false, p, err); break;
+    case LS_RULE_BAILING: st = ls_rule_deepseek(k, true, p, err); break;
+    case LS_RULE_ERNIE: st = ls_rule_ernie(k, p, err); break;
+    case LS_RULE_QWEN: st = ls_rule_qwen(k, false, p, err); break;
+    case LS_RULE_EVERY: st = ls_rule_qwen(k, true, p, err); break;
+    case LS_RULE_LLAMA4: st = ls_rule_llama4(k, p, err); break;
+    }
+    bool any = false;
+    for (int l = 0; st == LS_OK && l < p->layers_total; l++) any |= p->moe[l];
+    if (st == LS_OK && !any)
+        st = ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
+                          "config.json (%s family, %s) gives no layer shared experts", p->name, p->rule);
+    if (st != LS_OK) ls_family_plan_free(p);
+    return st;
+}
+
+void ls_family_plan_free(ls_family_plan *p) {
+    free(p->moe);
+    memset(p, 0, sizeof *p);
+}
