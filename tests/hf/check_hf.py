@@ -3,10 +3,14 @@
 Builds tiny random-init DeepSeek-V3 and Qwen2-MoE models with transformers
 (save_pretrained, small shards), creates PEFT LoRA adapters on their shared
 experts with random A and B (one with rank_pattern, alpha_pattern and
-rsLoRA, one on some layers only), saves them with save_pretrained, serves
-them with lorasink and compares forwards of the shared-expert block
-(per-token mixed adapters) with the modules' own forward with the adapter
-active: relative L2 error at most 2e-5 in f32.
+rsLoRA, one on some layers only), saves them with save_pretrained, serves the
+checkpoint directory and the adapter directories with lorasink as they
+were saved, and compares forwards of the shared-expert block (per-token
+mixed adapters, Qwen's gate applied by the server) with the modules' own
+forward with the adapter active: relative L2 error at most 2e-5 in f32.
+Each family has a dense layer, so the server must keep the checkpoint's
+layer numbers, refuse a forward on the dense one and skip the dense MLP's
+factors.
 
 Usage: check_hf.py LORASINK_BINARY WORKDIR  (run by scripts/check-hf.sh)
 """
@@ -23,7 +27,6 @@ import warnings
 
 import numpy as np
 import torch
-from safetensors.numpy import save_file
 from safetensors import safe_open
 
 warnings.filterwarnings("ignore")
@@ -32,23 +35,23 @@ import transformers  # noqa: E402
 from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 
 TOL = 2e-5
-LAYERS = 3
+LAYERS = 4
 
 
 def tiny_models():
-    """(name, model, shared-expert attribute, has gate) per family; every
-    layer has shared experts so that checkpoint layer l is served layer l."""
+    """(name, model, shared-expert attribute, has gate, MoE layers) per
+    family; DeepSeek's layer 0 and Qwen's layer 1 are dense."""
     ds = transformers.DeepseekV3Config(
         vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=LAYERS,
         num_attention_heads=2, num_key_value_heads=2, n_shared_experts=2, n_routed_experts=4, num_experts_per_tok=2,
-        first_k_dense_replace=0, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
         v_head_dim=8, n_group=1, topk_group=1)
     qw = transformers.Qwen2MoeConfig(
         vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
         shared_expert_intermediate_size=24, num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=2,
-        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])
-    return [("deepseek_v3", transformers.DeepseekV3ForCausalLM(ds), "shared_experts", False),
-            ("qwen2_moe", transformers.Qwen2MoeForCausalLM(qw), "shared_expert", True)]
+        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[1])
+    return [("deepseek_v3", transformers.DeepseekV3ForCausalLM(ds), "shared_experts", False, [1, 2, 3]),
+            ("qwen2_moe", transformers.Qwen2MoeForCausalLM(qw), "shared_expert", True, [0, 2, 3])]
 
 
 def targets(family, shared, layers=None):
@@ -67,25 +70,6 @@ def targets(family, shared, layers=None):
     if layers is not None:
         out["layers_to_transform"] = list(layers)
     return out
-
-
-def single_file_from_checkpoint(ckpt, shared, out_path):
-    """Today's single-file layout from the checkpoint's shared-expert
-    weights (n = 1 MLP of the checkpoint's full width, contiguous W13).
-    To be replaced by `--weights DIR` once checkpoint directories load."""
-    index = json.load(open(os.path.join(ckpt, "model.safetensors.index.json")))
-    tensors = {}
-    for name, shard in index["weight_map"].items():
-        if f".mlp.{shared}." in name:
-            with safe_open(os.path.join(ckpt, shard), "np") as f:
-                tensors[name] = f.get_tensor(name).astype(np.float32)
-    out = {}
-    for l in range(LAYERS):
-        p = f"model.layers.{l}.mlp.{shared}."
-        g, u, d = tensors[p + "gate_proj.weight"], tensors[p + "up_proj.weight"], tensors[p + "down_proj.weight"]
-        out[f"model.layers.{l}.mlp.shared_experts.w13_weight"] = np.concatenate([g, u])[None]
-        out[f"model.layers.{l}.mlp.shared_experts.w2_weight"] = d[None]
-    save_file(out, out_path, metadata={"w13_layout": "contiguous"})
 
 
 def free_port():
@@ -134,7 +118,20 @@ def module_forward(model, layer, shared, has_gate, x):
     return y
 
 
-def check_family(binary, work, family, model, shared, has_gate, results):
+def check_model(port, family, moe_layers, has_gate, results):
+    """GET /model says what was loaded; a dense layer is a clear 400."""
+    st, m = http(port, "GET", "/model")
+    if st != 200 or m.get("layers") != moe_layers or bool(m.get("gate")) != has_gate:
+        raise RuntimeError(f"{family}: GET /model {st} {json.dumps(m)}")
+    dense = next(l for l in range(LAYERS) if l not in moe_layers)
+    st, r = http(port, "POST", "/forward", {"layer": dense, "x": [[0.0] * m["hidden"]]})
+    if st != 400 or "dense" not in r["error"]["message"]:
+        raise RuntimeError(f"{family}: forward on dense layer {dense}: {st} {json.dumps(r)}")
+    results.append(f"{family}: GET /model {m.get('family')} layers {m['layers']} gate {m.get('gate')}; "
+                   f"dense layer {dense}: 400")
+
+
+def check_family(binary, work, family, model, shared, has_gate, moe_layers, results):
     torch.manual_seed(1)
     ckpt = os.path.join(work, family, "checkpoint")
     model.save_pretrained(ckpt, max_shard_size="20KB")
@@ -146,9 +143,10 @@ def check_family(binary, work, family, model, shared, has_gate, results):
     # target_parameters against "{module}.weight".
     w = ".weight" if family == "deepseek_v3" else ""
     cfg_a = LoraConfig(r=4, lora_alpha=8, use_rslora=True, init_lora_weights=False,
-                       rank_pattern={"up_proj" + w: 6, f"model.layers.1.mlp.{shared}.down_proj" + w: 2},
+                       rank_pattern={"up_proj" + w: 6, f"model.layers.2.mlp.{shared}.down_proj" + w: 2},
                        alpha_pattern={"gate_proj" + w: 12}, **targets(family, shared))
-    cfg_b = LoraConfig(r=3, lora_alpha=6, init_lora_weights=False, **targets(family, shared, layers=(0, 2)))
+    some = (moe_layers[0], moe_layers[2])
+    cfg_b = LoraConfig(r=3, lora_alpha=6, init_lora_weights=False, **targets(family, shared, layers=some))
     for name, cfg in (("ranks", cfg_a), ("some-layers", cfg_b)):
         torch.manual_seed(len(name))
         pm = get_peft_model(model, cfg)
@@ -164,11 +162,10 @@ def check_family(binary, work, family, model, shared, has_gate, results):
               for name in ("ranks", "some-layers")}
     model.eval()
 
-    weights = os.path.join(work, family, "weights.safetensors")
-    single_file_from_checkpoint(ckpt, shared, weights)
     log = open(os.path.join(work, family, "lorasink.log"), "w")
-    proc, port = start_server(binary, weights, adir, log)
+    proc, port = start_server(binary, ckpt, adir, log)
     try:
+        check_model(port, family, moe_layers, has_gate, results)
         for name in ("ranks", "some-layers"):
             st, r = http(port, "POST", "/adapters", {"name": name, "path": name})
             if st != 201:
@@ -177,19 +174,16 @@ def check_family(binary, work, family, model, shared, has_gate, results):
                            f"ignored {len(r.get('ignored', []))}")
         names = ["ranks", "some-layers", None]
         worst = 0.0
-        for layer in range(LAYERS):
+        for layer in moe_layers:
             T = 9
             x = torch.randn(T, model.config.hidden_size)
             expected = torch.zeros(T, model.config.hidden_size)
-            gammas = []
             with torch.no_grad():
-                mlp = model.model.layers[layer].mlp
                 for t in range(T):
                     a = names[t % 3]
                     expected[t] = module_forward(active[a] if a else model, layer, shared, has_gate, x[t:t + 1])[0]
-                    g = torch.sigmoid(mlp.shared_expert_gate(x[t:t + 1]))[0, 0].item() if has_gate else 1.0
-                    gammas.append([g])
-            st, r = http(port, "POST", "/forward", {"layer": layer, "x": x.tolist(), "gammas": gammas,
+            # No gammas: the server applies Qwen's shared_expert_gate itself.
+            st, r = http(port, "POST", "/forward", {"layer": layer, "x": x.tolist(),
                                                     "adapters": [names[t % 3] for t in range(T)]})
             if st != 200:
                 raise RuntimeError(f"{family}: forward {st} {json.dumps(r)}")
@@ -211,9 +205,9 @@ def main():
     results = [f"transformers {transformers.__version__}, peft {peft.__version__}, torch {torch.__version__}, "
                f"numpy {np.__version__}"]
     ok = True
-    for family, model, shared, has_gate in tiny_models():
+    for family, model, shared, has_gate, moe_layers in tiny_models():
         try:
-            check_family(binary, work, family, model, shared, has_gate, results)
+            check_family(binary, work, family, model, shared, has_gate, moe_layers, results)
             results.append(f"PASS {family}")
         except Exception as e:  # report every family
             ok = False
