@@ -248,19 +248,18 @@ static ls_status ls_st_check_layout(ls_st_entry *ents, size_t n, size_t body_len
     return ok ? LS_OK : LS_SAFETENSORS_INVALID;
 }
 
-/* Checks the length field and the header's framing; on success *root is a
- * new reference to the header object (caller decrefs) and *body_off the
- * offset of the data section. */
-static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, size_t *body_off, ls_error *err) {
-    *root = NULL;
-    if (len < LS_ST_LEN_FIELD) {
-        ls_st_violation(err, NULL, LS_NA, LS_ST_LEN_FIELD, (int64_t)len,
-                        "the file is %zu bytes, shorter than the 8-byte header length field", len);
+/* Checks the length field of a file of file_len bytes whose first
+ * min(file_len, 8) bytes are buf: on success *n is the header's length,
+ * at most the limit and within the file. */
+static bool ls_st_check_len(const uint8_t *buf, uint64_t file_len, size_t *n_out, ls_error *err) {
+    if (file_len < LS_ST_LEN_FIELD) {
+        ls_st_violation(err, NULL, LS_NA, LS_ST_LEN_FIELD, (int64_t)file_len,
+                        "the file is %zu bytes, shorter than the 8-byte header length field", (size_t)file_len);
         return false;
     }
     uint64_t n = 0;
     for (int i = 0; i < LS_ST_LEN_FIELD; i++) n |= (uint64_t)buf[i] << (8 * i);
-    size_t avail = len - LS_ST_LEN_FIELD;
+    const uint64_t avail = file_len - LS_ST_LEN_FIELD;
     /* The messages below never carry the field's value nor any other
      * byte of the input: a file read by path is not the client's to see. */
     if (n > LS_SAFETENSORS_MAX_HEADER) {
@@ -270,27 +269,34 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
     }
     if (n > avail) {
         ls_st_violation(err, NULL, LS_NA, (int64_t)avail, LS_NA,
-                        "the header length field runs past the end of the file (%zu bytes follow it)", avail);
+                        "the header length field runs past the end of the file (%zu bytes follow it)", (size_t)avail);
         return false;
     }
     if (n == 0) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, 0, "header length is 0; the header must be a JSON object");
         return false;
     }
-    /* n is now bounded by the buffer: it is safe to read and parse. */
-    const char *h = (const char *)buf + LS_ST_LEN_FIELD;
+    *n_out = (size_t)n;
+    return true;
+}
+
+/* Parses the n header bytes at h (n checked against the file already);
+ * on success *root is a new reference to the header object (caller
+ * decrefs). */
+static bool ls_st_load_header(const char *h, size_t n, json_t **root, ls_error *err) {
+    *root = NULL;
     if (h[0] != '{') {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{'");
         return false;
     }
-    const char *nul = memchr(h, '\0', (size_t)n);
+    const char *nul = memchr(h, '\0', n);
     if (nul) {
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header holds a NUL byte at offset %zu",
                         (size_t)(nul - h));
         return false;
     }
     json_error_t je;
-    json_t *j = json_loadb(h, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(h, n, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
         char why[160];
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)",
@@ -304,57 +310,105 @@ static bool ls_st_load_header(const uint8_t *buf, size_t len, json_t **root, siz
         return false;
     }
     *root = j;
-    *body_off = LS_ST_LEN_FIELD + (size_t)n;
     return true;
 }
 
-/* See safetensors.h. out borrows from buf; on failure out is freed (empty)
- * and err holds every violation found. */
-ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
-    json_t *root;
-    size_t body_off;
-    if (!ls_st_load_header(buf, len, &root, &body_off, err)) {
-        ls_tensor_set_free(out);
-        return LS_SAFETENSORS_INVALID;
-    }
-    const uint8_t *body = buf + body_off;
-    size_t body_len = len - body_off;
+/* A header checked against a data section of body_len bytes: its entries
+ * (borrowing their names from root) and its __metadata__. */
+typedef struct {
+    json_t *root; /* owned reference */
+    ls_st_entry *ents;
+    size_t n;
+    const json_t *meta;
+} ls_st_header;
 
+static void ls_st_header_free(ls_st_header *h) {
+    free(h->ents);
+    json_decref(h->root);
+    memset(h, 0, sizeof *h);
+}
+
+/* Frames, parses and checks the header of a file of file_len bytes whose
+ * first buf_len bytes are buf (they hold the header: the caller read
+ * 8 + N of them, or the whole file): every entry, then the layout of the
+ * data section. *body_off receives where the data section begins. On
+ * failure h is empty and err holds every violation found. */
+static ls_status ls_st_check(const uint8_t *buf, size_t buf_len, uint64_t file_len, ls_st_header *h,
+                             size_t *body_off, ls_error *err) {
+    memset(h, 0, sizeof *h);
+    size_t n;
+    if (!ls_st_check_len(buf, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
+    if (buf_len < LS_ST_LEN_FIELD + n)
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: %zu header bytes given, %zu needed", buf_len,
+                            LS_ST_LEN_FIELD + n);
+    if (!ls_st_load_header((const char *)buf + LS_ST_LEN_FIELD, n, &h->root, err)) return LS_SAFETENSORS_INVALID;
+    *body_off = LS_ST_LEN_FIELD + n;
+    const size_t body_len = (size_t)(file_len - *body_off);
     /* Bounded by the header's size, which the buffer already holds. */
-    size_t cap = json_object_size(root);
-    ls_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
-    if (!ents) {
-        json_decref(root);
-        ls_tensor_set_free(out);
+    size_t cap = json_object_size(h->root);
+    h->ents = calloc(cap ? cap : 1, sizeof *h->ents);
+    if (!h->ents) {
+        ls_st_header_free(h);
         return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", cap);
     }
-    size_t n = 0;
     bool ok = true;
-    const json_t *meta = NULL;
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(h->root, key, v) {
         if (!strcmp(key, LS_ST_META)) {
-            meta = v;
+            h->meta = v;
             ok &= ls_st_check_meta(v, err);
-        } else if (ls_st_check_entry(key, v, body_len, &ents[n], err)) {
-            n++;
+        } else if (ls_st_check_entry(key, v, body_len, &h->ents[h->n], err)) {
+            h->n++;
         } else {
             ok = false;
         }
     }
     /* The layout is only meaningful once every entry is sound. */
-    ls_status st = ok ? ls_st_check_layout(ents, n, body_len, err) : LS_SAFETENSORS_INVALID;
-    if (st == LS_OK && meta) {
-        json_object_foreach((json_t *)meta, key, v) {
+    ls_status st = ok ? ls_st_check_layout(h->ents, h->n, body_len, err) : LS_SAFETENSORS_INVALID;
+    if (st != LS_OK) ls_st_header_free(h);
+    return st;
+}
+
+ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, size_t *header_len, ls_error *err) {
+    *header_len = 0;
+    size_t n;
+    if (!ls_st_check_len(first, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
+    *header_len = n;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err) {
+    ls_st_header h;
+    size_t body_off;
+    ls_status st = ls_st_check(head, head_len, file_len, &h, &body_off, err);
+    ls_st_header_free(&h);
+    return st;
+}
+
+/* See safetensors.h. out borrows from buf; on failure out is freed (empty)
+ * and err holds every violation found. */
+ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
+    ls_st_header h;
+    size_t body_off;
+    ls_status st = ls_st_check(buf, len, len, &h, &body_off, err);
+    if (st != LS_OK) {
+        ls_tensor_set_free(out);
+        return st;
+    }
+    const uint8_t *body = buf + body_off;
+    const char *key;
+    json_t *v;
+    if (h.meta) {
+        json_object_foreach((json_t *)h.meta, key, v) {
             if (!ls_tensor_set_add_meta(out, key, json_string_value(v))) {
                 st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for metadata");
                 break;
             }
         }
     }
-    for (size_t i = 0; st == LS_OK && i < n; i++) {
-        const ls_st_entry *e = &ents[i];
+    for (size_t i = 0; st == LS_OK && i < h.n; i++) {
+        const ls_st_entry *e = &h.ents[i];
         ls_tensor t = {0};
         t.dtype = e->dtype;
         t.ndim = e->ndim;
@@ -365,8 +419,7 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
         if (!ls_tensor_set_add(out, e->name, &t))
             st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for tensor \"%.96s\"", e->name);
     }
-    free(ents);
-    json_decref(root);
+    ls_st_header_free(&h);
     if (st != LS_OK) ls_tensor_set_free(out);
     return st;
 }
