@@ -19,7 +19,110 @@
 
 #include <cmocka.h>
 
+#include "api/base64.h"
+#include "common/buf.h"
+#include "format/safetensors.h"
 #include "tests/util/tiny_server.h"
+
+/* The model the adapter memory tests serve: the demo's shape, so that a
+ * rank-64 adapter's normalised factors take 3 MiB of host memory. */
+enum { MH = 1024, MF = 512, MN = 2, ML = 2, MR = 64 };
+#define M_ADAPTER_BYTES ((double)ML * (2.0 * MR * MH + MN * 2.0 * MF * MR + MN * (double)MR * MF + MH * (double)MR) * 4)
+#define MIB 1048576.0
+
+/* The server's peak RSS must count what requests hold, not memory a
+ * sanitizer keeps in quarantine after it was freed: this environment
+ * entry turns the quarantine off. */
+static const char *no_quarantine(char *buf, size_t len) {
+    const char *prev = getenv("ASAN_OPTIONS");
+    snprintf(buf, len, "ASAN_OPTIONS=%s%squarantine_size_mb=0", prev ? prev : "", prev && *prev ? ":" : "");
+    return buf;
+}
+
+/* A rank-MR PEFT adapter for the MH/MF/MN/ML model as a safetensors file
+ * (bf16 factors, lora_alpha in __metadata__), seeded: malloc'd bytes. */
+static uint8_t *peft_adapter(uint64_t seed, size_t *len) {
+    const char *mods[4] = {"gate_up_proj.lora_A", "gate_up_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B"};
+    const int64_t shapes[4][2] = {{MR, MH}, {MN * 2 * MF, MR}, {MR, MN * MF}, {MH, MR}};
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    for (int l = 0; l < ML; l++)
+        for (int k = 0; k < 4; k++) {
+            const size_t count = (size_t)(shapes[k][0] * shapes[k][1]);
+            ls_tensor t = {.dtype = LS_DTYPE_BF16, .ndim = 2, .nbytes = count * 2, .owned = true};
+            memcpy(t.shape, shapes[k], sizeof shapes[k]);
+            uint16_t *v = malloc(t.nbytes);
+            assert_non_null(v);
+            for (size_t i = 0; i < count; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                v[i] = ls_f32_to_bf16(((float)(seed >> 40) / 16777216.0f - 0.5f) * 0.02f);
+            }
+            t.data = v;
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.%s.weight", l, mods[k]);
+            assert_true(ls_tensor_set_add(&set, name, &t));
+        }
+    assert_true(ls_tensor_set_add_meta(&set, "lora_alpha", "64"));
+    uint8_t *out = NULL;
+    assert_int_equal(ls_safetensors_write(&set, &out, len, NULL), LS_OK);
+    ls_tensor_set_free(&set);
+    return out;
+}
+
+/* A forward with one token per name (x row t holds 0.01 * (t % 7 + 1)):
+ * malloc'd JSON asking for base64 y, so that rows compare bit for bit. */
+static char *forward_names(int T, char names[][16], int first) {
+    ls_buf b;
+    ls_buf_init(&b);
+    const char *head = "{\"encoding\": \"base64\", \"x\": [", *mid = "], \"adapters\": [";
+    ls_buf_append(&b, head, strlen(head));
+    for (int t = 0; t < T; t++) {
+        ls_buf_append(&b, t ? ",[" : "[", t ? 2 : 1);
+        for (int h = 0; h < MH; h++) ls_buf_printf(&b, "%s%g", h ? "," : "", 0.01 * ((first + t) % 7 + 1));
+        ls_buf_append(&b, "]", 1);
+    }
+    ls_buf_append(&b, mid, strlen(mid));
+    for (int t = 0; t < T; t++) ls_buf_printf(&b, "%s\"%s\"", t ? "," : "", names[first + t]);
+    ls_buf_append(&b, "]}", 2);
+    char *text = ls_buf_take(&b, NULL);
+    assert_non_null(text);
+    return text;
+}
+
+/* y's base64 text from a forward reply (malloc'd). */
+static char *y_data(const ls_test_response *r) {
+    json_t *j = ls_test_response_json(r);
+    assert_non_null(j);
+    const char *d = json_string_value(json_object_get(json_object_get(j, "y"), "data"));
+    assert_non_null(d);
+    char *copy = strdup(d);
+    json_decref(j);
+    return copy;
+}
+
+/* Row t of a base64 y [T, MH] of f32. */
+static void decode_row(const char *b64, int t, float *row) {
+    const size_t len = strlen(b64);
+    uint8_t *bytes = malloc(ls_base64_decoded_max(len));
+    assert_non_null(bytes);
+    size_t got;
+    assert_true(ls_base64_decode(b64, len, bytes, &got));
+    assert_true(got >= (size_t)(t + 1) * MH * sizeof(float));
+    memcpy(row, bytes + (size_t)t * MH * sizeof(float), MH * sizeof(float));
+    free(bytes);
+}
+
+/* GET /pool's host_cache.used. */
+static long host_used(const ls_test_server *s) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "GET", "/pool", NULL, NULL, 0, NULL, &r), 0);
+    json_t *j = ls_test_response_json(&r);
+    assert_non_null(j);
+    long used = (long)json_integer_value(json_object_get(json_object_get(j, "host_cache"), "used"));
+    json_decref(j);
+    ls_test_response_free(&r);
+    return used;
+}
 
 /* A /proc/PID/status field in KiB (VmRSS, VmHWM). */
 static long proc_kib(int pid, const char *field) {
@@ -157,9 +260,202 @@ static void test_large_adapter_files(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* The adapter server: the demo model's shape, a host tier and slots of
+ * cap, the adapter directory dir, plus extra arguments. */
+static ls_test_server *adapter_server(const char *dir, const char *cap, const char *const *extra) {
+    char asan[512];
+    const char *env[] = {no_quarantine(asan, sizeof asan), NULL};
+    const char *args[32] = {"--demo", "--experts", "2", "--hidden", "1024", "--intermediate", "512", "--layers",
+                            "2", "--max-rank", "64", "--slots", cap, "--host-cache", cap, "--adapter-dir", dir};
+    int a = 17;
+    for (int i = 0; extra && extra[i]; i++) args[a++] = extra[i];
+    args[a] = NULL;
+    ls_test_server *s = ls_test_server_start_env(args, env);
+    assert_non_null(s);
+    return s;
+}
+
+/* One forward naming n adapters (one token each) against the same tokens
+ * served one by one: the same bits (the CPU backend is batch-invariant,
+ * and serving in groups changes nothing), and the host tier at its cap
+ * after each. Returns the peak RSS growth of the big forward, in bytes. */
+static double forward_all_then_each(const ls_test_server *s, char names[][16], int n, long cap) {
+    const int pid = ls_test_server_pid(s);
+    char *all = forward_names(n, names, 0);
+    /* Warm up (thread stacks, engine buffers) on a base forward. */
+    char *base = ls_test_forward_json(1, MH, "0.01", NULL, NULL);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, base, strlen(base), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    free(base);
+    const long before = proc_kib(pid, "VmHWM");
+    assert_int_equal(ls_test_http_long(s, "POST", "/forward", NULL, all, strlen(all), NULL, &r), 0);
+    if (r.status != 200) fprintf(stderr, "forward of %d adapters: %ld %s\n", n, r.status, r.body);
+    assert_int_equal(r.status, 200);
+    const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+    char *y = y_data(&r);
+    ls_test_response_free(&r);
+    free(all);
+    const long used = host_used(s);
+    print_message("one forward naming %d adapters: peak RSS +%.1f MiB (%.1f MiB an adapter), host_cache.used %ld "
+                  "of %ld\n", n, grew / MIB, M_ADAPTER_BYTES / MIB, used, cap);
+    assert_true(used <= cap);
+    /* Each token alone: its row of y, bit for bit. */
+    for (int t = 0; t < n; t++) {
+        char *one = forward_names(1, names, t);
+        assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, one, strlen(one), NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        char *y1 = y_data(&r);
+        ls_test_response_free(&r);
+        float a[MH], b[MH];
+        decode_row(y, t, a);
+        decode_row(y1, 0, b);
+        assert_memory_equal(a, b, sizeof a);
+        free(y1);
+        free(one);
+        assert_true(host_used(s) <= cap);
+    }
+    free(y);
+    return grew;
+}
+
+/* One forward naming 400 auto-loadable rank-64 adapters took the server
+ * from 278 MB to 2.5 GB and left host_cache.used at 400 of 64: every file
+ * was read and held before any was registered, and every dropped copy
+ * read back before the forward ran and kept until it ended. Now at most
+ * --host-cache of them wait to be registered, the rest are read one at
+ * a time as they are, and the forward reads back what each group of it
+ * needs just before the group runs and lets it go after: the peak is a
+ * few adapters' worth, not one per name, and the tier is at its cap. */
+static void test_autoload_forward_keeps_host_cap(void **state) {
+    (void)state;
+    enum { N = 48 };
+    char *dir = ls_test_mkdtemp();
+    char names[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "ad%02d", i);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, names[i]);
+        size_t len;
+        uint8_t *bytes = peft_adapter(1000 + (uint64_t)i, &len);
+        ls_test_write_file(path, bytes, len);
+        free(bytes);
+    }
+    const char *extra[] = {"--auto-load", NULL};
+    ls_test_server *s = adapter_server(dir, "2", extra);
+    const double grew = forward_all_then_each(s, names, N, 2);
+    /* The tier (2), what waits to be registered or is read back for a
+     * group (2 each), one being read, the file read with it, and 32 MiB
+     * for everything else; holding every adapter took N of them. */
+    const double bound = 8 * M_ADAPTER_BYTES + 32 * MIB;
+    print_message("bound %.1f MiB; every adapter held at once would be %.1f MiB\n", bound / MIB,
+                  N * M_ADAPTER_BYTES / MIB);
+    assert_true(grew <= bound);
+    assert_int_equal(ls_test_server_stop(s), 0);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* With --state-dir and --host-cache 8, one forward naming 300 registered
+ * adapters left 300 copies: every upload's copy dropped to the state
+ * directory was read back at once. Now in groups, as above. */
+static void test_state_dir_forward_keeps_host_cap(void **state) {
+    (void)state;
+    enum { N = 40 };
+    char *dir = ls_test_mkdtemp(), *sd = ls_test_mkdtemp();
+    const char *extra[] = {"--state-dir", sd, NULL};
+    ls_test_server *s = adapter_server(dir, "2", extra);
+    char names[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "up%02d", i);
+        size_t len;
+        uint8_t *bytes = peft_adapter(2000 + (uint64_t)i, &len);
+        char path[64];
+        snprintf(path, sizeof path, "/adapters?name=%s", names[i]);
+        ls_test_response r;
+        assert_int_equal(ls_test_http(s, "POST", path, "application/octet-stream", bytes, len, NULL, &r), 0);
+        assert_int_equal(r.status, 201);
+        ls_test_response_free(&r);
+        free(bytes);
+    }
+    assert_true(host_used(s) <= 2);
+    const double grew = forward_all_then_each(s, names, N, 2);
+    const double bound = 6 * M_ADAPTER_BYTES + 32 * MIB;
+    print_message("bound %.1f MiB; every adapter held at once would be %.1f MiB\n", bound / MIB,
+                  N * M_ADAPTER_BYTES / MIB);
+    assert_true(grew <= bound);
+    assert_int_equal(ls_test_server_stop(s), 0);
+    ls_test_rmtree(dir);
+    ls_test_rmtree(sd);
+    free(dir);
+    free(sd);
+}
+
+/* --max-queue-mb counted a forward's body and tensors but not the
+ * adapters it reads into host memory: one naming hundreds of them held
+ * gigabytes past the budget. Now what a forward will read (each adapter
+ * neither resident nor in the host tier, or not registered yet, at most
+ * the read budget of them) is counted from its admission: past the
+ * budget it is 429 while others are served, and alone it still runs. */
+static void test_queue_budget_counts_adapters(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    char names[3][16] = {"fresh", "res", "base"};
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, names[i]);
+        size_t len;
+        uint8_t *bytes = peft_adapter(3000 + (uint64_t)i, &len);
+        ls_test_write_file(path, bytes, len);
+        free(bytes);
+    }
+    /* A 1-token forward holds a few KiB; the adapter it would read 3 MiB. */
+    const char *extra[] = {"--auto-load", "--max-queue-mb", "2", "--batch-wait-us", "1000000", NULL};
+    ls_test_server *s = adapter_server(dir, "2", extra);
+    const char *load = "{\"name\": \"res\", \"path\": \"res.safetensors\"}";
+    ls_test_response r;
+    assert_int_equal(ls_test_http(s, "POST", "/adapters", NULL, load, strlen(load), NULL, &r), 0);
+    assert_int_equal(r.status, 201);
+    ls_test_response_free(&r);
+    char *base = ls_test_forward_json(1, MH, "0.01", NULL, NULL);
+    char *fresh = forward_names(1, names, 0), *res = forward_names(1, names, 1);
+    /* A client still sending a forward holds each batch open: the first
+     * forward stays queued, holding its bytes, while the others come. */
+    int slow = ls_test_open_receiving_forward(s);
+    assert_true(slow >= 0);
+    call first = {.srv = s, .path = "/forward", .body = base}, third = {.srv = s, .path = "/forward", .body = res};
+    pthread_t t1, t3;
+    assert_int_equal(pthread_create(&t1, NULL, call_thread, &first), 0);
+    assert_true(ls_test_wait_metric(s, "lorasink_queue_depth", 1));
+    call second = {.srv = s, .path = "/forward", .body = fresh};
+    call_thread(&second);
+    expect_call(&second, 429, "overloaded", "MiB of it for adapters it reads into host memory");
+    /* A resident adapter costs the forward nothing more: it is queued. */
+    assert_int_equal(pthread_create(&t3, NULL, call_thread, &third), 0);
+    assert_true(ls_test_wait_metric(s, "lorasink_queue_depth", 2));
+    close(slow);
+    pthread_join(t1, NULL);
+    pthread_join(t3, NULL);
+    assert_int_equal(first.status, 200);
+    assert_int_equal(third.status, 200);
+    /* Alone, the forward over the budget runs (and loads the adapter). */
+    call alone = {.srv = s, .path = "/forward", .body = fresh};
+    call_thread(&alone);
+    assert_int_equal(alone.status, 200);
+    free(first.reply), free(second.reply), free(third.reply), free(alone.reply);
+    free(base), free(fresh), free(res);
+    assert_int_equal(ls_test_server_stop(s), 0);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_adapter_files),
+        cmocka_unit_test(test_autoload_forward_keeps_host_cap),
+        cmocka_unit_test(test_state_dir_forward_keeps_host_cap),
+        cmocka_unit_test(test_queue_budget_counts_adapters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
