@@ -139,6 +139,17 @@ static long proc_kib(int pid, const char *field) {
     return v;
 }
 
+/* Sets the process's peak RSS (VmHWM) to its RSS now (clear_refs 5),
+ * so that the next peak is the next request's, not one of start-up. */
+static void reset_peak(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/clear_refs", pid);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs("5", f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* dir/name as a sparse file of size bytes: holes, read as zeros, that
  * take no disk. */
 static void write_sparse(const char *dir, const char *name, long long size) {
@@ -212,6 +223,7 @@ static void test_large_adapter_files(void **state) {
     }
     write_sparse(ts.dir, "tib.safetensors", 1LL << 40);
     const int pid = ls_test_server_pid(ts.srv);
+    reset_peak(pid);
     const long before = proc_kib(pid, "VmHWM");
     /* One path upload first: alone it read the whole 2 GiB. */
     call one = {.srv = ts.srv, .path = "/adapters", .body = "{\"name\": \"z\", \"path\": \"z0.safetensors\"}"};
@@ -266,7 +278,8 @@ static ls_test_server *adapter_server(const char *dir, const char *cap, const ch
     char asan[512];
     const char *env[] = {no_quarantine(asan, sizeof asan), NULL};
     const char *args[32] = {"--demo", "--experts", "2", "--hidden", "1024", "--intermediate", "512", "--layers",
-                            "2", "--max-rank", "64", "--slots", cap, "--host-cache", cap, "--adapter-dir", dir};
+                            ML == 2 ? "2" : "?", "--max-rank", "64", "--slots", cap, "--host-cache", cap,
+                            "--adapter-dir", dir};
     int a = 17;
     for (int i = 0; extra && extra[i]; i++) args[a++] = extra[i];
     args[a] = NULL;
@@ -289,6 +302,7 @@ static double forward_all_then_each(const ls_test_server *s, char names[][16], i
     assert_int_equal(r.status, 200);
     ls_test_response_free(&r);
     free(base);
+    reset_peak(pid);
     const long before = proc_kib(pid, "VmHWM");
     assert_int_equal(ls_test_http_long(s, "POST", "/forward", NULL, all, strlen(all), NULL, &r), 0);
     if (r.status != 200) fprintf(stderr, "forward of %d adapters: %ld %s\n", n, r.status, r.body);
@@ -450,12 +464,135 @@ static void test_queue_budget_counts_adapters(void **state) {
     free(dir);
 }
 
+/* A JSON upload of a rank-MR PEFT adapter for a model of layers layers
+ * (the MH/MF/MN shape): the gate_up factors as nested arrays of numbers,
+ * the down factors as bf16 base64 objects. *tensor_bytes receives what
+ * the tensors take decoded (4 bytes a number, 2 a bf16 value). */
+static char *json_upload(int layers, size_t *len, double *tensor_bytes) {
+    const char *mods[4] = {"gate_up_proj.lora_A", "gate_up_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B"};
+    const int64_t shapes[4][2] = {{MR, MH}, {MN * 2 * MF, MR}, {MR, MN * MF}, {MH, MR}};
+    ls_buf b;
+    ls_buf_init(&b);
+    ls_buf_printf(&b, "{\"format\": \"peft\", \"config\": {\"r\": %d, \"lora_alpha\": %d}, \"tensors\": {", MR, MR);
+    uint64_t rng = 11;
+    *tensor_bytes = 0;
+    for (int l = 0; l < layers; l++)
+        for (int k = 0; k < 4; k++) {
+            ls_buf_printf(&b, "%s\"model.layers.%d.mlp.shared_experts.%s.weight\": ", l || k ? ", " : "", l, mods[k]);
+            const size_t count = (size_t)(shapes[k][0] * shapes[k][1]);
+            if (k < 2) {
+                for (int64_t i = 0; i < shapes[k][0]; i++) {
+                    ls_buf_append(&b, i ? ",[" : "[[", i ? 2 : 2);
+                    for (int64_t j = 0; j < shapes[k][1]; j++) {
+                        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                        /* Eighths from -1 to 1: short numbers, as a trained
+                         * adapter's are not, make the tree's cost show. */
+                        ls_buf_printf(&b, "%s%g", j ? "," : "", (double)((int)(rng >> 59) - 8) / 8.0);
+                    }
+                    ls_buf_append(&b, "]", 1);
+                }
+                ls_buf_append(&b, "]", 1);
+                *tensor_bytes += 4.0 * (double)count;
+            } else {
+                uint16_t *v = malloc(count * 2);
+                assert_non_null(v);
+                for (size_t i = 0; i < count; i++) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    v[i] = ls_f32_to_bf16(((float)(rng >> 40) / 16777216.0f - 0.5f) * 0.02f);
+                }
+                char *data = ls_base64_encode((const uint8_t *)v, count * 2);
+                assert_non_null(data);
+                ls_buf_printf(&b, "{\"dtype\": \"bf16\", \"shape\": [%lld, %lld], \"data\": \"%s\"}",
+                              (long long)shapes[k][0], (long long)shapes[k][1], data);
+                free(data);
+                free(v);
+                *tensor_bytes += 2.0 * (double)count;
+            }
+        }
+    ls_buf_append(&b, "}}", 2);
+    char *text = ls_buf_take(&b, len);
+    assert_non_null(text);
+    return text;
+}
+
+/* n validations of body at once: the peak RSS growth (bytes), and the
+ * normalised adapter's bytes from a reply. */
+static double validate_at_once(const ls_test_server *s, const char *body, int n, double *normalised) {
+    const int pid = ls_test_server_pid(s);
+    reset_peak(pid);
+    const long before = proc_kib(pid, "VmHWM");
+    call calls[4];
+    for (int i = 0; i < n; i++) calls[i] = (call){.srv = s, .path = "/adapters/validate", .body = body};
+    run_calls(calls, n);
+    const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+    for (int i = 0; i < n; i++) {
+        if (calls[i].status != 200) fprintf(stderr, "validate: %ld %.300s\n", calls[i].status, calls[i].reply);
+        assert_int_equal(calls[i].status, 200);
+        json_t *j = json_loads(calls[i].reply, 0, NULL);
+        assert_non_null(j);
+        *normalised = (double)json_integer_value(json_object_get(j, "bytes"));
+        json_decref(j);
+        free(calls[i].reply);
+    }
+    return grew;
+}
+
+/* A JSON adapter upload became a jansson tree of the whole body: a
+ * 64 MB POST /adapters/validate peaked at 1.6 GB (4 at once, 5.6 GB),
+ * and 255 MB left 4.5 GB resident after. The body is now read in one
+ * pass with every tensor going straight into its buffer: an upload holds
+ * its body, its tensors as decoded, and the normalised adapter, at most
+ * body + tensors + normalised + 32 MiB (docs/api.md), each of 4 at once
+ * as much, and gives it back after the reply. */
+static void test_json_upload_peak_memory(void **state) {
+    (void)state;
+    enum { LAYERS = 16 };
+    char asan[512];
+    const char *env[] = {no_quarantine(asan, sizeof asan), NULL};
+    const char *args[] = {"--demo", "--experts", "2", "--hidden", "1024", "--intermediate", "512", "--layers", "16",
+                          "--max-rank", "64", "--slots", "2", NULL};
+    ls_test_server *s = ls_test_server_start_env(args, env);
+    assert_non_null(s);
+    size_t body_len, small_len;
+    double tensors, small_tensors, normalised = 0;
+    char *body = json_upload(LAYERS, &body_len, &tensors);
+    /* Warm up (worker stacks, the reader's first allocations) on a small
+     * upload: the same adapter cut to its first layer, as the server
+     * sees any body. */
+    char *small = json_upload(1, &small_len, &small_tensors);
+    validate_at_once(s, small, 4, &normalised);
+    free(small);
+    const int pid = ls_test_server_pid(s);
+    const long rss0 = proc_kib(pid, "VmRSS");
+    const double one = validate_at_once(s, body, 1, &normalised);
+    const double bound = (double)body_len + tensors + normalised + 32 * MIB;
+    print_message("JSON upload of %.1f MiB (tensors %.1f MiB decoded, %.1f MiB normalised): peak RSS +%.1f MiB "
+                  "(bound %.1f MiB)\n", (double)body_len / MIB, tensors / MIB, normalised / MIB, one / MIB, bound / MIB);
+    assert_true(one <= bound);
+    const double four = validate_at_once(s, body, 4, &normalised);
+    const double bound4 = 4 * ((double)body_len + tensors + normalised) + 32 * MIB;
+    print_message("four at once: peak RSS +%.1f MiB (bound %.1f MiB)\n", four / MIB, bound4 / MIB);
+    assert_true(four <= bound4);
+    /* Given back after the replies (a moment after the client has read
+     * them all). */
+    long after = proc_kib(pid, "VmRSS");
+    for (int i = 0; i < 50 && (double)(after - rss0) * 1024.0 > (double)body_len; i++) {
+        usleep(100000);
+        after = proc_kib(pid, "VmRSS");
+    }
+    print_message("RSS after: %+.1f MiB\n", (double)(after - rss0) / 1024.0);
+    assert_true((double)(after - rss0) * 1024.0 <= (double)body_len);
+    free(body);
+    assert_int_equal(ls_test_server_stop(s), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_adapter_files),
         cmocka_unit_test(test_autoload_forward_keeps_host_cap),
         cmocka_unit_test(test_state_dir_forward_keeps_host_cap),
         cmocka_unit_test(test_queue_budget_counts_adapters),
+        cmocka_unit_test(test_json_upload_peak_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
