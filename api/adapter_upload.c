@@ -1,6 +1,8 @@
 /* Adapter uploads in their three ways in, reduced to one ls_adapter_upload:
  * a path or tensors, and parameters; nothing read from disk and nothing
- * validated beyond the wire format (lora/loader does both). */
+ * validated beyond the wire format (lora/loader does both). A JSON body
+ * is read in one pass (api/json_reader.h), its tensors straight into
+ * their buffers: no tree of JSON values is built of it. */
 #include "api/adapter_upload.h"
 
 #include <jansson.h>
@@ -13,7 +15,6 @@
 #include "api/json_reader.h"
 #include "api/json_tensor.h"
 #include "common/text.h"
-#include "format/json.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 

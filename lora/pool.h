@@ -161,9 +161,10 @@ int ls_pool_read_budget(const ls_pool *p);
 
 /* What a forward over names[T] may hold, now, in host copies it reads:
  * for each distinct name neither resident nor in the host tier, its
- * bytes (a name not registered, which --auto-load may read, counts as
- * the largest adapter the pool takes), at most ls_pool_read_budget of
- * them (each counted at the largest). 0 when names is NULL. */
-size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names);
+ * bytes, and with unregistered (--auto-load may read them) for a name not
+ * registered the largest adapter the pool takes; at most
+ * ls_pool_read_budget of them (each counted at the largest). 0 when
+ * names is NULL. */
+size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered);
 
 #endif

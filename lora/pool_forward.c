@@ -319,7 +319,7 @@ static size_t ls_fwd_max_adapter_bytes(const ls_pool *p) {
     return (size_t)p->dims.L * (ls_pool_layout(&p->dims, &p->pd).total * sizeof(float) + sizeof(bool));
 }
 
-size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names) {
+size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered) {
     if (!names) return 0;
     size_t largest = 0;
     int count = 0;
@@ -327,7 +327,7 @@ size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names) {
     for (int t = 0; t < T; t++) {
         if (!names[t] || (t > 0 && names[t - 1] && !strcmp(names[t], names[t - 1]))) continue;
         const ls_pool_entry *e = ls_registry_find(p, names[t]);
-        if (e && (e->host_data || e->slot >= 0)) continue;
+        if ((e && (e->host_data || e->slot >= 0)) || (!e && !unregistered)) continue;
         const size_t bytes = e ? e->meta.bytes : ls_fwd_max_adapter_bytes(p);
         if (bytes > largest) largest = bytes;
         count++;

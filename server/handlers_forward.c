@@ -186,7 +186,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
          * (429). */
         const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
         const unsigned long long adapters =
-            ls_pool_forward_read_bytes(srv->pool, fj->fr.T, (const char *const *)fj->fr.names);
+            ls_pool_forward_read_bytes(srv->pool, fj->fr.T, (const char *const *)fj->fr.names, srv->autoload != NULL);
         const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
                                          T * (sizeof(char *) + sizeof(ls_pool_used) + 32) + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;

@@ -228,7 +228,10 @@ static void test_forward_keeps_host_tier_cap(void **state) {
     /* What the forward may hold is counted before it runs: ten of the
      * twelve are neither resident nor in the tier, at most two at once. */
     ls_adapter_info a0 = pc_describe(f.p, "a0");
-    assert_int_equal(ls_pool_forward_read_bytes(f.p, T, names), 2 * a0.meta.bytes);
+    assert_int_equal(ls_pool_forward_read_bytes(f.p, T, names, false), 2 * a0.meta.bytes);
+    const char *unknown[2] = {"nobody", "a0"};
+    assert_int_equal(ls_pool_forward_read_bytes(f.p, 2, unknown, false), a0.meta.bytes);
+    assert_true(ls_pool_forward_read_bytes(f.p, 2, unknown, true) >= 2 * a0.meta.bytes);
     ls_pool_used used[T];
     int n_used;
     float y[T * 6], y1[6], x[T * 6], g[T * 2];
