@@ -39,7 +39,7 @@ static ls_status ls_upload_set_name(ls_adapter_upload *up, const char *name, boo
         return ls_error_set(err, LS_INVALID_REQUEST,
                             "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
                             "\"%.140s\" is not a valid adapter name", name);
-    snprintf(up->name, sizeof up->name, "%s", name);
+    memcpy(up->name, name, strlen(name) + 1); /* a valid name fits: at most 128 bytes */
     return LS_OK;
 }
 

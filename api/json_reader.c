@@ -332,11 +332,13 @@ static uint64_t ls_jr_keys_hash(const char *key, size_t len) {
     static _Atomic uint64_t seed;
     uint64_t h = atomic_load(&seed);
     if (!h) {
+        /* The first caller's draw wins, so every set sees one start. */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&seed;
-        h = ls_splitmix64(&s) | 1;
-        atomic_store(&seed, h);
+        uint64_t none = 0;
+        atomic_compare_exchange_strong(&seed, &none, ls_splitmix64(&s) | 1);
+        h = atomic_load(&seed);
     }
     for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
     return h;
