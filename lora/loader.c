@@ -142,10 +142,16 @@ static bool ls_loader_pread(int fd, uint8_t *buf, size_t len, off_t off, const c
     while (got < len) {
         ssize_t r = pread(fd, buf + got, len - got, off + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
+        if (r < 0) {
+            /* The disk failed: nothing to fix in the file's name, nothing
+             * to remember against it. */
             char ebuf[128];
-            ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot read %s: %s", shown,
-                         r < 0 ? strerror_r(errno, ebuf, sizeof ebuf) : "it was cut short while read");
+            ls_error_set(err, LS_INTERNAL, "the adapter file could not be read now; retry, and check the disk",
+                         "cannot read %s: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
+            return false;
+        }
+        if (r == 0) {
+            ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot read %s: it was cut short while read", shown);
             return false;
         }
         got += (size_t)r;

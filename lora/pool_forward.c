@@ -77,7 +77,9 @@ static ls_status ls_fwd_run(ls_pool *p, const ls_fwd *f, int layer, const float 
  * resident join first (so none of them is evicted for another), then as
  * many others with a host copy as slots can be had for, in order of
  * first appearance (one without waits for a group whose copies are read
- * back first). Returns the group's size. */
+ * back first; only when nothing else can run, as when another forward
+ * evicted one read ahead for this group, is one read under the backend
+ * lock). Returns the group's size. */
 static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
     uint64_t group = ++p->marks;
     int size = 0;
@@ -93,7 +95,7 @@ static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
     }
     for (int d = 0; d < f->D; d++) {
         ls_pool_entry *e = f->ent[d];
-        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0 || !e->host_data) continue;
+        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0 || (!e->host_data && size > 0)) continue;
         int s = ls_policy_take_slot(p, e, group);
         if (s < 0) break;
         f->state[d] = LS_FWD_IN_GROUP;
