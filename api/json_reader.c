@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/text.h"
 
@@ -25,6 +27,13 @@ bool ls_jr_fail(ls_jr *r, const char *what) {
         r->at = (size_t)(r->p - r->start);
         snprintf(r->message, sizeof r->message, "%s", what);
     }
+    return false;
+}
+
+bool ls_jr_fail_oom(ls_jr *r) {
+    bool first = !r->failed;
+    ls_jr_fail(r, "out of memory");
+    if (first) r->oom = true;
     return false;
 }
 
@@ -292,3 +301,141 @@ static bool ls_jr_skip_depth(ls_jr *r, int depth) {
 }
 
 bool ls_jr_skip(ls_jr *r) { return ls_jr_skip_depth(r, r->depth + 1); }
+
+bool ls_jr_number_strict(ls_jr *r, double *val, bool *is_int, long long *ival) {
+    ls_jr_peek(r);
+    const char *from = r->p;
+    if (!ls_jr_number(r, val, is_int, ival)) return false;
+    bool integral = true;
+    for (const char *q = from; q < r->p; q++)
+        if (*q == '.' || *q == 'e' || *q == 'E') integral = false;
+    if (integral && !*is_int) {
+        r->p = from;
+        return ls_jr_fail(r, "too big integer");
+    }
+    if (*is_int) *val = (double)*ival;
+    return true;
+}
+
+void ls_jr_keys_init(ls_jr_keys *k) { memset(k, 0, sizeof *k); }
+
+void ls_jr_keys_free(ls_jr_keys *k) {
+    for (size_t i = 0; i < k->cap; i++) free(k->keys[i]);
+    free(k->keys);
+    free(k->lens);
+    memset(k, 0, sizeof *k);
+}
+
+/* FNV-1a of key[len] from a start drawn once per process, so that a
+ * client cannot pick keys that all fall in one chain. */
+static uint64_t ls_jr_keys_hash(const char *key, size_t len) {
+    static _Atomic uint64_t seed;
+    uint64_t h = atomic_load(&seed);
+    if (!h) {
+        /* The first caller's draw wins, so every set sees one start. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&seed;
+        uint64_t none = 0;
+        atomic_compare_exchange_strong(&seed, &none, ls_splitmix64(&s) | 1);
+        h = atomic_load(&seed);
+    }
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of key in a table of cap (a power of two) slots: where it is,
+ * or the empty one where it would go. */
+static size_t ls_jr_keys_slot(char **keys, const size_t *lens, size_t cap, const char *key, size_t len) {
+    size_t i = (size_t)ls_jr_keys_hash(key, len) & (cap - 1);
+    while (keys[i] && !(lens[i] == len && !memcmp(keys[i], key, len))) i = (i + 1) & (cap - 1);
+    return i;
+}
+
+/* Doubles the table (at most half full after). False when out of memory. */
+static bool ls_jr_keys_grow(ls_jr_keys *k) {
+    size_t cap = k->cap ? k->cap * 2 : 16;
+    char **keys = calloc(cap, sizeof *keys);
+    size_t *lens = calloc(cap, sizeof *lens);
+    if (!keys || !lens) {
+        free(keys);
+        free(lens);
+        return false;
+    }
+    for (size_t i = 0; i < k->cap; i++) {
+        if (!k->keys[i]) continue;
+        size_t j = ls_jr_keys_slot(keys, lens, cap, k->keys[i], k->lens[i]);
+        keys[j] = k->keys[i];
+        lens[j] = k->lens[i];
+    }
+    free(k->keys);
+    free(k->lens);
+    k->keys = keys, k->lens = lens, k->cap = cap;
+    return true;
+}
+
+int ls_jr_keys_add(ls_jr_keys *k, const char *key, size_t len) {
+    if ((k->n + 1) * 2 > k->cap && !ls_jr_keys_grow(k)) return -1;
+    size_t i = ls_jr_keys_slot(k->keys, k->lens, k->cap, key, len);
+    if (k->keys[i]) return 0;
+    char *copy = malloc(len + 1);
+    if (!copy) return -1;
+    memcpy(copy, key, len);
+    copy[len] = '\0';
+    k->keys[i] = copy;
+    k->lens[i] = len;
+    k->n++;
+    return 1;
+}
+
+char *ls_jr_string_dup(ls_jr *r, size_t *len) {
+    ls_jr_peek(r);
+    const char *at = r->p;
+    if (!ls_jr_string(r, NULL, 0, len)) return NULL;
+    char *s = malloc(*len + 1);
+    if (!s) {
+        ls_jr_fail_oom(r);
+        return NULL;
+    }
+    r->p = at;
+    ls_jr_string(r, s, *len + 1, NULL);
+    return s;
+}
+
+static bool ls_jr_skip_strict_depth(ls_jr *r, int depth) {
+    char c = ls_jr_peek(r);
+    if (c == '{' || c == '[') {
+        if (depth > LS_JR_MAX_DEPTH) return ls_jr_fail(r, "maximum parsing depth reached");
+        const char close = c == '{' ? '}' : ']';
+        r->p++;
+        if (ls_jr_peek(r) == close) return ls_jr_punct(r, close);
+        ls_jr_keys keys;
+        ls_jr_keys_init(&keys);
+        bool ok = true;
+        do {
+            if (c == '{') {
+                size_t len;
+                char *key = ls_jr_string_dup(r, &len);
+                int added = key ? ls_jr_keys_add(&keys, key, len) : 1;
+                free(key);
+                if (!key || !ls_jr_punct(r, ':')) ok = false;
+                else if (added < 0) ok = ls_jr_fail_oom(r);
+                else if (added == 0) ok = ls_jr_fail(r, "duplicate object key");
+            }
+            if (ok) ok = ls_jr_skip_strict_depth(r, depth + 1);
+        } while (ok && ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+        ls_jr_keys_free(&keys);
+        return ok && ls_jr_punct(r, close);
+    }
+    if (c == '"') return ls_jr_string(r, NULL, 0, NULL);
+    if (c == 't' || c == 'f' || c == 'n') {
+        char w;
+        return ls_jr_literal(r, &w);
+    }
+    double d;
+    bool is_int;
+    long long v;
+    return ls_jr_number_strict(r, &d, &is_int, &v);
+}
+
+bool ls_jr_skip_strict(ls_jr *r) { return ls_jr_skip_strict_depth(r, r->depth + 1); }

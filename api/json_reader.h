@@ -1,8 +1,8 @@
 /* A strict one-pass JSON reader (RFC 8259, as jansson reads it: UTF-8
- * strings without NUL, duplicate keys left to the caller) for bodies too
- * large to hold as a tree of JSON values: the caller pulls one token at a
- * time and keeps only what it needs (a number costs it 4 bytes as a
- * float, not a JSON value). */
+ * strings without NUL, duplicate keys left to the caller or refused by
+ * the strict helpers below) for bodies too large to hold as a tree of
+ * JSON values: the caller pulls one token at a time and keeps only what
+ * it needs (a number costs it 4 bytes as a float, not a JSON value). */
 #ifndef LS_API_JSON_READER_H
 #define LS_API_JSON_READER_H
 
@@ -15,6 +15,7 @@ typedef struct {
     const char *start, *p, *end;
     int depth;         /* arrays and objects the caller has entered itself (ls_jr_skip counts from there) */
     bool failed;       /* a syntax error was met; every call after it fails */
+    bool oom;          /* with failed: memory ran out (not the text's fault) */
     char message[160]; /* what it was */
     size_t at;         /* its byte offset */
 } ls_jr;
@@ -51,5 +52,39 @@ bool ls_jr_at_end(ls_jr *r);
 
 /* Marks a syntax error at the current position (first one wins). */
 bool ls_jr_fail(ls_jr *r, const char *what);
+/* Marks running out of memory: the read stops as on a syntax error,
+ * with oom set. */
+bool ls_jr_fail_oom(ls_jr *r);
+
+/* ---- as jansson reads it, for bodies that must be refused exactly as a
+ * jansson parse with JSON_REJECT_DUPLICATES refused them ---------------- */
+
+/* ls_jr_number, and an integer (no fraction, no exponent) past 64 bits
+ * is a syntax error ("too big integer"), as jansson has it. *val is
+ * the number as jansson gives it: an integer's exact value (so -0 is 0). */
+bool ls_jr_number_strict(ls_jr *r, double *val, bool *is_int, long long *ival);
+
+/* A set of strings (object keys), to refuse a key given twice. */
+typedef struct {
+    char **keys;   /* owned, open addressing; NULL = empty slot */
+    size_t *lens;
+    size_t cap, n;
+} ls_jr_keys;
+
+void ls_jr_keys_init(ls_jr_keys *k);
+void ls_jr_keys_free(ls_jr_keys *k);
+/* Adds key[len] (copied): 1 when new, 0 when already there, -1 when out
+ * of memory. */
+int ls_jr_keys_add(ls_jr_keys *k, const char *key, size_t len);
+
+/* The string at r decoded into a new buffer of *len bytes and a NUL
+ * (the caller's to free). NULL when r failed (bad syntax, or out of
+ * memory: oom set). */
+char *ls_jr_string_dup(ls_jr *r, size_t *len);
+
+/* ls_jr_skip that reads numbers with ls_jr_number_strict and refuses a
+ * key given twice in any object ("duplicate object key"); the nesting
+ * limit counts containers only, from depth. */
+bool ls_jr_skip_strict(ls_jr *r);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "api/json_reader.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/tensor.h"
@@ -15,6 +16,18 @@
  * LS_INVALID_REQUEST (LS_INVALID_SHAPE for a ragged array); a base64
  * payload whose size disagrees with its shape is LS_INVALID_SHAPE. */
 ls_status ls_json_tensor_parse(const json_t *j, const char *what, ls_tensor *out, ls_error *err);
+
+/* The same read from the text at r (one JSON value), with no JSON value
+ * built: a nested array's numbers go straight into the tensor's floats,
+ * a base64 object's data is decoded from the text (api/
+ * json_tensor_read.c). For any value it gives what ls_json_tensor_parse
+ * gives for that value parsed by jansson with JSON_REJECT_DUPLICATES:
+ * the same tensor into *out, or the same first problem (status and
+ * message) into err with *out empty and r past the value. False only
+ * when r failed: the text is not JSON as jansson reads it (a key given
+ * twice, an integer past 64 bits), or memory ran out (r->oom); *out is
+ * then empty. */
+bool ls_json_tensor_read(ls_jr *r, const char *what, ls_tensor *out, ls_error *err);
 
 /* Dumps j compactly and drops the reference: the caller frees the text.
  * NULL when j is NULL or on out of memory. */

@@ -55,6 +55,7 @@ typedef struct {
     char adapters[LS_CONFIG_ADAPTERS_MAX]; /* --adapter NAME=PATH[,pinned], one per line; ls_config_adapter_next */
     bool strict_adapters;
     bool auto_load; /* forwards register adapters found in adapter_dir by name */
+    int max_adapter_mb; /* largest adapter file read from adapter_dir, MiB */
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
     int max_batch_tokens;

@@ -115,6 +115,8 @@ const ls_setting ls_settings[] = {
     STR("state-dir", state_dir, 0, "", "DIR",
         "keep every acknowledged adapter here and restore them at start; \"\" = none"),
     BOOL("strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
+    INT("max-adapter-mb", max_adapter_mb, 1, 1048576, "4096",
+        "largest adapter file read from --adapter-dir, MiB; checked from its size before any read (413 past it)"),
     INT("max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
     {.name = "api-key", .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
      .help = "require Authorization: Bearer KEY; \"\" = no auth", .secret = true},

@@ -400,6 +400,31 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
     return st;
 }
 
+ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, size_t *header_len, ls_error *err) {
+    *header_len = 0;
+    uint64_t n = 0;
+    if (!ls_st_header_length(first, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
+    *header_len = (size_t)n;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err) {
+    uint64_t n = 0;
+    if (!ls_st_header_length(head, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
+    if (head_len < LS_ST_LEN_FIELD + n)
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: %zu header bytes given, %llu needed", head_len,
+                            (unsigned long long)(LS_ST_LEN_FIELD + n));
+    json_t *root = NULL;
+    if (!ls_st_header_json((const char *)head + LS_ST_LEN_FIELD, (size_t)n, &root, err)) return LS_SAFETENSORS_INVALID;
+    ls_st_entry *ents = NULL;
+    size_t count = 0;
+    const json_t *meta = NULL;
+    ls_status st = ls_st_collect(root, file_len - LS_ST_LEN_FIELD - n, &ents, &count, &meta, err);
+    free(ents);
+    json_decref(root);
+    return st;
+}
+
 /* ---- reading from a file: the header, then only the ranges wanted ---- */
 
 /* pread of exactly len bytes at off, retried on EINTR and short reads;

@@ -20,6 +20,17 @@
  * failure out is left empty. */
 ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err);
 
+/* A file checked before its data is read, in two steps and with the
+ * messages ls_safetensors_parse gives. First the length field: first
+ * holds min(file_len, 8) bytes of a file of file_len bytes; on success
+ * *header_len is N, the header's length, within the limit and the file. */
+ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, size_t *header_len, ls_error *err);
+/* Then the header: head holds the file's first head_len >= 8 + N bytes;
+ * its JSON, every entry and the tiling of the data section (file_len -
+ * 8 - N bytes) are checked, every violation in err. Nothing of the data
+ * section is needed. */
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err);
+
 /* One tensor of a safetensors file as its header describes it: where its
  * bytes lie in the file (none are read). */
 typedef struct {

@@ -1,6 +1,8 @@
 /* Adapter sources to normalised adapters: paths opened beneath the
  * adapter directory's descriptor, PEFT directories and .safetensors files
- * read whole, the merge of stated over own parameters, normalisation. */
+ * checked from their size and header and then read whole, failures of a
+ * file remembered by its identity, the merge of stated over own
+ * parameters, normalisation. */
 #include "lora/loader.h"
 
 #include <errno.h>
@@ -11,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/file.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
+#include "lora/loader_memo.h"
 
 /* adapter_config.json is small; anything larger is not one. */
 #define LS_LOADER_CONFIG_MAX (1u << 20)
@@ -39,14 +43,24 @@ ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the adapter directory %.200s cannot be resolved", dir);
     }
     snprintf(ld->root, sizeof ld->root, "%s", real);
+    if (!(ld->memo = ls_loader_memo_create())) {
+        close(fd);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory opening the adapter directory");
+    }
     ld->dirfd = fd;
+    ld->max_file_bytes = (size_t)LS_LOADER_MAX_FILE_MB_DEFAULT << 20;
+    ld->memo_settle_ms = LS_LOADER_MEMO_SETTLE_MS;
     return LS_OK;
 }
 
 void ls_loader_close(ls_loader *ld) {
     if (ld->dirfd >= 0) close(ld->dirfd);
     ld->dirfd = -1;
+    ls_loader_memo_free(ld->memo);
+    ld->memo = NULL;
 }
+
+unsigned long long ls_loader_file_reads(const ls_loader *ld) { return ld->memo ? ls_loader_memo_reads(ld->memo) : 0; }
 
 ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, size_t out_len, ls_error *err) {
     const char *rel = path;
@@ -92,66 +106,154 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
     return -1;
 }
 
-/* Reads name (a regular file) beneath dirfd whole into *bytes. */
-static ls_status ls_loader_read_file(int dirfd, const char *name, const char *shown, size_t max, ls_status code,
-                                     uint8_t **bytes, size_t *len, ls_error *err) {
+/* Opens name (a file of the PEFT directory dirfd) and fstats it into sb. */
+static int ls_loader_open_file(int dirfd, const char *name, const char *shown, struct stat *sb, ls_error *err) {
     int fd = ls_loader_open_at(dirfd, name, shown, O_RDONLY, NULL, err);
-    if (fd < 0) return err->code;
-    ls_status st = ls_file_read_fd(fd, max, bytes, len, shown, code, err);
-    close(fd);
+    if (fd >= 0 && fstat(fd, sb) != 0) {
+        close(fd);
+        ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", shown);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads a PEFT directory's adapter_config.json (fd) into own. */
+static ls_status ls_loader_read_config(int fd, const char *shown, ls_adapter_params *own, ls_error *err) {
+    uint8_t *text = NULL;
+    size_t tlen = 0;
+    ls_status st = ls_file_read_fd(fd, LS_LOADER_CONFIG_MAX, &text, &tlen, shown, LS_ADAPTER_CONFIG_INVALID, err);
+    if (st != LS_OK) return st;
+    char *nul = realloc(text, tlen + 1); /* as text: NUL-terminated */
+    if (nul) {
+        nul[tlen] = '\0';
+        text = (uint8_t *)nul;
+        st = ls_adapter_config_parse_text(nul, own, err);
+    } else {
+        st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", shown);
+    }
+    free(text);
     return st;
 }
 
-/* Reads rel (PEFT directory or .safetensors file) beneath the adapter
- * directory: fills tensors (borrowing from *bytes, the caller's to free
- * after them) and what the adapter says of itself. *absent as for
- * ls_adapter_origin. */
-static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter_params *own, ls_tensor_set *tensors,
-                                uint8_t **bytes, bool *absent, ls_error *err) {
-    *bytes = NULL;
-    int fd = ls_loader_open_at(ld->dirfd, rel, rel, O_RDONLY, absent, err);
-    if (fd < 0) return err->code;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        close(fd);
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", rel);
-    }
-    size_t len = 0;
-    ls_status st;
-    const bool peft_dir = S_ISDIR(sb.st_mode);
-    char shown[LS_LOADER_PATH_MAX + 64];
-    if (peft_dir) {
-        /* Both files are opened beneath the directory just opened, so a
-         * directory swapped after that cannot redirect them. */
-        uint8_t *text = NULL;
-        size_t tlen = 0;
-        snprintf(shown, sizeof shown, "%s/adapter_config.json", rel);
-        st = ls_loader_read_file(fd, "adapter_config.json", shown, LS_LOADER_CONFIG_MAX, LS_ADAPTER_CONFIG_INVALID,
-                                 &text, &tlen, err);
-        if (st == LS_OK) {
-            char *nul = realloc(text, tlen + 1); /* as text: NUL-terminated */
-            if (nul) {
-                nul[tlen] = '\0';
-                text = (uint8_t *)nul;
-                st = ls_adapter_config_parse_text(nul, own, err);
-            } else {
-                st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", shown);
-            }
-            free(text);
+/* Reads exactly len bytes of fd at off into buf; false on a short read
+ * (the file was cut meanwhile) or an error, with err set. */
+static bool ls_loader_pread(int fd, uint8_t *buf, size_t len, off_t off, const char *shown, ls_error *err) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, buf + got, len - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            /* The disk failed: nothing to fix in the file's name, nothing
+             * to remember against it. */
+            char ebuf[128];
+            ls_error_set(err, LS_INTERNAL, "the adapter file could not be read now; retry, and check the disk",
+                         "cannot read %s: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
+            return false;
         }
-        own->format = LS_ADAPTER_FORMAT_PEFT;
-        snprintf(shown, sizeof shown, "%s/adapter_model.safetensors", rel);
-        if (st == LS_OK)
-            st = ls_loader_read_file(fd, "adapter_model.safetensors", shown, SIZE_MAX, LS_INVALID_REQUEST, bytes,
-                                     &len, err);
-    } else {
-        snprintf(shown, sizeof shown, "%s", rel);
-        st = ls_file_read_fd(fd, SIZE_MAX, bytes, &len, shown, LS_INVALID_REQUEST, err);
+        if (r == 0) {
+            ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot read %s: it was cut short while read", shown);
+            return false;
+        }
+        got += (size_t)r;
     }
-    close(fd);
+    return true;
+}
+
+/* A safetensors file checked before its data is read: its size against
+ * the cap (from fstat, before any read), then its header (length field,
+ * JSON, offsets against the size). A file that fails either is never read
+ * whole. */
+static ls_status ls_loader_check_file(const ls_loader *ld, int fd, const struct stat *sb, const char *shown,
+                                      ls_error *err) {
+    if (!S_ISREG(sb->st_mode)) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not a regular file", shown);
+    const uint64_t size = (uint64_t)sb->st_size;
+    if (size > ld->max_file_bytes)
+        return ls_error_set(err, LS_PAYLOAD_TOO_LARGE,
+                            "raise --max-adapter-mb, or give an adapter that holds fewer factors",
+                            "adapter file %.200s is %.1f MiB, over the limit of %zu MiB (--max-adapter-mb)", shown,
+                            (double)size / 1048576.0, ld->max_file_bytes >> 20);
+    ls_loader_memo_count_read(ld->memo);
+    uint8_t first[8];
+    const size_t n_first = size < sizeof first ? (size_t)size : sizeof first;
+    size_t n = 0;
+    if (!ls_loader_pread(fd, first, n_first, 0, shown, err)) return err->code;
+    ls_status st = ls_safetensors_header_len(first, size, &n, err);
+    if (st != LS_OK) return st;
+    uint8_t *head = malloc(8 + n);
+    if (!head) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the %zu-byte header of %s", n, shown);
+    if (ls_loader_pread(fd, head, 8 + n, 0, shown, err)) st = ls_safetensors_check_header(head, 8 + n, size, err);
+    else st = err->code;
+    free(head);
+    return st;
+}
+
+/* A path opened: the descriptors of its safetensors file and (PEFT
+ * directory) of its config, and what identifies them. */
+typedef struct {
+    int dir_fd, model_fd, config_fd;
+    bool peft_dir;
+    struct stat model_sb;
+    ls_loader_print print;
+    char shown[LS_LOADER_PATH_MAX + 64]; /* the safetensors file, as messages name it */
+} ls_loader_files;
+
+static void ls_loader_files_close(ls_loader_files *f) {
+    if (f->model_fd >= 0 && f->model_fd != f->dir_fd) close(f->model_fd);
+    if (f->config_fd >= 0) close(f->config_fd);
+    if (f->dir_fd >= 0) close(f->dir_fd);
+    f->dir_fd = f->model_fd = f->config_fd = -1;
+}
+
+/* Opens rel beneath the adapter directory: a bare file, or a PEFT
+ * directory whose two files are opened beneath the directory just opened
+ * (so a directory swapped after that cannot redirect them). The config
+ * is read here, before the safetensors file is opened, so a bad config
+ * is named first as it always was. */
+static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_loader_files *f,
+                                      ls_adapter_params *own, bool *absent, ls_error *err) {
+    memset(f, 0, sizeof *f);
+    f->dir_fd = f->model_fd = f->config_fd = -1;
+    f->dir_fd = ls_loader_open_at(ld->dirfd, rel, rel, O_RDONLY, absent, err);
+    if (f->dir_fd < 0) return err->code;
+    struct stat sb;
+    if (fstat(f->dir_fd, &sb) != 0)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", rel);
+    f->peft_dir = S_ISDIR(sb.st_mode);
+    if (!f->peft_dir) {
+        snprintf(f->shown, sizeof f->shown, "%s", rel);
+        f->model_fd = f->dir_fd;
+        f->model_sb = sb;
+        ls_loader_print_set(&f->print, 0, &sb);
+        return LS_OK;
+    }
+    char cfg_shown[LS_LOADER_PATH_MAX + 64];
+    snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);
+    struct stat cfg_sb;
+    f->config_fd = ls_loader_open_file(f->dir_fd, "adapter_config.json", cfg_shown, &cfg_sb, err);
+    if (f->config_fd < 0) return err->code;
+    ls_status st = ls_loader_read_config(f->config_fd, cfg_shown, own, err);
+    own->format = LS_ADAPTER_FORMAT_PEFT;
+    if (st != LS_OK) return st;
+    snprintf(f->shown, sizeof f->shown, "%s/adapter_model.safetensors", rel);
+    f->model_fd = ls_loader_open_file(f->dir_fd, "adapter_model.safetensors", f->shown, &f->model_sb, err);
+    if (f->model_fd < 0) return err->code;
+    ls_loader_print_set(&f->print, 0, &f->model_sb);
+    ls_loader_print_set(&f->print, 1, &cfg_sb);
+    return LS_OK;
+}
+
+/* Reads the opened safetensors file (checked first: size, header) whole
+ * into *bytes and parses it into tensors (borrowing from *bytes, the
+ * caller's to free after them), with what a bare file says of itself. */
+static ls_status ls_loader_read(const ls_loader *ld, ls_loader_files *f, ls_adapter_params *own,
+                                ls_tensor_set *tensors, uint8_t **bytes, ls_error *err) {
+    *bytes = NULL;
+    size_t len = 0;
+    ls_status st = ls_loader_check_file(ld, f->model_fd, &f->model_sb, f->shown, err);
+    if (st == LS_OK) st = ls_file_read_fd(f->model_fd, ld->max_file_bytes, bytes, &len, f->shown, LS_INVALID_REQUEST, err);
     if (st == LS_OK) st = ls_safetensors_parse(*bytes, len, tensors, err);
     /* A PEFT directory's config wins; a bare file carries its own. */
-    if (st == LS_OK && !peft_dir) {
+    if (st == LS_OK && !f->peft_dir) {
         ls_adapter_text_params t = ls_adapter_text_params_meta(tensors, "the file's __metadata__");
         st = ls_adapter_params_from_text(&t, own, err);
         if (st == LS_OK) st = ls_adapter_params_rules_from_meta(tensors, "the file's __metadata__", own, err);
@@ -164,21 +266,61 @@ static ls_status ls_loader_read(const ls_loader *ld, const char *rel, ls_adapter
     return st;
 }
 
+/* Whether a failure is the file's own, to be answered again without
+ * reading the file until it changes: what it holds (422), its size
+ * (413) or what it is (400), and only when its files were the same
+ * after the read as before it and had not changed for a while. A file
+ * written now (as cp writes over one) may be read half written, and a
+ * write within the clock tick of the last one leaves its times as they
+ * were: that failure is not the file's. A server short of memory or
+ * descriptors (500) may pass. */
+static bool ls_loader_memorable(const ls_loader *ld, const ls_loader_files *f, ls_status st) {
+    const int http = ls_status_http(st);
+    if (http != 400 && http != 413 && http != 422) return false;
+    ls_loader_print after;
+    memset(&after, 0, sizeof after);
+    struct stat sb;
+    if (fstat(f->model_fd, &sb) != 0) return false;
+    ls_loader_print_set(&after, 0, &sb);
+    if (f->config_fd >= 0) {
+        if (fstat(f->config_fd, &sb) != 0) return false;
+        ls_loader_print_set(&after, 1, &sb);
+    }
+    if (memcmp(&after, &f->print, sizeof after)) return false;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < (f->config_fd >= 0 ? 2 : 1); i++) {
+        const struct timespec c = after.f[i].ctime;
+        const long long age_ms = ((long long)now.tv_sec - c.tv_sec) * 1000 + (now.tv_nsec - c.tv_nsec) / 1000000;
+        if (age_ms < ld->memo_settle_ms) return false;
+    }
+    return true;
+}
+
 /* Reads rel and normalises it into out with *used: given merged over what
  * the file says (merge), or given as it is (a reload: given already holds
- * what the file said when it was loaded). */
+ * what the file said when it was loaded). A failure of the file itself is
+ * remembered against its identity and these parameters. */
 static ls_status ls_loader_from_path(const ls_loader *ld, const char *rel, const ls_adapter_params *given, bool merge,
                                      ls_adapter_params *used, ls_adapter *out, bool *absent, ls_error *err) {
     ls_adapter_params own = {0};
     ls_tensor_set set;
     ls_tensor_set_init(&set);
-    uint8_t *bytes = NULL;
-    ls_status st = ls_loader_read(ld, rel, &own, &set, &bytes, absent, err);
-    if (st != LS_OK) return st;
-    *used = merge ? ls_adapter_params_merge(&own, given) : *given;
-    st = ls_adapter_normalise(&set, used, &ld->dims, &ld->pool, out, err);
-    ls_tensor_set_free(&set);
-    free(bytes);
+    ls_loader_files f;
+    ls_status st = ls_loader_open_files(ld, rel, &f, &own, absent, err);
+    if (st == LS_OK && !ls_loader_memo_find(ld->memo, rel, &f.print, given, merge, &st, err)) {
+        uint8_t *bytes = NULL;
+        st = ls_loader_read(ld, &f, &own, &set, &bytes, err);
+        if (st == LS_OK) {
+            *used = merge ? ls_adapter_params_merge(&own, given) : *given;
+            st = ls_adapter_normalise(&set, used, &ld->dims, &ld->pool, out, err);
+            ls_tensor_set_free(&set);
+            free(bytes);
+        }
+        if (st != LS_OK && ls_loader_memorable(ld, &f, st))
+            ls_loader_memo_put(ld->memo, rel, &f.print, given, merge, err);
+    }
+    ls_loader_files_close(&f);
     return st;
 }
 

@@ -8,8 +8,9 @@
  *
  * Files are opened beneath the adapter directory's descriptor, every
  * component resolved by the kernel (no '..' above it, no link out of it,
- * no gap between a check and the open), read whole into memory (never
- * mapped: rewriting a file while it is read must not kill the server),
+ * no gap between a check and the open), checked from their size and
+ * header, then read whole into memory (never mapped: rewriting a file
+ * while it is read must not kill the server),
  * and named in messages and in the registry by their path relative to the
  * directory, never by the server's absolute path nor by their bytes. */
 #ifndef LS_LORA_LOADER_H
@@ -24,18 +25,30 @@
 
 #define LS_LOADER_PATH_MAX 4096
 
+/* --max-adapter-mb's default: the largest adapter file read, MiB. */
+#define LS_LOADER_MAX_FILE_MB_DEFAULT 4096
+/* A failed file is remembered only once its change time is this old:
+ * one being written now may have been read half written. */
+#define LS_LOADER_MEMO_SETTLE_MS 2000
+
+struct ls_loader_memo;
+
 typedef struct {
     int dirfd;                       /* the adapter directory; -1 until ls_loader_open */
     char root[LS_LOADER_PATH_MAX];   /* its real path, to accept absolute paths inside it */
     ls_dims dims;
     ls_pool_dims pool;
+    size_t max_file_bytes;           /* a larger safetensors file is refused from its size (--max-adapter-mb) */
+    struct ls_loader_memo *memo;     /* owned: files that failed, by identity (lora/loader_memo.h) */
+    int memo_settle_ms;              /* a file changed more recently is not remembered (tests lower it) */
 } ls_loader;
 
 /* Opens the adapter directory (adapter_dir, "" = the working directory)
- * for loads into a model of dims and a pool of pool. A directory that
- * cannot be opened is LS_INVALID_REQUEST naming it: the server refuses to
- * start rather than fail every later upload. Release with
- * ls_loader_close. */
+ * for loads into a model of dims and a pool of pool, with files up to
+ * LS_LOADER_MAX_FILE_MB_DEFAULT MiB (set max_file_bytes after it to
+ * change that). A directory that cannot be opened is LS_INVALID_REQUEST
+ * naming it: the server refuses to start rather than fail every later
+ * upload. Release with ls_loader_close. */
 ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *dims, const ls_pool_dims *pool,
                          ls_error *err);
 void ls_loader_close(ls_loader *ld);
@@ -56,9 +69,15 @@ typedef struct {
 
 /* Reads, merges and normalises src into out (the caller's,
  * ls_adapter_free) and fills origin. A path that is absent, unreadable
- * or not beneath the adapter directory is LS_INVALID_REQUEST; a bad file
- * or adapter the status of what is wrong (every violation in err). On
- * failure out is empty. */
+ * or not beneath the adapter directory is LS_INVALID_REQUEST; a
+ * safetensors file over max_file_bytes LS_PAYLOAD_TOO_LARGE, from its
+ * size before any read; a bad file or adapter the status of what is
+ * wrong (every violation in err), its header checked before its data is
+ * read. A failure of the file itself (400, 413, 422) is remembered once
+ * the file has not changed for memo_settle_ms: the same path with the
+ * same parameters, while its files keep their identity (device, inode,
+ * size, times), gets the same error without a read. On failure out is
+ * empty. */
 ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_adapter *out, ls_adapter_origin *origin,
                          ls_error *err);
 
@@ -73,5 +92,9 @@ ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, s
  * ls_loader). */
 ls_status ls_loader_reload(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
                            ls_error *err);
+
+/* Safetensors files whose bytes were read (their header at least) since
+ * the loader was opened: what the memory of failures saves. */
+unsigned long long ls_loader_file_reads(const ls_loader *ld);
 
 #endif

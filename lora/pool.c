@@ -57,7 +57,11 @@
  *   read back and checked against its sha256 when it must be made resident
  *   again). An adapter that cannot be read back is never dropped: the
  *   client was told it is stored. When nothing can be dropped the tier
- *   goes over: it is a soft cap.
+ *   goes over: it is a soft cap. The tier is shrunk at every load, at
+ *   every copy read back and after each group of a forward and each
+ *   forward: a forward reads back at most ls_pool_read_budget copies at a
+ *   time and lets its adapters go once their group has run (read, serve,
+ *   drop), so one forward naming many adapters does not fill the tier.
  * - State directory (optional): a load is on disk before it is published
  *   and a delete before the name goes; versions continue from the disk
  *   and from deleted names (version floors), so none is ever reused, and

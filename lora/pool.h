@@ -151,11 +151,28 @@ void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *
 
 /* y[T, H] for tokens whose adapter is names[t] (NULL = base). names
  * itself NULL = all base. Resolves every name first (LS_ADAPTER_NOT_FOUND
- * for an unknown one, nothing run), holds each version for the whole call,
- * makes them resident (evicting as docs/math.md says), in groups when they do
- * not fit at once, and runs the backend forward per group. used receives
- * one entry per distinct adapter (capacity T entries; *n_used set). */
+ * for an unknown one, nothing run) and holds each version until its
+ * tokens have run; makes them resident (evicting as docs/math.md says), in
+ * groups when they do not fit at once, and runs the backend forward per
+ * group. A group's adapters dropped from the host tier are read back
+ * just before it runs, at most ls_pool_read_budget at a time, and the
+ * tier is shrunk to its size after each group: however many adapters a
+ * forward names, it holds no more than that many copies beyond the
+ * tier's size. used receives one entry per distinct adapter (capacity T
+ * entries; *n_used set). */
 ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
                           const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err);
+
+/* The host copies a forward reads back at most at once: --host-cache,
+ * no more than the slots a group can use, at least 1. */
+int ls_pool_read_budget(const ls_pool *p);
+
+/* What a forward over names[T] may hold, now, in host copies it reads:
+ * for each distinct name neither resident nor in the host tier, its
+ * bytes, and with unregistered (--auto-load may read them) for a name not
+ * registered the largest adapter the pool takes; at most
+ * ls_pool_read_budget of them (each counted at the largest). 0 when
+ * names is NULL. */
+size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered);
 
 #endif

@@ -1,7 +1,9 @@
 /* ls_pool_forward: a forward over any mix of adapters. Names are resolved
  * and held in one critical section, the distinct adapters are served in
- * groups that fit into the slots, and each group's tokens go through the
- * backend in chunks of at most max_tokens rows. */
+ * groups that fit into the slots and into the host tier (read, serve,
+ * drop: a group's host copies are read back just before it runs, and its
+ * adapters are let go once it has run), and each group's tokens go
+ * through the backend in chunks of at most max_tokens rows. */
 #include "lora/pool_internal.h"
 
 #include <stdio.h>
@@ -14,11 +16,12 @@ enum { LS_FWD_PENDING, LS_FWD_IN_GROUP, LS_FWD_DONE };
 typedef struct {
     int T, D;
     const int *tok;      /* [T] distinct index per token, -1 = base */
-    ls_pool_entry **ent; /* [D] held entries */
+    ls_pool_entry **ent; /* [D] held entries; NULL once let go (DONE) */
     int *state;          /* [D] LS_FWD_* */
     int *slot;           /* [D] the slot each ran in */
     unsigned char *hit;  /* [D] found resident in its group */
     unsigned char *load; /* [D] to be written for its group */
+    unsigned char *read; /* [D] its host copy was read back by this call */
 } ls_fwd;
 
 static bool ls_fwd_member(const ls_fwd *f, int t, bool with_base) {
@@ -72,8 +75,11 @@ static ls_status ls_fwd_run(ls_pool *p, const ls_fwd *f, int layer, const float 
 
 /* Under be_mu and mu: picks the next group. Pending adapters already
  * resident join first (so none of them is evicted for another), then as
- * many others as slots can be had for, in order of first appearance.
- * Returns the group's size. */
+ * many others with a host copy as slots can be had for, in order of
+ * first appearance (one without waits for a group whose copies are read
+ * back first; only when nothing else can run, as when another forward
+ * evicted one read ahead for this group, is one read under the backend
+ * lock). Returns the group's size. */
 static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
     uint64_t group = ++p->marks;
     int size = 0;
@@ -89,7 +95,7 @@ static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
     }
     for (int d = 0; d < f->D; d++) {
         ls_pool_entry *e = f->ent[d];
-        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0) continue;
+        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0 || (!e->host_data && size > 0)) continue;
         int s = ls_policy_take_slot(p, e, group);
         if (s < 0) break;
         f->state[d] = LS_FWD_IN_GROUP;
@@ -179,6 +185,77 @@ static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, int *tok, const char *con
     return LS_OK;
 }
 
+int ls_pool_read_budget(const ls_pool *p) {
+    int k = p->cfg.host_cache < p->S ? p->cfg.host_cache : p->S;
+    return k < 1 ? 1 : k;
+}
+
+/* Without a lock (mu taken for the look): reads back the host copies of
+ * pending adapters that are neither resident nor in the host tier, in
+ * order of first appearance, until the call holds budget copies it read
+ * and has not served yet (list has room for budget). The next group
+ * takes them; the rest wait for a later one, so the tier never holds
+ * more than budget copies for this call beyond its size. */
+static ls_status ls_fwd_read_ahead(ls_pool *p, ls_fwd *f, int budget, ls_pool_entry **list, ls_error *err) {
+    int held = 0, n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int d = 0; d < f->D; d++)
+        if (f->state[d] == LS_FWD_PENDING && f->read[d]) held++;
+    for (int d = 0; d < f->D && held + n < budget; d++) {
+        const ls_pool_entry *e = f->ent[d];
+        if (f->state[d] != LS_FWD_PENDING || f->read[d] || e->host_data || e->slot >= 0) continue;
+        f->read[d] = 1;
+        list[n++] = f->ent[d];
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n ? ls_policy_reload_held(p, list, n, err) : LS_OK;
+}
+
+/* Under mu: lets go of the adapters of the group that has run (they
+ * are DONE; used, when given, gets their entries), then shrinks the host
+ * tier to its size: what this call read back for them may go now. */
+static void ls_fwd_release_group(ls_pool *p, ls_fwd *f, ls_pool_used *used) {
+    for (int d = 0; d < f->D; d++) {
+        if (f->state[d] != LS_FWD_IN_GROUP) continue;
+        f->state[d] = LS_FWD_DONE;
+        if (used) {
+            snprintf(used[d].name, sizeof used[d].name, "%s", f->ent[d]->name);
+            used[d].version = f->ent[d]->version;
+            used[d].slot = f->slot[d];
+        }
+        ls_registry_release(p, f->ent[d]);
+        f->ent[d] = NULL;
+    }
+    ls_policy_trim_host(p, NULL);
+}
+
+/* One group: planned, its slots written, its tokens run (under be_mu);
+ * *size receives how many adapters it served. */
+static ls_status ls_fwd_group(ls_pool *p, ls_fwd *f, int layer, const float *x, const float *gammas, bool with_base,
+                              float *y, int *size, ls_error *err) {
+    ls_status st = LS_OK;
+    pthread_mutex_lock(&p->be_mu);
+    pthread_mutex_lock(&p->mu);
+    *size = ls_fwd_plan(p, f);
+    pthread_mutex_unlock(&p->mu);
+    int pending = 0;
+    for (int d = 0; d < f->D; d++) pending += f->state[d] == LS_FWD_PENDING;
+    if (pending > 0 && *size == 0) {
+        int d = 0;
+        while (f->state[d] != LS_FWD_PENDING) d++;
+        st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
+                          "no slot for adapter '%s' now: every slot is pinned or holds a deleted or replaced "
+                          "version still in use",
+                          f->ent[d]->name);
+    }
+    if (st == LS_OK) st = ls_fwd_load(p, f, err);
+    /* A group holding every distinct adapter is the first one, which
+     * also carries the base-only tokens: every token, in place. */
+    if (st == LS_OK) st = ls_fwd_run(p, f, layer, x, gammas, with_base, *size == f->D, y, err);
+    pthread_mutex_unlock(&p->be_mu);
+    return st;
+}
+
 /* See pool.h. x, gammas, names borrowed; y and used written by the call. */
 ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
                           const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err) {
@@ -189,6 +266,7 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "forward needs T >= 0 tokens and x, y buffers");
     if (T == 0) return LS_OK;
 
+    const int budget = ls_pool_read_budget(p);
     ls_fwd f = {.T = T};
     int *tok = malloc((size_t)T * sizeof *tok);
     f.ent = malloc((size_t)T * sizeof *f.ent);
@@ -196,51 +274,35 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
     f.slot = malloc((size_t)T * sizeof *f.slot);
     f.hit = malloc((size_t)T);
     f.load = malloc((size_t)T);
+    f.read = calloc((size_t)T, 1);
+    ls_pool_entry **list = malloc((size_t)budget * sizeof *list);
     f.tok = tok;
     ls_status st = LS_OK;
     bool base_pending = false;
-    if (!tok || !f.ent || !f.state || !f.slot || !f.hit || !f.load)
+    if (!tok || !f.ent || !f.state || !f.slot || !f.hit || !f.load || !f.read || !list)
         st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory for a forward of %d tokens", T);
     else
         st = ls_fwd_resolve(p, &f, tok, names, &base_pending, err);
-    /* Dropped host copies are read back here, before the backend lock. */
-    if (st == LS_OK) st = ls_policy_reload_held(p, f.ent, f.D, err);
 
     int pending = f.D;
     while (st == LS_OK && (pending > 0 || base_pending)) {
-        pthread_mutex_lock(&p->be_mu);
-        pthread_mutex_lock(&p->mu);
-        int size = ls_fwd_plan(p, &f);
-        pthread_mutex_unlock(&p->mu);
-        if (pending > 0 && size == 0) {
-            int d = 0;
-            while (f.state[d] != LS_FWD_PENDING) d++;
-            st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
-                              "no slot for adapter '%s' now: every slot is pinned or holds a deleted or replaced "
-                              "version still in use",
-                              f.ent[d]->name);
-        }
-        if (st == LS_OK) st = ls_fwd_load(p, &f, err);
-        /* A group holding every distinct adapter is the first one, which
-         * also carries the base-only tokens: every token, in place. */
-        if (st == LS_OK) st = ls_fwd_run(p, &f, layer, x, gammas, base_pending, size == f.D, y, err);
-        pthread_mutex_unlock(&p->be_mu);
+        /* Dropped host copies are read back here, before the backend
+         * lock, as many as the next group may use. */
+        st = ls_fwd_read_ahead(p, &f, budget, list, err);
+        int size = 0;
+        if (st == LS_OK) st = ls_fwd_group(p, &f, layer, x, gammas, base_pending, y, &size, err);
         base_pending = false;
-        for (int d = 0; d < f.D; d++)
-            if (f.state[d] == LS_FWD_IN_GROUP) f.state[d] = LS_FWD_DONE;
+        pthread_mutex_lock(&p->mu);
+        ls_fwd_release_group(p, &f, used);
+        pthread_mutex_unlock(&p->mu);
         pending -= size;
     }
 
     pthread_mutex_lock(&p->mu);
-    if (st == LS_OK && used) {
-        for (int d = 0; d < f.D; d++) {
-            snprintf(used[d].name, sizeof used[d].name, "%s", f.ent[d]->name);
-            used[d].version = f.ent[d]->version;
-            used[d].slot = f.slot[d];
-        }
-    }
     if (st == LS_OK && n_used) *n_used = f.D;
-    for (int d = 0; d < f.D; d++) ls_registry_release(p, f.ent[d]);
+    for (int d = 0; d < f.D; d++)
+        if (f.ent[d]) ls_registry_release(p, f.ent[d]);
+    ls_policy_trim_host(p, NULL);
     pthread_mutex_unlock(&p->mu);
     free(tok);
     free(f.ent);
@@ -248,5 +310,31 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
     free(f.slot);
     free(f.hit);
     free(f.load);
+    free(f.read);
+    free(list);
     return st;
+}
+
+/* The most host bytes one adapter of this pool can take: every layer at
+ * the pool's rank and outer size. */
+static size_t ls_fwd_max_adapter_bytes(const ls_pool *p) {
+    return (size_t)p->dims.L * (ls_pool_layout(&p->dims, &p->pd).total * sizeof(float) + sizeof(bool));
+}
+
+size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered) {
+    if (!names) return 0;
+    size_t largest = 0;
+    int count = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int t = 0; t < T; t++) {
+        if (!names[t] || (t > 0 && names[t - 1] && !strcmp(names[t], names[t - 1]))) continue;
+        const ls_pool_entry *e = ls_registry_find(p, names[t]);
+        if ((e && (e->host_data || e->slot >= 0)) || (!e && !unregistered)) continue;
+        const size_t bytes = e ? e->meta.bytes : ls_fwd_max_adapter_bytes(p);
+        if (bytes > largest) largest = bytes;
+        count++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    const int budget = ls_pool_read_budget(p);
+    return largest * (size_t)(count < budget ? count : budget);
 }

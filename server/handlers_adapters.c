@@ -52,6 +52,9 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
     if (st == LS_OK) {
         ls_adapter_source src = ls_adapter_upload_source(up);
         if ((st = ls_loader_load(&srv->loader, &src, a, origin, err)) != LS_OK) ls_adapter_upload_free(up);
+        /* Normalised: the uploaded tensors are not needed any more (a
+         * registration may wait for the backend a while). */
+        else ls_tensor_set_free(&up->tensors);
     }
     if (st != LS_OK) ls_count_validation_failure(srv, err);
     return st;

@@ -85,12 +85,19 @@ static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req 
     return LS_OK;
 }
 
+/* Reads (and validates) the files of the adapters the forward names
+ * that are to be loaded, at most ls_pool_read_budget of them: each
+ * waits, normalised in memory, until the load step registers it, so a
+ * forward naming hundreds must not hold them all at once. The load step
+ * reads the rest one at a time as it registers them. */
 ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
     const ls_forward_req *fr = &fj->fr;
+    const int budget = ls_pool_read_budget(fj->srv->pool);
     bool load = false, read = false;
+    int staged = 0;
     ls_error err;
     ls_error_init(&err);
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
+    for (int t = ls_forward_next_run(fr, 0); t < fr->T && staged < budget; t = ls_forward_next_run(fr, t + 1)) {
         ls_autoload_need need;
         if (ls_autoload_read(fj->srv->autoload, fr->names[t], &need, &err) != LS_OK) {
             if (!read) { /* nothing this request read waits to be registered: answer now */
@@ -105,7 +112,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
             break;
         }
         if (need != LS_AUTOLOAD_READY) load = true;
-        if (need == LS_AUTOLOAD_LOAD) read = true;
+        if (need == LS_AUTOLOAD_LOAD) read = true, staged++;
     }
     ls_error_free(&err);
     return load ? LS_FORWARD_LOAD : LS_FORWARD_BATCH;
@@ -172,11 +179,16 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
     }
     if (st == LS_OK) {
         /* What this request holds until it is answered: its body, x,
-         * gammas, y and names. Past the server-wide budget it is refused
-         * before y is allocated, as a full queue refuses (429). */
+         * gammas, y and names, and the host copies of adapters it reads
+         * (dropped from the host tier, or loaded by name), at most the
+         * pool's read budget of them at once. Past the server-wide budget
+         * it is refused before y is allocated, as a full queue refuses
+         * (429). */
         const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
+        const unsigned long long adapters =
+            ls_pool_forward_read_bytes(srv->pool, fj->fr.T, (const char *const *)fj->fr.names, srv->autoload != NULL);
         const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
-                                         T * (sizeof(char *) + sizeof(ls_pool_used) + 32);
+                                         T * (sizeof(char *) + sizeof(ls_pool_used) + 32) + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
         unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
         fj->srv = srv;
@@ -184,9 +196,11 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         if (before + bytes > budget && before > 0) {
             ls_metrics_overload(&srv->metrics);
             st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
-                              "forward requests in flight hold %.1f MiB and this one needs %.1f MiB: together over "
-                              "the %d MiB budget (--max-queue-mb)",
-                              (double)before / 1048576.0, (double)bytes / 1048576.0, srv->cfg.max_queue_mb);
+                              "forward requests in flight hold %.1f MiB and this one needs %.1f MiB (%.1f MiB of it "
+                              "for adapters it reads into host memory): together over the %d MiB budget "
+                              "(--max-queue-mb)",
+                              (double)before / 1048576.0, (double)bytes / 1048576.0, (double)adapters / 1048576.0,
+                              srv->cfg.max_queue_mb);
         }
     }
     if (st == LS_OK) {

@@ -3,6 +3,7 @@
  * flight, free everything, exit 0). Exit 2 for bad settings, 1 when the
  * server cannot start. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,14 @@ static void ls_main_on_signal(int sig) {
 }
 
 int main(int argc, char **argv) {
+#ifdef M_MMAP_THRESHOLD
+    /* A request's large buffers (bodies, tensors, adapters) are mapped
+     * and unmapped whole, so RSS goes back down after a large request.
+     * This is glibc's default threshold, held: glibc raises it after the
+     * first large free (up to 32 MiB), and the worker threads' arenas
+     * then kept the peak of past requests resident. */
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+#endif
     static ls_config cfg;
     char errbuf[512];
     switch (ls_config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf)) {

@@ -113,6 +113,14 @@ def adapter_upload_json():
         "ragged.json": js({"name": "a", "tensors": {"t": [[1, 2], [3]]}}),
         "bad_base64.json": js({"name": "a", "tensors": {"t": {"dtype": "f32", "shape": [1], "data": "AAA="}}}),
         "duplicate.json": b'{"name":"a","name":"b","path":"p"}',
+        # the one-pass reader (api/json_tensor_read.c) against what a parse
+        # of the whole body gave: escaped base64, a ragged array found after
+        # a problem inside it, keys given twice deep in a skipped value, -0
+        "escaped_base64.json": b'{"name":"e","tensors":{"t":{"data":"AAAAAAAA\\/wAAAAAA","shape":[3],"dtype":"f32"}}}',
+        "ragged_inner.json": b'{"name":"r","tensors":{"t":[[1,2],[3,"x",5]]}}',
+        "deep_duplicate.json": b'{"name":"d","path":"p","x":[{"a":1,"a":2}]}',
+        "minus_zero.json": b'{"name":"z","scale":-0,"tensors":{"t":[[-0,0.0,-0.0]]}}',
+        "nine_levels.json": b'{"name":"n","tensors":{"t":[[[[[[[[[1]]]]]]]]]}}',
     }
 
 

@@ -259,6 +259,109 @@ static void test_upload_null_is_not_given(void **state) {
     ls_error_free(&err);
 }
 
+/* A tensor read from the text in one pass (as uploads read theirs now)
+ * against the same text parsed by jansson and given to
+ * ls_json_tensor_parse (as uploads read them before): the same tensor,
+ * bit for bit, or the same status and message; text jansson refuses is
+ * refused as a syntax error. The cases are the orders a one-pass read
+ * could get wrong: an array checked before its elements, a non-array
+ * among arrays, escaped base64, -0 (an integer to jansson), keys given
+ * twice deep inside, integers past 64 bits, levels past the limit. */
+static void test_tensor_read_matches_parse(void **state) {
+    (void)state;
+    const char *cases[] = {
+        "[[1, 2], [3, \"x\", 5]]", "[[1, 2], [3, \"x\"]]", "[[1, 1e39], [2]]", "[[[1], [2]], 5]", "[[[1], [2]], [[3]]]",
+        "[[], [1]]", "[[]]", "[]", "[1, [2]]", "[[1], [[2]]]", "[[1, {\"a\": 1}], [2, 3]]", "[[-0, 0.0, -0.0]]",
+        "[[1, {\"a\": 1, \"a\": 2}]]", "[[99999999999999999999]]", "[[[[[[[[[1]]]]]]]]]", "[[[[[[[[1]]]]]]]]",
+        "[[1, null], [true, 2]]", "[3.4028235e38, 1e-46]", "\"abc\"", "null", "7",
+        "{\"dtype\": \"f32\", \"shape\": [1, 2], \"data\": \"AADAPwAAAMA=\"}",
+        "{\"data\": \"AADAPwAAAMA\\u003d\", \"shape\": [2], \"dtype\": \"f32\"}",
+        "{\"dtype\": \"f32\", \"shape\": [1], \"data\": \"AA\\/A\"}", "{\"dtype\": \"f32\", \"shape\": [1], \"data\": \"AAA\\u00e9\"}",
+        "{\"dtype\": \"f32\", \"shape\": [2, 1.0], \"data\": \"\"}", "{\"dtype\": \"f32\", \"shape\": [1,2,3,4,5,6,7,8,9]}",
+        "{\"dtype\": \"f32\", \"shape\": [-1], \"data\": \"\", \"x\": 1}", "{\"dtype\": 1, \"shape\": [0], \"data\": \"\"}",
+        "{\"dtype\": \"f64\", \"shape\": [0], \"data\": \"\"}", "{\"dtype\": \"f32\", \"shape\": [0], \"data\": \"\", \"dtype\": \"x\"}",
+        "{\"dtype\": \"f32\", \"shape\": [4294967296, 4294967296, 4], \"data\": \"\"}",
+        "{\"dtype\": \"bf16\", \"shape\": [2], \"data\": \"AAA=\"}", "{\"dtype\": \"f32\", \"shape\": [1], \"data\": \"AA=A\"}",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *text = cases[i];
+        json_error_t jerr;
+        json_t *j = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+        ls_jr r;
+        ls_jr_init(&r, text, strlen(text));
+        ls_tensor got, want;
+        ls_error e_got, e_want;
+        ls_error_init(&e_got);
+        ls_error_init(&e_want);
+        bool read = ls_json_tensor_read(&r, "t", &got, &e_got) && ls_jr_at_end(&r);
+        if (!j) {
+            if (read) fprintf(stderr, "case %zu: jansson refuses %s (%s), the reader took it\n", i, text, jerr.text);
+            assert_false(read);
+            assert_null(got.data);
+            continue;
+        }
+        if (!read) fprintf(stderr, "case %zu: the reader refused %s: %s\n", i, text, r.message);
+        assert_true(read);
+        ls_status st = ls_json_tensor_parse(j, "t", &want, &e_want);
+        json_decref(j);
+        if (e_got.code != st || strcmp(e_got.message, e_want.message))
+            fprintf(stderr, "case %zu %s:\n  read:  %s %s\n  parse: %s %s\n", i, text, ls_status_code(e_got.code),
+                    e_got.message, ls_status_code(st), e_want.message);
+        assert_int_equal(e_got.code, st);
+        assert_string_equal(e_got.message, e_want.message);
+        if (st == LS_OK) {
+            assert_int_equal(got.dtype, want.dtype);
+            assert_int_equal(got.ndim, want.ndim);
+            assert_memory_equal(got.shape, want.shape, sizeof got.shape);
+            assert_int_equal(got.nbytes, want.nbytes);
+            if (got.nbytes) assert_memory_equal(got.data, want.data, got.nbytes);
+            ls_tensor_free(&want);
+        } else {
+            assert_null(got.data);
+        }
+        ls_tensor_free(&got);
+        ls_error_free(&e_got);
+        ls_error_free(&e_want);
+    }
+}
+
+/* An upload's JSON errors are those of a whole parse: a key given twice
+ * anywhere (inside a value no key reads, too) is invalid_json before the
+ * unknown key; an integer past 64 bits likewise; then the first problem
+ * in the order of the keys' checks, whatever order the body has them in. */
+static void test_upload_errors_of_a_whole_parse(void **state) {
+    (void)state;
+    const struct {
+        const char *body;
+        ls_status code;
+        const char *says;
+    } cases[] = {
+        {"{\"name\": \"a\", \"path\": \"p\", \"x\": {\"k\": 1, \"k\": 2}}", LS_INVALID_JSON, "duplicate object key"},
+        {"{\"name\": \"a\", \"path\": \"p\", \"x\": [99999999999999999999]}", LS_INVALID_JSON, "too big integer"},
+        {"{\"name\": \"a\", \"tensors\": {\"t\": [1], \"t\": [2]}}", LS_INVALID_JSON, "duplicate object key"},
+        {"{\"tensors\": {\"t\": [[1], [1, 2]]}, \"x\": 1, \"name\": \".bad\"}", LS_INVALID_REQUEST, "unknown key \"x\""},
+        {"{\"tensors\": {\"t\": [[1], [1, 2]]}, \"name\": \".bad\"}", LS_INVALID_REQUEST, "not a valid adapter name"},
+        {"{\"scale\": \"1\", \"tensors\": {\"t\": [[1], [1, 2]]}, \"name\": \"a\"}", LS_INVALID_SHAPE, "ragged"},
+        {"{\"config\": [1], \"tensors\": {\"t\": [[1]]}, \"name\": \"a\"}", LS_INVALID_REQUEST, "\"config\" must be"},
+        {"{\"name\": \"a\", \"path\": \"p\", \"format\": \"lora\", \"scale\": \"1\"}", LS_INVALID_REQUEST, "\"format\""},
+        {"[1, 2]", LS_INVALID_REQUEST, "must be a JSON object"},
+        {"{\"name\": \"a\", \"path\": \"p\"} x", LS_INVALID_JSON, "not valid JSON"},
+        {"{\"name\": \"a\", \"path\": \"p\"}", LS_OK, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ls_adapter_upload up;
+        ls_error err;
+        ls_error_init(&err);
+        ls_status st = ls_adapter_upload_parse_json(cases[i].body, strlen(cases[i].body), false, true, &up, &err);
+        if (st != cases[i].code || !strstr(err.message, cases[i].says))
+            fprintf(stderr, "case %zu: %s %s\n", i, ls_status_code(st), err.message);
+        assert_int_equal(st, cases[i].code);
+        assert_non_null(strstr(err.message, cases[i].says));
+        ls_adapter_upload_free(&up);
+        ls_error_free(&err);
+    }
+}
+
 /* A /forward body whose x is a base64 tensor object: read key by key
  * (its strings copied, not lexed by jansson), then checked as any. */
 static void test_forward_base64_object(void **state) {
@@ -332,6 +435,8 @@ int main(void) {
         cmocka_unit_test(test_nested_tensor_values_and_errors),
         cmocka_unit_test(test_base64_tensor_sizes),
         cmocka_unit_test(test_forward_base64_object),
+        cmocka_unit_test(test_tensor_read_matches_parse),
+        cmocka_unit_test(test_upload_errors_of_a_whole_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -418,6 +418,154 @@ static void test_rewritten_while_read(void **state) {
     free(dir);
 }
 
+/* A /proc/self/status field in KiB (VmHWM: the peak resident set). */
+static long self_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    long v = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
+    fclose(f);
+    assert_true(v >= 0);
+    return v;
+}
+
+/* dir/name as a sparse file of size bytes (holes read as zeros), with
+ * head (when given) written at its start. */
+static void write_sparse(const char *dir, const char *name, long long size, const void *head, size_t head_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    if (head) assert_int_equal(write(fd, head, head_len), (ssize_t)head_len);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    close(fd);
+}
+
+/* Loads path, expects code and a message holding want; returns nothing
+ * loaded. */
+static void expect_load(const ls_loader *ld, const ls_adapter_source *src, ls_status code, const char *want) {
+    ls_adapter a;
+    ls_adapter_origin o;
+    ls_error err;
+    ls_error_init(&err);
+    ls_status st = ls_loader_load(ld, src, &a, &o, &err);
+    if (st != code || !strstr(err.message, want)) fprintf(stderr, "%s: %s\n", src->path, err.message);
+    assert_int_equal(st, code);
+    assert_non_null(strstr(err.message, want));
+    assert_null(a.data);
+    ls_error_free(&err);
+}
+
+/* Adapter files were read whole before their header was looked at, with
+ * no size cap: a 2 GiB sparse file took 2 GiB to answer "header length
+ * is 0", a 1 TiB one answered 500 out of memory. Now the size is checked
+ * from fstat before any read (413 naming --max-adapter-mb) and the header
+ * (length, JSON, offsets against the size) before the data: neither file
+ * is read whole, and the peak memory does not grow. */
+static void test_files_checked_before_read(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    const long long two_gib = 2LL << 30;
+    write_sparse(dir, "zeros.safetensors", two_gib, NULL, 0);
+    /* A sound header of one 4-byte tensor, in a file 2 GiB long: the
+     * tensors do not tile the data section. */
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    ls_tensor t;
+    const int64_t one[1] = {1};
+    assert_true(ls_tensor_alloc_f32(&t, one, 1));
+    assert_true(ls_tensor_set_add(&set, NAMES[0], &t));
+    uint8_t *bytes;
+    size_t len;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_safetensors_write(&set, &bytes, &len, &err), LS_OK);
+    write_sparse(dir, "trailing.safetensors", two_gib, bytes, len);
+    assert_int_equal(mkdir(strcat(strcpy((char[4200]){0}, dir), "/peft"), 0700), 0);
+    write_sparse(dir, "peft/adapter_model.safetensors", two_gib, NULL, 0);
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/peft/adapter_config.json", dir);
+    ls_test_write_file(cfg, "{\"r\": 2, \"lora_alpha\": 4}", 25);
+    write_sparse(dir, "tib.safetensors", 1LL << 40, bytes, len);
+    free(bytes);
+    ls_tensor_set_free(&set);
+    ls_error_free(&err);
+    ls_loader ld = make_loader(dir);
+    const long before = self_kib("VmHWM");
+    ls_adapter_source zeros = {.path = "zeros.safetensors"}, trailing = {.path = "trailing.safetensors"},
+                      peft = {.path = "peft"}, tib = {.path = "tib.safetensors"};
+    expect_load(&ld, &zeros, LS_SAFETENSORS_INVALID, "header length is 0");
+    expect_load(&ld, &trailing, LS_SAFETENSORS_INVALID, "trailing bytes");
+    expect_load(&ld, &peft, LS_SAFETENSORS_INVALID, "header length is 0");
+    expect_load(&ld, &tib, LS_PAYLOAD_TOO_LARGE, "over the limit of 4096 MiB (--max-adapter-mb)");
+    /* The cap is the loader's setting: a smaller one refuses the 2 GiB
+     * file from its size, before its header is read. */
+    const unsigned long long reads = ls_loader_file_reads(&ld);
+    ld.max_file_bytes = 1u << 30;
+    expect_load(&ld, &zeros, LS_PAYLOAD_TOO_LARGE, "2048.0 MiB, over the limit of 1024 MiB (--max-adapter-mb)");
+    assert_int_equal(ls_loader_file_reads(&ld), reads);
+    const long grew = self_kib("VmHWM") - before;
+    printf("four files of 2 GiB and one of 1 TiB refused; peak RSS grew by %ld KiB\n", grew);
+    assert_true(grew < 64 * 1024);
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A path upload of a bad file read it again on every request. A failure
+ * of the file itself is remembered by the file's identity and the
+ * parameters stated: the same request is answered without a read until
+ * the file changes; other parameters, another file or a file changed a
+ * moment ago (it may have been read half written) are read again. */
+static void test_failures_remembered(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bad.safetensors", dir);
+    ls_test_write_file(path, "\x02\0\0\0\0\0\0\0{}  ", 12); /* two trailing bytes */
+    ls_loader ld = make_loader(dir);
+    ls_adapter_source bad = {.path = "bad.safetensors"};
+    /* Written a moment ago: not remembered yet. */
+    expect_load(&ld, &bad, LS_SAFETENSORS_INVALID, "trailing bytes");
+    expect_load(&ld, &bad, LS_SAFETENSORS_INVALID, "trailing bytes");
+    assert_int_equal(ls_loader_file_reads(&ld), 2);
+    ld.memo_settle_ms = 0;
+    expect_load(&ld, &bad, LS_SAFETENSORS_INVALID, "trailing bytes");
+    expect_load(&ld, &bad, LS_SAFETENSORS_INVALID, "trailing bytes");
+    expect_load(&ld, &bad, LS_SAFETENSORS_INVALID, "trailing bytes");
+    assert_int_equal(ls_loader_file_reads(&ld), 3);
+    /* Other parameters are another request: read once, then remembered. */
+    ls_adapter_source strict = {.path = "bad.safetensors", .given = {.strict = true}};
+    expect_load(&ld, &strict, LS_SAFETENSORS_INVALID, "trailing bytes");
+    expect_load(&ld, &strict, LS_SAFETENSORS_INVALID, "trailing bytes");
+    assert_int_equal(ls_loader_file_reads(&ld), 4);
+    /* The file rewritten: read again. */
+    ls_test_write_file(path, "\x02\0\0\0\0\0\0\0{}", 10);
+    expect_load(&ld, &bad, LS_LORA_EMPTY, "no LoRA factor");
+    assert_int_equal(ls_loader_file_reads(&ld), 5);
+    /* A PEFT directory whose factors do not fit the model (rank 8 > 4):
+     * remembered, until its config changes. */
+    snprintf(path, sizeof path, "%s/peft/adapter_config.json", dir);
+    ls_test_write_file(path, "{\"r\": 8, \"lora_alpha\": 4}", 25);
+    ls_adapter_source peft = {.path = "peft"};
+    expect_load(&ld, &peft, LS_LORA_RANK_MISMATCH, "rank");
+    expect_load(&ld, &peft, LS_LORA_RANK_MISMATCH, "rank");
+    assert_int_equal(ls_loader_file_reads(&ld), 6);
+    ls_test_write_file(path, "{\"r\": 2, \"lora_alpha\": 4}", 25);
+    load_sha(&ld, &peft, &(ls_adapter_origin){0}, NULL);
+    assert_int_equal(ls_loader_file_reads(&ld), 7);
+    /* Successes are never remembered: each load reads. */
+    load_sha(&ld, &peft, &(ls_adapter_origin){0}, NULL);
+    assert_int_equal(ls_loader_file_reads(&ld), 8);
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_way_in_gives_the_same_factors),
@@ -427,6 +575,8 @@ int main(void) {
         cmocka_unit_test(test_file_bytes_stay_private),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
+        cmocka_unit_test(test_files_checked_before_read),
+        cmocka_unit_test(test_failures_remembered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,23 +134,34 @@ static ls_status m_forward(model *m, int T, const int *tok, int *distinct, int *
     int D_ = 0;
     for (int t = 0; t < T; t++) {
         if (tok[t] == -1) continue;
-        if (tok[t] == -2 || !m->e[tok[t]].live) return LS_ADAPTER_NOT_FOUND;
+        if (tok[t] == -2 || !m->e[tok[t]].live) {
+            m_trim(m, -1, NULL); /* every forward ends with the tier shrunk to its size */
+            return LS_ADAPTER_NOT_FOUND;
+        }
         if (!in_req[tok[t]]) in_req[tok[t]] = true, distinct[D_++] = tok[t];
     }
     *n_distinct = D_;
-    /* Adapters neither resident nor in host memory are read back first, in
-     * order of appearance (the pool does it before its backend lock). */
-    for (int d = 0; d < D_; d++) {
-        int i = distinct[d];
-        if (m->e[i].slot < 0 && !m->e[i].host) {
+    /* Groups, each one's host copies read back first (in order of
+     * appearance, before the pool's backend lock), as many as the read
+     * budget allows beyond those read and not yet served; the group's
+     * adapters are let go once it has run, and the tier shrunk to its
+     * size. in_req is what the call still holds. */
+    const int budget = m->host_cache < m->S ? (m->host_cache < 1 ? 1 : m->host_cache) : m->S;
+    bool done[NNAMES] = {0}, read[NNAMES] = {0};
+    int pending = D_;
+    ls_status st = LS_OK;
+    while (pending > 0) {
+        int held = 0;
+        for (int d = 0; d < D_; d++) held += !done[distinct[d]] && read[distinct[d]];
+        for (int d = 0; d < D_ && held < budget; d++) {
+            int i = distinct[d];
+            if (done[i] || read[i] || m->e[i].host || m->e[i].slot >= 0) continue;
+            read[i] = true;
+            held++;
             m->e[i].host = true;
             m->reloads++;
             m_trim(m, i, in_req);
         }
-    }
-    bool done[NNAMES] = {0};
-    int pending = D_;
-    while (pending > 0) {
         bool in_group[NNAMES] = {0}, miss[NNAMES] = {0};
         int size = 0;
         for (int d = 0; d < D_; d++) {
@@ -159,12 +170,15 @@ static ls_status m_forward(model *m, int T, const int *tok, int *distinct, int *
         }
         for (int d = 0; d < D_; d++) {
             int i = distinct[d];
-            if (done[i] || m->e[i].slot >= 0) continue;
+            if (done[i] || m->e[i].slot >= 0 || !m->e[i].host) continue;
             if (m_take_slot(m, i, in_group, in_req) < 0) break;
             in_group[i] = miss[i] = true;
             size++;
         }
-        if (size == 0) return LS_POOL_EXHAUSTED;
+        if (size == 0) {
+            st = LS_POOL_EXHAUSTED;
+            break;
+        }
         for (int d = 0; d < D_; d++) {
             int i = distinct[d];
             if (!in_group[i]) continue;
@@ -178,10 +192,12 @@ static ls_status m_forward(model *m, int T, const int *tok, int *distinct, int *
             if (miss[i]) m->loads++;
         }
         for (int i = 0; i < NNAMES; i++)
-            if (in_group[i]) done[i] = true;
+            if (in_group[i]) done[i] = true, in_req[i] = false;
+        m_trim(m, -1, in_req);
         pending -= size;
     }
-    return LS_OK;
+    m_trim(m, -1, NULL); /* everything let go */
+    return st;
 }
 
 /* Every observable of the pool equals the model. */

@@ -185,6 +185,74 @@ static void test_host_tier_reload(void **state) {
     pc_fx_free(&f);
 }
 
+/* A reload that records the most host copies the pool held while it ran. */
+typedef struct {
+    ls_pool *p;
+    int calls, most;
+} counting_reload;
+
+static ls_status counting_reload_fn(void *ctx, const char *path, const ls_adapter_params *params, ls_adapter *out,
+                                    ls_error *err) {
+    counting_reload *c = ctx;
+    ls_pool_stats st = pc_stats(c->p);
+    if (st.host_used > c->most) c->most = st.host_used;
+    c->calls++;
+    pc_reload_ctx plain = {0};
+    return pc_reload(&plain, path, params, out, err);
+}
+
+/* One forward naming more adapters than the host tier holds read every
+ * one back before running any and kept them all: a forward naming 300
+ * left 300 copies in a tier of 8. Now each group's copies are read just
+ * before it runs (at most ls_pool_read_budget beyond the tier) and let go
+ * after: the tier never holds more than its size plus that budget, is
+ * back to its size when the forward ends, and the outputs are the same
+ * bits as each token run alone. */
+static void test_forward_keeps_host_tier_cap(void **state) {
+    (void)state;
+    enum { N = 12, T = 2 * N + 1 };
+    counting_reload rc = {0};
+    pc_fx f = pc_fx_make(2, 16, 2, counting_reload_fn, &rc);
+    rc.p = f.p;
+    char ids[N][8], path[N][64];
+    const char *names[T];
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "a%d", i);
+        snprintf(path[i], sizeof path[i], "seed:%llu", (unsigned long long)pc_seed_of(ids[i], 1));
+        assert_int_equal(pc_load(f.p, ids[i], 1, false, false, path[i], NULL, NULL), LS_OK);
+        names[i] = names[2 * N - 1 - i] = ids[i];
+    }
+    names[T - 1] = NULL;
+    assert_int_equal(pc_stats(f.p).host_used, 2);
+    assert_int_equal(ls_pool_read_budget(f.p), 2);
+    /* What the forward may hold is counted before it runs: ten of the
+     * twelve are neither resident nor in the tier, at most two at once. */
+    ls_adapter_info a0 = pc_describe(f.p, "a0");
+    assert_int_equal(ls_pool_forward_read_bytes(f.p, T, names, false), 2 * a0.meta.bytes);
+    const char *unknown[2] = {"nobody", "a0"};
+    assert_int_equal(ls_pool_forward_read_bytes(f.p, 2, unknown, false), a0.meta.bytes);
+    assert_true(ls_pool_forward_read_bytes(f.p, 2, unknown, true) >= 2 * a0.meta.bytes);
+    ls_pool_used used[T];
+    int n_used;
+    float y[T * 6], y1[6], x[T * 6], g[T * 2];
+    assert_int_equal(pc_fwd(f.p, 0, T, names, used, &n_used, y, NULL), LS_OK); /* checks every token */
+    assert_int_equal(n_used, N);
+    print_message("%d adapters in one forward: %d read back, at most %d host copies (tier of 2)\n", N, rc.calls,
+                  rc.most);
+    assert_true(rc.calls >= N - 2);
+    assert_true(rc.most <= 2 + 2);
+    ls_pool_stats st = pc_stats(f.p);
+    assert_true(st.host_used <= 2);
+    for (int i = 0; i < N; i++) assert_int_equal(pc_describe(f.p, ids[i]).in_flight, 0);
+    pc_fill_inputs(T, x, g, 99 + T);
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(ls_pool_forward(f.p, 0, 1, x + t * 6, g + t * 2, names + t, y1, used, &n_used, NULL), LS_OK);
+        assert_memory_equal(y1, y + t * 6, sizeof y1);
+        assert_true(pc_stats(f.p).host_used <= 2);
+    }
+    pc_fx_free(&f);
+}
+
 /* A reload that waits at a gate, to see what runs meanwhile. */
 typedef struct {
     pthread_mutex_t mu;
@@ -338,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_groups_cpu),
         cmocka_unit_test(test_failed_slot_write_rolls_back),
         cmocka_unit_test(test_host_tier_reload),
+        cmocka_unit_test(test_forward_keeps_host_tier_cap),
         cmocka_unit_test(test_host_tier_keeps_inline),
         cmocka_unit_test(test_reload_does_not_stall_others),
         cmocka_unit_test(test_no_slot_now),
