@@ -1,7 +1,7 @@
 /* Adapter uploads in their three ways in, reduced to one ls_adapter_upload:
  * a path or tensors, and parameters; nothing read from disk and nothing
  * validated beyond the wire format (lora/loader does both). A JSON body
- * is read in one pass (api/json_reader.h), its tensors straight into
+ * is read in one pass (format/json_reader.h), its tensors straight into
  * their buffers: no tree of JSON values is built of it. */
 #include "api/adapter_upload.h"
 
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "api/forward.h"
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 #include "api/json_tensor.h"
 #include "common/text.h"
 #include "format/safetensors.h"
@@ -306,7 +306,7 @@ static ls_status ls_ub_check(ls_ub *ub, bool require_name, ls_adapter_upload *up
     return LS_OK;
 }
 
-/* One pass over the body (api/json_reader.h), no tree of JSON values:
+/* One pass over the body (format/json_reader.h), no tree of JSON values:
  * tensors are read straight into their buffers as they come, every other
  * key kept as the few bytes it takes; a body that is not JSON as jansson
  * reads it is refused first, as when it was parsed whole. */
