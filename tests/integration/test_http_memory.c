@@ -22,6 +22,7 @@
 #include "api/base64.h"
 #include "common/buf.h"
 #include "format/safetensors.h"
+#include "tests/util/testutil.h"
 #include "tests/util/tiny_server.h"
 
 /* The model the adapter memory tests serve: the demo's shape, so that a
@@ -586,6 +587,71 @@ static void test_json_upload_peak_memory(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* A safetensors file of n one-element F32 tensors named t0000000...
+ * (what a header can hold at its cheapest: about 60 bytes an entry):
+ * malloc'd bytes, *header its header's length. */
+static uint8_t *many_tensor_file(size_t n, size_t *len, size_t *header) {
+    ls_buf h;
+    ls_buf_init(&h);
+    assert_true(ls_buf_append(&h, "{", 1));
+    for (size_t i = 0; i < n; i++)
+        assert_true(ls_buf_printf(&h, "%s\"t%07zu\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}",
+                                  i ? "," : "", i, 4 * i, 4 * i + 4));
+    assert_true(ls_buf_append(&h, "}", 1));
+    while (h.len % 8) assert_true(ls_buf_append(&h, " ", 1));
+    *header = h.len;
+    *len = 8 + h.len + 4 * n;
+    uint8_t *b = calloc(1, *len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
+    memcpy(b + 8, h.data, h.len);
+    ls_buf_free(&h);
+    return b;
+}
+
+/* A safetensors header was a jansson tree of the whole header: a raw
+ * upload of 94 MB, 1.3 million small entries, peaked at 1.6 GB (17 times
+ * its header) and left 1.4 GB resident, and a path upload of the same
+ * file took as much again. The header is now read from its text: what
+ * an upload or a file holds is its bytes, the entries (about 100 bytes
+ * each) and the tensor set they become (about 110 each, names apart),
+ * at most bytes + 320 bytes a tensor + 32 MiB, here with 200,000. */
+static void test_safetensors_header_memory(void **state) {
+    (void)state;
+    enum { N = 200000 };
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    size_t len, header;
+    uint8_t *file = many_tensor_file(N, &len, &header);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
+    ls_test_write_file(path, file, len);
+    const int pid = ls_test_server_pid(ts.srv);
+    const double bound = (double)len + 320.0 * N + 32 * MIB;
+    for (int way = 0; way < 2; way++) {
+        reset_peak(pid);
+        const long before = proc_kib(pid, "VmHWM");
+        ls_test_response r;
+        if (way == 0)
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
+                                          (const char *)file, len, NULL, &r), 0);
+        else
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
+                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
+        const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+        if (r.status != 422 || !strstr(r.body, "lora_unknown_tensor")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
+        assert_int_equal(r.status, 422);
+        assert_non_null(strstr(r.body, "lora_unknown_tensor"));
+        ls_test_response_free(&r);
+        print_message("%s of %.1f MiB (header %.1f MiB, %d tensors): peak RSS +%.1f MiB (bound %.1f MiB)\n",
+                      way ? "path upload" : "raw upload", (double)len / MIB, (double)header / MIB, N, grew / MIB,
+                      bound / MIB);
+        assert_true(grew <= bound);
+    }
+    free(file);
+    tiny_server_stop(&ts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_adapter_files),
@@ -593,6 +659,7 @@ int main(void) {
         cmocka_unit_test(test_state_dir_forward_keeps_host_cap),
         cmocka_unit_test(test_queue_budget_counts_adapters),
         cmocka_unit_test(test_json_upload_peak_memory),
+        cmocka_unit_test(test_safetensors_header_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
