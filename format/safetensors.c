@@ -55,6 +55,11 @@ static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t 
 /* See safetensors.h. out borrows from buf; on failure out is freed (empty)
  * and err holds every violation found. */
 ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
+    return ls_safetensors_parse_max(buf, len, SIZE_MAX, out, err);
+}
+
+ls_status ls_safetensors_parse_max(const uint8_t *buf, size_t len, size_t max_tensors, ls_tensor_set *out,
+                                   ls_error *err) {
     uint64_t hlen = 0;
     if (!ls_st_header_length(buf, len, &hlen, err)) {
         ls_tensor_set_free(out);
@@ -64,7 +69,8 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
     const uint8_t *body = buf + body_off;
     ls_st_entry *ents;
     size_t n;
-    ls_status st = ls_st_collect((const char *)buf + LS_ST_LEN_FIELD, (size_t)hlen, len - body_off, &ents, &n, out, err);
+    ls_status st = ls_st_collect((const char *)buf + LS_ST_LEN_FIELD, (size_t)hlen, len - body_off, max_tensors, &ents,
+                                 &n, out, err);
     if (st == LS_OK && !ls_tensor_set_reserve(out, n))
         st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu tensors", n);
     for (size_t i = 0; st == LS_OK && i < n; i++) {
@@ -95,7 +101,8 @@ ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, siz
     return LS_OK;
 }
 
-ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err) {
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, size_t max_tensors,
+                                      ls_error *err) {
     uint64_t n = 0;
     if (!ls_st_header_length(head, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
     if (head_len < LS_ST_LEN_FIELD + n)
@@ -104,7 +111,7 @@ ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint
     ls_st_entry *ents = NULL;
     size_t count = 0;
     ls_status st = ls_st_collect((const char *)head + LS_ST_LEN_FIELD, (size_t)n, file_len - LS_ST_LEN_FIELD - n,
-                                 &ents, &count, NULL, err);
+                                 max_tensors, &ents, &count, NULL, err);
     ls_st_entries_free(ents, count);
     return st;
 }
@@ -172,7 +179,7 @@ ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out
     ls_st_entry *ents = NULL;
     size_t n = 0;
     const uint64_t body_off = LS_ST_LEN_FIELD + hlen;
-    ls_status st = ls_st_collect(h, (size_t)hlen, file_len - body_off, &ents, &n, &out->meta, err);
+    ls_status st = ls_st_collect(h, (size_t)hlen, file_len - body_off, SIZE_MAX, &ents, &n, &out->meta, err);
     free(h);
     if (st == LS_OK) st = ls_st_header_fill(out, ents, n, body_off, err);
     ls_st_entries_free(ents, n);

@@ -388,8 +388,8 @@ static bool ls_st_entries_read(ls_jr *r, uint64_t body_len, ls_st_entry *ents, s
     return ok;
 }
 
-ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, ls_st_entry **ents_out, size_t *n_out,
-                        ls_tensor_set *meta, ls_error *err) {
+ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, size_t max_tensors, ls_st_entry **ents_out,
+                        size_t *n_out, ls_tensor_set *meta, ls_error *err) {
     *ents_out = NULL;
     *n_out = 0;
     if (h[0] != '{') {
@@ -410,6 +410,10 @@ ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, ls_st_entry 
                         r.at);
         return LS_SAFETENSORS_INVALID;
     }
+    if (count > max_tensors)
+        return ls_error_set(err, LS_PAYLOAD_TOO_LARGE, "give a file that holds fewer tensors",
+                            "safetensors: the header names %zu tensors, more than the limit of %zu tensors", count,
+                            max_tensors);
     ls_st_entry *ents = calloc(count ? count : 1, sizeof *ents);
     if (!ents) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", count);
     size_t k = 0;

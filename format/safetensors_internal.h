@@ -29,9 +29,11 @@ void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t expect
  * holds *n_out entries in the header's order, and the __metadata__
  * strings went to meta's metadata (when meta is given; the caller's to
  * free on failure too). Read from the text in two passes, never as a
- * tree of JSON values (a header held as one took 17 times its size). */
-ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, ls_st_entry **ents, size_t *n_out,
-                        ls_tensor_set *meta, ls_error *err);
+ * tree of JSON values (a header held as one took 17 times its size).
+ * More than max_tensors entries is LS_PAYLOAD_TOO_LARGE from the first
+ * pass's count, before any entry is kept. */
+ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, size_t max_tensors, ls_st_entry **ents,
+                        size_t *n_out, ls_tensor_set *meta, ls_error *err);
 void ls_st_entries_free(ls_st_entry *ents, size_t n);
 
 #endif
