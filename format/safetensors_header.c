@@ -270,8 +270,10 @@ static bool ls_st_meta_read(ls_jr *r, ls_tensor_set *meta, bool *good, ls_error 
 /* ---- the whole header ----------------------------------------------------- */
 
 /* The first pass: the JSON checked as jansson reads it (duplicate keys in
- * any object, integers past 64 bits, depth) and the entries counted. */
-static bool ls_st_syntax(const char *h, size_t n, size_t *count, ls_jr *r) {
+ * any object, integers past 64 bits, depth) and the entries counted; it
+ * stops at the entry past max (true, *count max + 1), so that the names
+ * it holds to catch one given twice are bounded too. */
+static bool ls_st_syntax(const char *h, size_t n, size_t max, size_t *count, ls_jr *r) {
     ls_jr_init(r, h, n);
     ls_jr_keys keys;
     ls_jr_keys_init(&keys);
@@ -290,8 +292,9 @@ static bool ls_st_syntax(const char *h, size_t n, size_t *count, ls_jr *r) {
             if (ok) ok = ls_jr_skip_strict(r);
             r->depth = 0;
             if (ok && !meta) (*count)++;
-        } while (ok && ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
+        } while (ok && *count <= max && ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
     ls_jr_keys_free(&keys);
+    if (ok && *count > max) return true;
     if (ok) ok = ls_jr_punct(r, '}');
     if (ok && !ls_jr_at_end(r)) ok = ls_jr_fail(r, "end of text expected");
     return ok;
@@ -404,7 +407,7 @@ ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, size_t max_t
     }
     ls_jr r;
     size_t count = 0;
-    if (!ls_st_syntax(h, n, &count, &r)) {
+    if (!ls_st_syntax(h, n, max_tensors, &count, &r)) {
         if (r.oom) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory reading the header");
         ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %zu)", r.message,
                         r.at);
@@ -412,8 +415,7 @@ ls_status ls_st_collect(const char *h, size_t n, uint64_t body_len, size_t max_t
     }
     if (count > max_tensors)
         return ls_error_set(err, LS_PAYLOAD_TOO_LARGE, "give a file that holds fewer tensors",
-                            "safetensors: the header names %zu tensors, more than the limit of %zu tensors", count,
-                            max_tensors);
+                            "safetensors: the header names more than the limit of %zu tensors", max_tensors);
     ls_st_entry *ents = calloc(count ? count : 1, sizeof *ents);
     if (!ents) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", count);
     size_t k = 0;
