@@ -92,6 +92,14 @@ static void test_regex_refusals(void **state) {
     }
     ls_regex *re;
     char why[160];
+    /* Counts of any length are read without overflow (UBSan in the
+     * sanitizer build) and refused past the largest taken. */
+    const char *huge[] = {"a{99999999999999999999}", "a{1,99999999999999999999}", "a{99999999999999999999,}"};
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+        re = NULL;
+        assert_false(ls_regex_compile(huge[i], &re, why, sizeof why));
+        assert_non_null(strstr(why, "repeat counts above"));
+    }
     assert_true(ls_regex_compile(".*", &re, why, sizeof why));
     assert_int_equal(ls_regex_match(re, "caf\xc3\xa9"), -1);
     ls_regex_free(re);
