@@ -239,6 +239,24 @@ static ls_status ls_rule_llama4(const json_t *k, ls_family_plan *p, ls_error *er
     return LS_OK;
 }
 
+/* Every family's shared-expert MLP is down(act(gate(x)) * up(x)) with
+ * act = ACT2FN[hidden_act]; the engine computes SiLU (swish is its other
+ * name), so another activation would serve wrong numbers. Absent: every
+ * family's default, silu. */
+static ls_status ls_family_act(const json_t *k, ls_error *err) {
+    const json_t *v = json_object_get(k, "hidden_act");
+    if (!v || json_is_null(v)) return LS_OK;
+    const char *a = json_string_value(v);
+    if (a && (!strcmp(a, "silu") || !strcmp(a, "swish"))) return LS_OK;
+    char got[80];
+    if (a) snprintf(got, sizeof got, "\"%.64s\"", a);
+    else snprintf(got, sizeof got, "%s", ls_json_kind(v));
+    return ls_error_set(err, LS_INVALID_REQUEST,
+                        "lorasink computes silu(gate_proj x) * up_proj x; serve a checkpoint whose hidden_act is silu",
+                        "config.json's hidden_act is %s: lorasink's shared-expert block is SwiGLU (hidden_act \"silu\" "
+                        "or \"swish\") and would give other numbers than this model", got);
+}
+
 /* ---- choosing the family ------------------------------------------------------ */
 
 static const ls_family *ls_family_by_type(const char *t) {
@@ -306,6 +324,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     if (st == LS_OK && (L > 100000 || H > 1 << 20))
         st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: num_hidden_layers %lld or hidden_size %lld is "
                           "too large", L, H);
+    if (st == LS_OK) st = ls_family_act(k, err);
     if (st != LS_OK) return st;
     p->layers_total = (int)L;
     p->H = (int)H;

@@ -112,6 +112,11 @@ static void test_deepseek_rules(void **state) {
     expect_refused(DS(""), "first_k_dense_replace", "will not assume");
     expect_refused(DS(", \"first_k_dense_replace\": 1, \"n_routed_experts\": null"), "no layer", NULL);
     expect_refused(DS(", \"first_k_dense_replace\": 1, \"moe_layer_freq\": 0"), "moe_layer_freq", NULL);
+    /* the block is SwiGLU: another activation would serve other numbers */
+    expect_plan(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"silu\""), "deepseek_v3", 32, false, "1,2,3,4,5,6,7");
+    expect_plan(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"swish\""), "deepseek_v3", 32, false, "1,2,3,4,5,6,7");
+    expect_refused(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"gelu\""), "hidden_act is \"gelu\"", "SwiGLU");
+    expect_refused(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": 3"), "hidden_act is an integer", NULL);
     expect_refused("{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
                    "\"moe_intermediate_size\": 4, \"first_k_dense_replace\": 1}",
                    "n_shared_experts", NULL);
@@ -166,6 +171,13 @@ static void test_qwen_and_llama4_rules(void **state) {
     expect_plan("{\"model_type\": \"llama4\", \"text_config\": {\"num_hidden_layers\": 4, \"hidden_size\": 8, "
                 "\"intermediate_size\": 16}}",
                 "llama4", 16, false, "0,1,2,3");
+    /* the text model's activation: Llama 4's vision tower has gelu */
+    expect_plan("{\"model_type\": \"llama4\", \"vision_config\": {\"hidden_act\": \"gelu\"}, \"text_config\": "
+                "{\"num_hidden_layers\": 2, \"hidden_size\": 8, \"intermediate_size\": 16, \"hidden_act\": \"silu\"}}",
+                "llama4", 16, false, "0,1");
+    expect_refused("{\"model_type\": \"llama4\", \"text_config\": {\"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"intermediate_size\": 16, \"hidden_act\": \"gelu_pytorch_tanh\"}}",
+                   "gelu_pytorch_tanh", NULL);
     expect_refused("{\"model_type\": \"llama4_text\", \"num_hidden_layers\": 6, \"hidden_size\": 8, "
                    "\"intermediate_size\": 16, \"moe_layers\": [6]}",
                    "moe_layers", NULL);
