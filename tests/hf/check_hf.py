@@ -18,7 +18,13 @@ directories with lorasink as they were saved, and checks:
   applies the family's gate), against the modules' own forward with the
   adapter active: relative L2 at most 2e-5 in f32 (a bf16 checkpoint with
   bf16 adapters: against the modules run in f32 on the same bf16 values,
-  within the same bound, since the CPU backend computes in f32).
+  within the same bound, since the CPU backend computes in f32);
+- the pool format of each adapter's math, laid out from PEFT's own factors
+  and scalings as docs/math.md says, normalises to the PEFT directory's
+  sha256; an adapter with factors the server skipped (dense MLPs,
+  attention) is refused with "strict", each of them named;
+- where the entry uses target_parameters, that the plain target_modules
+  list still misses the shared experts (docs/adapters.md's table).
 
 Usage: check_hf.py LORASINK_BINARY WORKDIR [NAME...]  (run by scripts/check-hf.sh)
 """
@@ -258,6 +264,17 @@ def http(port, method, path, body=None):
         return e.code, json.loads(e.read())
 
 
+def http_raw(port, path, data):
+    """POST of a safetensors body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST",
+                                 headers={"Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def start_server(binary, weights, adapter_dir, log):
     port = free_port()
     proc = subprocess.Popen([binary, "--weights", weights, "--device", "cpu", "--port", str(port), "--max-rank",
@@ -297,6 +314,62 @@ def check_model(port, fam, shared, dense, dtype, notes):
     else:
         notes.append("no dense layer")
     return m["hidden"]
+
+# ---- the adapter's other forms ---------------------------------------------------
+
+
+def pool_form(peft_model, shared):
+    """The pool format of a PEFT adapter's math, laid out as docs/math.md
+    ("Separate gate and up factors in a slot") says: rank R the largest
+    module rank, gate's A in rows 0.., up's in rows R.., each B scaled by
+    its module's own PEFT scaling (in f64, then rounded to f32)."""
+    base = peft_model.get_base_model()
+    mods = {(l, p): base.get_submodule(f"{shared[l][0]}.{p}") for l in shared for p in PROJS}
+    mods = {k: m for k, m in mods.items() if "default" in getattr(m, "lora_A", {})}
+    R = max(m.r["default"] for m in mods.values())
+    out = {}
+    for l in sorted({l for l, _ in mods}):
+        g, u, d = (mods.get((l, p)) for p in PROJS)
+        ref = g or u
+        H, F = ref.lora_A["default"].weight.shape[1], ref.lora_B["default"].weight.shape[0]
+        a, b = np.zeros((2 * R, H), np.float32), np.zeros((2 * F, R), np.float32)
+        da, db = np.zeros((R, F), np.float32), np.zeros((H, R), np.float32)
+
+        def factors(m):
+            r = m.r["default"]
+            A = m.lora_A["default"].weight.detach().double().numpy()
+            B = m.lora_B["default"].weight.detach().double().numpy() * m.scaling["default"]
+            return r, A.astype(np.float32), B.astype(np.float32)
+        for m, row in ((g, 0), (u, 1)):
+            if m:
+                r, A, B = factors(m)
+                a[row * R:row * R + r], b[row * F:(row + 1) * F, :r] = A, B
+        if d:
+            r, A, B = factors(d)
+            da[:r], db[:, :r] = A, B
+        p = f"model.layers.{l}.mlp.shared_experts."
+        for k, v in (("gate_up_lora_a", a), ("gate_up_lora_b", b), ("down_lora_a", da), ("down_lora_b", db)):
+            out[p + k] = np.ascontiguousarray(v.reshape(1, 1, *v.shape))
+    return out
+
+
+def check_other_forms(port, active, loaded, shared, notes):
+    """The pool form of each adapter's math normalises to its sha256; an
+    adapter with skipped factors is refused with strict, each named."""
+    from safetensors.numpy import save
+    strict = 0
+    for name, pm in active.items():
+        sha, ignored = loaded[name]["sha256"], loaded[name].get("ignored", [])
+        st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(pm, shared)))
+        if st != 200 or v.get("sha256") != sha:
+            raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}")
+        if ignored:
+            st, v = http(port, "POST", "/adapters/validate", {"path": name, "strict": True})
+            named = sorted(x.get("tensor", "") for x in v.get("error", {}).get("violations", []))
+            if st != 422 or v["error"]["code"] != "lora_unknown_tensor" or named != sorted(ignored):
+                raise RuntimeError(f"{name} with strict: {st} {json.dumps(v)[:300]}")
+            strict += 1
+    notes.append(f"pool forms: same sha256; strict refuses the skipped factors ({strict} adapters)")
 
 # ---- one family ------------------------------------------------------------------
 
@@ -393,12 +466,14 @@ def check_family(binary, work, fam, notes):
         proc, port = start_server(binary, ckpt, adir, log)
         try:
             hidden = check_model(port, fam, shared, dense, "BF16" if fam.bf16 else "F32", notes)
+            loaded = {}
             for name in active:
-                st, r = http(port, "POST", "/adapters", {"name": name, "path": name})
+                st, loaded[name] = http(port, "POST", "/adapters", {"name": name, "path": name})
                 if st != 201:
-                    raise RuntimeError(f"loading {name}: {st} {json.dumps(r)}")
-                notes.append(f"{name} rank {r['rank']} ignored {len(r.get('ignored', []))}")
+                    raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
+                notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
             check_forwards(port, fam, model, shared, active, hidden, notes)
+            check_other_forms(port, active, loaded, shared, notes)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
