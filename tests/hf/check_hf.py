@@ -99,7 +99,18 @@ class Family:
     bf16: bool = False             # saved in bf16
     model_type: str | None = None  # config.json's model_type rewritten to this after saving
     refused: str | None = None     # start-up must stop with a message holding this
+    refusals: bool = False         # also the adapters PEFT writes that must be refused (REFUSED)
 
+
+# LoraConfig keys whose adapters the server must refuse (422
+# adapter_config_invalid, naming the key), and that key.
+REFUSED = {
+    "dora": ({"use_dora": True}, '"use_dora"'),
+    "pissa": ({"init_lora_weights": "pissa"}, "PiSSA"),
+    "olora": ({"init_lora_weights": "olora"}, "OLoRA"),
+    "lora-bias": ({"lora_bias": True}, '"lora_bias"'),
+    "save-shared": ({"target_modules": ["q_proj"], "modules_to_save": ["shared_expert"]}, '"modules_to_save"'),
+}
 
 FAMILIES = [
     Family("deepseek_v3", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=4, first_k_dense_replace=1),
@@ -126,7 +137,7 @@ FAMILIES = [
     Family("qwen2_moe", "qwen2_moe", lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
         **SMALL, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
         num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[1])),
-           "modules"),
+           "modules", refusals=True),
     Family("qwen2_moe_bf16", "qwen2_moe", lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
         **SMALL, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
         num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[2])), "modules", bf16=True),
@@ -406,6 +417,42 @@ def make_adapters(fam, saved, model, shared, adir, notes):
     return active
 
 
+def make_refused(fam, model, adir, active, notes):
+    """The REFUSED adapters, saved as PEFT writes them; and a PiSSA adapter
+    converted at save time (path_initial_model_for_weight_conversion),
+    which is a plain delta of rank 2r on the original weights and must
+    load and compute: it joins the adapters the forwards check."""
+    if not fam.refusals:
+        return {}
+    projs = {"target_modules": list(PROJS)}
+    for name, (keys, _) in REFUSED.items():
+        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, **{**projs, **keys}))
+        pm.save_pretrained(os.path.join(adir, name))
+    torch.manual_seed(20)
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, init_lora_weights="pissa", **projs))
+    pm.save_pretrained(os.path.join(adir, "pissa-initial"))
+    with torch.no_grad():  # "training": B moves away from its initial value
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05 * torch.randn_like(p))
+    pm.peft_config["default"].init_lora_weights = True
+    pm.save_pretrained(os.path.join(adir, "pissa-converted"),
+                       path_initial_model_for_weight_conversion=os.path.join(adir, "pissa-initial"))
+    active["pissa-converted"] = PeftModel.from_pretrained(copy.deepcopy(model),
+                                                          os.path.join(adir, "pissa-converted")).eval()
+    notes.append(f"{len(REFUSED)} adapters to refuse, pissa-converted")
+    return {name: why for name, (_, why) in REFUSED.items()}
+
+
+def check_refusals(port, refused, notes):
+    for name, why in refused.items():
+        st, r = http(port, "POST", "/adapters/validate", {"path": name})
+        if st != 422 or r["error"]["code"] != "adapter_config_invalid" or why not in r["error"]["message"]:
+            raise RuntimeError(f"{name}: {st} {json.dumps(r)[:300]}, expected 422 naming {why}")
+    if refused:
+        notes.append(f"refused: {', '.join(refused)} (422 adapter_config_invalid, naming the key)")
+
+
 def check_forwards(port, fam, model, shared, active, hidden, notes):
     names = list(active) + [None]
     worst = 0.0
@@ -424,6 +471,10 @@ def check_forwards(port, fam, model, shared, active, hidden, notes):
             raise RuntimeError(f"forward on layer {layer}: {st} {json.dumps(r)}")
         y = torch.tensor(r["y"])
         worst = max(worst, (torch.linalg.norm(y - expected) / torch.linalg.norm(expected)).item())
+        with torch.no_grad():  # the adapters do something: the base alone would not match
+            plain = module_forward(model, shared, layer, x)
+        if torch.linalg.norm(plain - expected) <= 1e-3 * torch.linalg.norm(expected):
+            raise RuntimeError(f"layer {layer}: the adapters change nothing; the check would not see them")
     notes.append(f"forwards on {len(shared)} layers, {T} tokens each ({', '.join(a or 'none' for a in names)}): "
                  f"largest relative L2 {worst:.2e}")
     if worst > TOL:
@@ -462,6 +513,7 @@ def check_family(binary, work, fam, notes):
     model = copy.deepcopy(saved).float() if fam.bf16 else model
     check_not_reached(fam, model, shared, notes)
     active = make_adapters(fam, saved, model, shared, adir, notes)
+    refused = make_refused(fam, model, adir, active, notes)
     with open(os.path.join(work, fam.name, "lorasink.log"), "w") as log:
         proc, port = start_server(binary, ckpt, adir, log)
         try:
@@ -472,6 +524,7 @@ def check_family(binary, work, fam, notes):
                 if st != 201:
                     raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
                 notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
+            check_refusals(port, refused, notes)
             check_forwards(port, fam, model, shared, active, hidden, notes)
             check_other_forms(port, active, loaded, shared, notes)
         finally:
