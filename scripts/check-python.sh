@@ -9,7 +9,8 @@
 # 2. torch: runs clients/python/tests/test_torch.py (lorasink.torch in
 #    tiny DeepSeek-V3 and Qwen2-MoE models, PEFT adapters) in the venv of
 #    scripts/check-hf.sh, with its pins; when that venv is missing or
-#    pinned otherwise, check-hf.sh runs first and makes it.
+#    pinned otherwise, check-hf.sh runs first and makes it. Then
+#    examples/transformers_remote.py, as docs/python.md runs it.
 # Exit status 0 only when both passed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,4 +60,7 @@ T2=$(date +%s)
 (cd "$WORK" && PYTHONPATH=$ROOT/clients/python/src "$hf/bin/python" -W ignore -m unittest discover \
   -s "$ROOT/clients/python/tests" -p test_torch.py) 2> >(grep -v "Writing model shards" >&2)
 echo "PASS torch: lorasink.torch in DeepSeek-V3 and Qwen2-MoE, logits as PEFT's ($(($(date +%s) - T2)) s)"
+T3=$(date +%s)
+PYTHONPATH=$ROOT/clients/python/src "$hf/bin/python" "$ROOT/examples/transformers_remote.py" --lorasink "$LORASINK_BIN"
+echo "PASS example: examples/transformers_remote.py ($(($(date +%s) - T3)) s)"
 echo "check-python: passed ($(($(date +%s) - T0)) s, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"

@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import select
+import socket
 import time
 import urllib.parse
 
@@ -21,6 +22,21 @@ _LOAD_KEYS = ("format", "config", "scale", "gate_up_order", "pinned", "replace",
 # answer came was closed by the server while idle: the request is sent
 # again once, on a new connection.
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+class _HTTP(http.client.HTTPConnection):
+    """http.client writes a request's head and body in two sends: without
+    TCP_NODELAY the body can wait on the peer's delayed ACK."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _HTTPS(http.client.HTTPSConnection):
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class Client:
@@ -41,9 +57,9 @@ class Client:
             raise ValueError(f"url {url!r}: lorasink serves its routes at the root; give no path")
         self.url = f"{u.scheme}://{u.netloc}"
         if u.scheme == "https":
-            self._conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout, context=ssl_context)
+            self._conn = _HTTPS(u.hostname, u.port, timeout=timeout, context=ssl_context)
         else:
-            self._conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+            self._conn = _HTTP(u.hostname, u.port, timeout=timeout)
         self._headers = {"User-Agent": "lorasink-python"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
