@@ -194,6 +194,8 @@ class TestErrors(Base):
             (dict(layer=0, x=xs(1), adapters="nope"), 404, "adapter_not_found"),
             (dict(layer=0, x=xs(2), adapters=["a1", "nope"]), 404, "adapter_not_found"),
             (dict(layer=0, x=xs(2), adapters=["a1", "a2", "a1"]), 422, "invalid_shape"),
+            (dict(layer=0, x=xs(3), adapters=["a1", "a1"]), 422, "invalid_shape"),
+            (dict(layer=0, x=xs(1), adapters=[]), 422, "invalid_shape"),
             (dict(layer=0, x=np.full((1, H), np.nan, np.float32)), 400, "invalid_request"),
         ]
         for kw, status, code in cases:

@@ -9,6 +9,7 @@ import json
 import os
 import select
 import socket
+import ssl
 import time
 import urllib.parse
 
@@ -79,8 +80,12 @@ class Client:
 
     def _idle_dropped(self):
         """True when the kept-alive socket was closed by the server while
-        idle (readable with nothing owed: EOF or a stray byte)."""
+        idle (readable with nothing owed: EOF or a stray byte). Not
+        checked over TLS, where a readable socket may hold a session
+        ticket: the one retry below covers it."""
         sock = self._conn.sock
+        if isinstance(sock, ssl.SSLSocket):
+            return False
         try:
             return bool(select.select([sock], [], [], 0)[0])
         except (OSError, ValueError):
@@ -214,8 +219,12 @@ class Client:
         gw = None if gammas is None else _tensors.to_wire(gammas, "gammas")
         one = adapters
         if adapters is not None and not isinstance(adapters, str):
+            # A list that names one adapter (or none) for every token is
+            # the query's ?adapter=; one of another length goes as JSON,
+            # for the server to refuse it (422 invalid_shape).
             adapters = list(adapters)
-            one = adapters[0] if adapters and len(set(adapters)) == 1 else _MIXED
+            tokens = xw.shape[0] if xw.shape else -1
+            one = adapters[0] if len(adapters) == tokens and len(set(adapters)) == 1 else _MIXED
         if one is _MIXED:
             y, meta = self._forward_json(layer, xw, gw, adapters)
         else:
