@@ -101,19 +101,20 @@ class Client:
         try:
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
-            return resp, resp.read()
         except _DROPPED:
+            # Only up to the status line: a connection lost while the
+            # answer's body is read is raised, never sent again.
             self._conn.close()
             if not reused:
                 raise
             self.connections_opened += 1
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
-            return resp, resp.read()
+        return resp, resp.read()
 
     def _request(self, method, path, body=None, content_type=None, ok=(200,)):
-        """(status, headers, bytes) of a request; an answer not in ok
-        raises LorasinkError with the server's error body."""
+        """(status, response, body bytes) of a request; an answer not in
+        ok raises LorasinkError with the server's error body."""
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
