@@ -42,7 +42,7 @@ class Server:
                 break
             if line.startswith("listening on "):
                 return line.split()[-1]
-        self.stop()
+        self.stop(check=False)
         raise RuntimeError(f"lorasink did not start (last stdout {line!r}); log:\n{self.logtext()}")
 
     def logtext(self):
@@ -50,7 +50,9 @@ class Server:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def stop(self):
+    def stop(self, check=True):
+        """SIGTERM; the server must exit 0 (a sanitizer's report at exit
+        is a failure), else RuntimeError with its log."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -58,9 +60,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        text = self.logtext() if check and self.proc.returncode != 0 else ""
         self.proc.stdout.close()
         self.log.close()
         os.unlink(self.log.name)
+        if text:
+            raise RuntimeError(f"lorasink exited {self.proc.returncode} on SIGTERM; log:\n{text[-4000:]}")
 
 
 def peft_tensors(layers, n, H, F, r, seed, prefix="base_model.model."):
