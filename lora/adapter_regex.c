@@ -231,18 +231,30 @@ static int rx_parse_set(rx_parser *ps) {
     return nd;
 }
 
+/* The decimal number at ps->p[*j] (advancing *j past its digits), held
+ * at RX_MAX_COUNT + 1 once it passes RX_MAX_COUNT so that no count of
+ * digits can overflow; -1 when there are none. */
+static long rx_count(const rx_parser *ps, size_t *j) {
+    long v = -1;
+    for (; *j < ps->n && ps->p[*j] >= '0' && ps->p[*j] <= '9'; (*j)++) {
+        v = (v < 0 ? 0 : v) * 10 + (ps->p[*j] - '0');
+        if (v > RX_MAX_COUNT) v = RX_MAX_COUNT + 1;
+    }
+    return v;
+}
+
 /* A {m}, {m,}, {,n}, {m,n} quantifier at ps->i (which is '{')? Python
  * reads anything else as a literal '{'. Advances past it when it is. */
 static bool rx_braces(rx_parser *ps, int *min, int *max) {
     size_t j = ps->i + 1;
-    long lo = -1, hi = -1;
+    long lo, hi = -1;
     bool comma = false;
     if (j < ps->n && ps->p[j] == '}') return false;
-    for (; j < ps->n && ps->p[j] >= '0' && ps->p[j] <= '9'; j++) lo = (lo < 0 ? 0 : lo) * 10 + (ps->p[j] - '0');
+    lo = rx_count(ps, &j);
     if (j < ps->n && ps->p[j] == ',') {
         comma = true;
-        for (j++; j < ps->n && ps->p[j] >= '0' && ps->p[j] <= '9'; j++)
-            hi = (hi < 0 ? 0 : hi) * 10 + (ps->p[j] - '0');
+        j++;
+        hi = rx_count(ps, &j);
     } else {
         hi = lo;
     }

@@ -185,6 +185,29 @@ static ls_status ls_ckpt_want(ls_ckpt *c, const char *name, int layer, long long
                                                                      : LS_OK;
 }
 
+/* DeepSeek's moe_layer_freq other than 1: DeepSeek's own code applies it,
+ * transformers' does not, and both save the same names. The tensors tell
+ * which wrote the checkpoint: a gate_proj on a layer that only
+ * transformers' reading gives shared experts. The checks that follow hold
+ * the tensors to the reading taken. */
+static ls_status ls_ckpt_pick_reading(ls_ckpt *c, ls_error *err) {
+    const ls_family_plan *p = &c->plan;
+    if (!p->moe_alt) return LS_OK;
+    bool alt = false;
+    for (int l = 0; !alt && l < p->layers_total; l++) {
+        for (int i = 0; p->moe_alt[l] && !p->moe[l] && ls_family_prefixes[i]; i++) {
+            char name[256];
+            ls_family_name(p, ls_family_prefixes[i], l, LS_PROJ_GATE, name, sizeof name);
+            alt |= json_object_get(c->map, name) != NULL;
+        }
+    }
+    if (alt) ls_family_plan_take_alt(&c->plan);
+    for (int l = 0; l < p->layers_total; l++)
+        if (p->moe[l]) return LS_OK;
+    return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
+                        "config.json (%s family, %s) gives no layer shared experts", p->name, p->rule);
+}
+
 /* Every tensor of every served layer (and its FP8 scale, when the
  * checkpoint has one) goes to c->wanted; m gets the layer numbers. */
 static ls_status ls_ckpt_plan_layers(ls_ckpt *c, ls_model *m, ls_error *err) {
@@ -431,6 +454,7 @@ static ls_status ls_ckpt_run(ls_ckpt *c, const char *index_name, ls_model *m, ls
     LS_MODEL_TRY(ls_family_plan_from_config(c->config, &c->plan, err));
     LS_MODEL_TRY(ls_ckpt_quant(c, err));
     LS_MODEL_TRY(ls_ckpt_load_map(c, index_name, m, err));
+    LS_MODEL_TRY(ls_ckpt_pick_reading(c, err));
     LS_MODEL_TRY(ls_ckpt_plan_layers(c, m, err));
     LS_MODEL_TRY(ls_ckpt_cross_check(c, err));
     if (!(m->src = ls_model_source_new(m->dims.L))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");

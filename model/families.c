@@ -123,8 +123,11 @@ static ls_status ls_key_int_or_list(const json_t *keys, const char *key, bool sm
 
 /* DeepSeek-V2/V3 and the models built on them: a layer has shared experts
  * from first_k_dense_replace on, every moe_layer_freq-th (absent: 1); no
- * layer when n_routed_experts is null or 0. Bailing names the count
- * num_shared_experts and may give the width of one. */
+ * layer when n_routed_experts is null or 0. That is DeepSeek's own code
+ * (and vLLM's, sglang's); transformers' ignores moe_layer_freq, so when it
+ * is not 1 the other reading is kept beside it for the tensors to choose.
+ * Bailing names the count num_shared_experts and may give the width of
+ * one. */
 static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan *p, ls_error *err) {
     long long first = 0, freq = 1, shared = 0, inter = 0;
     const json_t *routed = json_object_get(k, bailing ? "num_experts" : "n_routed_experts");
@@ -143,6 +146,12 @@ static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan 
     for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none && l >= first && l % freq == 0;
     snprintf(p->rule, sizeof p->rule, "l >= first_k_dense_replace (%lld) and l %% moe_layer_freq (%lld) == 0%s", first,
              freq, none ? ", but n_routed_experts is none" : "");
+    if (freq == 1 || none) return LS_OK;
+    if (!(p->moe_alt = calloc((size_t)p->layers_total, sizeof *p->moe_alt)))
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    for (int l = 0; l < p->layers_total; l++) p->moe_alt[l] = l >= first;
+    snprintf(p->rule_alt, sizeof p->rule_alt, "l >= first_k_dense_replace (%lld), moe_layer_freq (%lld) not applied, "
+             "as transformers builds the layers", first, freq);
     return LS_OK;
 }
 
@@ -239,6 +248,24 @@ static ls_status ls_rule_llama4(const json_t *k, ls_family_plan *p, ls_error *er
     return LS_OK;
 }
 
+/* Every family's shared-expert MLP is down(act(gate(x)) * up(x)) with
+ * act = ACT2FN[hidden_act]; the engine computes SiLU (swish is its other
+ * name), so another activation would serve wrong numbers. Absent: every
+ * family's default, silu. */
+static ls_status ls_family_act(const json_t *k, ls_error *err) {
+    const json_t *v = json_object_get(k, "hidden_act");
+    if (!v || json_is_null(v)) return LS_OK;
+    const char *a = json_string_value(v);
+    if (a && (!strcmp(a, "silu") || !strcmp(a, "swish"))) return LS_OK;
+    char got[80];
+    if (a) snprintf(got, sizeof got, "\"%.64s\"", a);
+    else snprintf(got, sizeof got, "%s", ls_json_kind(v));
+    return ls_error_set(err, LS_INVALID_REQUEST,
+                        "lorasink computes silu(gate_proj x) * up_proj x; serve a checkpoint whose hidden_act is silu",
+                        "config.json's hidden_act is %s: lorasink's shared-expert block is SwiGLU (hidden_act \"silu\" "
+                        "or \"swish\") and would give other numbers than this model", got);
+}
+
 /* ---- choosing the family ------------------------------------------------------ */
 
 static const ls_family *ls_family_by_type(const char *t) {
@@ -306,6 +333,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     if (st == LS_OK && (L > 100000 || H > 1 << 20))
         st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: num_hidden_layers %lld or hidden_size %lld is "
                           "too large", L, H);
+    if (st == LS_OK) st = ls_family_act(k, err);
     if (st != LS_OK) return st;
     p->layers_total = (int)L;
     p->H = (int)H;
@@ -319,7 +347,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     case LS_RULE_LLAMA4: st = ls_rule_llama4(k, p, err); break;
     }
     bool any = false;
-    for (int l = 0; st == LS_OK && l < p->layers_total; l++) any |= p->moe[l];
+    for (int l = 0; st == LS_OK && l < p->layers_total; l++) any |= p->moe[l] || (p->moe_alt && p->moe_alt[l]);
     if (st == LS_OK && !any)
         st = ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
                           "config.json (%s family, %s) gives no layer shared experts", p->name, p->rule);
@@ -329,5 +357,16 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
 
 void ls_family_plan_free(ls_family_plan *p) {
     free(p->moe);
+    free(p->moe_alt);
     memset(p, 0, sizeof *p);
+}
+
+void ls_family_plan_take_alt(ls_family_plan *p) {
+    bool *m = p->moe;
+    p->moe = p->moe_alt;
+    p->moe_alt = m;
+    char r[sizeof p->rule];
+    memcpy(r, p->rule, sizeof r);
+    memcpy(p->rule, p->rule_alt, sizeof r);
+    memcpy(p->rule_alt, r, sizeof r);
 }

@@ -87,6 +87,11 @@ typedef struct {
     int layers_total, H, F;
     bool *moe;             /* owned [layers_total]: the layer has shared experts */
     char rule[160];        /* the layer rule in words, for messages */
+    /* DeepSeek's moe_layer_freq when it is not 1: the layers of
+     * transformers' reading, which ignores it (owned; NULL when the two
+     * readings agree). The checkpoint's tensors choose (checkpoint.c). */
+    bool *moe_alt;
+    char rule_alt[160];
     bool gate;             /* the block has a shared-expert gate */
 } ls_family_plan;
 
@@ -97,6 +102,9 @@ typedef struct {
  * what was found and what is expected. */
 ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *out, ls_error *err);
 void ls_family_plan_free(ls_family_plan *p);
+/* Takes transformers' reading of the layers (moe_alt) in place of the
+ * rule's; p->moe_alt must be set. */
+void ls_family_plan_take_alt(ls_family_plan *p);
 
 /* The tensor of projection proj of layer under prefix ("model.layers."). */
 void ls_family_name(const ls_family_plan *p, const char *prefix, int layer, int proj, char *buf, size_t len);

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # lorasink against the real transformers and peft libraries:
-#   bash scripts/check-hf.sh [BUILD_DIR]     (default: build)
+#   bash scripts/check-hf.sh [BUILD_DIR [NAME...]]     (default: build, every entry)
 # Installs torch, transformers, peft, safetensors and numpy from PyPI, at
 # the versions last checked, into a venv kept outside the clone
 # ($LORASINK_HF_VENV, default ~/.cache/lorasink/venv-hf: once per machine,
 # not once per clone; PyPI's torch wheel pulls its nvidia-* packages,
 # about 5.6 GB and 4 minutes here, and does not import without them), then runs
-# tests/hf/check_hf.py: tiny DeepSeek-V3 and Qwen2-MoE models saved by
-# transformers, LoRA adapters on their shared experts saved by peft, served
-# by BUILD_DIR/lorasink and compared with the modules' own forward.
-# Exit status 0 only when every family passed. The last result is in
-# docs/adapters.md ("Checked against transformers and peft").
+# tests/hf/check_hf.py: a tiny model of every family lorasink serves that
+# transformers can build, saved by transformers, LoRA adapters on its shared
+# experts saved by peft, served by BUILD_DIR/lorasink and compared with the
+# modules' own forward (about 20 s). Names after BUILD_DIR run only those
+# entries of check_hf.py's FAMILIES. Exit status 0 only when every family
+# passed. The last result is in docs/adapters.md ("Checked against
+# transformers and peft").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build}
+shift || true
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 BIN=$BUILD/lorasink
 [ -x "$BIN" ] || { echo "check-hf: $BIN not found: build first" >&2; exit 1; }
@@ -36,5 +39,5 @@ fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 T1=$(date +%s)
-"$venv/bin/python" "$ROOT/tests/hf/check_hf.py" "$BIN" "$WORK" 2> >(grep -v "Writing model shards" >&2)
+"$venv/bin/python" "$ROOT/tests/hf/check_hf.py" "$BIN" "$WORK" "$@" 2> >(grep -v "Writing model shards" >&2)
 echo "check-hf: passed ($(($(date +%s) - T1)) s, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"

@@ -87,6 +87,11 @@ def metric(url, sample):
 class Pages(http.server.BaseHTTPRequestHandler):
     """Serves the pages in self.server.pages by path."""
 
+    # Chromium opens spare connections to an origin before it needs them;
+    # an idle one is dropped soon, so that a request made after the server
+    # has gone cannot reach its leftover thread.
+    timeout = 0.5
+
     def do_GET(self):
         page = self.server.pages.get(self.path.split("?")[0])
         if page is None:
@@ -185,6 +190,7 @@ def check_rebinding(browser, binary, tmp):
     browser.wait_for(s, "typeof window.steal === 'function'", "the rebinding page")
     httpd.shutdown()
     httpd.server_close()
+    time.sleep(2 * Pages.timeout)  # every spare connection to the page's server closed
     srv, url = start_server(binary, port, os.path.join(tmp, "xsite-rebind.log"))
     try:
         status, text = request(url + "/adapters", "POST", adapter("secret-adapter", 1))

@@ -8,7 +8,8 @@
 # beyond the binary: the README's Try it block as pasted, the OpenAPI
 # document (validated, and schemathesis against a live server), the
 # metrics under a real Prometheus and the dashboard in headless Chromium,
-# three replicas behind HAProxy, and the container image. --quick runs the first pass only.
+# three replicas behind HAProxy, the container image, transformers and peft,
+# and the Python client. --quick runs the first pass only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -79,7 +80,7 @@ bash scripts/fuzz.sh 30 || { summary; echo "fuzz: a harness failed"; exit 1; }
 # Each prints PASS lines and stops at its first failure; each counts as
 # one test in the totals.
 for check in "check-readme.sh build" "check-openapi.sh build" "check-dashboard.sh build" "check-scale.sh build" \
-  "check-image.sh" "check-hf.sh build"; do
+  "check-image.sh" "check-hf.sh build" "check-python.sh build"; do
   echo "== ${check%% *} =="
   # shellcheck disable=SC2086 # the build dir is a second word on purpose
   if bash scripts/$check; then passed=$((passed + 1)); else failed=$((failed + 1)); summary; exit 1; fi

@@ -1,20 +1,35 @@
 """lorasink against the real transformers and peft libraries.
 
-Builds tiny random-init DeepSeek-V3 and Qwen2-MoE models with transformers
-(save_pretrained, small shards), creates PEFT LoRA adapters on their shared
-experts with random A and B (one with rank_pattern, alpha_pattern and
-rsLoRA, one on some layers only), saves them with save_pretrained, serves the
-checkpoint directory and the adapter directories with lorasink as they
-were saved, and compares forwards of the shared-expert block (per-token
-mixed adapters, Qwen's gate applied by the server) with the modules' own
-forward with the adapter active: relative L2 error at most 2e-5 in f32.
-Each family has a dense layer, so the server must keep the checkpoint's
-layer numbers, refuse a forward on the dense one and skip the dense MLP's
-factors.
+For every family lorasink serves that the pinned transformers can build
+(FAMILIES below, one entry each), builds a tiny random-init model whose
+dense and MoE layers are mixed by the family's own config keys, saves it
+with save_pretrained (small shards, or one file), creates two PEFT LoRA
+adapters on its shared experts with random A and B (one with rank_pattern,
+alpha_pattern and rsLoRA on every layer, one on two layers only), saves
+them with save_pretrained, serves the checkpoint directory and the adapter
+directories with lorasink as they were saved, and checks:
 
-Usage: check_hf.py LORASINK_BINARY WORKDIR  (run by scripts/check-hf.sh)
+- GET /model: the family, and the layer list equal to the layers where the
+  instantiated model has shared-expert modules (read from the modules, not
+  from lorasink's rule), and the gate where the model has one;
+- a forward on a dense layer is 400 naming it as dense;
+- forwards of the shared-expert block on every MoE layer, tokens mixing
+  both adapters and none in one request, no gammas sent (the server
+  applies the family's gate), against the modules' own forward with the
+  adapter active: relative L2 at most 2e-5 in f32 (a bf16 checkpoint with
+  bf16 adapters: against the modules run in f32 on the same bf16 values,
+  within the same bound, since the CPU backend computes in f32);
+- the pool format of each adapter's math, laid out from PEFT's own factors
+  and scalings as docs/math.md says, normalises to the PEFT directory's
+  sha256; an adapter with factors the server skipped (dense MLPs,
+  attention) is refused with "strict", each of them named;
+- where the entry uses target_parameters, that the plain target_modules
+  list still misses the shared experts (docs/adapters.md's table).
+
+Usage: check_hf.py LORASINK_BINARY WORKDIR [NAME...]  (run by scripts/check-hf.sh)
 """
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -24,6 +39,7 @@ import sys
 import time
 import urllib.request
 import warnings
+from typing import Callable
 
 import numpy as np
 import torch
@@ -31,45 +47,213 @@ from safetensors import safe_open
 
 warnings.filterwarnings("ignore")
 import peft  # noqa: E402
-import transformers  # noqa: E402
+import transformers as tf  # noqa: E402
 from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 
+# The bound for f32 checkpoints and for bf16 ones alike: the CPU backend
+# computes in f32 throughout on the weights' and factors' bf16 values
+# (docs/math.md, "Numerics"), as the reference does; only the CUDA backend
+# rounds operands to bf16 (its bound against the CPU's is 1e-2).
 TOL = 2e-5
-LAYERS = 4
+PROJS = ("gate_proj", "up_proj", "down_proj")
+SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:mlp|feed_forward)\.shared_experts?)$")
+
+# ---- the families ---------------------------------------------------------------
+
+SMALL = dict(vocab_size=64, hidden_size=32, num_attention_heads=2, num_key_value_heads=2)
+MLA = dict(q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
+ROUTED = dict(n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
+LINEAR_ATTN = dict(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8)
+QWEN35_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4,
+                     spatial_merge_size=1, temporal_patch_size=1)
+LLAMA4_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+                     patch_size=8, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32)
+
+def deepseek_v3(**keys):
+    return tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(**SMALL, **MLA, **ROUTED, intermediate_size=48,
+                                                        moe_intermediate_size=16, n_shared_experts=2, **keys))
 
 
-def tiny_models():
-    """(name, model, shared-expert attribute, has gate, MoE layers) per
-    family; DeepSeek's layer 0 and Qwen's layer 1 are dense."""
-    ds = transformers.DeepseekV3Config(
-        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=LAYERS,
-        num_attention_heads=2, num_key_value_heads=2, n_shared_experts=2, n_routed_experts=4, num_experts_per_tok=2,
-        first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
-        v_head_dim=8, n_group=1, topk_group=1)
-    qw = transformers.Qwen2MoeConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-        shared_expert_intermediate_size=24, num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=2,
-        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[1])
-    return [("deepseek_v3", transformers.DeepseekV3ForCausalLM(ds), "shared_experts", False, [1, 2, 3]),
-            ("qwen2_moe", transformers.Qwen2MoeForCausalLM(qw), "shared_expert", True, [0, 2, 3])]
+def qwen35_text():
+    return dict(**SMALL, head_dim=16, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, **LINEAR_ATTN)
 
 
-def targets(family, shared, layers=None):
-    """The way today's PEFT reaches the shared experts (docs/adapters.md):
-    Qwen2-MoE by target_modules; DeepSeek-V3 only by target_parameters,
-    since transformers 5's conversion rewrites gate_proj/up_proj/down_proj
-    module targets (names, full names and regexes) into the routed
-    experts' fused parameters."""
-    projs = ("gate_proj", "up_proj", "down_proj")
-    if family == "deepseek_v3":
-        if layers is None:
-            return {"target_modules": None, "target_parameters": [f"mlp.{shared}.{p}.weight" for p in projs]}
-        return {"target_modules": None,
-                "target_parameters": [f"model.layers.{l}.mlp.{shared}.{p}.weight" for l in layers for p in projs]}
-    out = {"target_modules": list(projs)}
-    if layers is not None:
-        out["layers_to_transform"] = list(layers)
+def llama4_text(**keys):
+    return dict(**SMALL, head_dim=16, intermediate_size=24, intermediate_size_mlp=48, num_local_experts=4,
+                num_experts_per_tok=1, **keys)
+
+
+@dataclasses.dataclass
+class Family:
+    name: str                      # this entry's name in the results
+    family: str                    # what GET /model must call it
+    make: Callable[[], torch.nn.Module]
+    # How today's PEFT reaches the shared experts (docs/adapters.md):
+    # "modules" = target_modules ["gate_proj", "up_proj", "down_proj"];
+    # "parameters" = target_parameters, for the model types whose
+    # gate_proj/up_proj/down_proj targets PEFT rewrites into the routed
+    # experts' fused parameters (transformers' conversion mapping).
+    peft: str
+    single_file: bool = False      # model.safetensors, not shards and an index
+    bf16: bool = False             # saved in bf16
+    model_type: str | None = None  # config.json's model_type rewritten to this after saving
+    refused: str | None = None     # start-up must stop with a message holding this
+    refusals: bool = False         # also the adapters PEFT writes that must be refused (REFUSED)
+
+
+# LoraConfig keys whose adapters the server must refuse (422
+# adapter_config_invalid, naming the key), and that key.
+REFUSED = {
+    "dora": ({"use_dora": True}, '"use_dora"'),
+    "pissa": ({"init_lora_weights": "pissa"}, "PiSSA"),
+    "olora": ({"init_lora_weights": "olora"}, "OLoRA"),
+    "lora-bias": ({"lora_bias": True}, '"lora_bias"'),
+    "save-shared": ({"target_modules": ["q_proj"], "modules_to_save": ["shared_expert"]}, '"modules_to_save"'),
+}
+
+FAMILIES = [
+    Family("deepseek_v3", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=4, first_k_dense_replace=1),
+           "parameters"),
+    # Kimi-K2's own config.json says model_type "kimi_k2" over DeepSeek-V3's
+    # modules (its code is remote; transformers has no kimi_k2 class).
+    Family("kimi_k2", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=4, first_k_dense_replace=2),
+           "parameters", model_type="kimi_k2"),
+    # moe_layer_freq is DeepSeek's own key; transformers' modeling code
+    # ignores it (every layer from first_k_dense_replace has shared experts).
+    Family("deepseek_v2", "deepseek_v2", lambda: tf.DeepseekV2ForCausalLM(tf.DeepseekV2Config(
+        **SMALL, **MLA, **ROUTED, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
+        num_hidden_layers=5, first_k_dense_replace=1, moe_layer_freq=2)), "parameters", single_file=True),
+    Family("glm4_moe", "glm4_moe", lambda: tf.Glm4MoeForCausalLM(tf.Glm4MoeConfig(
+        **SMALL, **ROUTED, head_dim=16, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
+        num_hidden_layers=4, first_k_dense_replace=1)), "parameters"),
+    Family("dots1", "dots1", lambda: tf.Dots1ForCausalLM(tf.Dots1Config(
+        **SMALL, **ROUTED, head_dim=16, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
+        num_hidden_layers=5, first_k_dense_replace=2)), "parameters"),
+    Family("ernie4_5_moe", "ernie4_5_moe", lambda: tf.Ernie4_5_MoeForCausalLM(tf.Ernie4_5_MoeConfig(
+        **SMALL, intermediate_size=48, moe_intermediate_size=16, moe_num_shared_experts=2, moe_num_experts=4,
+        moe_k=2, num_hidden_layers=8, moe_layer_start_index=1, moe_layer_end_index=6, moe_layer_interval=2)),
+           "parameters"),
+    Family("qwen2_moe", "qwen2_moe", lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+        **SMALL, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[1])),
+           "modules", refusals=True),
+    Family("qwen2_moe_bf16", "qwen2_moe", lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+        **SMALL, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[2])), "modules", bf16=True),
+    Family("qwen3_next", "qwen3_next", lambda: tf.Qwen3NextForCausalLM(tf.Qwen3NextConfig(
+        **SMALL, **LINEAR_ATTN, head_dim=16, intermediate_size=48, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, num_hidden_layers=8, num_experts=4, num_experts_per_tok=2,
+        decoder_sparse_step=2, mlp_only_layers=[5])), "parameters"),
+    Family("qwen3_5_moe_text", "qwen3_5_moe", lambda: tf.Qwen3_5MoeForCausalLM(
+        tf.Qwen3_5MoeTextConfig(**qwen35_text())), "modules"),
+    # The vision-language checkpoint: model.language_model.layers.
+    Family("qwen3_5_moe_vl", "qwen3_5_moe", lambda: tf.Qwen3_5MoeForConditionalGeneration(
+        tf.Qwen3_5MoeConfig(text_config=qwen35_text(), vision_config=QWEN35_VISION)), "modules", single_file=True),
+    Family("llama4_text", "llama4", lambda: tf.Llama4ForCausalLM(tf.Llama4TextConfig(
+        **llama4_text(num_hidden_layers=6, interleave_moe_layer_step=2))), "modules"),
+    # The vision-language checkpoint: language_model.model.layers.
+    Family("llama4_vl", "llama4", lambda: tf.Llama4ForConditionalGeneration(tf.Llama4Config(
+        text_config=llama4_text(num_hidden_layers=5, moe_layers=[0, 2, 3]), vision_config=LLAMA4_VISION)),
+           "modules"),
+    # Not SwiGLU: the server computes silu, so it must refuse, not serve.
+    Family("deepseek_v3_gelu", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=2, first_k_dense_replace=0,
+                                                                  hidden_act="gelu"), "parameters",
+           refused='hidden_act is "gelu"'),
+]
+
+# ---- the model's own answers ------------------------------------------------------
+
+
+def shared_modules(model):
+    """{layer: (module name, gate module name or None)} for every layer
+    whose block the instantiated model built with shared experts."""
+    names = {n for n, _ in model.named_modules()}
+    out = {}
+    for n in names:
+        m = SHARED_RE.match(n)
+        if m:
+            gate = m.group(1).rsplit(".", 1)[0] + ".shared_expert_gate"
+            out[int(m.group(2))] = (n, gate if gate in names else None)
+    return dict(sorted(out.items()))
+
+
+def module_forward(model, shared, layer, x):
+    """The block's output from the transformers modules themselves, with
+    the family's gate where it has one."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    name, gate = shared[layer]
+    y = base.get_submodule(name)(x)
+    if gate:
+        y = torch.sigmoid(base.get_submodule(gate)(x)) * y
+    return y
+
+
+def targets(kind, shared, layers=None):
+    """The LoraConfig keys that reach the shared experts (see Family.peft),
+    on every layer or on the layers given."""
+    if kind == "modules":
+        out = {"target_modules": list(PROJS)}
+        if layers is not None:
+            out["layers_to_transform"] = list(layers)
+        return out
+    if layers is None:  # "mlp.shared_experts.gate_proj.weight": every layer's
+        tail = ".".join(shared[next(iter(shared))][0].split(".")[-2:])
+        return {"target_modules": None, "target_parameters": [f"{tail}.{p}.weight" for p in PROJS]}
+    return {"target_modules": None,
+            "target_parameters": [f"{shared[l][0]}.{p}.weight" for l in layers for p in PROJS]}
+
+
+def adapter_configs(fam, shared):
+    """rank_pattern + alpha_pattern + rsLoRA on every layer; plain LoRA on
+    the first and last MoE layer; where target_modules reaches the shared
+    experts, target_parameters too (it works in every family). PEFT matches
+    patterns against the module's name, or for target_parameters against
+    "{module}.weight"."""
+    w = ".weight" if fam.peft == "parameters" else ""
+    layers = list(shared)
+    second = shared[layers[1]][0]
+    ranks = LoraConfig(r=4, lora_alpha=8, use_rslora=True, init_lora_weights=False,
+                       rank_pattern={"up_proj" + w: 6, f"{second}.down_proj" + w: 2},
+                       alpha_pattern={"gate_proj" + w: 12}, **targets(fam.peft, shared))
+    some = (layers[0], layers[-1])
+    out = {"ranks": (ranks, layers),
+           "some-layers": (LoraConfig(r=3, lora_alpha=6, init_lora_weights=False,
+                                      **targets(fam.peft, shared, layers=some)), list(some))}
+    if fam.peft == "modules":
+        out["parameters"] = (LoraConfig(r=2, lora_alpha=5, init_lora_weights=False,
+                                        **targets("parameters", shared)), layers)
     return out
+
+
+def check_not_reached(fam, model, shared, notes):
+    """Where the entry says target_parameters, the plain target_modules
+    list must still miss the shared experts (PEFT rewrites it into the
+    routed experts' fused parameters): else docs/adapters.md's table is out
+    of date."""
+    if fam.peft != "parameters":
+        return
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, **targets("modules", shared)))
+    hit = [n for n, _ in pm.named_modules() if any(n.endswith(f"{shared[l][0]}.{p}.lora_A") for l in shared
+                                                   for p in PROJS)]
+    if hit:
+        raise RuntimeError(f"target_modules {list(PROJS)} now reaches {hit[0]}: update docs/adapters.md")
+    notes.append("target_modules list misses the shared experts")
+
+
+def check_reach(fam, adir, name, shared, layers):
+    """The adapter PEFT saved holds A and B of every shared-expert
+    projection of the layers it was made for: the target spec reached them."""
+    with safe_open(os.path.join(adir, name, "adapter_model.safetensors"), "np") as f:
+        keys = set(f.keys())
+    missing = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in PROJS for ab in "AB"
+               if f"base_model.model.{shared[l][0]}.{p}.lora_{ab}.weight" not in keys]
+    if missing:
+        raise RuntimeError(f"{fam.name}/{name}: PEFT wrote no {missing[0]} ({len(missing)} missing); "
+                           f"tensors: {sorted(keys)[:6]}")
+    return len(keys)
+
+# ---- the server ------------------------------------------------------------------
 
 
 def free_port():
@@ -91,11 +275,23 @@ def http(port, method, path, body=None):
         return e.code, json.loads(e.read())
 
 
+def http_raw(port, path, data):
+    """POST of a safetensors body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST",
+                                 headers={"Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def start_server(binary, weights, adapter_dir, log):
     port = free_port()
     proc = subprocess.Popen([binary, "--weights", weights, "--device", "cpu", "--port", str(port), "--max-rank",
                              "16", "--adapter-dir", adapter_dir], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(300):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         try:
             if http(port, "GET", "/ready")[0] == 200:
                 return proc, port
@@ -105,115 +301,256 @@ def start_server(binary, weights, adapter_dir, log):
             break
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("lorasink did not become ready; see " + log.name)
+    proc.wait()
+    log.flush()
+    with open(log.name) as f:
+        tail = f.read()[-600:]
+    raise RuntimeError(f"lorasink did not become ready: {tail.strip()}")
 
 
-def module_forward(model, layer, shared, has_gate, x):
-    """The block's output from the transformers modules themselves."""
-    base = model.get_base_model() if isinstance(model, PeftModel) else model
-    mlp = base.model.layers[layer].mlp
-    y = getattr(mlp, shared)(x)
-    if has_gate:
-        y = torch.sigmoid(mlp.shared_expert_gate(x)) * y
-    return y
-
-
-def check_model(port, family, moe_layers, has_gate, results):
+def check_model(port, fam, shared, dense, dtype, notes):
     """GET /model says what was loaded; a dense layer is a clear 400."""
     st, m = http(port, "GET", "/model")
-    if st != 200 or m.get("layers") != moe_layers or bool(m.get("gate")) != has_gate:
-        raise RuntimeError(f"{family}: GET /model {st} {json.dumps(m)}")
-    dense = next(l for l in range(LAYERS) if l not in moe_layers)
-    st, r = http(port, "POST", "/forward", {"layer": dense, "x": [[0.0] * m["hidden"]]})
-    if st != 400 or "dense" not in r["error"]["message"]:
-        raise RuntimeError(f"{family}: forward on dense layer {dense}: {st} {json.dumps(r)}")
-    results.append(f"{family}: GET /model {m.get('family')} layers {m['layers']} gate {m.get('gate')}; "
-                   f"dense layer {dense}: 400")
+    want_gate = any(g for _, g in shared.values())
+    if (st != 200 or m.get("family") != fam.family or m.get("layers") != list(shared)
+            or bool(m.get("gate")) != want_gate or m.get("dtype") != dtype):
+        raise RuntimeError(f"GET /model {st} {json.dumps(m)}; the model has shared experts on {list(shared)}, "
+                           f"gate {want_gate}, dtype {dtype}")
+    notes.append(f"GET /model {m['family']} layers {m['layers']} gate {m['gate']} {m['dtype']}")
+    if dense:
+        st, r = http(port, "POST", "/forward", {"layer": dense[0], "x": [[0.0] * m["hidden"]]})
+        if st != 400 or "dense" not in r["error"]["message"]:
+            raise RuntimeError(f"forward on dense layer {dense[0]}: {st} {json.dumps(r)}")
+        notes.append(f"dense {dense}: 400")
+    else:
+        notes.append("no dense layer")
+    return m["hidden"]
+
+# ---- the adapter's other forms ---------------------------------------------------
 
 
-def check_family(binary, work, family, model, shared, has_gate, moe_layers, results):
-    torch.manual_seed(1)
-    ckpt = os.path.join(work, family, "checkpoint")
-    model.save_pretrained(ckpt, max_shard_size="20KB")
-    adir = os.path.join(work, family, "adapters")
-    os.makedirs(adir, exist_ok=True)
-    # Two adapters: rank_pattern + alpha_pattern + rsLoRA on every layer,
-    # and plain LoRA on layers 0 and 2 only. Random A and B (nonzero B).
-    # PEFT matches the patterns against the module's name, or for
-    # target_parameters against "{module}.weight".
-    w = ".weight" if family == "deepseek_v3" else ""
-    cfg_a = LoraConfig(r=4, lora_alpha=8, use_rslora=True, init_lora_weights=False,
-                       rank_pattern={"up_proj" + w: 6, f"model.layers.2.mlp.{shared}.down_proj" + w: 2},
-                       alpha_pattern={"gate_proj" + w: 12}, **targets(family, shared))
-    some = (moe_layers[0], moe_layers[2])
-    cfg_b = LoraConfig(r=3, lora_alpha=6, init_lora_weights=False, **targets(family, shared, layers=some))
-    for name, cfg in (("ranks", cfg_a), ("some-layers", cfg_b)):
-        torch.manual_seed(len(name))
-        pm = get_peft_model(model, cfg)
+def pool_form(peft_model, shared):
+    """The pool format of a PEFT adapter's math, laid out as docs/math.md
+    ("Separate gate and up factors in a slot") says: rank R the largest
+    module rank, gate's A in rows 0.., up's in rows R.., each B scaled by
+    its module's own PEFT scaling (in f64, then rounded to f32)."""
+    base = peft_model.get_base_model()
+    mods = {(l, p): base.get_submodule(f"{shared[l][0]}.{p}") for l in shared for p in PROJS}
+    mods = {k: m for k, m in mods.items() if "default" in getattr(m, "lora_A", {})}
+    R = max(m.r["default"] for m in mods.values())
+    out = {}
+    for l in sorted({l for l, _ in mods}):
+        g, u, d = (mods.get((l, p)) for p in PROJS)
+        ref = g or u
+        H, F = ref.lora_A["default"].weight.shape[1], ref.lora_B["default"].weight.shape[0]
+        a, b = np.zeros((2 * R, H), np.float32), np.zeros((2 * F, R), np.float32)
+        da, db = np.zeros((R, F), np.float32), np.zeros((H, R), np.float32)
+
+        def factors(m):
+            r = m.r["default"]
+            A = m.lora_A["default"].weight.detach().double().numpy()
+            B = m.lora_B["default"].weight.detach().double().numpy() * m.scaling["default"]
+            return r, A.astype(np.float32), B.astype(np.float32)
+        for m, row in ((g, 0), (u, 1)):
+            if m:
+                r, A, B = factors(m)
+                a[row * R:row * R + r], b[row * F:(row + 1) * F, :r] = A, B
+        if d:
+            r, A, B = factors(d)
+            da[:r], db[:, :r] = A, B
+        p = f"model.layers.{l}.mlp.shared_experts."
+        for k, v in (("gate_up_lora_a", a), ("gate_up_lora_b", b), ("down_lora_a", da), ("down_lora_b", db)):
+            out[p + k] = np.ascontiguousarray(v.reshape(1, 1, *v.shape))
+    return out
+
+
+def check_other_forms(port, active, loaded, shared, notes):
+    """The pool form of each adapter's math normalises to its sha256; an
+    adapter with skipped factors is refused with strict, each named."""
+    from safetensors.numpy import save
+    strict = 0
+    for name, pm in active.items():
+        sha, ignored = loaded[name]["sha256"], loaded[name].get("ignored", [])
+        st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(pm, shared)))
+        if st != 200 or v.get("sha256") != sha:
+            raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}")
+        if ignored:
+            st, v = http(port, "POST", "/adapters/validate", {"path": name, "strict": True})
+            named = sorted(x.get("tensor", "") for x in v.get("error", {}).get("violations", []))
+            if st != 422 or v["error"]["code"] != "lora_unknown_tensor" or named != sorted(ignored):
+                raise RuntimeError(f"{name} with strict: {st} {json.dumps(v)[:300]}")
+            strict += 1
+    notes.append(f"pool forms: same sha256; strict refuses the skipped factors ({strict} adapters)")
+
+# ---- one family ------------------------------------------------------------------
+
+
+def save_checkpoint(fam, model, ckpt):
+    """save_pretrained as the entry says; the files must be what it says."""
+    model.save_pretrained(ckpt, **({} if fam.single_file else {"max_shard_size": "20KB"}))
+    files = sorted(f for f in os.listdir(ckpt) if f.endswith(".safetensors"))
+    if fam.single_file != (files == ["model.safetensors"]):
+        raise RuntimeError(f"save_pretrained wrote {files}")
+    if fam.model_type:
+        path = os.path.join(ckpt, "config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+        cfg["model_type"] = fam.model_type
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+    return "1 file" if fam.single_file else f"{len(files)} shards"
+
+
+def make_adapters(fam, saved, model, shared, adir, notes):
+    """Saves both adapters, made by PEFT on the model as saved (bf16
+    factors on a bf16 model); one PeftModel per adapter on the f32 model
+    for the reference (PEFT refuses two target_parameters adapters of
+    different parameter sets in one model)."""
+    active = {}
+    for i, (name, (cfg, layers)) in enumerate(adapter_configs(fam, shared).items()):
+        torch.manual_seed(10 + i)
+        pm = get_peft_model(copy.deepcopy(saved), cfg, autocast_adapter_dtype=False)
         pm.save_pretrained(os.path.join(adir, name))
-        model = pm.unload()
-    keys = {}
-    for name in ("ranks", "some-layers"):
-        with safe_open(os.path.join(adir, name, "adapter_model.safetensors"), "np") as f:
-            keys[name] = sorted(f.keys())
-    # One PeftModel per adapter: PEFT refuses two target_parameters
-    # adapters of different parameter sets in one model.
-    active = {name: PeftModel.from_pretrained(copy.deepcopy(model), os.path.join(adir, name)).eval()
-              for name in ("ranks", "some-layers")}
-    model.eval()
+        n = check_reach(fam, adir, name, shared, layers)
+        active[name] = PeftModel.from_pretrained(copy.deepcopy(model), os.path.join(adir, name)).eval()
+        notes.append(f"{name} {n} tensors")
+    return active
 
-    log = open(os.path.join(work, family, "lorasink.log"), "w")
-    proc, port = start_server(binary, ckpt, adir, log)
-    try:
-        check_model(port, family, moe_layers, has_gate, results)
-        for name in ("ranks", "some-layers"):
-            st, r = http(port, "POST", "/adapters", {"name": name, "path": name})
-            if st != 201:
-                raise RuntimeError(f"{family}/{name}: {st} {json.dumps(r)}")
-            results.append(f"{family}: loaded {name}: rank {r['rank']}, {len(keys[name])} tensors, "
-                           f"ignored {len(r.get('ignored', []))}")
-        names = ["ranks", "some-layers", None]
-        worst = 0.0
-        for layer in moe_layers:
-            T = 9
-            x = torch.randn(T, model.config.hidden_size)
-            expected = torch.zeros(T, model.config.hidden_size)
-            with torch.no_grad():
-                for t in range(T):
-                    a = names[t % 3]
-                    expected[t] = module_forward(active[a] if a else model, layer, shared, has_gate, x[t:t + 1])[0]
-            # No gammas: the server applies Qwen's shared_expert_gate itself.
-            st, r = http(port, "POST", "/forward", {"layer": layer, "x": x.tolist(),
-                                                    "adapters": [names[t % 3] for t in range(T)]})
-            if st != 200:
-                raise RuntimeError(f"{family}: forward {st} {json.dumps(r)}")
-            y = torch.tensor(r["y"])
-            rel = (torch.linalg.norm(y - expected) / torch.linalg.norm(expected)).item()
-            worst = max(worst, rel)
-            results.append(f"{family}: layer {layer}, {T} tokens (ranks, some-layers, none): relative L2 {rel:.2e}")
-        if worst > TOL:
-            raise RuntimeError(f"{family}: relative error {worst:.3g} above {TOL}")
-    finally:
+
+def make_refused(fam, model, adir, active, notes):
+    """The REFUSED adapters, saved as PEFT writes them; and a PiSSA adapter
+    converted at save time (path_initial_model_for_weight_conversion),
+    which is a plain delta of rank 2r on the original weights and must
+    load and compute: it joins the adapters the forwards check."""
+    if not fam.refusals:
+        return {}
+    projs = {"target_modules": list(PROJS)}
+    for name, (keys, _) in REFUSED.items():
+        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, **{**projs, **keys}))
+        pm.save_pretrained(os.path.join(adir, name))
+    torch.manual_seed(20)
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, init_lora_weights="pissa", **projs))
+    pm.save_pretrained(os.path.join(adir, "pissa-initial"))
+    with torch.no_grad():  # "training": B moves away from its initial value
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05 * torch.randn_like(p))
+    pm.peft_config["default"].init_lora_weights = True
+    pm.save_pretrained(os.path.join(adir, "pissa-converted"),
+                       path_initial_model_for_weight_conversion=os.path.join(adir, "pissa-initial"))
+    active["pissa-converted"] = PeftModel.from_pretrained(copy.deepcopy(model),
+                                                          os.path.join(adir, "pissa-converted")).eval()
+    notes.append(f"{len(REFUSED)} adapters to refuse, pissa-converted")
+    return {name: why for name, (_, why) in REFUSED.items()}
+
+
+def check_refusals(port, refused, notes):
+    for name, why in refused.items():
+        st, r = http(port, "POST", "/adapters/validate", {"path": name})
+        if st != 422 or r["error"]["code"] != "adapter_config_invalid" or why not in r["error"]["message"]:
+            raise RuntimeError(f"{name}: {st} {json.dumps(r)[:300]}, expected 422 naming {why}")
+    if refused:
+        notes.append(f"refused: {', '.join(refused)} (422 adapter_config_invalid, naming the key)")
+
+
+def check_forwards(port, fam, model, shared, active, hidden, notes):
+    names = list(active) + [None]
+    worst = 0.0
+    T = 3 * len(names)
+    for layer in shared:
+        x = torch.randn(T, hidden)
+        expected = torch.zeros(T, hidden)
+        with torch.no_grad():
+            for t in range(T):
+                a = names[t % len(names)]
+                expected[t] = module_forward(active[a] if a else model, shared, layer, x[t:t + 1])[0]
+        # No gammas: the server applies the family's gate itself.
+        st, r = http(port, "POST", "/forward", {"layer": layer, "x": x.tolist(),
+                                                "adapters": [names[t % len(names)] for t in range(T)]})
+        if st != 200:
+            raise RuntimeError(f"forward on layer {layer}: {st} {json.dumps(r)}")
+        y = torch.tensor(r["y"])
+        worst = max(worst, (torch.linalg.norm(y - expected) / torch.linalg.norm(expected)).item())
+        with torch.no_grad():  # the adapters do something: the base alone would not match
+            plain = module_forward(model, shared, layer, x)
+        if torch.linalg.norm(plain - expected) <= 1e-3 * torch.linalg.norm(expected):
+            raise RuntimeError(f"layer {layer}: the adapters change nothing; the check would not see them")
+    notes.append(f"forwards on {len(shared)} layers, {T} tokens each ({', '.join(a or 'none' for a in names)}): "
+                 f"largest relative L2 {worst:.2e}")
+    if worst > TOL:
+        raise RuntimeError(f"relative error {worst:.3g} above {TOL}")
+
+
+def check_refused(binary, work, fam, ckpt, adir, notes):
+    """A checkpoint the server cannot serve exactly: start-up stops, saying why."""
+    with open(os.path.join(work, fam.name, "lorasink.log"), "w") as log:
+        try:
+            proc, _ = start_server(binary, ckpt, adir, log)
+        except RuntimeError as e:
+            if fam.refused not in str(e):
+                raise
+            last = str(e).splitlines()[-1]
+            notes.append("start-up refused: " + last[last.find("config.json"):][:160])
+            return
         proc.terminate()
         proc.wait(timeout=30)
-        log.close()
+    raise RuntimeError(f"lorasink served it; expected a refusal holding {fam.refused!r}")
+
+
+def check_family(binary, work, fam, notes):
+    torch.manual_seed(1)
+    model = fam.make().eval()
+    shared = shared_modules(model)
+    total = model.config.get_text_config().num_hidden_layers
+    dense = [l for l in range(total) if l not in shared]
+    ckpt, adir = os.path.join(work, fam.name, "checkpoint"), os.path.join(work, fam.name, "adapters")
+    os.makedirs(adir, exist_ok=True)
+    saved = model.to(torch.bfloat16) if fam.bf16 else model
+    notes.append(save_checkpoint(fam, saved, ckpt) + (" bf16" if fam.bf16 else ""))
+    if fam.refused:
+        return check_refused(binary, work, fam, ckpt, adir, notes)
+    # The reference runs in f32 on the values saved.
+    model = copy.deepcopy(saved).float() if fam.bf16 else model
+    check_not_reached(fam, model, shared, notes)
+    active = make_adapters(fam, saved, model, shared, adir, notes)
+    refused = make_refused(fam, model, adir, active, notes)
+    with open(os.path.join(work, fam.name, "lorasink.log"), "w") as log:
+        proc, port = start_server(binary, ckpt, adir, log)
+        try:
+            hidden = check_model(port, fam, shared, dense, "BF16" if fam.bf16 else "F32", notes)
+            loaded = {}
+            for name in active:
+                st, loaded[name] = http(port, "POST", "/adapters", {"name": name, "path": name})
+                if st != 201:
+                    raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
+                notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
+            check_refusals(port, refused, notes)
+            check_forwards(port, fam, model, shared, active, hidden, notes)
+            check_other_forms(port, active, loaded, shared, notes)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def main():
-    binary, work = sys.argv[1], sys.argv[2]
+    binary, work, only = sys.argv[1], sys.argv[2], sys.argv[3:]
     torch.set_default_dtype(torch.float32)
-    results = [f"transformers {transformers.__version__}, peft {peft.__version__}, torch {torch.__version__}, "
-               f"numpy {np.__version__}"]
-    ok = True
-    for family, model, shared, has_gate, moe_layers in tiny_models():
+    print(f"transformers {tf.__version__}, peft {peft.__version__}, torch {torch.__version__}, "
+          f"numpy {np.__version__}", flush=True)
+    failed = []
+    for fam in FAMILIES:
+        if only and fam.name not in only:
+            continue
+        notes = []
         try:
-            check_family(binary, work, family, model, shared, has_gate, moe_layers, results)
-            results.append(f"PASS {family}")
+            check_family(binary, work, fam, notes)
+            print(f"PASS {fam.name}: " + "; ".join(notes), flush=True)
         except Exception as e:  # report every family
-            ok = False
-            results.append(f"FAIL {family}: {e}")
-    print("\n".join(results))
-    return 0 if ok else 1
+            failed.append(fam.name)
+            print(f"FAIL {fam.name}: " + "; ".join(notes + [str(e)]), flush=True)
+    if failed:
+        print("failed: " + ", ".join(failed))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
  * checkpoint's numbers. On the DeepSeek layout an adapter in today's
  * fused PEFT names (model.layers.{l}.mlp.shared_experts.gate_up_proj)
  * matches the reference, and factors on a dense layer are 422. Also bf16
- * and FP8 block-quantized checkpoints, and the index file as --weights. */
+ * and FP8 block-quantized checkpoints, the index file as --weights, and a
+ * separate-projection adapter of a wider model: 422, every factor named. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -381,6 +382,68 @@ static void test_fused_adapter_on_deepseek(void **state) {
     unserve(&sv);
 }
 
+/* ---- an adapter of another model -------------------------------------------- */
+
+/* A PEFT adapter of a wider model (H + 16, F + 8), separate gate, up and
+ * down factors under the family's own names: 422 with a violation for
+ * every factor, each naming its tensor and the checkpoint's layer, and
+ * nothing registered. */
+static void check_wider(ck_family f, unsigned long long seed) {
+    ck_spec spec = {.family = f, .H = 48, .F = 32, .dtype = LS_DTYPE_F32, .shards = 1, .seed = seed};
+    served sv;
+    serve(&sv, &spec, false);
+    const int H = spec.H + 16, F = spec.F + 8, r = 2;
+    unsigned long long st = seed;
+    double *v = draw((size_t)r * H, 0.5, &st); /* H > F: every factor's values fit */
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    json_t *t = json_object();
+    for (int k = 0; k < sv.m.L; k++)
+        for (int p = 0; p < 3; p++) {
+            const int in = p == 2 ? F : H, out = p == 2 ? H : F;
+            char name[200];
+            snprintf(name, sizeof name, "base_model.model.%s%d.%s%s.lora_A.weight", sv.m.prefix, sv.m.ids[k],
+                     sv.m.module, proj[p]);
+            json_object_set_new(t, name, rows_of(v, r, in));
+            snprintf(name, sizeof name, "base_model.model.%s%d.%s%s.lora_B.weight", sv.m.prefix, sv.m.ids[k],
+                     sv.m.module, proj[p]);
+            json_object_set_new(t, name, rows_of(v, out, r));
+        }
+    long code;
+    json_incref(t); /* kept to look the violations' tensors up */
+    json_t *j = call(&sv, "POST", "/adapters", upload("wide", r, t), &code);
+    assert_int_equal(code, 422);
+    const json_t *vs = json_object_get(json_object_get(j, "error"), "violations");
+    printf("%s: %s (%zu violations)\n", sv.m.model_type,
+           json_string_value(json_object_get(json_object_get(j, "error"), "message")), json_array_size(vs));
+    assert_int_equal(json_array_size(vs), 6 * sv.m.L);
+    size_t i;
+    const json_t *e;
+    json_array_foreach(vs, i, e) {
+        const char *c = json_string_value(json_object_get(e, "code"));
+        assert_true(!strcmp(c, "lora_hidden_mismatch") || !strcmp(c, "lora_intermediate_mismatch"));
+        assert_non_null(json_object_get(t, json_string_value(json_object_get(e, "tensor"))));
+        const json_int_t layer = json_integer_value(json_object_get(e, "layer"));
+        assert_non_null(strstr(json_string_value(json_object_get(e, "tensor")), sv.m.prefix));
+        bool served_layer = false;
+        for (int k = 0; k < sv.m.L; k++) served_layer |= sv.m.ids[k] == layer;
+        assert_true(served_layer);
+    }
+    json_decref(j);
+    json_decref(t);
+    j = call(&sv, "GET", "/adapters", NULL, &code);
+    assert_int_equal(json_array_size(json_object_get(j, "adapters")), 0);
+    json_decref(j);
+    free(v);
+    unserve(&sv);
+}
+
+static void test_wider_adapter_refused(void **state) {
+    (void)state;
+    check_wider(CK_DEEPSEEK_V3, 601);
+    check_wider(CK_QWEN2_MOE, 602);
+    check_wider(CK_LLAMA4, 603);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_family),
@@ -388,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_bf16_fp8_and_index_path),
         cmocka_unit_test(test_fused_adapter_on_deepseek),
+        cmocka_unit_test(test_wider_adapter_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,14 @@ static void test_regex_refusals(void **state) {
     }
     ls_regex *re;
     char why[160];
+    /* Counts of any length are read without overflow (UBSan in the
+     * sanitizer build) and refused past the largest taken. */
+    const char *huge[] = {"a{99999999999999999999}", "a{1,99999999999999999999}", "a{99999999999999999999,}"};
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+        re = NULL;
+        assert_false(ls_regex_compile(huge[i], &re, why, sizeof why));
+        assert_non_null(strstr(why, "repeat counts above"));
+    }
     assert_true(ls_regex_compile(".*", &re, why, sizeof why));
     assert_int_equal(ls_regex_match(re, "caf\xc3\xa9"), -1);
     ls_regex_free(re);
@@ -189,6 +197,17 @@ static void test_refusals(void **state) {
     find(&err, "\"rank_pattern\"", "positive integer");
     find(&err, "\"layers_pattern\"", "without layers_to_transform");
     assert_int_equal(err.n_violations, 10);
+    /* every initialisation that changes the base weights, by its name */
+    const char *inits[][2] = {{"pissa", "PiSSA"}, {"olora", "OLoRA"}, {"corda", "CorDA"}, {"loftq", "LoftQ"},
+                              {"lora_ga", "LoRA-GA"}};
+    for (size_t i = 0; i < sizeof inits / sizeof *inits; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "{\"r\": 8, \"lora_alpha\": 16, \"init_lora_weights\": \"%s\"}", inits[i][0]);
+        ls_error_clear(&err);
+        assert_int_equal(parse(text, &p, &err), LS_ADAPTER_CONFIG_INVALID);
+        find(&err, "\"init_lora_weights\"", inits[i][1]);
+        assert_int_equal(err.n_violations, 1);
+    }
     /* What PEFT writes after converting at save time is a plain delta. */
     assert_int_equal(parse("{\"r\": 16, \"lora_alpha\": 32, \"init_lora_weights\": true, \"use_dora\": false, "
                            "\"modules_to_save\": [\"lm_head\", \"embed_tokens\", \"score\"], \"peft_type\": \"LORA\", "

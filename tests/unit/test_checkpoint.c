@@ -112,6 +112,11 @@ static void test_deepseek_rules(void **state) {
     expect_refused(DS(""), "first_k_dense_replace", "will not assume");
     expect_refused(DS(", \"first_k_dense_replace\": 1, \"n_routed_experts\": null"), "no layer", NULL);
     expect_refused(DS(", \"first_k_dense_replace\": 1, \"moe_layer_freq\": 0"), "moe_layer_freq", NULL);
+    /* the block is SwiGLU: another activation would serve other numbers */
+    expect_plan(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"silu\""), "deepseek_v3", 32, false, "1,2,3,4,5,6,7");
+    expect_plan(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"swish\""), "deepseek_v3", 32, false, "1,2,3,4,5,6,7");
+    expect_refused(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": \"gelu\""), "hidden_act is \"gelu\"", "SwiGLU");
+    expect_refused(DS(", \"first_k_dense_replace\": 1, \"hidden_act\": 3"), "hidden_act is an integer", NULL);
     expect_refused("{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
                    "\"moe_intermediate_size\": 4, \"first_k_dense_replace\": 1}",
                    "n_shared_experts", NULL);
@@ -166,6 +171,13 @@ static void test_qwen_and_llama4_rules(void **state) {
     expect_plan("{\"model_type\": \"llama4\", \"text_config\": {\"num_hidden_layers\": 4, \"hidden_size\": 8, "
                 "\"intermediate_size\": 16}}",
                 "llama4", 16, false, "0,1,2,3");
+    /* the text model's activation: Llama 4's vision tower has gelu */
+    expect_plan("{\"model_type\": \"llama4\", \"vision_config\": {\"hidden_act\": \"gelu\"}, \"text_config\": "
+                "{\"num_hidden_layers\": 2, \"hidden_size\": 8, \"intermediate_size\": 16, \"hidden_act\": \"silu\"}}",
+                "llama4", 16, false, "0,1");
+    expect_refused("{\"model_type\": \"llama4\", \"text_config\": {\"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"intermediate_size\": 16, \"hidden_act\": \"gelu_pytorch_tanh\"}}",
+                   "gelu_pytorch_tanh", NULL);
     expect_refused("{\"model_type\": \"llama4_text\", \"num_hidden_layers\": 6, \"hidden_size\": 8, "
                    "\"intermediate_size\": 16, \"moe_layers\": [6]}",
                    "moe_layers", NULL);
@@ -481,6 +493,49 @@ static void test_layers_and_tensors_must_agree(void **state) {
     free(dir);
 }
 
+/* Opens dir, which must serve exactly the layers want ("1,2"), with a
+ * layer rule that holds rule. */
+static void expect_layers(const char *dir, const char *want, const char *rule) {
+    ls_model m;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(open_ckpt(dir, &m, &err), LS_OK);
+    char got[64] = "";
+    for (int i = 0; i < m.dims.L; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", i ? "," : "", ls_dims_layer_id(&m.dims, i));
+    printf("layers %s: %s\n", got, m.rule);
+    assert_string_equal(got, want);
+    assert_non_null(strstr(m.rule, rule));
+    ls_model_free(&m);
+    ls_error_free(&err);
+}
+
+/* moe_layer_freq 2 (layers 0-2, first_k_dense_replace 1): DeepSeek's code
+ * gives layer 2 shared experts, transformers' (which ignores the key)
+ * layers 1 and 2. Each writer's checkpoint serves its own layers; one
+ * that matches neither is refused, naming what is missing. */
+static void test_moe_layer_freq_readings(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ck_tensor t[8];
+    const char *owner[8];
+    mini_two_shards(dir, t, owner); /* layers 1 and 2: transformers' save_pretrained */
+    mini_config(dir, ", \"moe_layer_freq\": 2");
+    expect_layers(dir, "1,2", "moe_layer_freq (2) not applied");
+    index_of(dir, t + 3, owner + 3, 3); /* layer 2 only: DeepSeek's own code */
+    expect_layers(dir, "2", "l % moe_layer_freq (2) == 0");
+    index_of(dir, t, owner, 3); /* layer 1 only: neither */
+    expect_open_fails(dir, "model.layers.2.mlp.shared_experts.gate_proj.weight", "is missing");
+    /* a freq that leaves DeepSeek's reading no layer: transformers' may */
+    mini_two_shards(dir, t, owner);
+    mini_config(dir, ", \"moe_layer_freq\": 5");
+    expect_layers(dir, "1,2", "not applied");
+    index_of(dir, t, owner, 0); /* no shared experts anywhere */
+    expect_open_fails(dir, "gives no layer shared experts", NULL);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_shapes_dtypes_quantization(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -602,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_every_family_reads_back),
         cmocka_unit_test(test_hostile_indexes),
         cmocka_unit_test(test_layers_and_tensors_must_agree),
+        cmocka_unit_test(test_moe_layer_freq_readings),
         cmocka_unit_test(test_shapes_dtypes_quantization),
         cmocka_unit_test(test_directory_contents),
         cmocka_unit_test(test_fp8_dequant),
