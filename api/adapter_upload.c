@@ -1,7 +1,7 @@
 /* Adapter uploads in their three ways in, reduced to one ls_adapter_upload:
  * a path or tensors, and parameters; nothing read from disk and nothing
  * validated beyond the wire format (lora/loader does both). A JSON body
- * is read in one pass (api/json_reader.h), its tensors straight into
+ * is read in one pass (format/json_reader.h), its tensors straight into
  * their buffers: no tree of JSON values is built of it. */
 #include "api/adapter_upload.h"
 
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "api/forward.h"
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 #include "api/json_tensor.h"
 #include "common/text.h"
 #include "format/safetensors.h"
@@ -142,7 +142,13 @@ static bool ls_ub_tensors(ls_jr *r, ls_ub *ub, ls_tensor_set *set) {
             else if (added < 0) ok = ls_jr_fail_oom(r);
             else if (added == 0) ok = ls_jr_fail(r, "duplicate object key");
             else if (ub->tensor_err.code != LS_OK) ok = ls_jr_skip_strict(r);
-            else {
+            else if (set->n == LS_LOADER_MAX_TENSORS) {
+                /* Each tensor kept costs some 200 bytes beyond its
+                 * numbers: past the limit nothing more is kept. */
+                ls_error_set(&ub->tensor_err, LS_PAYLOAD_TOO_LARGE, "send an adapter that holds fewer tensors",
+                             "tensors: more than %d tensors, the most an adapter may hold", LS_LOADER_MAX_TENSORS);
+                ok = ls_jr_skip_strict(r);
+            } else {
                 char what[256];
                 snprintf(what, sizeof what, "tensors[\"%.200s\"]", key);
                 ls_tensor t;
@@ -306,7 +312,7 @@ static ls_status ls_ub_check(ls_ub *ub, bool require_name, ls_adapter_upload *up
     return LS_OK;
 }
 
-/* One pass over the body (api/json_reader.h), no tree of JSON values:
+/* One pass over the body (format/json_reader.h), no tree of JSON values:
  * tensors are read straight into their buffers as they come, every other
  * key kept as the few bytes it takes; a body that is not JSON as jansson
  * reads it is refused first, as when it was parsed whole. */
@@ -339,7 +345,7 @@ ls_status ls_adapter_upload_parse_raw(const uint8_t *body, size_t len, ls_query_
     memset(up, 0, sizeof *up);
     ls_tensor_set_init(&up->tensors);
     up->given.strict = strict_default;
-    ls_status st = ls_safetensors_parse(body, len, &up->tensors, err);
+    ls_status st = ls_safetensors_parse_max(body, len, LS_LOADER_MAX_TENSORS, &up->tensors, err);
     if (st == LS_OK) {
         ls_adapter_text_params meta = ls_adapter_text_params_meta(&up->tensors, "the body's __metadata__");
         st = ls_adapter_params_from_text(&meta, &up->own, err);

@@ -1,4 +1,4 @@
-/* The JSON /forward body, read in one pass (api/json_reader.h): x and
+/* The JSON /forward body, read in one pass (format/json_reader.h): x and
  * gammas given as nested arrays go straight into floats, so a forward's
  * peak memory is its body plus 4 bytes a number (at most twice the body:
  * every number takes 2 or more bytes of it) instead of a JSON value per
@@ -15,7 +15,7 @@
 
 #include "api/forward.h"
 #include "api/forward_internal.h"
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 #include "api/json_tensor.h"
 
 /* A problem with one field, kept until the whole body is known to be

@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/tensor.h"

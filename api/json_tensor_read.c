@@ -1,4 +1,4 @@
-/* JSON tensors read from the text of the body (api/json_reader.h), for
+/* JSON tensors read from the text of the body (format/json_reader.h), for
  * uploads too large to hold as a tree of JSON values: nested arrays go
  * number by number into their floats, a base64 object is decoded from
  * the body's own bytes. The tensor and the first problem, with its

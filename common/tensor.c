@@ -272,6 +272,16 @@ bool ls_tensor_set_add(ls_tensor_set *s, const char *name, const ls_tensor *t) {
     return true;
 }
 
+bool ls_tensor_set_reserve(ls_tensor_set *s, size_t n) {
+    if (n <= s->cap - s->n) return true;
+    if (n > SIZE_MAX / sizeof *s->items - s->n) return false;
+    ls_named_tensor *items = realloc(s->items, (s->n + n) * sizeof *items);
+    if (!items) return false;
+    s->items = items;
+    s->cap = s->n + n;
+    return true;
+}
+
 const ls_tensor *ls_tensor_set_find(const ls_tensor_set *s, const char *name) {
     for (size_t i = 0; i < s->n; i++)
         if (!strcmp(s->items[i].name, name)) return &s->items[i].t;

@@ -112,6 +112,9 @@ void ls_tensor_set_free(ls_tensor_set *s);
 /* Appends a tensor under a copy of name; the set takes ownership of t's
  * data when t->owned. Returns false on OOM (t is then left to the caller). */
 bool ls_tensor_set_add(ls_tensor_set *s, const char *name, const ls_tensor *t);
+/* Makes room for n more tensors at once (no doubling as they come); false
+ * on OOM (the set is unchanged). */
+bool ls_tensor_set_reserve(ls_tensor_set *s, size_t n);
 /* Borrowed pointer, or NULL. */
 const ls_tensor *ls_tensor_set_find(const ls_tensor_set *s, const char *name);
 bool ls_tensor_set_add_meta(ls_tensor_set *s, const char *key, const char *value);

@@ -5,6 +5,7 @@
 #include "format/safetensors.h"
 
 #include "format/json.h"
+#include "format/safetensors_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -17,239 +18,6 @@
 
 #define LS_ST_LEN_FIELD 8
 #define LS_ST_META "__metadata__"
-
-/* One header entry once its fields have been checked; name is borrowed
- * from the JSON tree. */
-typedef struct {
-    const char *name;
-    ls_dtype dtype;
-    int ndim;
-    int64_t shape[LS_MAX_DIMS];
-    int64_t begin, end;
-} ls_st_entry;
-
-static void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t expected, int64_t got,
-                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-/* Appends one LS_SAFETENSORS_INVALID violation, prefixed with the tensor's
- * name when the problem belongs to one. */
-static void ls_st_violation(ls_error *err, const char *tensor, int axis, int64_t expected, int64_t got,
-                            const char *fmt, ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    if (tensor)
-        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, tensor, axis, expected, got, NULL,
-                     "safetensors: tensor \"%.96s\": %s", tensor, what);
-    else
-        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, axis, expected, got, NULL, "safetensors: %s", what);
-}
-
-/* safetensors spells dtypes in upper case only; ls_dtype_parse is lenient
- * for the JSON API, so the spelling is compared exactly here. */
-static bool ls_st_dtype_parse(const char *s, ls_dtype *dt) {
-    return ls_dtype_parse(s, dt) && strcmp(s, ls_dtype_name(*dt)) == 0;
-}
-
-/* __metadata__ must be an object of string to string. */
-static bool ls_st_check_meta(const json_t *meta, ls_error *err) {
-    if (!json_is_object(meta)) {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ is %s, expected an object of strings",
-                        ls_json_kind(meta));
-        return false;
-    }
-    bool ok = true;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)meta, key, v) {
-        if (!json_is_string(v)) {
-            ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "__metadata__ value of \"%.64s\" is %s, expected a string",
-                            key, ls_json_kind(v));
-            ok = false;
-        }
-    }
-    return ok;
-}
-
-/* Reads a JSON integer that must be >= 0 into *out. */
-static bool ls_st_nonneg_int(const json_t *v, int64_t *out) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
-    *out = (int64_t)json_integer_value(v);
-    return true;
-}
-
-/* Checks one tensor entry on its own (fields, dtype, shape, offsets, byte
- * count, end within the data section) and fills *e. Reports every problem
- * of the entry; returns false when there was any. */
-static bool ls_st_check_entry(const char *name, const json_t *v, size_t body_len, ls_st_entry *e, ls_error *err) {
-    if (!json_is_object(v)) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
-                        "entry is %s, expected an object with dtype, shape and data_offsets", ls_json_kind(v));
-        return false;
-    }
-    bool ok = true;
-    const char *key;
-    json_t *field;
-    json_object_foreach((json_t *)v, key, field) {
-        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
-            ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
-                            "unknown field \"%.64s\" (an entry holds exactly dtype, shape and data_offsets)", key);
-            ok = false;
-        }
-    }
-
-    e->name = name;
-    const json_t *jd = json_object_get(v, "dtype");
-    if (!jd) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing dtype");
-        ok = false;
-    } else if (!json_is_string(jd)) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "dtype is %s, expected a string such as \"F32\"",
-                        ls_json_kind(jd));
-        ok = false;
-    } else if (!ls_st_dtype_parse(json_string_value(jd), &e->dtype)) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
-                        "unknown dtype \"%.32s\" (expected F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, "
-                        "U8, BOOL, F8_E4M3 or F8_E5M2)",
-                        json_string_value(jd));
-        ok = false;
-    }
-
-    const json_t *js = json_object_get(v, "shape");
-    if (!js) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing shape");
-        ok = false;
-    } else if (!json_is_array(js)) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape is %s, expected an array of integers",
-                        ls_json_kind(js));
-        ok = false;
-    } else if (json_array_size(js) > LS_MAX_DIMS) {
-        ls_st_violation(err, name, LS_NA, LS_MAX_DIMS, (int64_t)json_array_size(js),
-                        "shape has %zu dimensions, at most %d are supported", json_array_size(js), LS_MAX_DIMS);
-        ok = false;
-    } else {
-        e->ndim = (int)json_array_size(js);
-        for (int i = 0; i < e->ndim; i++) {
-            const json_t *d = json_array_get(js, (size_t)i);
-            if (!ls_st_nonneg_int(d, &e->shape[i])) {
-                if (json_is_integer(d))
-                    ls_st_violation(err, name, i, LS_NA, (int64_t)json_integer_value(d), "shape axis %d is %lld, "
-                                    "expected a non-negative integer", i, (long long)json_integer_value(d));
-                else
-                    ls_st_violation(err, name, i, LS_NA, LS_NA,
-                                    "shape axis %d is %s, expected a non-negative integer", i, ls_json_kind(d));
-                ok = false;
-            }
-        }
-    }
-
-    const json_t *jo = json_object_get(v, "data_offsets");
-    if (!jo) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "missing data_offsets");
-        ok = false;
-    } else if (!json_is_array(jo) || json_array_size(jo) != 2 || !ls_st_nonneg_int(json_array_get(jo, 0), &e->begin) ||
-               !ls_st_nonneg_int(json_array_get(jo, 1), &e->end)) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA,
-                        "data_offsets must be an array of two non-negative integers [begin, end]");
-        ok = false;
-    } else if (e->end < e->begin) {
-        ls_st_violation(err, name, LS_NA, e->begin, e->end, "data_offsets [%lld, %lld] end before they begin",
-                        (long long)e->begin, (long long)e->end);
-        ok = false;
-    } else if ((uint64_t)e->end > (uint64_t)body_len) {
-        ls_st_violation(err, name, LS_NA, (int64_t)body_len, e->end,
-                        "data_offsets [%lld, %lld] run past the %zu-byte data section", (long long)e->begin,
-                        (long long)e->end, body_len);
-        ok = false;
-    }
-    if (!ok) return false;
-
-    /* Everything parsed: now the byte count, each product checked. */
-    char sbuf[LS_MAX_DIMS * 24 + 4];
-    ls_shape_str(e->shape, e->ndim, sbuf, sizeof sbuf);
-    int64_t numel = ls_shape_numel(e->shape, e->ndim);
-    int64_t size = (int64_t)ls_dtype_size(e->dtype);
-    if (numel < 0) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape %s has more elements than int64 can count", sbuf);
-        return false;
-    }
-    if (numel > INT64_MAX / size) {
-        ls_st_violation(err, name, LS_NA, LS_NA, LS_NA, "shape %s of %s needs more bytes than int64 can count", sbuf,
-                        ls_dtype_name(e->dtype));
-        return false;
-    }
-    int64_t need = numel * size, held = e->end - e->begin;
-    if (need != held) {
-        ls_st_violation(err, name, LS_NA, need, held,
-                        "data_offsets [%lld, %lld] hold %lld bytes, shape %s of %s needs %lld", (long long)e->begin,
-                        (long long)e->end, (long long)held, sbuf, ls_dtype_name(e->dtype), (long long)need);
-        return false;
-    }
-    return true;
-}
-
-/* Byte order of the data section: by begin, then end, so a zero-size
- * tensor sits before a tensor that starts at the same offset. */
-static int ls_st_cmp(const void *a, const void *b) {
-    const ls_st_entry *x = *(const ls_st_entry *const *)a, *y = *(const ls_st_entry *const *)b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return 0;
-}
-
-/* The tensors, sorted by offset, must tile the data section exactly: the
- * first starts at 0, each starts where the previous ended, the last ends at
- * the end of the buffer. */
-static ls_status ls_st_check_layout(ls_st_entry *ents, size_t n, size_t body_len, ls_error *err) {
-    if (n == 0) {
-        if (body_len == 0) return LS_OK;
-        ls_st_violation(err, NULL, LS_NA, 0, (int64_t)body_len,
-                        "no tensors, yet %zu bytes follow the header (trailing bytes)", body_len);
-        return LS_SAFETENSORS_INVALID;
-    }
-    ls_st_entry **order = malloc(n * sizeof *order);
-    if (!order) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory sorting %zu tensors", n);
-    for (size_t i = 0; i < n; i++) order[i] = &ents[i];
-    qsort(order, n, sizeof *order, ls_st_cmp);
-
-    bool ok = true;
-    const ls_st_entry *prev = NULL;
-    int64_t at = 0; /* where the next tensor must begin */
-    for (size_t i = 0; i < n; i++) {
-        const ls_st_entry *e = order[i];
-        if (e->begin > at) {
-            if (prev)
-                ls_st_violation(err, e->name, LS_NA, at, e->begin,
-                                "data_offsets begin at %lld, leaving a gap of %lld bytes after tensor \"%.64s\" "
-                                "(which ends at %lld)",
-                                (long long)e->begin, (long long)(e->begin - at), prev->name, (long long)at);
-            else
-                ls_st_violation(err, e->name, LS_NA, 0, e->begin,
-                                "the first tensor of the data section begins at %lld, not 0", (long long)e->begin);
-            ok = false;
-        } else if (e->begin < at) {
-            ls_st_violation(err, e->name, LS_NA, at, e->begin,
-                            "data_offsets [%lld, %lld] overlap tensor \"%.64s\" (which ends at %lld)",
-                            (long long)e->begin, (long long)e->end, prev->name, (long long)at);
-            ok = false;
-        }
-        if (e->end >= at) {
-            at = e->end;
-            prev = e;
-        }
-    }
-    /* Every end was checked against body_len, so at <= body_len here. */
-    if ((uint64_t)at != (uint64_t)body_len) {
-        ls_st_violation(err, NULL, LS_NA, at, (int64_t)body_len,
-                        "the tensors end at byte %lld of a %zu-byte data section (%lld trailing bytes)", (long long)at,
-                        body_len, (long long)((int64_t)body_len - at));
-        ok = false;
-    }
-    free(order);
-    return ok ? LS_OK : LS_SAFETENSORS_INVALID;
-}
 
 /* Checks the 8-byte length field (in buf) against a file of file_len
  * bytes; on success *n is the header's length. */
@@ -284,85 +52,16 @@ static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t 
     return true;
 }
 
-/* Checks the header's n bytes at h (already bounded by the file) and
- * parses them; on success *root is a new reference to the header object
- * (caller decrefs). */
-static bool ls_st_header_json(const char *h, size_t n, json_t **root, ls_error *err) {
-    *root = NULL;
-    if (h[0] != '{') {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header does not start with '{'");
-        return false;
-    }
-    const char *nul = memchr(h, '\0', n);
-    if (nul) {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header holds a NUL byte at offset %zu",
-                        (size_t)(nul - h));
-        return false;
-    }
-    json_error_t je;
-    json_t *j = json_loadb(h, n, JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        char why[160];
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is not valid JSON: %s (at byte %d)",
-                        ls_json_error_reason(&je, why, sizeof why), je.position);
-        return false;
-    }
-    if (!json_is_object(j)) {
-        ls_st_violation(err, NULL, LS_NA, LS_NA, LS_NA, "the header is %s, expected a JSON object",
-                        ls_json_kind(j));
-        json_decref(j);
-        return false;
-    }
-    *root = j;
-    return true;
-}
-
-/* Every entry of root checked on its own and then the layout of the data
- * section (body_len bytes). On success *ents (caller frees; names
- * borrowed from root) holds *n entries and *meta the borrowed
- * __metadata__ object or NULL. */
-static ls_status ls_st_collect(json_t *root, uint64_t body_len, ls_st_entry **ents_out, size_t *n_out,
-                               const json_t **meta_out, ls_error *err) {
-    *ents_out = NULL;
-    *n_out = 0;
-    *meta_out = NULL;
-    /* Bounded by the header's size, which the file already holds. */
-    size_t cap = json_object_size(root);
-    ls_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
-    if (!ents) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu header entries", cap);
-    size_t n = 0;
-    bool ok = true;
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (!strcmp(key, LS_ST_META)) {
-            *meta_out = v;
-            ok &= ls_st_check_meta(v, err);
-        } else if (ls_st_check_entry(key, v, body_len, &ents[n], err)) {
-            n++;
-        } else {
-            ok = false;
-        }
-    }
-    /* The layout is only meaningful once every entry is sound. */
-    ls_status st = ok ? ls_st_check_layout(ents, n, body_len, err) : LS_SAFETENSORS_INVALID;
-    if (st != LS_OK) {
-        free(ents);
-        *meta_out = NULL;
-        return st;
-    }
-    *ents_out = ents;
-    *n_out = n;
-    return LS_OK;
-}
-
 /* See safetensors.h. out borrows from buf; on failure out is freed (empty)
  * and err holds every violation found. */
 ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err) {
-    json_t *root = NULL;
+    return ls_safetensors_parse_max(buf, len, SIZE_MAX, out, err);
+}
+
+ls_status ls_safetensors_parse_max(const uint8_t *buf, size_t len, size_t max_tensors, ls_tensor_set *out,
+                                   ls_error *err) {
     uint64_t hlen = 0;
-    if (!ls_st_header_length(buf, len, &hlen, err) ||
-        !ls_st_header_json((const char *)buf + LS_ST_LEN_FIELD, (size_t)hlen, &root, err)) {
+    if (!ls_st_header_length(buf, len, &hlen, err)) {
         ls_tensor_set_free(out);
         return LS_SAFETENSORS_INVALID;
     }
@@ -370,18 +69,10 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
     const uint8_t *body = buf + body_off;
     ls_st_entry *ents;
     size_t n;
-    const json_t *meta;
-    ls_status st = ls_st_collect(root, len - body_off, &ents, &n, &meta, err);
-    const char *key;
-    json_t *v;
-    if (st == LS_OK && meta) {
-        json_object_foreach((json_t *)meta, key, v) {
-            if (!ls_tensor_set_add_meta(out, key, json_string_value(v))) {
-                st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for metadata");
-                break;
-            }
-        }
-    }
+    ls_status st = ls_st_collect((const char *)buf + LS_ST_LEN_FIELD, (size_t)hlen, len - body_off, max_tensors, &ents,
+                                 &n, out, err);
+    if (st == LS_OK && !ls_tensor_set_reserve(out, n))
+        st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu tensors", n);
     for (size_t i = 0; st == LS_OK && i < n; i++) {
         const ls_st_entry *e = &ents[i];
         ls_tensor t = {0};
@@ -393,9 +84,11 @@ ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *ou
         t.owned = false;
         if (!ls_tensor_set_add(out, e->name, &t))
             st = ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for tensor \"%.96s\"", e->name);
+        /* Each name once: the set holds its own copy now. */
+        free(ents[i].name);
+        ents[i].name = NULL;
     }
-    free(ents);
-    json_decref(root);
+    ls_st_entries_free(ents, n);
     if (st != LS_OK) ls_tensor_set_free(out);
     return st;
 }
@@ -408,20 +101,18 @@ ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, siz
     return LS_OK;
 }
 
-ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err) {
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, size_t max_tensors,
+                                      ls_error *err) {
     uint64_t n = 0;
     if (!ls_st_header_length(head, file_len, &n, err)) return LS_SAFETENSORS_INVALID;
     if (head_len < LS_ST_LEN_FIELD + n)
         return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: %zu header bytes given, %llu needed", head_len,
                             (unsigned long long)(LS_ST_LEN_FIELD + n));
-    json_t *root = NULL;
-    if (!ls_st_header_json((const char *)head + LS_ST_LEN_FIELD, (size_t)n, &root, err)) return LS_SAFETENSORS_INVALID;
     ls_st_entry *ents = NULL;
     size_t count = 0;
-    const json_t *meta = NULL;
-    ls_status st = ls_st_collect(root, file_len - LS_ST_LEN_FIELD - n, &ents, &count, &meta, err);
-    free(ents);
-    json_decref(root);
+    ls_status st = ls_st_collect((const char *)head + LS_ST_LEN_FIELD, (size_t)n, file_len - LS_ST_LEN_FIELD - n,
+                                 max_tensors, &ents, &count, NULL, err);
+    ls_st_entries_free(ents, count);
     return st;
 }
 
@@ -447,28 +138,20 @@ static ls_status ls_st_read_failed(const char *what, int saved, ls_error *err) {
                         strerror_r(saved, ebuf, sizeof ebuf));
 }
 
-/* Fills out from the entries (names copied) and the metadata. */
-static ls_status ls_st_header_fill(ls_st_header *out, const ls_st_entry *ents, size_t n, const json_t *meta,
-                                   uint64_t body_off, ls_error *err) {
+/* Fills out from the entries, taking their names. */
+static ls_status ls_st_header_fill(ls_st_header *out, ls_st_entry *ents, size_t n, uint64_t body_off, ls_error *err) {
     out->items = calloc(n ? n : 1, sizeof *out->items);
     if (!out->items) return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for %zu entries", n);
     for (size_t i = 0; i < n; i++) {
         ls_st_info *t = &out->items[out->n];
-        if (!(t->name = strdup(ents[i].name)))
-            return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for tensor names");
+        t->name = ents[i].name;
+        ents[i].name = NULL;
         t->dtype = ents[i].dtype;
         t->ndim = ents[i].ndim;
         memcpy(t->shape, ents[i].shape, sizeof t->shape);
         t->offset = body_off + (uint64_t)ents[i].begin;
         t->nbytes = (size_t)(ents[i].end - ents[i].begin);
         out->n++;
-    }
-    const char *key;
-    json_t *v;
-    if (!meta) return LS_OK;
-    json_object_foreach((json_t *)meta, key, v) {
-        if (!ls_tensor_set_add_meta(&out->meta, key, json_string_value(v)))
-            return ls_error_set(err, LS_INTERNAL, NULL, "safetensors: out of memory for metadata");
     }
     return LS_OK;
 }
@@ -493,17 +176,13 @@ ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out
         free(h);
         return ls_st_read_failed(what, saved, err);
     }
-    json_t *root = NULL;
-    ls_status st = ls_st_header_json(h, (size_t)hlen, &root, err) ? LS_OK : LS_SAFETENSORS_INVALID;
-    free(h);
     ls_st_entry *ents = NULL;
     size_t n = 0;
-    const json_t *meta = NULL;
     const uint64_t body_off = LS_ST_LEN_FIELD + hlen;
-    if (st == LS_OK) st = ls_st_collect(root, file_len - body_off, &ents, &n, &meta, err);
-    if (st == LS_OK) st = ls_st_header_fill(out, ents, n, meta, body_off, err);
-    free(ents);
-    json_decref(root);
+    ls_status st = ls_st_collect(h, (size_t)hlen, file_len - body_off, SIZE_MAX, &ents, &n, &out->meta, err);
+    free(h);
+    if (st == LS_OK) st = ls_st_header_fill(out, ents, n, body_off, err);
+    ls_st_entries_free(ents, n);
     if (st == LS_OK) out->file_len = file_len;
     else ls_st_header_free(out);
     return st;

@@ -19,6 +19,11 @@
  * Dtypes other than F32/F16/BF16 are accepted here (refused later). On
  * failure out is left empty. */
 ls_status ls_safetensors_parse(const uint8_t *buf, size_t len, ls_tensor_set *out, ls_error *err);
+/* The same, refusing a header of more than max_tensors tensors with
+ * LS_PAYLOAD_TOO_LARGE before any of them is kept (what a tensor costs
+ * beyond its bytes is some 200 bytes of entries and names). */
+ls_status ls_safetensors_parse_max(const uint8_t *buf, size_t len, size_t max_tensors, ls_tensor_set *out,
+                                   ls_error *err);
 
 /* A file checked before its data is read, in two steps and with the
  * messages ls_safetensors_parse gives. First the length field: first
@@ -29,7 +34,8 @@ ls_status ls_safetensors_header_len(const uint8_t *first, uint64_t file_len, siz
  * its JSON, every entry and the tiling of the data section (file_len -
  * 8 - N bytes) are checked, every violation in err. Nothing of the data
  * section is needed. */
-ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, ls_error *err);
+ls_status ls_safetensors_check_header(const uint8_t *head, size_t head_len, uint64_t file_len, size_t max_tensors,
+                                      ls_error *err);
 
 /* One tensor of a safetensors file as its header describes it: where its
  * bytes lie in the file (none are read). */

@@ -181,7 +181,7 @@ static ls_status ls_loader_check_file(const ls_loader *ld, int fd, const struct 
     if (st != LS_OK) return st;
     uint8_t *head = malloc(8 + n);
     if (!head) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the %zu-byte header of %s", n, shown);
-    if (ls_loader_pread(fd, head, 8 + n, 0, shown, err)) st = ls_safetensors_check_header(head, 8 + n, size, err);
+    if (ls_loader_pread(fd, head, 8 + n, 0, shown, err)) st = ls_safetensors_check_header(head, 8 + n, size, LS_LOADER_MAX_TENSORS, err);
     else st = err->code;
     free(head);
     return st;
@@ -251,7 +251,7 @@ static ls_status ls_loader_read(const ls_loader *ld, ls_loader_files *f, ls_adap
     size_t len = 0;
     ls_status st = ls_loader_check_file(ld, f->model_fd, &f->model_sb, f->shown, err);
     if (st == LS_OK) st = ls_file_read_fd(f->model_fd, ld->max_file_bytes, bytes, &len, f->shown, LS_INVALID_REQUEST, err);
-    if (st == LS_OK) st = ls_safetensors_parse(*bytes, len, tensors, err);
+    if (st == LS_OK) st = ls_safetensors_parse_max(*bytes, len, LS_LOADER_MAX_TENSORS, tensors, err);
     /* A PEFT directory's config wins; a bare file carries its own. */
     if (st == LS_OK && !f->peft_dir) {
         ls_adapter_text_params t = ls_adapter_text_params_meta(tensors, "the file's __metadata__");

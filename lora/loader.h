@@ -27,6 +27,11 @@
 
 /* --max-adapter-mb's default: the largest adapter file read, MiB. */
 #define LS_LOADER_MAX_FILE_MB_DEFAULT 4096
+/* The most tensors an adapter upload or file may name: what a tensor
+ * costs beyond its bytes (its entry in a set, its name, ~200 bytes) is
+ * bounded by it. A PEFT adapter of every routed expert of Kimi-K2 (61
+ * layers, 384 experts) has 141,000. */
+#define LS_LOADER_MAX_TENSORS 262144
 /* A failed file is remembered only once its change time is this old:
  * one being written now may have been read half written. */
 #define LS_LOADER_MEMO_SETTLE_MS 2000

@@ -212,6 +212,8 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     if (!e) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory registering adapter '%s'", name);
 
     pthread_mutex_lock(&p->state_mu);
+    /* A replace takes the record the old version may be read back from. */
+    ls_pool_entry *kept = opts->replace && !opts->restore_version ? ls_policy_keep_copy(p, name) : NULL;
     pthread_mutex_lock(&p->be_mu);
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
@@ -297,6 +299,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
             ls_error_free(&ignored);
         }
         pthread_mutex_lock(&p->mu);
+        if (kept) kept->keep_copy = false; /* still the live version */
         if (back) {
             p->slots[slot].state = LS_SLOT_RESIDENT;
             p->slots[slot].entry = reused;
@@ -358,6 +361,8 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
     /* state_mu keeps loads of the name out while the disk is written, so
      * the entry found first is still the live one after. */
     pthread_mutex_lock(&p->state_mu);
+    /* Requests that hold the version must be able to finish with it. */
+    ls_pool_entry *kept = name ? ls_policy_keep_copy(p, name) : NULL;
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
     const uint64_t version = e ? e->version : 0;
@@ -380,6 +385,10 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
         if (e->refs == 0) ls_registry_destroy(p, e);
         if (!ls_pool_floor_raise(p, name, version))
             ls_log_warn("pool: out of memory remembering the last version of '%s'", name);
+        pthread_mutex_unlock(&p->mu);
+    } else if (kept) {
+        pthread_mutex_lock(&p->mu);
+        kept->keep_copy = false; /* still registered: the tier may drop it again */
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->state_mu);
@@ -594,6 +603,10 @@ ls_status ls_pool_debug_hold(ls_pool *p, const char *name, ls_pool_hold **out, l
     pthread_mutex_unlock(&p->mu);
     *out = e;
     return e ? LS_OK : ls_pool_not_found(name, err);
+}
+
+ls_status ls_pool_debug_read_back(ls_pool *p, ls_pool_hold *h, ls_error *err) {
+    return ls_policy_reload_held(p, &h, 1, err);
 }
 
 void ls_pool_debug_release(ls_pool *p, ls_pool_hold *h) {

@@ -24,6 +24,7 @@ typedef struct ls_pool_entry {
     ls_adapter_params params;
 
     bool live;   /* the name table points here; false once deleted or replaced */
+    bool keep_copy; /* its record is being removed or replaced: the host tier keeps its copy */
     bool pinned;
     int refs;    /* requests holding this version */
     int slot;    /* -1 when not in a slot (LOADING or RESIDENT otherwise) */
@@ -111,5 +112,13 @@ ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *
  * resident its host copy, reading dropped ones back from their source
  * path, in order. */
 ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int count, ls_error *err);
+/* Under state_mu, before a delete or a replace takes the record of name's
+ * live version: when that version has no host copy and nothing but the
+ * record to read one back from (an inline upload), a request that holds
+ * it, or takes it before the name goes, could not be served after. Its
+ * copy is read back now and kept (keep_copy) until its last release; the
+ * caller clears keep_copy, under mu, if the change fails and the version
+ * stays live. Returns that entry, or NULL when nothing needed keeping. */
+ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name);
 
 #endif

@@ -76,7 +76,7 @@ void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
     while (p->host_used > p->cfg.host_cache) {
         ls_pool_entry *victim = NULL;
         for (ls_pool_entry *e = p->all; e; e = e->next) {
-            if (e == keep || !e->live || e->pinned || e->refs > 0 || !e->host_data) continue;
+            if (e == keep || !e->live || e->pinned || e->refs > 0 || !e->host_data || e->keep_copy) continue;
             if (!p->cfg.state && (!e->source_path || !p->cfg.reload)) continue;
             if (!victim || ls_policy_older(e, victim)) victim = e;
         }
@@ -183,6 +183,25 @@ ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int coun
         }
     }
     return LS_OK;
+}
+
+ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name) {
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *e = p->cfg.state ? ls_registry_find(p, name) : NULL;
+    if (e && (e->host_data || (e->source_path && p->cfg.reload))) e = NULL;
+    if (e) e->keep_copy = true; /* nothing else unlinks it: the caller holds state_mu */
+    pthread_mutex_unlock(&p->mu);
+    if (!e) return NULL;
+    /* Read whether or not a request holds it now: one may take it until
+     * the name goes, and the record is gone by then. */
+    ls_error why;
+    ls_error_init(&why);
+    if (ls_policy_reload_held(p, &e, 1, &why) != LS_OK)
+        ls_log_warn("pool: the copy of adapter '%s' version %" PRIu64 " could not be read back before its record "
+                    "goes (a request that holds it will fail): %s",
+                    e->name, e->version, why.message);
+    ls_error_free(&why);
+    return e;
 }
 
 /* Under be_mu, without mu: writes every layer of e (held) into slot

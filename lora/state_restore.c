@@ -177,8 +177,10 @@ static ls_state_decoded ls_state_decode(const ls_state *s, const char *file, con
     ls_error_init(&err);
     ls_tensor_set set;
     ls_tensor_set_init(&set);
-    /* LS_INTERNAL from the parser means out of memory. */
-    ls_status st = ls_safetensors_parse(bytes, len, &set, &err);
+    /* LS_INTERNAL from the parser means out of memory. A record holds
+     * two tensors: a header of more is refused from its count, before a
+     * hostile one's entries take memory. */
+    ls_status st = ls_safetensors_parse_max(bytes, len, 2, &set, &err);
     ls_error_free(&err);
     d = st == LS_OK ? LS_DECODED : st == LS_INTERNAL ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     const ls_tensor *factors = ls_tensor_set_find(&set, "factors"), *flags = ls_tensor_set_find(&set, "layer_present");

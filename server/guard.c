@@ -26,6 +26,7 @@
 
 #include "api/error_body.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "config/config.h"
 #include "server/http_head.h"
 #include "server/request.h"
@@ -119,19 +120,18 @@ static void ls_guard_start_head(ls_guard *g, ls_guard_conn *c, int64_t now) {
     c->deadline_ns = now + (int64_t)ls_guard_head_limit_s(g, c) * 1000000000LL;
 }
 
-/* The 408 as the reaper writes it: the headers every response has, and
- * Connection: close. Into buf; returns its length (0 when it does not
- * fit or memory is short: then the connection is only closed). */
-static size_t ls_guard_408(const ls_guard_conn *c, const char *message, char *buf, size_t cap) {
+/* The 408 as the reaper writes it: the headers every response has (id
+ * its X-Request-Id), and Connection: close. Into buf; returns its length
+ * (0 when it does not fit or memory is short: then the connection is
+ * only closed) and *body_len the bytes of its body. */
+static size_t ls_guard_408(const char *id, const char *message, char *buf, size_t cap, size_t *body_len) {
+    *body_len = 0;
     ls_error err;
     ls_error_init(&err);
     ls_error_set(&err, LS_REQUEST_TIMEOUT, NULL, "%s", message);
     char *body = ls_error_body_text(&err);
     ls_error_free(&err);
     if (!body) return 0;
-    char id[LS_REQUEST_ID_MAX + 1];
-    if (c->id[0]) memcpy(id, c->id, sizeof id);
-    else ls_http_new_request_id(id);
     int n = snprintf(buf, cap,
                      "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nX-Lorasink-Version: %s\r\nX-Request-Id: %s\r\n"
@@ -140,8 +140,11 @@ static size_t ls_guard_408(const ls_guard_conn *c, const char *message, char *bu
     for (size_t i = 0; i < ls_http_hardening_count && n > 0 && (size_t)n < cap; i++)
         n += snprintf(buf + n, cap - (size_t)n, "%s: %s\r\n", ls_http_hardening[i][0], ls_http_hardening[i][1]);
     if (n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "\r\n%s\n", body);
+    const size_t blen = strlen(body) + 1;
     free(body);
-    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    if (n <= 0 || (size_t)n >= cap) return 0;
+    *body_len = blen;
+    return (size_t)n;
 }
 
 /* A connection past its deadline: answered 408 (what the client sent
@@ -150,10 +153,13 @@ static size_t ls_guard_408(const ls_guard_conn *c, const char *message, char *bu
 static void ls_guard_reap(ls_guard *g, ls_guard_conn *c, int64_t now) {
     const bool body = c->phase == LS_GC_BODY;
     const int limit = body ? g->cfg.body_timeout_s : ls_guard_head_limit_s(g, c);
-    char message[256], buf[4096], ip[INET6_ADDRSTRLEN] = "?";
+    char message[256], buf[4096], ip[INET6_ADDRSTRLEN] = "?", id[LS_REQUEST_ID_MAX + 1];
     snprintf(message, sizeof message, "the request's %s did not arrive within %d s (--%s)", body ? "body" : "head",
              limit, body ? "body-timeout" : "request-timeout");
-    const size_t n = ls_guard_408(c, message, buf, sizeof buf);
+    if (c->id[0]) memcpy(id, c->id, sizeof id);
+    else ls_http_new_request_id(id);
+    size_t body_len = 0;
+    const size_t n = ls_guard_408(id, message, buf, sizeof buf, &body_len);
     if (n) (void)send(c->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(c->fd, SHUT_WR);
     c->phase = LS_GC_REAPED;
@@ -163,6 +169,15 @@ static void ls_guard_reap(ls_guard *g, ls_guard_conn *c, int64_t now) {
     inet_ntop(c->family, c->ip, ip, sizeof ip);
     ls_log_warn("request timeout: %s%s%s%s: %s; answered 408, connection closed", ip, body ? " " : "",
                 body ? c->what : "", body ? "" : " (no complete head)", message);
+    /* Its line of the access log, as every answer has: a head that never
+     * came whole has no method or path to show ("- -"). The id is the
+     * one the reply carries. */
+    if (g->cfg.access_log) {
+        char shown[3 * LS_REQUEST_ID_MAX + 1];
+        ls_text_log_field(id, false, shown, sizeof shown);
+        ls_log_access("%s %s 408 %zu %lld", shown, body ? c->what : "- -", n ? body_len : 0,
+                      (long long)((now - c->started_ns) / 1000));
+    }
 }
 
 /* One connection at one look; the caller holds the lock. */

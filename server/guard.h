@@ -32,6 +32,7 @@ typedef struct {
     int body_timeout_s;    /* a head's end to its body's */
     int per_ip;            /* --per-ip-connections; 0 = no cap */
     int max_connections;
+    bool access_log; /* a 408 gets its access log line (--access-log) */
 } ls_guard_config;
 
 /* Starts the reaper. metrics is borrowed and outlives the guard. NULL

@@ -223,6 +223,7 @@ static bool ls_http_body_kind(struct MHD_Connection *conn, ls_body_kind *kind) {
 static enum MHD_Result ls_http_head_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
     ls_http_head *h = cls;
+    ls_http_head_name(h, key);
     const struct {
         const char *name;
         const char **first;

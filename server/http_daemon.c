@@ -111,7 +111,8 @@ bool ls_http_start(ls_server *srv) {
     const ls_guard_config gcfg = {.request_timeout_s = srv->cfg.request_timeout_s,
                                   .body_timeout_s = srv->cfg.body_timeout_s,
                                   .per_ip = srv->cfg.per_ip_connections,
-                                  .max_connections = srv->cfg.max_connections};
+                                  .max_connections = srv->cfg.max_connections,
+                                  .access_log = srv->cfg.access_log};
     if (!(srv->guard = ls_guard_new(&gcfg, &srv->metrics))) {
         freeaddrinfo(ai);
         return false;

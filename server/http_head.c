@@ -84,9 +84,43 @@ static ls_status ls_head_once(const char *name, int n, ls_error *err) {
                         n);
 }
 
+/* RFC 9110's token: what a header name is made of. */
+static bool ls_head_token(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", *s)))
+            return false;
+    return true;
+}
+
+void ls_http_head_name(ls_http_head *h, const char *key) {
+    if (!h->bad_name && !ls_head_token(key)) h->bad_name = key;
+    if (!h->unknown_own && !strncasecmp(key, "X-Lorasink-", 11) && strcasecmp(key, LS_FORWARD_ADAPTER_HEADER))
+        h->unknown_own = key;
+}
+
+/* Header names a proxy in front could read as other headers than this
+ * server does. */
+static ls_status ls_head_names(const ls_http_head *h, ls_error *err) {
+    if (h->bad_name)
+        return ls_error_set(err, LS_INVALID_REQUEST, "send each header as Name: value on a line of its own",
+                            "the header name \"%.64s\" is not a token (a blank before its colon, or a line folded "
+                            "onto it): a proxy in front may read it as another header than this server",
+                            h->bad_name);
+    if (h->unknown_own)
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "name the adapter with " LS_FORWARD_ADAPTER_HEADER " on one line (a folded line is "
+                            "appended to the header's name)",
+                            "the header %.64s is not one this server reads (" LS_FORWARD_ADAPTER_HEADER " is)",
+                            h->unknown_own);
+    return LS_OK;
+}
+
 /* How the body is framed, and the headers that must be unambiguous. */
 static ls_status ls_head_framing(const ls_http_head *h, ls_error *err) {
-    ls_status st = LS_OK;
+    ls_status st = ls_head_names(h, err);
+    if (st != LS_OK) return st;
     if ((st = ls_head_once("Host", h->n_host, err)) != LS_OK) return st;
     if ((st = ls_head_once("Content-Length", h->n_content_length, err)) != LS_OK) return st;
     if ((st = ls_head_once("Transfer-Encoding", h->n_transfer_encoding, err)) != LS_OK) return st;
@@ -95,6 +129,10 @@ static ls_status ls_head_framing(const ls_http_head *h, ls_error *err) {
         return ls_error_set(err, LS_INVALID_REQUEST, "send either Content-Length or Transfer-Encoding: chunked",
                             "Transfer-Encoding and Content-Length together: a proxy in front and this server could "
                             "read different bodies");
+    if (h->transfer_encoding && h->http10)
+        return ls_error_set(err, LS_INVALID_REQUEST, "send HTTP/1.1 with Transfer-Encoding: chunked, or a Content-Length",
+                            "Transfer-Encoding on an HTTP/1.0 request: HTTP/1.0 has no chunked bodies, and a proxy in "
+                            "front may frame the body otherwise");
     if (h->transfer_encoding && strcasecmp(h->transfer_encoding, "chunked"))
         return ls_error_set(err, LS_INVALID_REQUEST, "send Transfer-Encoding: chunked or a Content-Length",
                             "Transfer-Encoding \"%.64s\" is not supported", h->transfer_encoding);

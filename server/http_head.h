@@ -20,6 +20,10 @@ typedef struct {
     const char *host, *origin, *sec_fetch_site, *adapter, *transfer_encoding;
     int n_host, n_origin, n_adapter, n_content_length, n_transfer_encoding;
     bool http10; /* HTTP/1.0, where a request may lack Host */
+    /* The first header name that is not a token (libmicrohttpd keeps a
+     * blank before the colon in the name, and appends a folded line to
+     * it), and the first X-Lorasink-* name the server does not read. */
+    const char *bad_name, *unknown_own;
 } ls_http_head;
 
 /* The settings the rules read (borrowed from the configuration): comma
@@ -29,10 +33,16 @@ typedef struct {
     const char *allowed_origins;
 } ls_http_head_policy;
 
+/* Notes the header name key in h (bad_name, unknown_own) when it is not
+ * a token or is an X-Lorasink-* header the server does not read. */
+void ls_http_head_name(ls_http_head *h, const char *key);
+
 /* LS_OK, or the error that refuses the request: 400 invalid_request for a
  * head that is ambiguous (a header given twice, Transfer-Encoding with
- * Content-Length, a coding other than chunked, an adapter header holding
- * a list), 403 forbidden_host or forbidden_origin. open: a route that
+ * Content-Length or on HTTP/1.0, a coding other than chunked, an adapter
+ * header holding a list, a header name that is not a token or an
+ * X-Lorasink-* header the server does not read), 403 forbidden_host or
+ * forbidden_origin. open: a route that
  * holds no data (/health, /ready, /dashboard), which any Host may reach,
  * so that probes work whatever name they use. */
 ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p, bool open, ls_error *err);

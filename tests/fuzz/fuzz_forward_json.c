@@ -1,5 +1,5 @@
 /* libFuzzer harness for the streaming JSON /forward parser
- * (ls_forward_req_parse_json: api/forward_json.c, api/json_reader.c,
+ * (ls_forward_req_parse_json: api/forward_json.c, format/json_reader.c,
  * api/forward.c) on a small fixed model (n=2, H=4, L=2) with at most
  * MAX_TOKENS rows. Any body must be either
  *  - rejected cleanly: a status with a message, an error body, req empty;

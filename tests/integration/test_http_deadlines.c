@@ -220,6 +220,9 @@ static void test_head_trickle(void **state) {
     for (int i = 0; i < CAP - 1; i++) expect_reaped(&c[i], HEAD_S + (i == 2 ? 0.2 : 0));
     wait_logged("request timeout: 127.0.0.1 (no complete head): the request's head did not arrive within 2 s", CAP - 1);
     wait_metric("lorasink_request_timeouts_total{phase=\"head\"}", CAP - 1);
+    /* Each 408 has its access log line, like every other answer: no
+     * method or path for a head that never came whole. */
+    wait_logged(" - - 408 ", CAP - 1);
 
     /* Idle since before the slow heads came: still served. */
     assert_int_equal(send(idle, get, strlen(get), MSG_NOSIGNAL), (ssize_t)strlen(get));
@@ -248,6 +251,8 @@ static void test_body_trickle(void **state) {
                 1);
     wait_metric("lorasink_request_timeouts_total{phase=\"body\"}", 1);
     wait_metric("lorasink_requests_total{route=\"/forward\",status=\"408\"}", 1);
+    /* Its access log line carries the id its reply did. */
+    wait_logged(" access slow-body POST /forward 408 ", 1);
 }
 
 /* Past the cap and the reserve a connection is closed at accept, as
@@ -284,6 +289,7 @@ static void test_reserve_bound(void **state) {
     assert_int_equal(answered, 4);
     assert_true(now_s() - opened >= HEAD_S - 0.1);
     wait_metric("lorasink_http_connections_reserved", 0);
+    wait_logged(" - - 408 ", CAP - 1 + 4);
     wait_open_connections(CAP);
     for (int i = 0; i < CAP + 4; i++) close(fds[i]);
     wait_open_connections(0);

@@ -251,6 +251,36 @@ static void test_framing(void **state) {
                "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n"
                "Content-Type: application/json\r\n\r\n{}",
                "HTTP/1.1 400", "Content-Length is given 2 times");
+    /* A name libmicrohttpd keeps with a blank before its colon is
+     * another header to it ("Transfer-Encoding "), and the body would be
+     * read by Content-Length where a proxy took it as chunked; a line
+     * folded onto the one before (obs-fold) is appended to that one's
+     * name. RFC 9112 makes both a 400. */
+    expect_raw(ts.srv,
+               "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n"
+               "Content-Type: application/json\r\n\r\n0\r\n\r\n",
+               "HTTP/1.1 400", "the header name \\\"Transfer-Encoding \\\" is not a token");
+    expect_raw(ts.srv,
+               "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Foo: a\r\n Transfer-Encoding: chunked\r\n"
+               "Content-Length: 5\r\nContent-Type: application/json\r\n\r\n0\r\n\r\n",
+               "HTTP/1.1 400", "is not a token");
+    expect_raw(ts.srv, "GET /pool HTTP/1.1\r\nHost: 127.0.0.1\r\nHost\t: evil.test\r\n\r\n", "HTTP/1.1 400",
+               "is not a token");
+    /* A fold onto the adapter header made it X-Lorasink-Adapterb to the
+     * server, which then served the base model; a typo did the same. */
+    expect_raw(ts.srv,
+               "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Lorasink-Adapter: a1\r\n b\r\nContent-Length: 20\r\n"
+               "Content-Type: application/json\r\n\r\n{\"x\": [[1, 2, 3, 4]]}",
+               "HTTP/1.1 400", "the header X-Lorasink-Adapterb is not one this server reads");
+    expect_raw(ts.srv,
+               "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Lorasink-Adaptor: a1\r\nContent-Length: 20\r\n"
+               "Content-Type: application/json\r\n\r\n{\"x\": [[1, 2, 3, 4]]}",
+               "HTTP/1.1 400", "X-Lorasink-Adaptor is not one this server reads");
+    /* HTTP/1.0 has no chunked bodies: a proxy may frame this one otherwise. */
+    expect_raw(ts.srv,
+               "POST /adapters/validate HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+               "\r\n2\r\n{}\r\n0\r\n\r\n",
+               "HTTP/1.1 400", "Transfer-Encoding on an HTTP/1.0 request");
     /* Chunked alone still reads. */
     expect_raw(ts.srv,
                "POST /adapters/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"

@@ -22,6 +22,7 @@
 #include "api/base64.h"
 #include "common/buf.h"
 #include "format/safetensors.h"
+#include "tests/util/testutil.h"
 #include "tests/util/tiny_server.h"
 
 /* The model the adapter memory tests serve: the demo's shape, so that a
@@ -29,6 +30,21 @@
 enum { MH = 1024, MF = 512, MN = 2, ML = 2, MR = 64 };
 #define M_ADAPTER_BYTES ((double)ML * (2.0 * MR * MH + MN * 2.0 * MF * MR + MN * (double)MR * MF + MH * (double)MR) * 4)
 #define MIB 1048576.0
+
+/* A sanitizer's allocator gives each small allocation a redzone and keeps
+ * freed ones in quarantine: the bounds of many small tensors are what
+ * glibc's malloc gives, checked outside sanitizer builds (those still
+ * check every answer). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LS_SMALL_ALLOCS_MEASURED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LS_SMALL_ALLOCS_MEASURED 0
+#endif
+#endif
+#ifndef LS_SMALL_ALLOCS_MEASURED
+#define LS_SMALL_ALLOCS_MEASURED 1
+#endif
 
 /* The server's peak RSS must count what requests hold, not memory a
  * sanitizer keeps in quarantine after it was freed: this environment
@@ -586,6 +602,130 @@ static void test_json_upload_peak_memory(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* A safetensors file of n one-element F32 tensors named t0000000...
+ * (what a header can hold at its cheapest: about 60 bytes an entry):
+ * malloc'd bytes, *header its header's length. */
+static uint8_t *many_tensor_file(size_t n, size_t *len, size_t *header) {
+    ls_buf h;
+    ls_buf_init(&h);
+    assert_true(ls_buf_append(&h, "{", 1));
+    for (size_t i = 0; i < n; i++)
+        assert_true(ls_buf_printf(&h, "%s\"t%07zu\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}",
+                                  i ? "," : "", i, 4 * i, 4 * i + 4));
+    assert_true(ls_buf_append(&h, "}", 1));
+    while (h.len % 8) assert_true(ls_buf_append(&h, " ", 1));
+    *header = h.len;
+    *len = 8 + h.len + 4 * n;
+    uint8_t *b = calloc(1, *len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
+    memcpy(b + 8, h.data, h.len);
+    ls_buf_free(&h);
+    return b;
+}
+
+/* A safetensors header was a jansson tree of the whole header: a raw
+ * upload of 94 MB, 1.3 million small entries, peaked at 1.6 GB (17 times
+ * its header) and left 1.4 GB resident, and a path upload of the same
+ * file took as much again. The header is now read from its text: what
+ * an upload or a file holds is its bytes, the entries (about 100 bytes
+ * each) and the tensor set they become (about 110 each, names apart),
+ * at most bytes + 320 bytes a tensor + 32 MiB, here with 200,000. */
+static void test_safetensors_header_memory(void **state) {
+    (void)state;
+    enum { N = 200000 };
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    size_t len, header;
+    uint8_t *file = many_tensor_file(N, &len, &header);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
+    ls_test_write_file(path, file, len);
+    const int pid = ls_test_server_pid(ts.srv);
+    const double bound = (double)len + 320.0 * N + 32 * MIB;
+    for (int way = 0; way < 2; way++) {
+        reset_peak(pid);
+        const long before = proc_kib(pid, "VmHWM");
+        ls_test_response r;
+        if (way == 0)
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
+                                          (const char *)file, len, NULL, &r), 0);
+        else
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
+                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
+        const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+        if (r.status != 422 || !strstr(r.body, "lora_unknown_tensor")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
+        assert_int_equal(r.status, 422);
+        assert_non_null(strstr(r.body, "lora_unknown_tensor"));
+        ls_test_response_free(&r);
+        print_message("%s of %.1f MiB (header %.1f MiB, %d tensors): peak RSS +%.1f MiB (bound %.1f MiB)\n",
+                      way ? "path upload" : "raw upload", (double)len / MIB, (double)header / MIB, N, grew / MIB,
+                      bound / MIB);
+        if (LS_SMALL_ALLOCS_MEASURED) assert_true(grew <= bound);
+    }
+    free(file);
+    tiny_server_stop(&ts);
+}
+
+/* An upload of many tiny tensors paid some 200 bytes a tensor beyond its
+ * bytes (the set's entry, the name, the buffer): a 43 MB JSON body of
+ * 3 million one-number tensors peaked at 600 MB, 256 MiB would have
+ * taken 3.6 GB. An adapter may name at most 262,144 tensors (a PEFT
+ * adapter of every routed expert of Kimi-K2 has 141,000): one past it is
+ * 413, in a JSON body from the tensor past the limit (nothing more is
+ * held: at most the body + 320 bytes a tensor kept + 32 MiB), in a raw
+ * body and a file from the header's count, before any entry is kept
+ * (the body + 100 bytes a name + 32 MiB). */
+static void test_tensor_count_is_capped(void **state) {
+    (void)state;
+    enum { N = 262145 };
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    size_t len, header;
+    uint8_t *file = many_tensor_file(N, &len, &header);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
+    ls_test_write_file(path, file, len);
+    ls_buf j;
+    ls_buf_init(&j);
+    assert_true(ls_buf_printf(&j, "{\"name\": \"m\", \"tensors\": {"));
+    for (int i = 0; i < N; i++) assert_true(ls_buf_printf(&j, "%s\"t%07d\": [0]", i ? ", " : "", i));
+    assert_true(ls_buf_printf(&j, "}}"));
+    const int pid = ls_test_server_pid(ts.srv);
+    for (int way = 0; way < 3; way++) {
+        reset_peak(pid);
+        const long before = proc_kib(pid, "VmHWM");
+        ls_test_response r;
+        size_t sent = way == 0 ? j.len : way == 1 ? len : 28;
+        if (way == 0)
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL, j.data, j.len, NULL, &r), 0);
+        else if (way == 1)
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
+                                          (const char *)file, len, NULL, &r), 0);
+        else
+            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
+                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
+        const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+        if (r.status != 413 || !strstr(r.body, "262144 tensors")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
+        assert_int_equal(r.status, 413);
+        assert_non_null(strstr(r.body, "payload_too_large"));
+        assert_non_null(strstr(r.body, "262144 tensors"));
+        ls_test_response_free(&r);
+        /* A JSON body has kept the tensors before the one past the limit;
+         * a header is refused from its count, before any entry is kept
+         * (what the count took: the set of names that catches one given
+         * twice, some 100 bytes a name). */
+        const double bound = (double)(way == 2 ? len : sent) + (way == 0 ? 320.0 : 100.0) * N + 32 * MIB;
+        print_message("%s of %.1f MiB with %d tensors: 413, peak RSS +%.1f MiB (bound %.1f MiB)\n",
+                      way == 0 ? "JSON upload" : way == 1 ? "raw upload" : "path upload",
+                      (double)(way == 0 ? j.len : len) / MIB, N, grew / MIB, bound / MIB);
+        if (LS_SMALL_ALLOCS_MEASURED) assert_true(grew <= bound);
+    }
+    ls_buf_free(&j);
+    free(file);
+    tiny_server_stop(&ts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_adapter_files),
@@ -593,6 +733,8 @@ int main(void) {
         cmocka_unit_test(test_state_dir_forward_keeps_host_cap),
         cmocka_unit_test(test_queue_budget_counts_adapters),
         cmocka_unit_test(test_json_upload_peak_memory),
+        cmocka_unit_test(test_safetensors_header_memory),
+        cmocka_unit_test(test_tensor_count_is_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

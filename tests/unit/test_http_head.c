@@ -112,6 +112,35 @@ static void test_framing(void **state) {
     assert_int_equal(check(&h, "", "", false, "holds a list"), LS_INVALID_REQUEST);
 }
 
+/* Header names: tokens only (libmicrohttpd keeps "Name :" as "Name " and
+ * appends a folded line to the name before it), and no X-Lorasink-*
+ * header the server does not read (a folded adapter header, a typo). */
+static void test_header_names(void **state) {
+    (void)state;
+    const char *ok[] = {"Host", "X-Lorasink-Adapter", "x-lorasink-adapter", "X-Request-Id", "a!#$%&'*+-.^_`|~9"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        ls_http_head h = {.host = "127.0.0.1", .n_host = 1};
+        ls_http_head_name(&h, ok[i]);
+        if (check(&h, "", "", false, NULL) != LS_OK) fail_msg("%s refused", ok[i]);
+    }
+    const char *bad[] = {"Transfer-Encoding ", "Host\t", "X-FooTransfer-Encoding: chunked", "", "a\"b", "a(b)", "\x7f"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ls_http_head h = {.host = "127.0.0.1", .n_host = 1};
+        ls_http_head_name(&h, "Host");
+        ls_http_head_name(&h, bad[i]);
+        if (check(&h, "", "", true, "is not a token") != LS_INVALID_REQUEST) fail_msg("\"%s\" allowed", bad[i]);
+    }
+    const char *own[] = {"X-Lorasink-Adapterb", "X-Lorasink-Adaptor", "x-lorasink-version"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+        ls_http_head h = {.host = "127.0.0.1", .n_host = 1};
+        ls_http_head_name(&h, own[i]);
+        if (check(&h, "", "", false, "is not one this server reads") != LS_INVALID_REQUEST)
+            fail_msg("%s allowed", own[i]);
+    }
+    ls_http_head h10 = {.http10 = true, .transfer_encoding = "chunked", .n_transfer_encoding = 1};
+    assert_int_equal(check(&h10, "", "", true, "Transfer-Encoding on an HTTP/1.0 request"), LS_INVALID_REQUEST);
+}
+
 static void test_response_headers(void **state) {
     (void)state;
     assert_non_null(strstr(ls_http_csp(true), "frame-ancestors 'none'"));
@@ -128,7 +157,8 @@ static void test_response_headers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_values), cmocka_unit_test(test_origin),  cmocka_unit_test(test_sec_fetch_site),
-        cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_response_headers),
+        cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_header_names),
+        cmocka_unit_test(test_response_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

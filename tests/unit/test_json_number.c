@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 #include "api/json_tensor.h"
 
 /* snprintf("%.9g") with the exponent written as ours is: e-7, e20. */

@@ -779,6 +779,43 @@ static void test_file_read_text(void **state) {
     ls_error_free(&err);
 }
 
+/* A header of more tensors than the caller takes is refused from its
+ * count (LS_PAYLOAD_TOO_LARGE), before any entry is kept, by the parse
+ * and the header check alike; at the limit it reads. */
+static void test_tensor_limit(void **state) {
+    (void)state;
+    const char *h = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"__metadata__\":{\"k\":\"v\"},"
+                    "\"b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]},"
+                    "\"c\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]}}";
+    size_t len;
+    uint8_t *b = mk_file(h, strlen(h), "xyz", 3, &len);
+    for (size_t max = 1; max <= 4; max++) {
+        ls_tensor_set set;
+        ls_tensor_set_init(&set);
+        ls_error err;
+        ls_error_init(&err);
+        ls_status st = ls_safetensors_parse_max(b, len, max, &set, &err);
+        ls_error cerr;
+        ls_error_init(&cerr);
+        ls_status ch = ls_safetensors_check_header(b, len, len, max, &cerr);
+        ls_error_free(&cerr);
+        if (max < 3) {
+            assert_int_equal(st, LS_PAYLOAD_TOO_LARGE);
+            assert_int_equal(ch, LS_PAYLOAD_TOO_LARGE);
+            assert_non_null(strstr(err.message, "more than the limit of"));
+            assert_set_empty(&set);
+        } else {
+            assert_int_equal(st, LS_OK);
+            assert_int_equal(ch, LS_OK);
+            assert_int_equal(set.n, 3);
+            assert_string_equal(ls_tensor_set_meta(&set, "k"), "v");
+        }
+        ls_tensor_set_free(&set);
+        ls_error_free(&err);
+    }
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_float_dtypes),
@@ -798,6 +835,7 @@ int main(void) {
         cmocka_unit_test(test_layout_rules),
         cmocka_unit_test(test_every_violation),
         cmocka_unit_test(test_int64_edges),
+        cmocka_unit_test(test_tensor_limit),
         cmocka_unit_test(test_writer_round_trip),
         cmocka_unit_test(test_writer_empty),
         cmocka_unit_test(test_writer_refuses),

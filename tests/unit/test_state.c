@@ -384,17 +384,19 @@ typedef struct {
     ls_pool *p;
 } sfx;
 
-static sfx sfx_make(const char *dir, int S) {
+static sfx sfx_make_tier(const char *dir, int S, int host_cache) {
     sfx f;
     f.fk = pt_fake_create(pc_dims, S, PC_RMAX, 64);
     f.s = open_state(dir);
-    ls_pool_config cfg = {.host_cache = 8, .state = f.s};
+    ls_pool_config cfg = {.host_cache = host_cache, .state = f.s};
     ls_error err;
     ls_error_init(&err);
     if (ls_pool_create(f.fk->be, &cfg, &f.p, &err) != LS_OK) fail_msg("ls_pool_create: %s", err.message);
     ls_error_free(&err);
     return f;
 }
+
+static sfx sfx_make(const char *dir, int S) { return sfx_make_tier(dir, S, 8); }
 
 static void sfx_free(sfx *f) {
     ls_pool_free(f->p);
@@ -1026,6 +1028,109 @@ static void test_full_disk(void **state) {
     free(dir);
 }
 
+/* A forward run on another thread (no cmocka asserts there): deterministic
+ * inputs, its status, y and the versions it used. */
+typedef struct {
+    ls_pool *p;
+    const char *const *names;
+    int T;
+    float x[4 * 6], g[4 * 2], y[4 * 6];
+    ls_pool_used used[4];
+    int n_used;
+    ls_status st;
+    ls_error err;
+} fwd_job;
+
+static void *fwd_run(void *arg) {
+    fwd_job *j = arg;
+    ls_error_init(&j->err);
+    pc_fill_inputs(j->T, j->x, j->g, 7);
+    j->st = ls_pool_forward(j->p, 0, j->T, j->x, j->g, j->names, j->y, j->used, &j->n_used, &j->err);
+    return NULL;
+}
+
+/* Every token of j as the fake computes it with the versions j used. */
+static void fwd_check(fwd_job *j) {
+    if (j->st != LS_OK) fail_msg("forward: %s", j->err.message);
+    for (int t = 0; t < j->T; t++) {
+        int i = 0;
+        while (i < j->n_used && strcmp(j->used[i].name, j->names[t])) i++;
+        assert_true(i < j->n_used);
+        ls_adapter a;
+        pt_adapter(&pc_dims, PC_RK, pc_seed_of(j->names[t], j->used[i].version), &a);
+        float want[6];
+        pt_expect_token(&pc_dims, &a, 0, j->x + t * 6, j->g + t * 2, want);
+        assert_memory_equal(j->y + t * 6, want, sizeof want);
+        ls_adapter_free(&a);
+    }
+    ls_error_free(&j->err);
+}
+
+/* Three inline uploads into one slot and a host tier of one: "a" and "e"
+ * keep no host copy (the state directory holds them), "c" is resident. */
+static sfx sfx_dropped(const char *dir) {
+    sfx f = sfx_make_tier(dir, 1, 1);
+    pc_load_ok(f.p, "a", 1, false, false);
+    pc_load_ok(f.p, "e", 1, false, false);
+    pc_load_ok(f.p, "c", 1, false, false);
+    assert_false(pc_describe(f.p, "a").host_data);
+    assert_false(pc_describe(f.p, "e").host_data);
+    return f;
+}
+
+/* A forward that named "e" before its DELETE finishes with it, though its
+ * host copy was dropped and the delete removed the record it would have
+ * been read back from (it answered 409 adapter_stale, or 500 when the
+ * record went while it was read). The forward's first group ("a") is
+ * held in the backend while "e" is deleted. */
+static void test_delete_under_a_forward_keeps_its_copy(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_dropped(dir);
+    static const char *const names[2] = {"a", "e"};
+    fwd_job j = {.p = f.p, .names = names, .T = 2};
+    pthread_t th;
+    pt_fake_gate(f.fk, true);
+    assert_int_equal(pthread_create(&th, NULL, fwd_run, &j), 0);
+    pt_fake_wait_blocked(f.fk, 1);
+    del_ok(f.p, "e");
+    assert_false(file_exists(dir, "e.adapter"));
+    pt_fake_gate(f.fk, false);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    fwd_check(&j);
+    assert_int_equal(j.used[1].version, 1);
+    /* Its copy went with its last release: the tier is within its size. */
+    assert_true(pc_stats(f.p).host_used <= 1);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* The same for a replace: the version a request holds is read back with
+ * its own factors after the record holds the next version's. */
+static void test_replace_under_a_hold_keeps_its_copy(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    sfx f = sfx_dropped(dir);
+    ls_pool_hold *h = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_pool_debug_hold(f.p, "e", &h, &err), LS_OK);
+    pc_load_ok(f.p, "e", 2, false, true);
+    if (ls_pool_debug_read_back(f.p, h, &err) != LS_OK) fail_msg("read back: %s", err.message);
+    ls_pool_debug_release(f.p, h);
+    /* The new version reads back as itself. */
+    static const char *const names[2] = {"e", "a"};
+    fwd_job j = {.p = f.p, .names = names, .T = 2};
+    fwd_run(&j);
+    fwd_check(&j);
+    assert_int_equal(j.used[0].version, 2);
+    ls_error_free(&err);
+    sfx_free(&f);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_reads_back_exactly),
@@ -1046,6 +1151,8 @@ int main(void) {
         cmocka_unit_test(test_corrupt_link_is_not_followed),
         cmocka_unit_test(test_second_server_is_refused),
         cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_delete_under_a_forward_keeps_its_copy),
+        cmocka_unit_test(test_replace_under_a_hold_keeps_its_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* The strict pull reader of json_reader.h: whitespace, punctuation,
  * strings (escapes, surrogate pairs, UTF-8 checked), numbers in the JSON
  * grammar, literals, and skipping a value with a depth limit. */
-#include "api/json_reader.h"
+#include "format/json_reader.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -3,8 +3,8 @@
  * the strict helpers below) for bodies too large to hold as a tree of
  * JSON values: the caller pulls one token at a time and keeps only what
  * it needs (a number costs it 4 bytes as a float, not a JSON value). */
-#ifndef LS_API_JSON_READER_H
-#define LS_API_JSON_READER_H
+#ifndef LS_FORMAT_JSON_READER_H
+#define LS_FORMAT_JSON_READER_H
 
 #include <stdbool.h>
 #include <stddef.h>
