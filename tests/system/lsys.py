@@ -245,3 +245,10 @@ def fail(msg):
     print("FAIL " + msg, file=sys.stderr, flush=True)
     sys.exit(1)
 
+
+
+if __name__ == "__main__":
+    # For the shell around the checks: python3 lsys.py free-port.
+    if sys.argv[1:] != ["free-port"]:
+        sys.exit("usage: python3 lsys.py free-port")
+    print(free_port())
