@@ -18,15 +18,13 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "system"))
+import lsys  # noqa: E402 - the system checks' helper, beside them
 
 N_EXP, HID, INTER, LAYERS, RANK = 2, 512, 256, 2, 8
 
@@ -34,33 +32,8 @@ N_EXP, HID, INTER, LAYERS, RANK = 2, 512, 256, 2, 8
 def peft_safetensors(seed):
     """A PEFT adapter for the demo model as safetensors bytes."""
     rng = random.Random(seed)
-    shapes = {}
-    for l in range(LAYERS):
-        p = "model.layers.%d.mlp.shared_experts." % l
-        shapes[p + "gate_up_proj.lora_A.weight"] = (RANK, HID)
-        shapes[p + "gate_up_proj.lora_B.weight"] = (N_EXP * 2 * INTER, RANK)
-        shapes[p + "down_proj.lora_A.weight"] = (RANK, N_EXP * INTER)
-        shapes[p + "down_proj.lora_B.weight"] = (HID, RANK)
-    header, blobs, off = {}, [], 0
-    for name, (r, c) in shapes.items():
-        data = struct.pack("<%df" % (r * c), *(rng.uniform(-0.02, 0.02) for _ in range(r * c)))
-        header[name] = {"dtype": "F32", "shape": [r, c], "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
-
-
-def request(port, method, path, body=None, ctype="application/json"):
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body, method=method)
-    if body is not None:
-        req.add_header("Content-Type", ctype)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    tensors = lsys.shared_expert_lora(range(LAYERS), HID, N_EXP, INTER, RANK, lambda l, s, i, j: rng.uniform(-0.02, 0.02))
+    return lsys.safetensors_bytes(tensors)
 
 
 def rss_kib(pid):
@@ -90,20 +63,17 @@ def main():
            "--adapter-dir", tmp, "--log-level", "warn"]
     if args.state_dir:
         cmd += ["--state-dir", os.path.join(tmp, "state")]
-    log = open(os.path.join(tmp, "server.log"), "w+")
-    srv = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    port = None
-    for _ in range(400):
-        log.seek(0)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read())
-        if m:
-            port = int(m.group(1))
-            break
-        time.sleep(0.05)
-    if port is None:
-        srv.kill()
-        log.seek(0)
-        sys.exit("soak: the server did not start:\n" + log.read())
+    srv = lsys.Server(binary, cmd[1:], os.path.join(tmp, "server.log"))
+    try:
+        srv.start(timeout=20)
+    except lsys.ServerError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit("soak: the server did not start: %s" % e)
+    client = lsys.Client(srv.url, timeout=60)
+
+    def request(method, path, body=None, ctype="application/json"):
+        return client.request(method, path, body, {"Content-Type": ctype} if body is not None else {})
+
     rng = random.Random(1)
     names = ["s%d" % i for i in range(32)]
     registered = set()
@@ -117,9 +87,9 @@ def main():
             if rng.random() < 0.5:
                 body = json.dumps({"name": name, "path": "file%d.safetensors" % rng.randrange(8), "replace": replace,
                                    "config": {"r": RANK, "lora_alpha": 16}}).encode()
-                st, out = request(port, "POST", "/adapters", body)
+                st, out = request("POST", "/adapters", body)
             else:
-                st, out = request(port, "POST", "/adapters?name=%s&lora_alpha=16&replace=%s" %
+                st, out = request("POST", "/adapters?name=%s&lora_alpha=16&replace=%s" %
                                   (name, "true" if replace else "false"), adapters[rng.randrange(8)],
                                   "application/octet-stream")
             if st != 201:
@@ -130,28 +100,27 @@ def main():
             mix = rng.sample(sorted(registered), min(4, len(registered))) + [None]
             mix = (mix * 5)[:5]  # one per token of x
             fwd = '{"x": %s, "adapters": %s}' % (x, json.dumps(mix))
-            st, out = request(port, "POST", "/forward", fwd.encode())
+            st, out = request("POST", "/forward", fwd.encode())
             if st != 200:
                 failure = "forward %s: %d %s" % (mix, st, out[:300])
                 break
             counts["forward"] += 1
             if cycle % 4 == 3:
                 victim = rng.choice(sorted(registered))
-                st, out = request(port, "DELETE", "/adapters/" + victim)
+                st, out = request("DELETE", "/adapters/" + victim)
                 if st not in (200, 204):
                     failure = "delete %s: %d %s" % (victim, st, out[:300])
                     break
                 registered.discard(victim)
                 counts["delete"] += 1
             if cycle % 250 == 0 or cycle == args.cycles - 1:
-                kib = rss_kib(srv.pid)
+                kib = rss_kib(srv.proc.pid)
                 samples.append((cycle, kib))
                 print("cycle %5d  rss %7.1f MiB  %.1f s" % (cycle, kib / 1024, time.time() - t0), flush=True)
     finally:
-        srv.terminate()
-        rc = srv.wait(timeout=60)
-        log.seek(0)
-        tail = log.read()[-2000:]
+        client.close()
+        rc = srv.stop(timeout=60)
+        tail = lsys.log_tail(srv.log_path, 30)[-2000:]
         shutil.rmtree(tmp, ignore_errors=True)
     if failure:
         sys.exit("soak: FAILED at a wrong answer: %s\nserver log tail:\n%s" % (failure, tail))

@@ -32,33 +32,9 @@ echo "== health and readiness"
 call 200 "$URL/health"
 call 200 "$URL/ready"
 
-# A rank-4 PEFT adapter for layer 0 with small deterministic values.
-python3 - "$tmp" "$H" "$N" "$F" <<'PY'
-import json, struct, sys
-out, H, n, F = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-r = 4
-def mat(rows, cols, k):
-    return [[((i * 7 + j * 3 + k) % 13 - 6) / 256.0 for j in range(cols)] for i in range(rows)]
-p = "model.layers.0.mlp.shared_experts."
-tensors = {
-    p + "gate_up_proj.lora_A.weight": mat(r, H, 1),
-    p + "gate_up_proj.lora_B.weight": mat(n * 2 * F, r, 2),
-    p + "down_proj.lora_A.weight": mat(r, n * F, 3),
-    p + "down_proj.lora_B.weight": mat(H, r, 4),
-}
-json.dump({"name": "inline-demo", "replace": True, "config": {"r": r, "lora_alpha": 8}, "tensors": tensors},
-          open(out + "/inline.json", "w"))
-# the same factors as a raw safetensors body
-header, blobs, off = {"__metadata__": {"lora_alpha": "16"}}, [], 0
-for name, m in tensors.items():
-    data = b"".join(struct.pack("<%df" % len(row), *row) for row in m)
-    header[name] = {"dtype": "F32", "shape": [len(m), len(m[0])], "data_offsets": [off, off + len(data)]}
-    blobs.append(data); off += len(data)
-h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
-open(out + "/adapter.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-x = [[((t * 5 + i) % 17 - 8) / 8.0 for i in range(H)] for t in range(3)]
-json.dump({"x": x, "adapters": ["inline-demo", None, "raw-demo"]}, open(out + "/forward.json", "w"))
-PY
+# A rank-4 PEFT adapter for layer 0 with small deterministic values, as
+# JSON tensors and as a raw safetensors body, and a forward body.
+python3 "$(dirname "$0")/quickstart_data.py" "$tmp" "$H" "$N" "$F"
 
 echo "== load an adapter inline (JSON tensors; \"replace\": true lets this script run twice)"
 call 201 "$URL/adapters" -H 'Content-Type: application/json' --data-binary @"$tmp/inline.json"

@@ -6,6 +6,8 @@
 # and a clean exit 0 on SIGTERM. Then builds and runs every stage of
 # docker/Dockerfile.cuda with Debian bases and LORASINK_CUDA=OFF, since the
 # NVIDIA bases cannot be pulled here. Prints PASS/FAIL lines; exit 1 on any FAIL.
+# Its Python steps (the mirror from apt's sources, the test adapter, the
+# checks of y) are tests/system/check_image.py.
 #
 # Debian 12, as root. Needs no container registry: when the base image is
 # missing it is made with debootstrap from the mirror apt uses, and kept, so
@@ -71,29 +73,8 @@ build_flags=(--runtime runc --network host --format docker)
 # --- the base image -------------------------------------------------------------
 # The first bookworm URI in apt's sources, deb822 (*.sources) or one-line (*.list).
 debian_mirror() {
-  python3 - /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources <<'PY'
-import os, re, sys
-for path in sys.argv[1:]:
-    if not os.path.isfile(path):
-        continue
-    text = open(path, encoding="utf-8", errors="replace").read()
-    if path.endswith(".sources"):
-        for stanza in re.split(r"\n\s*\n", text):
-            fields = {}
-            for line in stanza.splitlines():
-                m = re.match(r"([A-Za-z-]+):\s*(.*)", line)
-                if m:
-                    fields[m.group(1).lower()] = m.group(2).split()
-            if "deb" in fields.get("types", []) and "bookworm" in fields.get("suites", []) \
-               and fields.get("enabled", ["yes"])[0] != "no" and fields.get("uris"):
-                print(fields["uris"][0]); sys.exit(0)
-    else:
-        for line in text.splitlines():
-            words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
-            if len(words) >= 3 and words[0] == "deb" and words[2] == "bookworm":
-                print(words[1]); sys.exit(0)
-sys.exit(1)
-PY
+  python3 tests/system/check_image.py mirror /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+    /etc/apt/sources.list.d/*.sources
 }
 
 if podman image exists "$BASE_IMAGE"; then
@@ -120,7 +101,7 @@ fi
 
 # --- helpers --------------------------------------------------------------------
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 tests/system/check_image.py free-port
 }
 
 # http METHOD URL [BODY_FILE]: prints the status code; the body lands in $work/body.
@@ -173,45 +154,13 @@ stop_clean() {
 # --- test data: a forward body and a PEFT adapter directory -----------------------
 # The adapter directory is mounted read-only and read by uid 10001, not root.
 mkdir -p "$work/adapters/demo"
-python3 - "$work" "$H" "$N" "$F" "$R" <<'PY'
-import json, struct, sys
-work, H, n, F, r = sys.argv[1], *map(int, sys.argv[2:])
-def mat(rows, cols, k):
-    return [[((i * 7 + j * 3 + k) % 13 - 6) / 256.0 for j in range(cols)] for i in range(rows)]
-p = "model.layers.0.mlp.shared_experts."
-tensors = {
-    p + "gate_up_proj.lora_A.weight": mat(r, H, 1),
-    p + "gate_up_proj.lora_B.weight": mat(n * 2 * F, r, 2),
-    p + "down_proj.lora_A.weight": mat(r, n * F, 3),
-    p + "down_proj.lora_B.weight": mat(H, r, 4),
-}
-header, blobs, off = {}, [], 0
-for name, m in tensors.items():
-    data = b"".join(struct.pack("<%df" % len(row), *row) for row in m)
-    header[name] = {"dtype": "F32", "shape": [len(m), len(m[0])], "data_offsets": [off, off + len(data)]}
-    blobs.append(data)
-    off += len(data)
-h = json.dumps(header).encode()
-h += b" " * (-len(h) % 8)
-d = work + "/adapters/demo/"
-open(d + "adapter_model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-json.dump({"r": r, "lora_alpha": 8}, open(d + "adapter_config.json", "w"))
-x = [[((t * 5 + i) % 17 - 8) / 8.0 for i in range(H)] for t in range(2)]
-json.dump({"layer": 0, "x": x}, open(work + "/forward.json", "w"))
-json.dump({"layer": 0, "x": x, "adapter": "a"}, open(work + "/forward-a.json", "w"))
-json.dump({"name": "a", "path": "demo"}, open(work + "/load-a.json", "w"))
-PY
+python3 tests/system/check_image.py data "$work" "$H" "$N" "$F" "$R"
 chmod 755 "$work/adapters" "$work/adapters/demo"
 chmod 644 "$work"/adapters/demo/*
 
 # check_y WHAT FILE: the reply body holds y of 2 x H finite numbers.
 check_y() {
-  if python3 - "$work/body" "$H" <<'PY'
-import json, math, sys
-y = json.load(open(sys.argv[1]))["y"]
-H = int(sys.argv[2])
-sys.exit(0 if len(y) == 2 and all(len(row) == H and all(math.isfinite(v) for v in row) for row in y) else 1)
-PY
+  if python3 tests/system/check_image.py check-y "$work/body" "$H"
   then pass "$1: y is [2][$H]"; cp "$work/body" "$2"
   else fail "$1: y is not [2][$H]: $(head -c 300 "$work/body")"; fi
 }
@@ -301,8 +250,7 @@ code=$(http POST "$url/forward" "$work/forward-a.json")
 if [ "$code" = 200 ]; then
   check_y "cpu: POST /forward with adapter a 200" "$work/y-a"
   if [ -f "$work/y-base" ] && [ -f "$work/y-a" ] &&
-     python3 -c 'import json, sys; a, b = (json.load(open(f))["y"] for f in sys.argv[1:]); sys.exit(a == b)' \
-       "$work/y-base" "$work/y-a"; then
+     python3 tests/system/check_image.py differ "$work/y-base" "$work/y-a"; then
     pass "cpu: adapter a changes y"
   else
     fail "cpu: adapter a leaves y as the base model's"

@@ -27,7 +27,7 @@ echo "PASS links: README.md and docs/ name only files in the repository"
 # -- the Try it block --------------------------------------------------------
 block=$(awk '/^## Try it/{on=1} on && /^```sh/{grab=1; next} grab && /^```/{exit} grab{print}' README.md)
 [ -n "$block" ] || fail "no sh block under '## Try it' in README.md"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 tests/system/lsys.py free-port)
 script=$(mktemp)
 out=$(mktemp)
 trap 'rm -f "$script" "$out" lorasink.log; rm -rf demo-checkpoint; pkill -f "build/lorasink (--demo )?--port $port" || true' EXIT

@@ -79,7 +79,7 @@ bash scripts/fuzz.sh 30 || { summary; echo "fuzz: a harness failed"; exit 1; }
 
 # Each prints PASS lines and stops at its first failure; each counts as
 # one test in the totals.
-for check in "check-readme.sh build" "check-openapi.sh build" "check-dashboard.sh build" "check-scale.sh build" \
+for check in "check-pyflakes.sh" "check-readme.sh build" "check-openapi.sh build" "check-dashboard.sh build" "check-scale.sh build" \
   "check-image.sh" "check-hf.sh build" "check-python.sh build"; do
   echo "== ${check%% *} =="
   # shellcheck disable=SC2086 # the build dir is a second word on purpose

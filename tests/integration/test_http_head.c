@@ -5,7 +5,7 @@
  * written plainly, the cap on query parameters (answered, not a closed
  * connection), the security headers of every response, and log fields
  * a client chose escaped. The browser side of the cross-site rules is
- * scripts/check_cross_site.py, in headless Chromium. */
+ * tests/system/check_cross_site.py, in headless Chromium. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 """Pages of another origin against a server without an API key, in
-headless Chromium (run by scripts/check-dashboard.sh):
-  python3 scripts/check_cross_site.py BUILD/lorasink TMPDIR
+headless Chromium (run by tests/system/check_dashboard.py):
+  python3 tests/system/check_cross_site.py BUILD/lorasink TMPDIR
 1. cross-site request forgery: a page served from another port (another
    origin) replaces and pins the adapter "prod" with its own factors, the
    way a page once could: fetch(..., {mode: "no-cors"}) with a text/plain
@@ -18,14 +18,13 @@ import http.server
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
+import lsys
 from cdp_pipe import Browser
 
 H, F, N, R = 64, 32, 2, 2
@@ -41,30 +40,18 @@ def adapter(name, seed, **extra):
     return dict({"name": name, "config": {"r": R, "lora_alpha": R}, "tensors": tensors}, **extra)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = lsys.free_port
 
 
 def start_server(binary, port, log):
-    """lorasink without a key on port (0: any); returns (process, url)."""
-    out = open(log, "w")
-    p = subprocess.Popen([binary, "--demo", "--hidden", str(H), "--intermediate", str(F), "--layers", "1",
-                          "--slots", "3", "--max-rank", "4", "--threads", "1", "--port", str(port)],
-                         stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        m = re.search(r"^listening on (http://\S+)", open(log).read(), re.M)
-        if m:
-            return p, m.group(1)
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    p.kill()
-    sys.exit("lorasink did not start:\n" + open(log).read())
+    """lorasink without a key on port (0: any), ready; returns (process, url)."""
+    srv = lsys.Server(binary, ["--demo", "--hidden", str(H), "--intermediate", str(F), "--layers", "1", "--slots", "3",
+                               "--max-rank", "4", "--threads", "1", "--port", str(port)], log)
+    try:
+        srv.start(timeout=30)
+    except lsys.ServerError as e:
+        sys.exit("lorasink did not start: %s" % e)
+    return srv.proc, srv.url
 
 
 def request(url, method="GET", body=None):
