@@ -265,6 +265,7 @@ static bool load_env(ls_config *cfg, char **envp, bool *given, char *err, size_t
 typedef struct {
     const ls_setting *s;
     const char *value;
+    const char *alias; /* the peer's name it was given by, or NULL: errors name what was typed */
 } flag_value;
 
 /* "unknown flag --NAME", with the nearest flag or alias when one is near. */
@@ -342,10 +343,10 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
             return LS_CONFIG_ERROR;
         }
         if (is_config) *config = value;
-        else vals[(*nvals)++] = (flag_value){s, value};
+        else vals[(*nvals)++] = (flag_value){s, value, alias ? alias->name : NULL};
         /* vLLM's --lora-modules a=x b=y: every argument up to the next flag. */
         while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
-            vals[(*nvals)++] = (flag_value){s, argv[++i]};
+            vals[(*nvals)++] = (flag_value){s, argv[++i], alias->name};
     }
     return LS_CONFIG_RUN;
 }
@@ -385,8 +386,9 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
 
     for (int i = 0; i < nvals; i++) {
         char o[80];
-        if (!apply(vals[i].s, vals[i].value, cfg, origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o), seen, errbuf,
-                   errlen))
+        if (vals[i].alias) snprintf(o, sizeof o, "--%s", vals[i].alias);
+        else origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o);
+        if (!apply(vals[i].s, vals[i].value, cfg, o, seen, errbuf, errlen))
             goto done;
     }
     if (!finish_source(cfg, seen, SRC_FLAG, NULL, errbuf, errlen)) goto done;

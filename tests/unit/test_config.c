@@ -827,7 +827,8 @@ static void test_peers_and_mistakes(void **state) {
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}"), NULL,
                  "--lora-modules: the JSON form of vLLM's flag is not taken; give NAME=PATH");
     expect_error(ARGS("--max-loras"), NULL, "--max-loras needs a value");
-    expect_error(ARGS("--max-loras", "0"), NULL, "out of range [1, 1024]");
+    expect_error(ARGS("--max-loras", "0"), NULL, "--max-loras: 0 is out of range [1, 1024]");
+    expect_error(ARGS("--lora-modules", "a=x", "b"), NULL, "--lora-modules: \"b\" is not NAME=PATH[,pinned]");
 
     expect_error(ARGS("--max-rnak", "8"), NULL, "unknown flag --max-rnak; did you mean --max-rank?");
     expect_error(ARGS("--max_lora_rank", "8"), NULL, "did you mean --max-lora-rank?");
