@@ -238,19 +238,40 @@ static ls_status ls_ub_config(const ls_uf *f, ls_adapter_upload *up, ls_error *e
     return st;
 }
 
+/* adapter_config.json's keys, which a JSON upload gives inside "config"
+ * (PEFT writes them there; at the top they would be a second place for
+ * one number). */
+static const char *const ls_upload_config_keys[] = {
+    "r", "lora_alpha", "use_rslora", "rank_pattern", "alpha_pattern", "target_modules", "layers_to_transform",
+    "layers_pattern", "lora_dropout", "bias", "fan_in_fan_out", "peft_type", "base_model_name_or_path", NULL};
+
+/* The answer for an unknown top-level key: where a config key belongs,
+ * else the nearest known key. */
+static ls_status ls_ub_unknown_key(const char *key, ls_error *err) {
+    for (size_t i = 0; ls_upload_config_keys[i]; i++)
+        if (!strcmp(key, ls_upload_config_keys[i]))
+            return ls_error_set(err, LS_INVALID_REQUEST,
+                                "put it in config, as adapter_config.json has it: {\"name\", \"config\": {\"r\": 16, "
+                                "\"lora_alpha\": 32}, \"tensors\"}",
+                                "unknown key \"%s\" in the adapter upload: \"%s\" is a key of \"config\"", key, key);
+    char hint[256] = "known keys:", near[96];
+    ls_text_near n;
+    ls_text_near_init(&n, key);
+    for (size_t i = 0; ls_upload_known[i]; i++) {
+        size_t l = strlen(hint);
+        snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_upload_known[i]);
+        ls_text_near_offer(&n, ls_upload_known[i]);
+    }
+    return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the adapter upload%s", key,
+                        ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+}
+
 /* The keys as found, checked in the order a parse of the whole body
  * checked them, the first problem answered: unknown key, name, pinned,
  * strict, replace, path or tensors, config, format, scale,
  * gate_up_order. */
 static ls_status ls_ub_check(ls_ub *ub, bool require_name, ls_adapter_upload *up, ls_error *err) {
-    if (ub->has_unknown) {
-        char hint[256] = "known keys:";
-        for (size_t i = 0; ls_upload_known[i]; i++) {
-            size_t l = strlen(hint);
-            snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_upload_known[i]);
-        }
-        return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the adapter upload", ub->unknown);
-    }
+    if (ub->has_unknown) return ls_ub_unknown_key(ub->unknown, err);
     /* null is "not given" for every key, these three too: a client that
      * writes each field of its struct must not be refused for the empty ones. */
     if (ub->name.kind == LS_UF_OTHER) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "\"name\" must be a string");

@@ -17,6 +17,7 @@
 #include "api/forward_internal.h"
 #include "format/json_reader.h"
 #include "api/json_tensor.h"
+#include "common/text.h"
 
 /* A problem with one field, kept until the whole body is known to be
  * well formed. */
@@ -342,13 +343,16 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
             if (ls_fj_known[k]) seen[k] = true;
             bool ok = true;
             if (!ls_fj_known[k]) {
-                char hint[256] = "known keys:";
+                char hint[256] = "known keys:", near[96];
+                ls_text_near n;
+                ls_text_near_init(&n, key);
                 for (int i = 0; ls_fj_known[i]; i++) {
                     size_t l = strlen(hint);
                     snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_fj_known[i]);
+                    ls_text_near_offer(&n, ls_fj_known[i]);
                 }
-                ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request",
-                           key);
+                ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request%s",
+                           key, ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
                 ok = ls_jr_skip(&r);
             } else if (!strcmp(key, "layer")) {
                 char c = ls_jr_peek(&r);

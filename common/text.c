@@ -56,3 +56,55 @@ bool ls_adapter_name_valid(const char *name) {
     }
     return true;
 }
+
+/* Optimal string alignment over two rows of the matrix and the one before
+ * them; names longer than 128 bytes are never near anything. */
+int ls_text_distance(const char *a, const char *b, int cap) {
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la > 128 || lb > 128) return cap + 1;
+    if ((la > lb ? la - lb : lb - la) > (size_t)cap) return cap + 1;
+    int rows[3][130], *pp = rows[0], *prev = rows[1], *cur = rows[2];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        int low = cur[0];
+        for (size_t j = 1; j <= lb; j++) {
+            const int cost = a[i - 1] != b[j - 1];
+            int d = prev[j] + 1;
+            if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+            if (prev[j - 1] + cost < d) d = prev[j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < d) d = pp[j - 2] + 1;
+            cur[j] = d;
+            if (d < low) low = d;
+        }
+        if (low > cap) return cap + 1;
+        int *t = pp;
+        pp = prev, prev = cur, cur = t;
+    }
+    return prev[lb] > cap ? cap + 1 : prev[lb];
+}
+
+void ls_text_near_init(ls_text_near *n, const char *word) {
+    n->word = word;
+    n->best[0] = '\0';
+    /* Short words allow one edit, longer ones two: "slot" is not a typo
+     * of "port". */
+    n->dist = strlen(word) <= 4 ? 2 : 3;
+}
+
+void ls_text_near_offer(ls_text_near *n, const char *candidate) {
+    if (!strcmp(candidate, n->word) || strlen(candidate) >= sizeof n->best) return;
+    int d = ls_text_distance(n->word, candidate, n->dist - 1);
+    if (d < n->dist) {
+        n->dist = d;
+        memcpy(n->best, candidate, strlen(candidate) + 1);
+    }
+}
+
+const char *ls_text_near_clause(const ls_text_near *n, const char *prefix, const char *suffix, char *buf,
+                                size_t len) {
+    if (!len) return buf;
+    if (n->best[0]) snprintf(buf, len, "%s%s%s", prefix, n->best, suffix);
+    else buf[0] = '\0';
+    return buf;
+}

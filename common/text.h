@@ -2,8 +2,8 @@
  * need the same way: booleans as flags, query strings and metadata spell
  * them, the splitmix64 stream the demo model and the tests draw from, the
  * FNV-1a hash of names, the adapter name rule, plain integers, fields of
- * log lines, and the powers of ten that decimal numbers are read and
- * written with. */
+ * log lines, the powers of ten that decimal numbers are read and
+ * written with, and the "did you mean" of a name a user mistyped. */
 #ifndef LS_COMMON_TEXT_H
 #define LS_COMMON_TEXT_H
 
@@ -35,6 +35,27 @@ bool ls_text_int(const char *text, long long min, long long max, long long *out)
  * written as %XX, and spaces too unless keep_spaces, so a field a client
  * chose stays one field of one line and never reaches a terminal raw. */
 void ls_text_log_field(const char *text, bool keep_spaces, char *out, size_t len);
+
+/* The nearest of a set of known names to a word a user gave, for a "did
+ * you mean" in the error about it (flags, config and JSON keys, query
+ * parameters, adapter names). Offer each candidate; best holds a copy of
+ * the nearest within a small edit distance (adjacent swaps count one), ""
+ * when none is near enough. Nothing to free. */
+typedef struct {
+    const char *word; /* the caller's, read while offering */
+    char best[136];
+    int dist;
+} ls_text_near;
+
+/* Edit distance of a and b (insert, delete, substitute, swap of two
+ * neighbours), counted up to cap: cap + 1 means "more than cap". */
+int ls_text_distance(const char *a, const char *b, int cap);
+void ls_text_near_init(ls_text_near *n, const char *word);
+void ls_text_near_offer(ls_text_near *n, const char *candidate);
+/* "; did you mean \"BEST\"?" (prefix and suffix around BEST) into buf
+ * when a candidate was near, "" otherwise; returns buf. */
+const char *ls_text_near_clause(const ls_text_near *n, const char *prefix, const char *suffix, char *buf,
+                                size_t len);
 
 /* The next value of a splitmix64 stream whose state is *state. */
 static inline uint64_t ls_splitmix64(uint64_t *state) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
 #include "config/settings.h"
 #include "format/json.h"
 
@@ -68,6 +69,32 @@ static bool finish_source(ls_config *cfg, const bool *seen, source src, const ch
 /* A list in the file: an array of "NAME=PATH[,pinned]" strings or
  * {"name", "path", "pinned"} objects (or one string). An empty array
  * clears what lower sources gave. */
+/* Adds one source's seen[] to what every source gave. */
+static void note_given(bool *given, const bool *seen) {
+    for (size_t i = 0; i < ls_settings_count; i++) given[i] = given[i] || seen[i];
+}
+
+/* The demo model's sizes mean nothing for a checkpoint, whose sizes come
+ * from its config.json: a value given for one while weights are served is
+ * a mistake, refused rather than ignored. */
+static bool check_demo_only(const ls_config *cfg, const bool *given, char *err, size_t errlen) {
+    static const char *const demo_only[] = {"experts", "hidden", "intermediate", "layers", "seed"};
+    if (cfg->demo) return true;
+    for (size_t i = 0; i < sizeof demo_only / sizeof demo_only[0]; i++) {
+        const ls_setting *s = ls_setting_find_flag(demo_only[i], strlen(demo_only[i]));
+        if (!given[s - ls_settings]) continue;
+        char env[64], key[64];
+        ls_setting_env_name(s, env, sizeof env);
+        ls_setting_json_key(s, key, sizeof key);
+        snprintf(err, errlen,
+                 "--%s sets the demo model, and --weights serves a checkpoint whose sizes come from its config.json "
+                 "(GET /model shows them): drop --%s (or %s, or give the file's \"%s\" as null)",
+                 s->name, s->name, env, key);
+        return false;
+    }
+    return true;
+}
+
 static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg, const char *origin, bool *seen,
                            char *err, size_t errlen) {
     if (json_is_string(v)) return apply(s, json_string_value(v), cfg, origin, seen, err, errlen);
@@ -116,7 +143,7 @@ static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg,
     return true;
 }
 
-static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen) {
+static bool load_file(ls_config *cfg, const char *path, bool *given, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -144,7 +171,27 @@ static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen
         const ls_setting *s = ls_setting_find_key(key);
         char q[48], origin[LS_CONFIG_PATH_MAX + 64], num[32];
         if (!s) {
-            snprintf(err, errlen, "%s: unknown key \"%s\"", path, ls_setting_quote(key, q, sizeof q));
+            char k[64], near[96];
+            ls_text_near n;
+            ls_text_near_init(&n, key);
+            for (size_t i = 0; i < ls_settings_count; i++) {
+                ls_setting_json_key(&ls_settings[i], k, sizeof k);
+                ls_text_near_offer(&n, k);
+            }
+            /* vLLM's names are flags only: say which key is ours. */
+            for (size_t i = 0; i < ls_flag_aliases_count; i++) {
+                snprintf(k, sizeof k, "%s", ls_flag_aliases[i].name);
+                for (char *p = k; *p; p++)
+                    if (*p == '-') *p = '_';
+                if (!strcmp(k, key)) {
+                    const ls_setting *t = ls_setting_find_flag(ls_flag_aliases[i].target,
+                                                               strlen(ls_flag_aliases[i].target));
+                    ls_setting_json_key(t, k, sizeof k);
+                    snprintf(n.best, sizeof n.best, "%s", k);
+                }
+            }
+            snprintf(err, errlen, "%s: unknown key \"%s\"%s", path, ls_setting_quote(key, q, sizeof q),
+                     ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
             goto out;
         }
         /* null = not given here (the default, or a lower source, stays): it
@@ -187,6 +234,7 @@ static bool load_file(ls_config *cfg, const char *path, char *err, size_t errlen
         if (!apply(s, text, cfg, origin, seen, err, errlen)) goto out;
     }
     ok = finish_source(cfg, seen, SRC_FILE, path, err, errlen);
+    note_given(given, seen);
 out:
     json_decref(root);
     return ok;
@@ -202,7 +250,7 @@ static const char *env_lookup(char **envp, const char *name) {
 
 /* Unknown LORASINK_* variables are ignored: the environment is shared with
  * other tools, unlike the command line and the file, which are ours. */
-static bool load_env(ls_config *cfg, char **envp, char *err, size_t errlen) {
+static bool load_env(ls_config *cfg, char **envp, bool *given, char *err, size_t errlen) {
     bool seen[LS_SETTINGS_MAX] = {0};
     for (size_t i = 0; i < ls_settings_count; i++) {
         char name[64];
@@ -210,20 +258,52 @@ static bool load_env(ls_config *cfg, char **envp, char *err, size_t errlen) {
         const char *v = env_lookup(envp, name);
         if (v && !apply(&ls_settings[i], v, cfg, name, seen, err, errlen)) return false;
     }
+    note_given(given, seen);
     return finish_source(cfg, seen, SRC_ENV, NULL, err, errlen);
 }
 
 typedef struct {
     const ls_setting *s;
     const char *value;
+    const char *alias; /* the peer's name it was given by, or NULL: errors name what was typed */
 } flag_value;
+
+/* "unknown flag --NAME", with the nearest flag or alias when one is near. */
+static void unknown_flag(const char *name, size_t len, char *err, size_t errlen) {
+    char nm[64], q[48], near[96];
+    snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+    ls_text_near n;
+    ls_text_near_init(&n, nm);
+    for (size_t k = 0; k < ls_settings_count; k++) ls_text_near_offer(&n, ls_settings[k].name);
+    for (size_t k = 0; k < ls_flag_aliases_count; k++) ls_text_near_offer(&n, ls_flag_aliases[k].name);
+    ls_text_near_offer(&n, "config");
+    ls_text_near_offer(&n, "help");
+    ls_text_near_offer(&n, "version");
+    snprintf(err, errlen, "unknown flag --%s%s (see lorasink --help)", ls_setting_quote(nm, q, sizeof q),
+             ls_text_near_clause(&n, "; did you mean --", "?", near, sizeof near));
+}
+
+/* argv[i] is not a flag. After a boolean flag given alone it is most
+ * likely that flag's value, which only "--NAME=VALUE" gives. */
+static void unexpected_argument(char **argv, int i, char *err, size_t errlen) {
+    char q[48], q2[48];
+    const char *prev = i > 1 ? argv[i - 1] : "";
+    const ls_setting *b = NULL;
+    bool v;
+    if (!strncmp(prev, "--", 2) && !strchr(prev, '=') && ls_text_bool(argv[i], &v))
+        b = ls_setting_find_flag(prev + 2, strlen(prev + 2));
+    if (b && b->type == LS_SET_BOOL)
+        snprintf(err, errlen, "unexpected argument \"%s\": a boolean flag alone means true; write --%s=%s",
+                 ls_setting_quote(argv[i], q, sizeof q), b->name, ls_setting_quote(argv[i], q2, sizeof q2));
+    else
+        snprintf(err, errlen, "unexpected argument \"%s\" (see lorasink --help)", ls_setting_quote(argv[i], q, sizeof q));
+}
 
 /* First pass over argv: syntax only. Handles --help and --version where
  * they stand (so "--help --bogus" prints help), finds --config, and lists
  * the (ls_setting, text) pairs to apply after the file and the environment. */
 static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int *nvals, const char **config,
                                    FILE *out, char *err, size_t errlen) {
-    char q[48];
     *nvals = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -236,18 +316,17 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
             return LS_CONFIG_EXIT;
         }
         if (strncmp(arg, "--", 2) || !arg[2]) {
-            snprintf(err, errlen, "unexpected argument \"%s\" (see lorasink --help)",
-                     ls_setting_quote(arg, q, sizeof q));
+            unexpected_argument(argv, i, err, errlen);
             return LS_CONFIG_ERROR;
         }
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         bool is_config = len == 6 && !memcmp(name, "config", 6);
         const ls_setting *s = is_config ? NULL : ls_setting_find_flag(name, len);
+        const ls_flag_alias *alias = is_config || s ? NULL : ls_flag_alias_find(name, len);
+        if (alias) s = ls_setting_find_flag(alias->target, strlen(alias->target));
         if (!is_config && !s) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%.*s", (int)len, name);
-            snprintf(err, errlen, "unknown flag --%s (see lorasink --help)", ls_setting_quote(nm, q, sizeof q));
+            unknown_flag(name, len, err, errlen);
             return LS_CONFIG_ERROR;
         }
         const char *value;
@@ -255,11 +334,19 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
         else if (s && s->type == LS_SET_BOOL) value = "true";
         else if (i + 1 < argc) value = argv[++i];
         else {
-            snprintf(err, errlen, "--%s needs a value", is_config ? "config" : s->name);
+            snprintf(err, errlen, "--%s needs a value", is_config ? "config" : alias ? alias->name : s->name);
+            return LS_CONFIG_ERROR;
+        }
+        if (alias && value[0] == '{') {
+            snprintf(err, errlen, "--%s: the JSON form of vLLM's flag is not taken; give NAME=PATH (several may "
+                     "follow one --%s)", alias->name, alias->name);
             return LS_CONFIG_ERROR;
         }
         if (is_config) *config = value;
-        else vals[(*nvals)++] = (flag_value){s, value};
+        else vals[(*nvals)++] = (flag_value){s, value, alias ? alias->name : NULL};
+        /* vLLM's --lora-modules a=x b=y: every argument up to the next flag. */
+        while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+            vals[(*nvals)++] = (flag_value){s, argv[++i], alias->name};
     }
     return LS_CONFIG_RUN;
 }
@@ -278,7 +365,7 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
     }
     const char *config = NULL, *origin = "--config";
     int nvals = 0;
-    bool seen[LS_SETTINGS_MAX] = {0};
+    bool seen[LS_SETTINGS_MAX] = {0}, given[LS_SETTINGS_MAX] = {0};
     ls_config_result res = scan_flags(argc, argv, vals, &nvals, &config, out, errbuf, errlen);
     if (res != LS_CONFIG_RUN) goto done;
 
@@ -293,21 +380,24 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
             goto done;
         }
         strcpy(cfg->config_file, config);
-        if (!load_file(cfg, cfg->config_file, errbuf, errlen)) goto done;
+        if (!load_file(cfg, cfg->config_file, given, errbuf, errlen)) goto done;
     }
-    if (!load_env(cfg, envp, errbuf, errlen)) goto done;
+    if (!load_env(cfg, envp, given, errbuf, errlen)) goto done;
 
     for (int i = 0; i < nvals; i++) {
         char o[80];
-        if (!apply(vals[i].s, vals[i].value, cfg, origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o), seen, errbuf,
-                   errlen))
+        if (vals[i].alias) snprintf(o, sizeof o, "--%s", vals[i].alias);
+        else origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o);
+        if (!apply(vals[i].s, vals[i].value, cfg, o, seen, errbuf, errlen))
             goto done;
     }
     if (!finish_source(cfg, seen, SRC_FLAG, NULL, errbuf, errlen)) goto done;
+    note_given(given, seen);
     if (!cfg->demo && !cfg->weights[0]) {
         snprintf(errbuf, errlen, "demo is off but no weights file is given (--weights FILE)");
         goto done;
     }
+    if (!check_demo_only(cfg, given, errbuf, errlen)) goto done;
     res = LS_CONFIG_RUN;
 done:
     free(vals);

@@ -20,15 +20,15 @@ static const char *const lora_names[] = {"shared", "per-expert", NULL};
 static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
 
 #define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
-#define INT(n, f, lo, hi, d, h)                                                                    \
-    { .name = n, .type = LS_SET_INT, FIELD(f), .min = lo, .max = hi, .def = d, .meta = "N", .help = h }
-#define U64(n, f, d, h) { .name = n, .type = LS_SET_U64, FIELD(f), .def = d, .meta = "N", .help = h }
-#define BOOL(n, f, d, h) { .name = n, .type = LS_SET_BOOL, FIELD(f), .def = d, .meta = "", .help = h }
-#define STR(n, f, minlen, d, m, h)                                                                 \
-    { .name = n, .type = LS_SET_STR, FIELD(f), .min = minlen, .def = d, .meta = m, .help = h }
+#define INT(g, n, f, lo, hi, d, h)                                                                 \
+    { .name = n, .group = g, .type = LS_SET_INT, FIELD(f), .min = lo, .max = hi, .def = d, .meta = "N", .help = h }
+#define U64(g, n, f, d, h) { .name = n, .group = g, .type = LS_SET_U64, FIELD(f), .def = d, .meta = "N", .help = h }
+#define BOOL(g, n, f, d, h) { .name = n, .group = g, .type = LS_SET_BOOL, FIELD(f), .def = d, .meta = "", .help = h }
+#define STR(g, n, f, minlen, d, m, h)                                                              \
+    { .name = n, .group = g, .type = LS_SET_STR, FIELD(f), .min = minlen, .def = d, .meta = m, .help = h }
 /* An enum field holds the index of its name in ch. */
-#define ENUM(n, f, ch, d, h)                                                                       \
-    { .name = n, .type = LS_SET_ENUM, FIELD(f), .choices = ch, .def = d, .meta = "NAME", .help = h }
+#define ENUM(g, n, f, ch, d, h)                                                                    \
+    { .name = n, .group = g, .type = LS_SET_ENUM, FIELD(f), .choices = ch, .def = d, .meta = "NAME", .help = h }
 
 /* The listening address is bound as given, never looked up by name (a
  * name could resolve to another address on another day). */
@@ -78,78 +78,78 @@ static bool ls_hosts_check(const char *text, char *why, size_t len) { return ls_
 static bool ls_origins_check(const char *text, char *why, size_t len) { return ls_allow_list_check(text, true, why, len); }
 
 const ls_setting ls_settings[] = {
-    {.name = "host", .type = LS_SET_STR, FIELD(host), .min = 1, .def = "127.0.0.1", .meta = "ADDR",
+    {.name = "host", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(host), .min = 1, .def = "127.0.0.1", .meta = "ADDR",
      .help = "address to listen on (numeric IPv4 or IPv6)", .check = ls_host_check},
-    INT("port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
-    ENUM("device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
-    INT("threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
-    ENUM("cpu-isa", cpu_isa, cpu_isa_names, "auto",
+    INT(LS_GROUP_HTTP, "port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
+    ENUM(LS_GROUP_MODEL, "device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
+    INT(LS_GROUP_MODEL, "threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
+    ENUM(LS_GROUP_MODEL, "cpu-isa", cpu_isa, cpu_isa_names, "auto",
          "CPU kernels: auto = the widest this CPU runs; every choice gives the same bits"),
-    STR("weights", weights, 0, "", "PATH",
+    STR(LS_GROUP_MODEL, "weights", weights, 0, "", "PATH",
         "base weights: a Hugging Face checkpoint directory (config.json and model.safetensors or the "
         "model.safetensors.index.json of its shards), that index, or the fused safetensors file; turns --demo off"),
-    BOOL("demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
-    INT("experts", experts, 1, 64, "2", "demo model: shared experts n"),
-    INT("hidden", hidden, 1, 65536, "1024", "demo model: hidden size H"),
-    INT("intermediate", intermediate, 1, 65536, "512", "demo model: intermediate size F per expert"),
-    INT("layers", layers, 1, 1024, "2", "demo model: layers L"),
-    U64("seed", seed, "42", "demo model: random seed"),
-    {.name = "w13-layout", .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
+    BOOL(LS_GROUP_MODEL, "demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
+    INT(LS_GROUP_MODEL, "experts", experts, 1, 64, "2", "demo model: shared experts n"),
+    INT(LS_GROUP_MODEL, "hidden", hidden, 1, 65536, "1024", "demo model: hidden size H"),
+    INT(LS_GROUP_MODEL, "intermediate", intermediate, 1, 65536, "512", "demo model: intermediate size F per expert"),
+    INT(LS_GROUP_MODEL, "layers", layers, 1, 1024, "2", "demo model: layers L"),
+    U64(LS_GROUP_MODEL, "seed", seed, "42", "demo model: random seed"),
+    {.name = "w13-layout", .group = LS_GROUP_MODEL, .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
      .meta = "NAME",
      .help = "row layout of the fused weights file's W13; when given, overrides its metadata (not given: the "
              "file's, else interleaved; null in a config file); a checkpoint's is contiguous",
      .marks = true, .mark_offset = offsetof(ls_config, w13_layout_set)},
-    ENUM("dtype", dtype, dtype_names, "auto",
+    ENUM(LS_GROUP_MODEL, "dtype", dtype, dtype_names, "auto",
          "weight dtype; auto = the stored one (f32 when the tensors' differ, bf16 for FP8 blocks), bf16 for the "
          "demo model"),
-    INT("slots", slots, 1, 1024, "8", "adapter slots in the pool (S)"),
-    INT("max-rank", max_rank, 1, 1024, "64", "largest adapter rank a slot holds (R)"),
-    ENUM("lora-layout", lora_layout, lora_names, "shared", "pool layout of the outer LoRA factors"),
-    INT("host-cache", host_cache, 1, 100000, "64", "adapters kept in host memory"),
-    STR("adapter-dir", adapter_dir, 0, "", "DIR", "root of adapter paths; \"\" = the working directory"),
-    {.name = "adapter", .key = "adapters", .type = LS_SET_LIST, FIELD(adapters), .def = "", .meta = "NAME=PATH",
+    INT(LS_GROUP_POOL, "slots", slots, 1, 1024, "8", "adapter slots in the pool (S)"),
+    INT(LS_GROUP_POOL, "max-rank", max_rank, 1, 1024, "64", "largest adapter rank a slot holds (R)"),
+    ENUM(LS_GROUP_POOL, "lora-layout", lora_layout, lora_names, "shared", "pool layout of the outer LoRA factors"),
+    INT(LS_GROUP_POOL, "host-cache", host_cache, 1, 100000, "64", "adapters kept in host memory"),
+    STR(LS_GROUP_ADAPTERS, "adapter-dir", adapter_dir, 0, "", "DIR", "root of adapter paths; \"\" = the working directory"),
+    {.name = "adapter", .group = LS_GROUP_ADAPTERS, .key = "adapters", .type = LS_SET_LIST, FIELD(adapters), .def = "", .meta = "NAME=PATH",
      .help = "load the adapter at PATH (beneath --adapter-dir) as NAME before serving; \",pinned\" pins it; "
              "repeatable; the variable and the file's list take several, ';'-separated"},
-    BOOL("auto-load", auto_load, "false",
+    BOOL(LS_GROUP_ADAPTERS, "auto-load", auto_load, "false",
          "a forward naming an unregistered adapter found in --adapter-dir as NAME/ or NAME.safetensors loads it"),
-    STR("state-dir", state_dir, 0, "", "DIR",
+    STR(LS_GROUP_ADAPTERS, "state-dir", state_dir, 0, "", "DIR",
         "keep every acknowledged adapter here and restore them at start; \"\" = none"),
-    BOOL("strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
-    INT("max-adapter-mb", max_adapter_mb, 1, 1048576, "4096",
+    BOOL(LS_GROUP_ADAPTERS, "strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
+    INT(LS_GROUP_LIMITS, "max-adapter-mb", max_adapter_mb, 1, 1048576, "4096",
         "largest adapter file read from --adapter-dir, MiB; checked from its size before any read (413 past it)"),
-    INT("max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
-    {.name = "api-key", .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
+    INT(LS_GROUP_LIMITS, "max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
+    {.name = "api-key", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
      .help = "require Authorization: Bearer KEY; \"\" = no auth", .secret = true},
-    INT("max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
-    INT("batch-wait-us", batch_wait_us, 0, 1000000, "200",
+    INT(LS_GROUP_POOL, "max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
+    INT(LS_GROUP_POOL, "batch-wait-us", batch_wait_us, 0, 1000000, "200",
         "longest wait to fill a batch, microseconds (only while more requests are likely)"),
-    INT("max-queue-tokens", max_queue_tokens, 1, 16777216, "65536", "tokens waiting in the batch queue"),
-    INT("max-request-tokens", max_request_tokens, 1, 16777216, "16384",
+    INT(LS_GROUP_LIMITS, "max-queue-tokens", max_queue_tokens, 1, 16777216, "65536", "tokens waiting in the batch queue"),
+    INT(LS_GROUP_LIMITS, "max-request-tokens", max_request_tokens, 1, 16777216, "16384",
         "tokens of one forward request, checked while x is read (413 past it)"),
-    INT("max-queue-mb", max_queue_mb, 1, 1048576, "1024",
+    INT(LS_GROUP_LIMITS, "max-queue-mb", max_queue_mb, 1, 1048576, "1024",
         "MiB that forward requests being served may hold at once (body, x, gammas, y); 429 past it"),
-    BOOL("batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
-    INT("http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections; as many offload workers for adapter loads, and for validations"),
-    INT("max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
-    INT("per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
-    INT("connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
-    INT("request-timeout", request_timeout_s, 1, 86400, "60",
+    BOOL(LS_GROUP_POOL, "batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
+    INT(LS_GROUP_HTTP, "http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections; as many offload workers for adapter loads, and for validations"),
+    INT(LS_GROUP_LIMITS, "max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),
+    INT(LS_GROUP_LIMITS, "per-ip-connections", per_ip_connections, 0, 65536, "256", "connections per client IP; 0 = unlimited"),
+    INT(LS_GROUP_LIMITS, "connection-timeout", connection_timeout_s, 1, 86400, "60", "idle connection timeout, seconds"),
+    INT(LS_GROUP_LIMITS, "request-timeout", request_timeout_s, 1, 86400, "60",
         "seconds from a request's first byte to the end of its head; past it 408 and the connection closed"),
-    INT("body-timeout", body_timeout_s, 1, 86400, "300",
+    INT(LS_GROUP_LIMITS, "body-timeout", body_timeout_s, 1, 86400, "300",
         "seconds from the end of a request's head to the end of its body; past it 408 and the connection closed"),
-    {.name = "allowed-hosts", .type = LS_SET_STR, FIELD(allowed_hosts), .def = "", .meta = "NAMES",
+    {.name = "allowed-hosts", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(allowed_hosts), .def = "", .meta = "NAMES",
      .help = "comma list of names the Host header may carry besides IP addresses and localhost (DNS rebinding); "
              "* = any",
      .check = ls_hosts_check},
-    {.name = "allowed-origins", .type = LS_SET_STR, FIELD(allowed_origins), .def = "", .meta = "ORIGINS",
+    {.name = "allowed-origins", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(allowed_origins), .def = "", .meta = "ORIGINS",
      .help = "comma list of origins (https://host:port) besides the server's own whose pages may send requests; "
              "* = any",
      .check = ls_origins_check},
-    INT("shutdown-timeout", shutdown_timeout_s, 0, 86400, "30",
+    INT(LS_GROUP_OPS, "shutdown-timeout", shutdown_timeout_s, 0, 86400, "30",
         "on SIGTERM, seconds to wait for clients still sending or reading before closing them; a reply the server "
         "still owes (a request queued or running) is always finished and sent"),
-    ENUM("log-level", log_level, ls_log_level_names, "info", "least severe level logged"),
-    BOOL("access-log", access_log, "true", "one stderr line per request: time, request id, method, path, status, "
+    ENUM(LS_GROUP_OPS, "log-level", log_level, ls_log_level_names, "info", "least severe level logged"),
+    BOOL(LS_GROUP_OPS, "access-log", access_log, "true", "one stderr line per request: time, request id, method, path, status, "
                                           "bytes, microseconds"),
 };
 
@@ -488,37 +488,101 @@ bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
     return true;
 }
 
+/* ---- aliases --------------------------------------------------------------- */
+
+/* vLLM's names for the same knobs (docs/configuration.md, Aliases, says
+ * where the meaning differs). */
+const ls_flag_alias ls_flag_aliases[] = {
+    {"max-loras", "slots", "N", "vLLM's name for --slots", false},
+    {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false},
+    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (no JSON form)", true},
+    {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false},
+};
+const size_t ls_flag_aliases_count = sizeof ls_flag_aliases / sizeof ls_flag_aliases[0];
+
+const ls_flag_alias *ls_flag_alias_find(const char *name, size_t len) {
+    for (size_t i = 0; i < ls_flag_aliases_count; i++)
+        if (strlen(ls_flag_aliases[i].name) == len && !memcmp(ls_flag_aliases[i].name, name, len))
+            return &ls_flag_aliases[i];
+    return NULL;
+}
+
 /* ---- help and dump -------------------------------------------------------- */
+
+#define LS_HELP_WIDTH 100
+#define LS_HELP_INDENT 26
+
+static const char *const ls_group_titles[LS_GROUP_COUNT] = {
+    "Model and compute", "Pool and batching", "Adapters", "HTTP", "Limits", "Operations"};
+
+/* "  --flag META" and text wrapped at word boundaries to the help width,
+ * its lines after the first indented to the text's column. */
+static void ls_help_entry(FILE *out, const char *flag, const char *text) {
+    const int room = LS_HELP_WIDTH - LS_HELP_INDENT;
+    int col = fprintf(out, "  %s", flag);
+    if (col > LS_HELP_INDENT - 1) {
+        fputc('\n', out);
+        col = 0;
+    }
+    fprintf(out, "%*s", LS_HELP_INDENT - col, "");
+    for (const char *p = text; *p;) {
+        int n = (int)strlen(p);
+        if (n > room) {
+            n = room;
+            while (n > 0 && p[n] != ' ') n--;
+            if (n == 0) n = room; /* one word wider than the column: cut it */
+        }
+        fprintf(out, "%.*s\n", n, p);
+        p += n;
+        while (*p == ' ') p++;
+        if (*p) fprintf(out, "%*s", LS_HELP_INDENT, "");
+    }
+}
+
+/* One setting: its help, then its default and range. */
+static void ls_help_setting(FILE *out, const ls_setting *s) {
+    char flag[64], range[96], text[700];
+    snprintf(flag, sizeof flag, "--%s%s%s", s->name, s->meta[0] ? " " : "", s->meta);
+    switch (s->type) {
+    case LS_SET_INT: snprintf(range, sizeof range, "[%lld, %lld]", s->min, s->max); break;
+    case LS_SET_U64: snprintf(range, sizeof range, "[0, 2^64-1]"); break;
+    case LS_SET_BOOL: snprintf(range, sizeof range, "true|false"); break;
+    case LS_SET_ENUM: choice_list(s->choices, "|", range, sizeof range); break;
+    case LS_SET_STR:
+        if (s->choices) choice_list(s->choices, "|", range, sizeof range);
+        else snprintf(range, sizeof range, "at most %zu bytes", s->size - 1);
+        break;
+    case LS_SET_LIST: snprintf(range, sizeof range, "repeatable"); break;
+    }
+    char env[64];
+    ls_setting_env_name(s, env, sizeof env);
+    snprintf(text, sizeof text, s->def[0] ? "%s (default %s; %s; %s)" : "%s (default \"%s\"; %s; %s)", s->help,
+             s->def, range, env);
+    ls_help_entry(out, flag, text);
+    for (size_t i = 0; i < ls_flag_aliases_count; i++)
+        if (!strcmp(ls_flag_aliases[i].target, s->name)) {
+            snprintf(flag, sizeof flag, "--%s %s", ls_flag_aliases[i].name, ls_flag_aliases[i].meta);
+            ls_help_entry(out, flag, ls_flag_aliases[i].note);
+        }
+}
 
 /* Writes to out; nothing to free. */
 void ls_settings_help(FILE *out) {
     fprintf(out, "usage: lorasink [--config FILE.json] [--NAME VALUE | --NAME=VALUE]...\n\n"
-                 "Every setting is a flag, an environment variable and a key of the JSON config file\n"
-                 "(the flag's name with '_' for '-'; --adapter's are LORASINK_ADAPTERS and \"adapters\").\n"
-                 "Precedence: flag > environment > file > default.\n"
-                 "A boolean flag alone means true; give false as --NAME=false (not --NAME false).\n\n");
-    fprintf(out, "  %-24s %-29s %s\n", "--config FILE.json", "LORASINK_CONFIG", "JSON config file (an object)");
-    for (size_t i = 0; i < ls_settings_count; i++) {
-        const ls_setting *s = &ls_settings[i];
-        char flag[64], env[64], def[64], range[96];
-        snprintf(flag, sizeof flag, "--%s%s%s", s->name, s->meta[0] ? " " : "", s->meta);
-        ls_setting_env_name(s, env, sizeof env);
-        snprintf(def, sizeof def, s->def[0] ? "%s" : "\"%s\"", s->def);
-        switch (s->type) {
-        case LS_SET_INT: snprintf(range, sizeof range, "[%lld, %lld]", s->min, s->max); break;
-        case LS_SET_U64: snprintf(range, sizeof range, "[0, 2^64-1]"); break;
-        case LS_SET_BOOL: snprintf(range, sizeof range, "true|false"); break;
-        case LS_SET_ENUM: choice_list(s->choices, "|", range, sizeof range); break;
-        case LS_SET_STR:
-            if (s->choices) choice_list(s->choices, "|", range, sizeof range);
-            else snprintf(range, sizeof range, "<= %zu bytes", s->size - 1);
-            break;
-        case LS_SET_LIST: snprintf(range, sizeof range, "[,pinned], repeatable"); break;
+                 "Every setting is a flag, an environment variable LORASINK_NAME and a key of the JSON config\n"
+                 "file (the flag's name with '_' for '-'; --adapter's are LORASINK_ADAPTERS and \"adapters\").\n"
+                 "Precedence: flag > environment > file > default. A boolean flag alone means true; give\n"
+                 "false as --NAME=false (not --NAME false). Aliases are flags only.\n");
+    for (int g = 0; g < LS_GROUP_COUNT; g++) {
+        fprintf(out, "\n%s:\n", ls_group_titles[g]);
+        if (g == LS_GROUP_OPS) {
+            ls_help_entry(out, "--config FILE.json", "JSON config file, an object (env LORASINK_CONFIG)");
+            ls_help_entry(out, "--help, -h", "print this and exit");
+            ls_help_entry(out, "--version, -V", "print the version and exit");
         }
-        fprintf(out, "  %-24s %-29s default %-11s %-22s %s\n", flag, env, def, range, s->help);
+        for (size_t i = 0; i < ls_settings_count; i++)
+            if (ls_settings[i].group == (ls_setting_group)g) ls_help_setting(out, &ls_settings[i]);
     }
-    fprintf(out, "  %-24s %-29s %s\n  %-24s %-29s %s\n", "--help, -h", "", "print this and exit", "--version, -V", "",
-            "print the version and exit");
 }
 
 /* cfg is only read; one line goes to out. Only the table's settings, so the

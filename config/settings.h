@@ -17,8 +17,20 @@
  * sources gave. */
 typedef enum { LS_SET_INT, LS_SET_U64, LS_SET_BOOL, LS_SET_STR, LS_SET_ENUM, LS_SET_LIST } ls_setting_type;
 
+/* The sections of --help, in the order printed. */
+typedef enum {
+    LS_GROUP_MODEL,
+    LS_GROUP_POOL,
+    LS_GROUP_ADAPTERS,
+    LS_GROUP_HTTP,
+    LS_GROUP_LIMITS,
+    LS_GROUP_OPS,
+    LS_GROUP_COUNT
+} ls_setting_group;
+
 typedef struct {
     const char *name; /* the flag without "--"; the JSON key and env var derive from it */
+    ls_setting_group group; /* its section of --help */
     const char *key;  /* when set, the JSON key and env var derive from this instead ("adapters") */
     ls_setting_type type;
     size_t offset, size;        /* the field in ls_config */
@@ -38,6 +50,22 @@ typedef struct {
 extern const ls_setting ls_settings[];
 extern const size_t ls_settings_count;
 
+/* A peer's flag name taken for one of ours (flags only: the environment
+ * and the file keep our names). docs/configuration.md says where the
+ * peer's flag means something else. */
+typedef struct {
+    const char *name;   /* without "--" */
+    const char *target; /* our flag's name */
+    const char *meta;
+    const char *note; /* its line of --help */
+    bool several;     /* takes every following argument up to the next "--" (vLLM's nargs='+') */
+} ls_flag_alias;
+
+extern const ls_flag_alias ls_flag_aliases[];
+extern const size_t ls_flag_aliases_count;
+/* By name (len bytes, not NUL-terminated); static, NULL when none. */
+const ls_flag_alias *ls_flag_alias_find(const char *name, size_t len);
+
 /* "LORASINK_MAX_RANK" and "max_rank" for "max-rank", written into buf. */
 void ls_setting_env_name(const ls_setting *s, char *buf, size_t len);
 void ls_setting_json_key(const ls_setting *s, char *buf, size_t len);
@@ -56,7 +84,8 @@ bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, con
                       size_t errlen);
 /* Zeroes cfg and sets every default. False only for a broken table. */
 bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen);
-/* The --help text: usage and one line per setting. */
+/* The --help text: usage, then the settings by section, each wrapped to
+ * 100 columns, an alias's line after the setting it names. */
 void ls_settings_help(FILE *out);
 
 #endif

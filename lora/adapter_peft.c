@@ -94,7 +94,21 @@ static void ls_peft_expert_axis(ls_adapter_ctx *c, int l, const ls_adapter_in *i
                                 const char *per_name, const char *what, const char *hint) {
     const int64_t got = in->t->shape[axis], n = c->dims->n, want = n * per;
     if (got == want) return;
-    if (got % n != 0)
+    /* Whole blocks of the served F: most likely trained for a model with
+     * another count of shared experts (the axis alone cannot tell that
+     * from another F, so both are said). */
+    char other_f[80] = "";
+    if (got % per == 0 && (got / n) % (per / c->dims->F) == 0)
+        snprintf(other_f, sizeof other_f, "; or one for an intermediate size of %lld per expert",
+                 (long long)(got / n / (per / c->dims->F)));
+    if (got % per == 0)
+        ls_adapter_violation(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, in->name, axis, want, got,
+                             "use an adapter trained for this model: GET /model shows its n and F",
+                             "layer %d: %s has %lld %s (axis %d) = %lld * %s: an adapter for %lld shared experts of F "
+                             "= %d, and this server serves n = %lld (expected n * %s = %lld, expert-major)%s",
+                             l, in->name, (long long)got, what, axis, (long long)(got / per), per_name,
+                             (long long)(got / per), c->dims->F, (long long)n, per_name, (long long)want, other_f);
+    else if (got % n != 0)
         ls_adapter_violation(c, LS_LORA_EXTENT_NOT_DIVISIBLE, l, in->name, axis, want, got, hint,
                              "layer %d: %s has %lld %s (axis %d), not divisible by the n = %lld shared experts; "
                              "expected n * %s = %lld * %d = %lld, expert-major",

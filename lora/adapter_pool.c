@@ -44,6 +44,22 @@ static void ls_pool_axis(ls_adapter_ctx *c, ls_status code, int l, const ls_adap
                          (long long)want);
 }
 
+/* gate_up_lora_b with its last two axes swapped ([1, n, r, 2F]): its
+ * "rank" would be 2F and every partner blamed for it, so it is named
+ * itself (true) and the layer's ranks are not compared. */
+static bool ls_pool_gb_swapped(ls_adapter_ctx *c, int l, const ls_adapter_in *gb) {
+    const int64_t *d = gb->t->shape, F = c->dims->F;
+    if (d[2] == 2 * F || d[3] != 2 * F) return false;
+    ls_adapter_violation(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb->name, 2, 2 * F, d[2],
+                         "transpose the last two axes of gate_up_lora_b: it is [1, n, 2F, r] (B maps the rank to "
+                         "the 2F gate and up rows)",
+                         "layer %d: gate_up_lora_b is [%lld, %lld, %lld, %lld], its last two axes swapped: expected "
+                         "[1, n, 2F, r] = [1, %d, %lld, r]",
+                         l, (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3], c->dims->n,
+                         (long long)(2 * F));
+    return true;
+}
+
 /* One layer, in sglang's order. A structural failure stops the checks
  * that depend on it; independent ones still run. A buffer that is
  * missing or not 4D is reported once and left out of every check that
@@ -122,11 +138,16 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
     if (gb4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, gb, lab[LS_AD_GU_B], 1, n, "expert");
     if (da4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, da, lab[LS_AD_D_A], 1, n, "expert");
 
+    const int64_t H = c->dims->H, F = c->dims->F;
+    const bool gb_swapped = gb4 && ls_pool_gb_swapped(c, l, gb);
+
     /* sglang takes r from gate_up_lora_b's last axis. Without it (not 4D)
      * the layer has no reference rank, so the other rank axes are not
      * compared: a mismatch against a guess would blame the wrong buffer. */
-    const int64_t r = gb4 ? gb->t->shape[3] : 0;
-    if (gb4 && (r < 1 || r > INT32_MAX)) {
+    const int64_t r = gb4 && !gb_swapped ? gb->t->shape[3] : 0;
+    if (gb_swapped) {
+        /* reported above */
+    } else if (gb4 && (r < 1 || r > INT32_MAX)) {
         ls_adapter_violation(c, LS_INVALID_SHAPE, l, gb->name, 3, LS_NA, r,
                              "an adapter has a rank r from 1 to the pool's max rank: give gate_up_lora_b [1, n, 2F, r]",
                              "layer %d: gate_up_lora_b rank axis (3) is %lld", l, (long long)r);
@@ -164,9 +185,8 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
         if (rank_ok) out->rank = r;
     }
 
-    const int64_t H = c->dims->H, F = c->dims->F;
     if (ga4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, ga, lab[LS_AD_GU_A], 3, H, "hidden");
-    if (gb4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
+    if (gb4 && !gb_swapped) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
     if (da4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, da, lab[LS_AD_D_A], 3, F, "intermediate");
     if (db4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, db, lab[LS_AD_D_B], 2, H, "hidden");
 }

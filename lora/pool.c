@@ -352,8 +352,15 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
 
 static bool ls_pool_floor_reserve(ls_pool *p);
 
-static ls_status ls_pool_not_found(const char *name, ls_error *err) {
-    return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered", name ? name : "");
+ls_status ls_pool_not_found(ls_pool *p, const char *name, ls_error *err) {
+    char near[136] = "";
+    if (name) {
+        pthread_mutex_lock(&p->mu);
+        ls_registry_nearest(p, name, near, sizeof near);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered%s%s%s", name ? name : "",
+                        near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }
 
 /* Unregisters name; its weights live on while requests hold them. */
@@ -370,7 +377,7 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
      * remember it would let the name's next load reuse its versions. */
     const bool room = !e || ls_pool_floor_reserve(p);
     pthread_mutex_unlock(&p->mu);
-    ls_status st = e ? LS_OK : ls_pool_not_found(name, err);
+    ls_status st = e ? LS_OK : ls_pool_not_found(p, name, err);
     if (st == LS_OK && !room) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory deleting adapter '%s'", name);
     /* As in a load: a delete the disk made, though its sync failed, is
      * made here too. */
@@ -504,7 +511,7 @@ ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, 
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
     if (e && info) ls_registry_info(p, e, info);
     pthread_mutex_unlock(&p->mu);
-    return e ? LS_OK : ls_pool_not_found(name, err);
+    return e ? LS_OK : ls_pool_not_found(p, name, err);
 }
 
 static int ls_pool_info_cmp(const void *a, const void *b) {
@@ -602,7 +609,7 @@ ls_status ls_pool_debug_hold(ls_pool *p, const char *name, ls_pool_hold **out, l
     if (e) e->refs++;
     pthread_mutex_unlock(&p->mu);
     *out = e;
-    return e ? LS_OK : ls_pool_not_found(name, err);
+    return e ? LS_OK : ls_pool_not_found(p, name, err);
 }
 
 ls_status ls_pool_debug_read_back(ls_pool *p, ls_pool_hold *h, ls_error *err) {

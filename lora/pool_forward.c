@@ -180,7 +180,7 @@ static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, int *tok, const char *con
     pthread_mutex_unlock(&p->mu);
     if (unknown) {
         f->D = 0;
-        return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered", unknown);
+        return ls_pool_not_found(p, unknown, err);
     }
     return LS_OK;
 }

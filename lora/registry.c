@@ -41,6 +41,16 @@ ls_pool_entry *ls_registry_find(ls_pool *p, const char *name) {
     return e;
 }
 
+/* The live name nearest to name (common/text.h's rule) into out, "" when
+ * none is near: the "did you mean" of adapter_not_found. */
+void ls_registry_nearest(const ls_pool *p, const char *name, char *out, size_t len) {
+    ls_text_near n;
+    ls_text_near_init(&n, name);
+    for (size_t i = 0; i < p->n_buckets; i++)
+        for (const ls_pool_entry *e = p->buckets[i]; e; e = e->hnext) ls_text_near_offer(&n, e->name);
+    snprintf(out, len, "%s", n.best);
+}
+
 /* Allocates the first table (at pool creation, so registration itself
  * never fails). */
 bool ls_registry_init(ls_pool *p) {

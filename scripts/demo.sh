@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the server (only the server: no tests or
-# benchmarks) and starts it at http://127.0.0.1:8080 on the built-in demo
-# model, or on --weights when the arguments give it (extra arguments go to
-# the server). It serves in the foreground; GET /ready answers 200 once it
-# listens.
+# Installs what building and running the server needs (not the test
+# suite's tools), builds the server alone and serves it in the foreground
+# on the built-in demo model, or on --weights when the arguments give it
+# (extra arguments go to the server). The port is --port's, else
+# LORASINK_URL's (http://127.0.0.1:PORT), else 8080. A port already taken
+# (an older demo, say) stops it at once, before the install and the build:
+# nothing else may answer in its place. GET /ready answers 200 once it
+# listens; scripts/wait-ready.sh waits for that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+port=8080
+if [[ "${LORASINK_URL:-}" =~ ^https?://[^/]*:([0-9]+)/?$ ]]; then port=${BASH_REMATCH[1]}; fi
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+  --port) port=${args[i + 1]:-$port} ;;
+  --port=*) port=${args[i]#--port=} ;;
+  esac
+done
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "demo.sh: 127.0.0.1:$port is already in use (an older demo? stop it, or pick another port:" \
+    "export LORASINK_URL=http://127.0.0.1:8081)" >&2
+  exit 1
+fi
 bash scripts/install-deps.sh
-LORASINK_BUILD_TARGET=lorasink bash scripts/build.sh build
+# The server alone: a build dir the suite configured keeps its tests; a
+# fresh one is configured without them (no cmocka or libcurl needed).
+if [ -f build/CMakeCache.txt ]; then
+  cmake --build build -j"$(nproc 2>/dev/null || echo 2)" --target lorasink
+else
+  LORASINK_BUILD_TARGET=lorasink bash scripts/build.sh build -DLORASINK_TESTS=OFF
+fi
 case " $* " in
-*" --weights "* | *" --weights="*) exec ./build/lorasink "$@" ;;
-*) exec ./build/lorasink --demo "$@" ;;
+*" --weights "* | *" --weights="*) exec ./build/lorasink --port "$port" "$@" ;;
+*) exec ./build/lorasink --demo --port "$port" "$@" ;;
 esac

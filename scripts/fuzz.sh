@@ -6,7 +6,7 @@
 # HARNESS... picks some (default: all). Prints one line per harness and
 # exits 1 when any found a crash, a leak, undefined behaviour or a
 # timeout; the input that did it is in build-fuzz/findings/HARNESS/
-# (docs/fuzzing.md). Needs clang (scripts/install-deps.sh installs it).
+# (docs/fuzzing.md). Needs clang (scripts/install-deps.sh --test installs it).
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ all=(fuzz_safetensors fuzz_forward_json fuzz_adapter_upload_json fuzz_adapter_up
 harnesses=("${all[@]}")
 [ $# -gt 0 ] && harnesses=("$@")
 if ! command -v clang >/dev/null; then
-  echo "fuzz: clang not found (scripts/install-deps.sh installs it)" >&2
+  echo "fuzz: clang not found (scripts/install-deps.sh --test installs it)" >&2
   exit 2
 fi
 

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Installs, from Debian's packages, whatever lorasink needs to build, test
-# and run that is not installed yet. Debian 12, as root (or with sudo).
-#   scripts/install-deps.sh            the packages the build and the suite need
+# Installs, from Debian's packages, whatever lorasink needs that is not
+# installed yet. Debian 12, as root (or with sudo).
+#   scripts/install-deps.sh            what building and running the server needs (scripts/demo.sh)
+#   scripts/install-deps.sh --test     that and what the test suite needs (scripts/test.sh)
 #   scripts/install-deps.sh PKG...     these packages only (the checks that
 #                                      need a tool of their own call it so)
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
-      libcmocka-dev libcurl4-openssl-dev curl python3 clang libclang-rt-dev valgrind)
+pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl python3)
+test_pkgs=(libcmocka-dev libcurl4-openssl-dev clang libclang-rt-dev valgrind)
+if [ "${1:-}" = --test ]; then
+  pkgs+=("${test_pkgs[@]}")
+  shift
+fi
 [ "${LORASINK_BENCH_DEPS:-0}" = 1 ] && pkgs+=(wrk)
 [ $# -gt 0 ] && pkgs=("$@")
 missing=()

@@ -12,7 +12,7 @@
 # and the Python client. --quick runs the first pass only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 jobs=$(nproc 2>/dev/null || echo 2)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -36,7 +36,7 @@ run_ctest() {
 summary() { echo "all builds: $passed passed, $failed failed, $skipped skipped"; }
 
 echo "== build (default) =="
-bash scripts/build.sh build
+bash scripts/build.sh build -DLORASINK_TESTS=ON
 # The CPU engine runs its own kernels, so no BLAS setting may change a bit
 # of any result: the default build's suite runs with OpenBLAS left to pick
 # its kernels and again with OPENBLAS_CORETYPE=Haswell (the kernels whose

@@ -10,6 +10,7 @@
 
 #include "api/adapter_upload.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "server/describe.h"
 #include "server/request.h"
 
@@ -27,6 +28,25 @@ static void ls_count_validation_failure(ls_server *srv, const ls_error *err) {
         if (seen[c] && ls_status_http((ls_status)c) == 422) ls_metrics_validation_failure(&srv->metrics, (ls_status)c);
 }
 
+/* A parameter of the raw form on a body read as JSON: most likely a
+ * safetensors file sent without its Content-Type (curl --data-binary
+ * sends application/x-www-form-urlencoded, which is read as JSON). */
+static ls_status ls_adapter_raw_query_on_json(const ls_request *req, const char *const *raw_query, ls_error *err) {
+    for (int i = 0; raw_query[i]; i++) {
+        if (!ls_request_query(req, raw_query[i])) continue;
+        const char *type = ls_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+        char shown[80];
+        ls_text_log_field(type ? type : "none", true, shown, sizeof shown);
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "send a safetensors file with -H 'Content-Type: application/octet-stream' --data-binary "
+                            "@FILE; a JSON body gives its parameters as keys of the body",
+                            "query parameter \"%s\" belongs to a raw safetensors upload, but this body was read as "
+                            "JSON (Content-Type: %s)",
+                            raw_query[i], shown);
+    }
+    return LS_OK;
+}
+
 /* Parses an upload and loads it (lora/loader). On success *up, *a and
  * *origin are the caller's (up and a to free); on failure all are empty. */
 static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls_adapter_upload *up, ls_adapter *a,
@@ -37,8 +57,10 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
     ls_server *srv = req->srv;
     const bool raw = req->kind == LS_BODY_SAFETENSORS;
     memset(up, 0, sizeof *up);
-    ls_status st = ls_request_check_query(req, raw ? raw_query : NULL,
-                                          raw ? "" : "; a JSON body gives its parameters as keys of the body", err);
+    ls_status st = raw ? LS_OK : ls_adapter_raw_query_on_json(req, raw_query, err);
+    if (st == LS_OK)
+        st = ls_request_check_query(req, raw ? raw_query : NULL,
+                                    raw ? "" : "; a JSON body gives its parameters as keys of the body", err);
     if (st != LS_OK) {
         ls_count_validation_failure(srv, err);
         return st;

@@ -7,6 +7,7 @@
 #include <microhttpd.h>
 
 #include "api/error_body.h"
+#include "common/text.h"
 #include "server/request.h"
 
 const char *ls_request_query(const ls_request *req, const char *key) {
@@ -30,16 +31,20 @@ static enum MHD_Result ls_query_visit(void *cls, enum MHD_ValueKind kind, const 
     int i = 0;
     while (q->known && q->known[i] && strcmp(key, q->known[i])) i++;
     if (!q->known || !q->known[i]) {
-        char list[256] = "";
+        char list[256] = "", near[96];
+        ls_text_near n;
+        ls_text_near_init(&n, key);
         for (int k = 0; q->known && q->known[k]; k++) {
             size_t l = strlen(list);
             snprintf(list + l, sizeof list - l, "%s%s", k ? ", " : "", q->known[k]);
+            ls_text_near_offer(&n, q->known[k]);
         }
         char hint[512];
         snprintf(hint, sizeof hint, "%s%s%s", list[0] ? "known query parameters: " : "this request takes no query "
                                                                                     "parameters",
                  list, q->hint);
-        q->st = ls_error_set(q->err, LS_INVALID_REQUEST, hint, "unknown query parameter \"%.64s\"", key);
+        q->st = ls_error_set(q->err, LS_INVALID_REQUEST, hint, "unknown query parameter \"%.64s\"%s", key,
+                             ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
         return MHD_NO;
     }
     for (int k = 0; k < q->n_seen; k++)

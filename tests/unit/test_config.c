@@ -501,7 +501,7 @@ static void test_file_errors(void **state) {
     char err[ERRLEN], path[PATH_MAX], want[PATH_MAX + 64];
     write_file("slotz.json", "{\"slots\": 3, \"slotz\": 3}", path);
     assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_ERROR);
-    snprintf(want, sizeof want, "%s: unknown key \"slotz\"", path);
+    snprintf(want, sizeof want, "%s: unknown key \"slotz\"; did you mean \"slots\"?", path);
     assert_string_equal(err, want);
     expect_error(ARGS("--config", write_file("dash.json", "{\"max-rank\": 8}", path)), NULL,
                  "unknown key \"max-rank\"");
@@ -576,23 +576,52 @@ static void test_help(void **state) {
             *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
         if (json_is_string(v)) {
             const char *s = json_string_value(v);
-            snprintf(def, sizeof def, s[0] ? "default %s " : "default \"%s\"", s);
+            snprintf(def, sizeof def, s[0] ? "default %s;" : "default \"%s\"", s);
         } else if (json_is_integer(v)) {
-            snprintf(def, sizeof def, "default %" JSON_INTEGER_FORMAT " ", json_integer_value(v));
+            snprintf(def, sizeof def, "default %" JSON_INTEGER_FORMAT ";", json_integer_value(v));
         } else if (json_is_array(v)) {
             snprintf(def, sizeof def, "default \"\"");
         } else {
-            snprintf(def, sizeof def, "default %s ", json_is_true(v) ? "true" : "false");
+            snprintf(def, sizeof def, "default %s;", json_is_true(v) ? "true" : "false");
         }
         char *line = strstr(out, flag);
+        while (line && line[strlen(flag)] != ' ' && line[strlen(flag)] != '\n') line = strstr(line + 1, flag);
         if (!line) fail_msg("--help lacks %s", flag);
-        char *end = strchr(line, '\n');
+        /* Its entry: its wrapped lines, up to the next flag or section. */
+        char *end = line + 1;
+        while ((end = strchr(end, '\n')) && end[1] == ' ' && end[2] == ' ' && end[3] == ' ') end++;
         assert_non_null(end);
         *end = '\0';
-        if (line[strlen(flag)] != ' ' || !strstr(line, env) || !strstr(line, def))
-            fail_msg("help line \"%s\" lacks %s or \"%s\"", line, env, def);
+        char entry[1024];
+        snprintf(entry, sizeof entry, "%s", line);
+        for (char *p = entry; *p; p++) /* a default may be wrapped after "default" */
+            if (*p == '\n') *p = ' ';
+        for (char *p = entry, *q = entry;; p++) { /* and the indent squeezed out */
+            if (p > entry && *p == ' ' && p[-1] == ' ' && p > entry + strlen(flag)) continue;
+            if (!(*q++ = *p)) break;
+        }
+        if (!strstr(entry, env) || !strstr(entry, def))
+            fail_msg("help entry \"%s\" lacks %s or \"%s\"", entry, env, def);
         *end = '\n';
     }
+    /* Sections, every line within 100 columns, the aliases one line each. */
+    for (const char *t = out; *t;) {
+        size_t n = strcspn(t, "\n");
+        if (n > 100) fail_msg("--help line wider than 100 columns: %.*s", (int)n, t);
+        t += n + (t[n] == '\n');
+    }
+    const char *const sections[] = {"\nModel and compute:\n", "\nPool and batching:\n", "\nAdapters:\n",
+                                    "\nHTTP:\n", "\nLimits:\n", "\nOperations:\n"};
+    const char *prev = out;
+    for (size_t k = 0; k < sizeof sections / sizeof sections[0]; k++) {
+        const char *at = strstr(out, sections[k]);
+        if (!at || at < prev) fail_msg("--help lacks section %s in order", sections[k] + 1);
+        prev = at;
+    }
+    assert_non_null(strstr(out, "\n  --max-loras N           vLLM's name for --slots\n"));
+    assert_non_null(strstr(out, "\n  --max-cpu-loras N       vLLM's name for --host-cache\n"));
+    assert_non_null(strstr(out, "\n  --max-lora-rank N       vLLM's name for --max-rank"));
+    assert_non_null(strstr(out, "\n  --lora-modules NAME=PATH...\n"));
     json_decref(j);
     free(d);
     /* A few by hand, independent of the dump. */
@@ -775,9 +804,64 @@ static void test_adapter_list(void **state) {
     free(c);
 }
 
+/* Issue 26: vLLM's flag names as aliases, "did you mean" for flags and
+ * file keys, a boolean's value given apart, demo sizes with --weights. */
+static void test_peers_and_mistakes(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    if (run(&c, ARGS("--max-loras", "3", "--max-lora-rank", "16", "--max-cpu-loras", "9"), NULL, err) !=
+        LS_CONFIG_RUN)
+        fail_msg("%s", err);
+    assert_int_equal(c.slots, 3);
+    assert_int_equal(c.max_rank, 16);
+    assert_int_equal(c.host_cache, 9);
+    assert_int_equal(run(&c, ARGS("--max-loras=4"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 4);
+    /* vLLM's --lora-modules takes several entries after one flag. */
+    char got[256];
+    if (run(&c, ARGS("--lora-modules", "a=x", "b=y,pinned", "--slots", "2"), NULL, err) != LS_CONFIG_RUN)
+        fail_msg("%s", err);
+    assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=y,pinned");
+    assert_int_equal(c.slots, 2);
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}"), NULL,
+                 "--lora-modules: the JSON form of vLLM's flag is not taken; give NAME=PATH");
+    expect_error(ARGS("--max-loras"), NULL, "--max-loras needs a value");
+    expect_error(ARGS("--max-loras", "0"), NULL, "--max-loras: 0 is out of range [1, 1024]");
+    expect_error(ARGS("--lora-modules", "a=x", "b"), NULL, "--lora-modules: \"b\" is not NAME=PATH[,pinned]");
+
+    expect_error(ARGS("--max-rnak", "8"), NULL, "unknown flag --max-rnak; did you mean --max-rank?");
+    expect_error(ARGS("--max_lora_rank", "8"), NULL, "did you mean --max-lora-rank?");
+    expect_error(ARGS("--slot", "8"), NULL, "unknown flag --slot; did you mean --slots?");
+    expect_error(ARGS("--bogus", "8"), NULL, "unknown flag --bogus (see lorasink --help)");
+
+    expect_error(ARGS("--demo", "false"), NULL,
+                 "unexpected argument \"false\": a boolean flag alone means true; write --demo=false");
+    expect_error(ARGS("--batching", "0"), NULL, "write --batching=0");
+    expect_error(ARGS("--port", "1", "false"), NULL, "unexpected argument \"false\" (see lorasink --help)");
+
+    expect_error(ARGS("--weights", "ckpt", "--hidden", "2048"), NULL,
+                 "--hidden sets the demo model, and --weights serves a checkpoint");
+    expect_error(ARGS("--weights", "ckpt"), ARGS("LORASINK_EXPERTS=4"), "drop --experts (or LORASINK_EXPERTS");
+    /* Not given (or null in the file): nothing to refuse. */
+    char path[PATH_MAX];
+    write_file("sizes.json", "{\"hidden\": null, \"seed\": null}", path);
+    assert_int_equal(run(&c, ARGS("--config", path, "--weights", "ckpt"), NULL, err), LS_CONFIG_RUN);
+    write_file("sizes2.json", "{\"layers\": 3}", path);
+    expect_error(ARGS("--config", path, "--weights", "ckpt"), NULL, "drop --layers");
+    /* The demo takes them, of course. */
+    assert_int_equal(run(&c, ARGS("--hidden", "64"), NULL, err), LS_CONFIG_RUN);
+
+    write_file("near.json", "{\"max_rnak\": 2}", path);
+    expect_error(ARGS("--config", path), NULL, "unknown key \"max_rnak\"; did you mean \"max_rank\"?");
+    write_file("vllm.json", "{\"max_loras\": 2}", path); /* aliases are flags only */
+    expect_error(ARGS("--config", path), NULL, "unknown key \"max_loras\"; did you mean \"slots\"?");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adapter_list),
+        cmocka_unit_test(test_peers_and_mistakes),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_flags_alone),
         cmocka_unit_test(test_env_alone),
