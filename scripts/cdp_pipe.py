@@ -1,7 +1,7 @@
 """Headless Chromium driven over the DevTools protocol on a pipe (no port,
 no websocket library): Chromium reads commands from fd 3 and writes
 replies to fd 4, each a JSON text ended by a NUL byte. For the browser
-checks of scripts/check_cross_site.py."""
+checks of scripts/check_dashboard_page.py and scripts/check_cross_site.py."""
 import json
 import os
 import subprocess
@@ -9,9 +9,10 @@ import time
 
 
 class Browser:
-    """One Chromium process; extra_args are added to its command line."""
+    """One Chromium process; extra_args are added to its command line, and
+    its profile and log are TMP/NAME and TMP/NAME.log."""
 
-    def __init__(self, tmp, extra_args=()):
+    def __init__(self, tmp, extra_args=(), name="chromium-xsite"):
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
 
@@ -25,9 +26,9 @@ class Browser:
 
         self.proc = subprocess.Popen(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-             "--remote-debugging-pipe", "--user-data-dir=" + os.path.join(tmp, "chromium-xsite"), *extra_args,
+             "--remote-debugging-pipe", "--user-data-dir=" + os.path.join(tmp, name), *extra_args,
              "about:blank"],
-            preexec_fn=child_fds, close_fds=False, stdout=open(os.path.join(tmp, "chromium-xsite.log"), "w"),
+            preexec_fn=child_fds, close_fds=False, stdout=open(os.path.join(tmp, name + ".log"), "w"),
             stderr=subprocess.STDOUT)
         os.close(cmd_r)
         os.close(res_w)
