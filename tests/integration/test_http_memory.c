@@ -611,6 +611,34 @@ static uint8_t *many_tensor_file(size_t n, size_t *len, size_t *header) {
     return b;
 }
 
+/* many_tensor_file's file of n entries, also written as ts's
+ * many.safetensors for path uploads: malloc'd bytes. */
+static uint8_t *write_many_tensor_file(const tiny_server *ts, size_t n, size_t *len, size_t *header) {
+    uint8_t *file = many_tensor_file(n, len, header);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/many.safetensors", ts->dir);
+    ls_test_write_file(path, file, *len);
+    return file;
+}
+
+/* One validation of a body (raw when name is given, else JSON) or, with
+ * body NULL, of many.safetensors by path: the answer in *r and the
+ * server's peak RSS growth over it, in bytes. */
+static double validate_peak(const tiny_server *ts, const void *body, size_t len, bool raw, ls_test_response *r) {
+    static const char by_path[] = "{\"path\": \"many.safetensors\"}";
+    const int pid = ls_test_server_pid(ts->srv);
+    reset_peak(pid);
+    const long before = ls_test_proc_kib(pid, "VmHWM");
+    const char *route = raw ? "/adapters/validate?name=m" : "/adapters/validate";
+    if (!body) {
+        body = by_path;
+        len = sizeof by_path - 1;
+    }
+    assert_int_equal(ls_test_http(ts->srv, "POST", route, raw ? "application/octet-stream" : NULL, body, len, NULL, r),
+                     0);
+    return (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
+}
+
 /* A safetensors header was a jansson tree of the whole header: a raw
  * upload of 94 MB, 1.3 million small entries, peaked at 1.6 GB (17 times
  * its header) and left 1.4 GB resident, and a path upload of the same
@@ -624,23 +652,11 @@ static void test_safetensors_header_memory(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
     size_t len, header;
-    uint8_t *file = many_tensor_file(N, &len, &header);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
-    ls_test_write_file(path, file, len);
-    const int pid = ls_test_server_pid(ts.srv);
+    uint8_t *file = write_many_tensor_file(&ts, N, &len, &header);
     const double bound = (double)len + 320.0 * N + 32 * MIB;
     for (int way = 0; way < 2; way++) {
-        reset_peak(pid);
-        const long before = ls_test_proc_kib(pid, "VmHWM");
         ls_test_response r;
-        if (way == 0)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
-                                          (const char *)file, len, NULL, &r), 0);
-        else
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
-                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
-        const double grew = (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
+        const double grew = way == 0 ? validate_peak(&ts, file, len, true, &r) : validate_peak(&ts, NULL, 0, false, &r);
         if (r.status != 422 || !strstr(r.body, "lora_unknown_tensor")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
         assert_int_equal(r.status, 422);
         assert_non_null(strstr(r.body, "lora_unknown_tensor"));
@@ -669,30 +685,18 @@ static void test_tensor_count_is_capped(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
     size_t len, header;
-    uint8_t *file = many_tensor_file(N, &len, &header);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
-    ls_test_write_file(path, file, len);
+    uint8_t *file = write_many_tensor_file(&ts, N, &len, &header);
     ls_buf j;
     ls_buf_init(&j);
     assert_true(ls_buf_printf(&j, "{\"name\": \"m\", \"tensors\": {"));
     for (int i = 0; i < N; i++) assert_true(ls_buf_printf(&j, "%s\"t%07d\": [0]", i ? ", " : "", i));
     assert_true(ls_buf_printf(&j, "}}"));
-    const int pid = ls_test_server_pid(ts.srv);
     for (int way = 0; way < 3; way++) {
-        reset_peak(pid);
-        const long before = ls_test_proc_kib(pid, "VmHWM");
         ls_test_response r;
         size_t sent = way == 0 ? j.len : way == 1 ? len : 28;
-        if (way == 0)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL, j.data, j.len, NULL, &r), 0);
-        else if (way == 1)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
-                                          (const char *)file, len, NULL, &r), 0);
-        else
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
-                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
-        const double grew = (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
+        const double grew = way == 0   ? validate_peak(&ts, j.data, j.len, false, &r)
+                            : way == 1 ? validate_peak(&ts, file, len, true, &r)
+                                       : validate_peak(&ts, NULL, 0, false, &r);
         if (r.status != 413 || !strstr(r.body, "262144 tensors")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
         assert_int_equal(r.status, 413);
         assert_non_null(strstr(r.body, "payload_too_large"));
