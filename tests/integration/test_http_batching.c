@@ -444,17 +444,18 @@ static void wait_forward_running(void) {
 }
 
 /* The model of the tests around a long forward: H and F, and its tokens.
- * TSan slows the requests sent beside the forward more than the kernels,
- * yet with a third of the tokens the forward still outlasted them some 40
- * times over on a loaded machine (the default build: 37 to 125 times);
- * with all of them, three such forwards took this test under TSan to 883
- * of its 900 s. A forward that ends too soon fails
- * assert_forward_running: it never passes unchecked. */
-enum { HD = 2048, FD = 1024, LONG_T = LS_TEST_THREAD_SANITIZED ? 100 : 300 };
+ * A sanitizer slows the requests sent beside the forward as much as the
+ * kernels or more (TSan: more), yet with a third of the tokens the
+ * forward still outlasted them 20 to 55 times over under TSan and 15 to
+ * 80 under ASan (the default build, all tokens: 37 to 125); with all,
+ * three such forwards took this test to 883 (TSan) and 836 (ASan) of its
+ * 900 s. A forward that ends too soon fails assert_forward_running: it
+ * never passes unchecked. */
+enum { HD = 2048, FD = 1024, LONG_T = LS_TEST_SANITIZED ? 100 : 300 };
 
 /* Starts srv with the extra arguments (NULL-terminated) on a model where
  * a forward of LONG_T tokens on the portable kernels on one thread is 8
- * GFLOP (under TSan a third of that), seconds to minutes on the backend
+ * GFLOP (under a sanitizer a third of that), seconds to minutes on the backend
  * as the machine is loaded, from a body read
  * fast; registers "a" and returns that forward's body on it (malloc'd;
  * the caller frees it). */
@@ -715,14 +716,15 @@ static void test_read_adapters_always_registered(void **state) {
  * stop closed the connections as soon as the last job was done, while
  * HTTP threads were still writing its replies. With --shutdown-timeout 1
  * and a forward of seconds, every request in flight at the SIGTERM gets
- * its reply: here forwards of 64 tokens, whose replies take milliseconds
- * to write. */
+ * its reply: here forwards of 64 tokens (20 under a sanitizer: the four of them
+ * make one batch, which must not outweigh the shorter long forward),
+ * whose replies take milliseconds to write. */
 static void test_stop_finishes_owed_replies(void **state) {
     (void)state;
-    enum { N = 4 };
+    enum { N = 4, MID_T = LS_TEST_SANITIZED ? 20 : 64 };
     const char *extra[] = {"--http-threads", "2", "--shutdown-timeout", "1", NULL};
     char *big = start_long_forward_server(extra);
-    char *mid = ls_test_forward_json(64, HD, "0.25", NULL, NULL);
+    char *mid = ls_test_forward_json(MID_T, HD, "0.25", NULL, NULL);
     post_arg fwd = {.path = "/forward", .body = big};
     post_arg load = {.path = "/adapters", .body = adapter_body_dims("late", HD, FD, 2)};
     post_arg queued[N];

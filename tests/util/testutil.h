@@ -19,17 +19,6 @@
 #ifndef LS_TEST_SANITIZED
 #define LS_TEST_SANITIZED 0
 #endif
-/* 1 in a TSan build alone. */
-#if defined(__SANITIZE_THREAD__)
-#define LS_TEST_THREAD_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LS_TEST_THREAD_SANITIZED 1
-#endif
-#endif
-#ifndef LS_TEST_THREAD_SANITIZED
-#define LS_TEST_THREAD_SANITIZED 0
-#endif
 
 /* tests/data/tiny.json (a copy of shared/conformance/tiny.json), parsed;
  * the caller owns the reference. Aborts the test when missing. */
