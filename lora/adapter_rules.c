@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,33 +137,47 @@ static bool ls_rules_pattern(const json_t *obj, const char *name, bool from_file
     return ok;
 }
 
-/* layers_to_transform: a non-negative integer or a list of them. */
-static bool ls_rules_layers(const json_t *obj, json_t *out, ls_error *err) {
-    const json_t *v = json_object_get(obj, "layers_to_transform");
+/* obj's key as a list in out: one value or a list of at most max, each
+ * as fit says (an empty list is not kept: PEFT reads it as none given).
+ * *fits is false when the value is not of that form. Ownership: out
+ * takes a new list of references. */
+static bool ls_rules_list(const json_t *obj, const char *key, bool (*fit)(const json_t *), size_t max, json_t *out,
+                          bool *fits) {
+    *fits = true;
+    const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return true;
     json_t *list = json_array();
     bool ok = list != NULL;
-    if (json_is_integer(v)) {
-        ok = ok && json_integer_value(v) >= 0 && !json_array_append(list, (json_t *)v);
-    } else if (json_is_array(v) && json_array_size(v) <= LS_RULES_MAX_LAYERS) {
+    if (!json_is_array(v)) {
+        ok = ok && fit(v) && !json_array_append(list, (json_t *)v);
+    } else if (json_array_size(v) <= max) {
         size_t i;
         json_t *e;
-        json_array_foreach(v, i, e) ok = ok && json_is_integer(e) && json_integer_value(e) >= 0 &&
-                                         !json_array_append(list, e);
+        json_array_foreach(v, i, e) ok = ok && fit(e) && !json_array_append(list, e);
     } else {
         ok = false;
     }
-    if (!ok)
-        ls_rules_bad(err, "layers_to_transform", NULL,
-                     "must be a non-negative layer index or a list of at most 4096 of them");
-    /* An empty list selects nothing in PEFT: every layer is transformed. */
-    else if (json_array_size(list) && json_object_set(out, "layers_to_transform", list))
-        ok = false;
+    *fits = ok;
+    if (ok && json_array_size(list) && json_object_set(out, key, list)) ok = false;
     json_decref(list);
     return ok;
 }
 
-static bool ls_plain_name(const char *s) {
+static bool ls_layer_index(const json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
+
+/* layers_to_transform: a non-negative integer or a list of them. */
+static bool ls_rules_layers(const json_t *obj, json_t *out, ls_error *err) {
+    bool fits;
+    const bool ok = ls_rules_list(obj, "layers_to_transform", ls_layer_index, LS_RULES_MAX_LAYERS, out, &fits);
+    if (!fits)
+        ls_rules_bad(err, "layers_to_transform", NULL,
+                     "must be a non-negative layer index or a list of at most 4096 of them");
+    return ok;
+}
+
+static bool ls_plain_name(const json_t *v) {
+    if (!json_is_string(v)) return false;
+    const char *s = json_string_value(v);
     if (!*s) return false;
     for (; *s; s++)
         if (!ls_is_word_char(*s)) return false;
@@ -170,32 +185,40 @@ static bool ls_plain_name(const char *s) {
 }
 
 /* layers_pattern: a name or a list of names; PEFT inserts each into
- * rf".*?\.{pattern}\.(\d+)\." — taken exactly for plain names only. */
+ * rf".*?\.{pattern}\.(\d+)\." — taken exactly for plain names only. An
+ * empty name is none given. */
 static bool ls_rules_layers_pattern(const json_t *obj, json_t *out, ls_error *err) {
     const json_t *v = json_object_get(obj, "layers_pattern");
-    if (!v || json_is_null(v)) return true;
-    json_t *list = json_array();
-    bool ok = list != NULL;
-    if (json_is_string(v)) {
-        if (*json_string_value(v)) ok = ok && ls_plain_name(json_string_value(v)) && !json_array_append(list, (json_t *)v);
-    } else if (json_is_array(v)) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(v, i, e) ok = ok && json_is_string(e) && ls_plain_name(json_string_value(e)) &&
-                                         !json_array_append(list, e);
-    } else {
-        ok = false;
-    }
-    if (!ok)
+    if (json_is_string(v) && !*json_string_value(v)) return true;
+    bool fits;
+    const bool ok = ls_rules_list(obj, "layers_pattern", ls_plain_name, SIZE_MAX, out, &fits);
+    if (!fits)
         ls_rules_bad(err, "layers_pattern",
                      "name the module list that holds the layers, as the model does (\"layers\")",
                      "must be a name of letters, digits and '_' or a list of such names (a pattern in it cannot be "
                      "evaluated exactly)");
-    else if (json_array_size(list) && json_object_set(out, "layers_pattern", list))
-        ok = false;
-    json_decref(list);
     return ok;
 }
+
+/* The strings of list v that keep accepts, as out's key (none: the key
+ * is not set). False only when out of memory. Ownership: out takes a new
+ * list of references. */
+static bool ls_rules_keep_names(const json_t *v, bool (*keep)(const char *), const char *key, json_t *out) {
+    json_t *names = json_array();
+    size_t i;
+    json_t *e;
+    bool ok = names != NULL;
+    json_array_foreach(v, i, e) {
+        if (ok && json_is_string(e) && keep(json_string_value(e))) ok = !json_array_append(names, e);
+    }
+    if (ok && json_array_size(names)) ok = !json_object_set(out, key, names);
+    json_decref(names);
+    return ok;
+}
+
+static bool ls_shared_module(const char *s) { return strstr(s, "shared_expert") && ls_key_may_concern(s); }
+
+static bool ls_projection_weight(const char *s) { return ls_ends_with(s, ".weight") && strstr(s, "proj"); }
 
 /* target_modules: its kind decides whether layers_to_transform applies,
  * and its full module names bypass it. Only names that can be a shared
@@ -217,17 +240,7 @@ static bool ls_rules_targets(const json_t *obj, json_t *out, ls_error *err) {
         return false;
     }
     if (!json_is_array(v) || !json_object_get(out, "layers_to_transform")) return true;
-    json_t *names = json_array();
-    size_t i;
-    json_t *e;
-    bool ok = names != NULL;
-    json_array_foreach(v, i, e) {
-        const char *s = json_is_string(e) ? json_string_value(e) : "";
-        if (ok && strstr(s, "shared_expert") && ls_key_may_concern(s)) ok = !json_array_append(names, e);
-    }
-    if (ok && json_array_size(names)) ok = !json_object_set(out, "target_modules", names);
-    json_decref(names);
-    return ok;
+    return ls_rules_keep_names(v, ls_shared_module, "target_modules", out);
 }
 
 /* target_parameters: PEFT wraps the parameter "{module}.weight" and
@@ -239,17 +252,7 @@ static bool ls_rules_params(const json_t *obj, json_t *out, ls_error *err) {
         ls_rules_bad(err, "target_parameters", NULL, "must be a list of parameter names (PEFT refuses a string too)");
         return false;
     }
-    json_t *names = json_array();
-    size_t i;
-    json_t *e;
-    bool ok = names != NULL;
-    json_array_foreach(v, i, e) {
-        const char *s = json_is_string(e) ? json_string_value(e) : "";
-        if (ok && ls_ends_with(s, ".weight") && strstr(s, "proj")) ok = !json_array_append(names, e);
-    }
-    if (ok && json_array_size(names)) ok = !json_object_set(out, "target_parameters", names);
-    json_decref(names);
-    return ok;
+    return ls_rules_keep_names(v, ls_projection_weight, "target_parameters", out);
 }
 
 static ls_status ls_rules_write(const json_t *out, char *text, size_t len, ls_error *err) {

@@ -86,8 +86,9 @@ static fx_world *fs_world(const fs_case *c, const char *dir) {
     return w;
 }
 
-/* The registry a restart over dir restores (files too), in *s. */
-static void fs_restart(const char *dir, fx_state *s) {
+/* A restart over dir: a new world with what it restores (the caller
+ * frees it). */
+static fx_world *fs_restored(const char *dir) {
     fx_opts o = {.slots = 3, .state = true, .state_dir = dir};
     fx_world *w = fx_world_new(&o);
     int n = 0;
@@ -95,6 +96,12 @@ static void fs_restart(const char *dir, fx_state *s) {
     ls_error_init(&err);
     if (ls_pool_restore(w->p, &n, &err) != LS_OK) fail_msg("restore: %s", err.message);
     ls_error_free(&err);
+    return w;
+}
+
+/* The registry a restart over dir restores (files too), in *s. */
+static void fs_restart(const char *dir, fx_state *s) {
+    fx_world *w = fs_restored(dir);
     fx_capture(w, s);
     fx_world_free(w);
 }
@@ -103,12 +110,9 @@ static void fs_restart(const char *dir, fx_state *s) {
  * replace when it is registered); the load is undone by nothing, so call
  * it last. */
 static uint64_t fs_next_version(const char *dir, const char *name) {
-    fx_opts o = {.slots = 3, .state = true, .state_dir = dir};
-    fx_world *w = fx_world_new(&o);
-    int n = 0;
+    fx_world *w = fs_restored(dir);
     ls_error err;
     ls_error_init(&err);
-    if (ls_pool_restore(w->p, &n, &err) != LS_OK) fail_msg("restore: %s", err.message);
     const bool registered = ls_pool_describe(w->p, name, NULL, NULL) == LS_OK;
     uint64_t v = 0;
     if (fs_load(w, name, 99, registered, &v, &err) != LS_OK) fail_msg("load %s after: %s", name, err.message);

@@ -703,21 +703,6 @@ static void test_reload_failure_stays_in_its_request(void **state) {
     tiny_server_stop(&ts);
 }
 
-/* A /proc/PID/status field in KiB (VmRSS, VmHWM). */
-static long proc_kib(int pid, const char *field) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long v = -1;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
-    fclose(f);
-    assert_true(v >= 0);
-    return v;
-}
-
 /* One forward of a large JSON body raised the peak RSS by 23 times the
  * body. Now x is parsed straight into floats: the peak of a forward is
  * its body, its tensors (x, gammas, y) and its reply text, measured here
@@ -776,18 +761,18 @@ static void test_forward_peak_memory(void **state) {
         ls_test_response_free(&r);
     }
     const int pid = ls_test_server_pid(s);
-    const long before = proc_kib(pid, "VmRSS");
+    const long before = ls_test_proc_kib(pid, "VmRSS");
     assert_int_equal(ls_test_http(s, "POST", "/forward", NULL, body, body_len, NULL, &r), 0);
     assert_int_equal(r.status, 200);
     const size_t reply_len = r.len;
     ls_test_response_free(&r);
-    const long peak = proc_kib(pid, "VmHWM");
+    const long peak = ls_test_proc_kib(pid, "VmHWM");
     /* What the request held is given back once its reply is sent (the
      * server frees it a moment after the client has read it all). */
-    long after = proc_kib(pid, "VmRSS");
+    long after = ls_test_proc_kib(pid, "VmRSS");
     for (int i = 0; i < 50 && (double)(after - before) * 1024.0 > (double)body_len / 2; i++) {
         usleep(100000);
-        after = proc_kib(pid, "VmRSS");
+        after = ls_test_proc_kib(pid, "VmRSS");
     }
     const double tensors = 4.0 * T * (2.0 * HID + 2), mib = 1048576.0;
     const double grew = (double)(peak - before) * 1024.0, bound = (double)body_len + 4 * tensors + 32 * mib;

@@ -23,26 +23,6 @@
 
 #define LS_SLACK_MIB 16 /* docs/api.md, "Memory while loading" */
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LS_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define LS_SANITIZED 1
-#endif
-#endif
-
-/* The process's peak resident set in bytes, from /proc (-1 when unread). */
-static long long vm_hwm(int pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 /* A server's VmHWM once /ready answers 200 (args NULL-terminated). */
 static long long ready_peak(const char *const *args) {
     ls_test_server *s = ls_test_server_start(args);
@@ -51,7 +31,7 @@ static long long ready_peak(const char *const *args) {
     assert_int_equal(ls_test_http(s, "GET", "/ready", NULL, NULL, 0, NULL, &r), 0);
     assert_int_equal(r.status, 200);
     ls_test_response_free(&r);
-    const long long peak = vm_hwm(ls_test_server_pid(s));
+    const long long peak = (long long)ls_test_proc_kib(ls_test_server_pid(s), "VmHWM") * 1024;
     assert_int_equal(ls_test_server_stop(s), 0);
     assert_true(peak > 0);
     return peak;
@@ -85,7 +65,7 @@ static void test_peak_rss_while_loading(void **state) {
 }
 
 int main(void) {
-#ifdef LS_SANITIZED
+#if LS_TEST_SANITIZED
     printf("SKIPPED: a sanitizer build (its allocator and shadow memory change every RSS)\n");
     return 77;
 #endif

@@ -34,23 +34,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* The value of header name in r's raw headers (into buf), or "". */
-static const char *header_of(const char *headers, const char *name, char *buf, size_t len) {
-    buf[0] = '\0';
-    for (const char *h = headers; h && *h;) {
-        const char *eol = strstr(h, "\r\n");
-        size_t n = eol ? (size_t)(eol - h) : strlen(h), k = strlen(name);
-        if (n > k + 1 && !strncasecmp(h, name, k) && h[k] == ':') {
-            const char *v = h + k + 1;
-            while (*v == ' ') v++;
-            snprintf(buf, len, "%.*s", (int)(n - (size_t)(v - h)), v);
-            return buf;
-        }
-        h = eol ? eol + 2 : h + n;
-    }
-    return buf;
-}
-
 /* One request with extra headers; asserts the status and, for an error,
  * its code. Returns the response (the caller frees it). */
 static ls_test_response expect(ls_test_server *s, const char *method, const char *path, const char *ct,
@@ -371,11 +354,11 @@ static void test_security_headers(void **state) {
     for (size_t i = 0; i < 4; i++) {
         ls_test_response r = expect(ts.srv, "GET", paths[i][0], NULL, NULL, NULL, atol(paths[i][1]), NULL);
         char v[512];
-        assert_string_equal(header_of(r.headers, "X-Frame-Options", v, sizeof v), "DENY");
-        assert_string_equal(header_of(r.headers, "X-Content-Type-Options", v, sizeof v), "nosniff");
-        assert_string_equal(header_of(r.headers, "Cache-Control", v, sizeof v), "no-store");
-        assert_string_equal(header_of(r.headers, "Referrer-Policy", v, sizeof v), "no-referrer");
-        header_of(r.headers, "Content-Security-Policy", v, sizeof v);
+        assert_string_equal(ls_test_header(r.headers, "X-Frame-Options", v, sizeof v), "DENY");
+        assert_string_equal(ls_test_header(r.headers, "X-Content-Type-Options", v, sizeof v), "nosniff");
+        assert_string_equal(ls_test_header(r.headers, "Cache-Control", v, sizeof v), "no-store");
+        assert_string_equal(ls_test_header(r.headers, "Referrer-Policy", v, sizeof v), "no-referrer");
+        ls_test_header(r.headers, "Content-Security-Policy", v, sizeof v);
         assert_non_null(strstr(v, "frame-ancestors 'none'"));
         if (!strcmp(paths[i][0], "/dashboard")) assert_non_null(strstr(v, "default-src 'self'"));
         else assert_non_null(strstr(v, "default-src 'none'"));
@@ -383,7 +366,7 @@ static void test_security_headers(void **state) {
     }
     ls_test_response r = expect(ts.srv, "HEAD", "/dashboard", NULL, NULL, NULL, 200, NULL);
     char v[64];
-    assert_string_equal(header_of(r.headers, "X-Frame-Options", v, sizeof v), "DENY");
+    assert_string_equal(ls_test_header(r.headers, "X-Frame-Options", v, sizeof v), "DENY");
     ls_test_response_free(&r);
 }
 

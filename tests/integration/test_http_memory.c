@@ -35,16 +35,7 @@ enum { MH = 1024, MF = 512, MN = 2, ML = 2, MR = 64 };
  * freed ones in quarantine: the bounds of many small tensors are what
  * glibc's malloc gives, checked outside sanitizer builds (those still
  * check every answer). */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LS_SMALL_ALLOCS_MEASURED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define LS_SMALL_ALLOCS_MEASURED 0
-#endif
-#endif
-#ifndef LS_SMALL_ALLOCS_MEASURED
-#define LS_SMALL_ALLOCS_MEASURED 1
-#endif
+#define LS_SMALL_ALLOCS_MEASURED (!LS_TEST_SANITIZED)
 
 /* The server's peak RSS must count what requests hold, not memory a
  * sanitizer keeps in quarantine after it was freed: this environment
@@ -140,21 +131,6 @@ static long host_used(const ls_test_server *s) {
     return used;
 }
 
-/* A /proc/PID/status field in KiB (VmRSS, VmHWM). */
-static long proc_kib(int pid, const char *field) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long v = -1;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
-    fclose(f);
-    assert_true(v >= 0);
-    return v;
-}
-
 /* Sets the process's peak RSS (VmHWM) to its RSS now (clear_refs 5),
  * so that the next peak is the next request's, not one of start-up. */
 static void reset_peak(int pid) {
@@ -187,10 +163,17 @@ typedef struct {
     char *reply; /* owned */
 } call;
 
+/* On a thread of its own: a cmocka assertion here would jump to the main
+ * thread's stack, so a request without an answer is status -1. */
 static void *call_thread(void *arg) {
     call *c = arg;
     ls_test_response r;
-    assert_int_equal(ls_test_http(c->srv, "POST", c->path, NULL, c->body, strlen(c->body), NULL, &r), 0);
+    if (ls_test_http(c->srv, "POST", c->path, NULL, c->body, strlen(c->body), NULL, &r) != 0) {
+        c->status = -1;
+        c->code[0] = '\0';
+        c->reply = strdup("(no answer)");
+        return NULL;
+    }
     c->status = r.status;
     json_t *j = ls_test_response_json(&r);
     snprintf(c->code, sizeof c->code, "%s", j ? ls_test_error_code(j) : "");
@@ -240,13 +223,13 @@ static void test_large_adapter_files(void **state) {
     write_sparse(ts.dir, "tib.safetensors", 1LL << 40);
     const int pid = ls_test_server_pid(ts.srv);
     reset_peak(pid);
-    const long before = proc_kib(pid, "VmHWM");
+    const long before = ls_test_proc_kib(pid, "VmHWM");
     /* One path upload first: alone it read the whole 2 GiB. */
     call one = {.srv = ts.srv, .path = "/adapters", .body = "{\"name\": \"z\", \"path\": \"z0.safetensors\"}"};
     call_thread(&one);
     expect_call(&one, 422, "safetensors_invalid", "header length is 0");
     free(one.reply);
-    assert_true(proc_kib(pid, "VmHWM") - before < 64 * 1024);
+    assert_true(ls_test_proc_kib(pid, "VmHWM") - before < 64 * 1024);
     /* Four auto-loading forwards, four path uploads and four validations
      * at once, and each again (a failed file is not read again). */
     char bodies[12][160];
@@ -277,7 +260,7 @@ static void test_large_adapter_files(void **state) {
         assert_null(strstr(c.reply, ts.dir)); /* the path as the client knows it */
         free(c.reply);
     }
-    const long grew = proc_kib(pid, "VmHWM") - before;
+    const long grew = ls_test_proc_kib(pid, "VmHWM") - before;
     print_message("25 requests for 2 GiB and 1 TiB adapter files: peak RSS grew by %ld KiB\n", grew);
     assert_true(grew < 64 * 1024);
     /* Nothing was registered; a good adapter still loads. */
@@ -319,11 +302,11 @@ static double forward_all_then_each(const ls_test_server *s, char names[][16], i
     ls_test_response_free(&r);
     free(base);
     reset_peak(pid);
-    const long before = proc_kib(pid, "VmHWM");
+    const long before = ls_test_proc_kib(pid, "VmHWM");
     assert_int_equal(ls_test_http_long(s, "POST", "/forward", NULL, all, strlen(all), NULL, &r), 0);
     if (r.status != 200) fprintf(stderr, "forward of %d adapters: %ld %s\n", n, r.status, r.body);
     assert_int_equal(r.status, 200);
-    const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+    const double grew = (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
     char *y = y_data(&r);
     ls_test_response_free(&r);
     free(all);
@@ -348,6 +331,14 @@ static double forward_all_then_each(const ls_test_server *s, char names[][16], i
     }
     free(y);
     return grew;
+}
+
+/* A forward's peak growth against its bound, beside what holding all n
+ * adapters at once would take. */
+static void assert_held_within(double grew, double bound, int n) {
+    print_message("bound %.1f MiB; every adapter held at once would be %.1f MiB\n", bound / MIB,
+                  n * M_ADAPTER_BYTES / MIB);
+    assert_true(grew <= bound);
 }
 
 /* One forward naming 400 auto-loadable rank-64 adapters took the server
@@ -379,9 +370,7 @@ static void test_autoload_forward_keeps_host_cap(void **state) {
      * group (2 each), one being read, the file read with it, and 32 MiB
      * for everything else; holding every adapter took N of them. */
     const double bound = 8 * M_ADAPTER_BYTES + 32 * MIB;
-    print_message("bound %.1f MiB; every adapter held at once would be %.1f MiB\n", bound / MIB,
-                  N * M_ADAPTER_BYTES / MIB);
-    assert_true(grew <= bound);
+    assert_held_within(grew, bound, N);
     assert_int_equal(ls_test_server_stop(s), 0);
     ls_test_rmtree(dir);
     free(dir);
@@ -412,9 +401,7 @@ static void test_state_dir_forward_keeps_host_cap(void **state) {
     assert_true(host_used(s) <= 2);
     const double grew = forward_all_then_each(s, names, N, 2);
     const double bound = 6 * M_ADAPTER_BYTES + 32 * MIB;
-    print_message("bound %.1f MiB; every adapter held at once would be %.1f MiB\n", bound / MIB,
-                  N * M_ADAPTER_BYTES / MIB);
-    assert_true(grew <= bound);
+    assert_held_within(grew, bound, N);
     assert_int_equal(ls_test_server_stop(s), 0);
     ls_test_rmtree(dir);
     ls_test_rmtree(sd);
@@ -536,11 +523,11 @@ static char *json_upload(int layers, size_t *len, double *tensor_bytes) {
 static double validate_at_once(const ls_test_server *s, const char *body, int n, double *normalised) {
     const int pid = ls_test_server_pid(s);
     reset_peak(pid);
-    const long before = proc_kib(pid, "VmHWM");
+    const long before = ls_test_proc_kib(pid, "VmHWM");
     call calls[4];
     for (int i = 0; i < n; i++) calls[i] = (call){.srv = s, .path = "/adapters/validate", .body = body};
     run_calls(calls, n);
-    const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+    const double grew = (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
     for (int i = 0; i < n; i++) {
         if (calls[i].status != 200) fprintf(stderr, "validate: %ld %.300s\n", calls[i].status, calls[i].reply);
         assert_int_equal(calls[i].status, 200);
@@ -579,7 +566,7 @@ static void test_json_upload_peak_memory(void **state) {
     validate_at_once(s, small, 4, &normalised);
     free(small);
     const int pid = ls_test_server_pid(s);
-    const long rss0 = proc_kib(pid, "VmRSS");
+    const long rss0 = ls_test_proc_kib(pid, "VmRSS");
     const double one = validate_at_once(s, body, 1, &normalised);
     const double bound = (double)body_len + tensors + normalised + 32 * MIB;
     print_message("JSON upload of %.1f MiB (tensors %.1f MiB decoded, %.1f MiB normalised): peak RSS +%.1f MiB "
@@ -591,10 +578,10 @@ static void test_json_upload_peak_memory(void **state) {
     assert_true(four <= bound4);
     /* Given back after the replies (a moment after the client has read
      * them all). */
-    long after = proc_kib(pid, "VmRSS");
+    long after = ls_test_proc_kib(pid, "VmRSS");
     for (int i = 0; i < 50 && (double)(after - rss0) * 1024.0 > (double)body_len; i++) {
         usleep(100000);
-        after = proc_kib(pid, "VmRSS");
+        after = ls_test_proc_kib(pid, "VmRSS");
     }
     print_message("RSS after: %+.1f MiB\n", (double)(after - rss0) / 1024.0);
     assert_true((double)(after - rss0) * 1024.0 <= (double)body_len);
@@ -624,6 +611,34 @@ static uint8_t *many_tensor_file(size_t n, size_t *len, size_t *header) {
     return b;
 }
 
+/* many_tensor_file's file of n entries, also written as ts's
+ * many.safetensors for path uploads: malloc'd bytes. */
+static uint8_t *write_many_tensor_file(const tiny_server *ts, size_t n, size_t *len, size_t *header) {
+    uint8_t *file = many_tensor_file(n, len, header);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/many.safetensors", ts->dir);
+    ls_test_write_file(path, file, *len);
+    return file;
+}
+
+/* One validation of a body (raw when name is given, else JSON) or, with
+ * body NULL, of many.safetensors by path: the answer in *r and the
+ * server's peak RSS growth over it, in bytes. */
+static double validate_peak(const tiny_server *ts, const void *body, size_t len, bool raw, ls_test_response *r) {
+    static const char by_path[] = "{\"path\": \"many.safetensors\"}";
+    const int pid = ls_test_server_pid(ts->srv);
+    reset_peak(pid);
+    const long before = ls_test_proc_kib(pid, "VmHWM");
+    const char *route = raw ? "/adapters/validate?name=m" : "/adapters/validate";
+    if (!body) {
+        body = by_path;
+        len = sizeof by_path - 1;
+    }
+    assert_int_equal(ls_test_http(ts->srv, "POST", route, raw ? "application/octet-stream" : NULL, body, len, NULL, r),
+                     0);
+    return (double)(ls_test_proc_kib(pid, "VmHWM") - before) * 1024.0;
+}
+
 /* A safetensors header was a jansson tree of the whole header: a raw
  * upload of 94 MB, 1.3 million small entries, peaked at 1.6 GB (17 times
  * its header) and left 1.4 GB resident, and a path upload of the same
@@ -637,23 +652,11 @@ static void test_safetensors_header_memory(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
     size_t len, header;
-    uint8_t *file = many_tensor_file(N, &len, &header);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
-    ls_test_write_file(path, file, len);
-    const int pid = ls_test_server_pid(ts.srv);
+    uint8_t *file = write_many_tensor_file(&ts, N, &len, &header);
     const double bound = (double)len + 320.0 * N + 32 * MIB;
     for (int way = 0; way < 2; way++) {
-        reset_peak(pid);
-        const long before = proc_kib(pid, "VmHWM");
         ls_test_response r;
-        if (way == 0)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
-                                          (const char *)file, len, NULL, &r), 0);
-        else
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
-                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
-        const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+        const double grew = way == 0 ? validate_peak(&ts, file, len, true, &r) : validate_peak(&ts, NULL, 0, false, &r);
         if (r.status != 422 || !strstr(r.body, "lora_unknown_tensor")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
         assert_int_equal(r.status, 422);
         assert_non_null(strstr(r.body, "lora_unknown_tensor"));
@@ -682,30 +685,18 @@ static void test_tensor_count_is_capped(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
     size_t len, header;
-    uint8_t *file = many_tensor_file(N, &len, &header);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/many.safetensors", ts.dir);
-    ls_test_write_file(path, file, len);
+    uint8_t *file = write_many_tensor_file(&ts, N, &len, &header);
     ls_buf j;
     ls_buf_init(&j);
     assert_true(ls_buf_printf(&j, "{\"name\": \"m\", \"tensors\": {"));
     for (int i = 0; i < N; i++) assert_true(ls_buf_printf(&j, "%s\"t%07d\": [0]", i ? ", " : "", i));
     assert_true(ls_buf_printf(&j, "}}"));
-    const int pid = ls_test_server_pid(ts.srv);
     for (int way = 0; way < 3; way++) {
-        reset_peak(pid);
-        const long before = proc_kib(pid, "VmHWM");
         ls_test_response r;
         size_t sent = way == 0 ? j.len : way == 1 ? len : 28;
-        if (way == 0)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL, j.data, j.len, NULL, &r), 0);
-        else if (way == 1)
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate?name=m", "application/octet-stream",
-                                          (const char *)file, len, NULL, &r), 0);
-        else
-            assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL,
-                                          "{\"path\": \"many.safetensors\"}", 28, NULL, &r), 0);
-        const double grew = (double)(proc_kib(pid, "VmHWM") - before) * 1024.0;
+        const double grew = way == 0   ? validate_peak(&ts, j.data, j.len, false, &r)
+                            : way == 1 ? validate_peak(&ts, file, len, true, &r)
+                                       : validate_peak(&ts, NULL, 0, false, &r);
         if (r.status != 413 || !strstr(r.body, "262144 tensors")) fprintf(stderr, "%ld %.300s\n", r.status, r.body);
         assert_int_equal(r.status, 413);
         assert_non_null(strstr(r.body, "payload_too_large"));

@@ -240,23 +240,6 @@ static void test_key_from_environment(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
-/* The value of header name in r's raw headers (into buf), or "". */
-static const char *header_of(const ls_test_response *r, const char *name, char *buf, size_t len) {
-    buf[0] = '\0';
-    for (const char *h = r->headers; h && *h;) {
-        const char *eol = strstr(h, "\r\n");
-        size_t n = eol ? (size_t)(eol - h) : strlen(h), k = strlen(name);
-        if (n > k + 1 && !strncasecmp(h, name, k) && h[k] == ':') {
-            const char *v = h + k + 1;
-            while (*v == ' ') v++;
-            snprintf(buf, len, "%.*s", (int)(n - (size_t)(v - h)), v);
-            return buf;
-        }
-        h = eol ? eol + 2 : h + n;
-    }
-    return buf;
-}
-
 /* Every response carries X-Request-Id (the client's when it is fit to
  * echo, else a new one), the access log has one line per request with
  * that id, method, path, status, bytes and time, and JSON bodies end with
@@ -267,7 +250,7 @@ static void test_request_id_and_access_log(void **state) {
     char id[160], want[512];
     const char *mine[] = {"X-Request-Id: client-id.42", NULL};
     assert_int_equal(ls_test_http(ts.srv, "GET", "/health", NULL, NULL, 0, mine, &r), 0);
-    assert_string_equal(header_of(&r, "X-Request-Id", id, sizeof id), "client-id.42");
+    assert_string_equal(ls_test_header(r.headers, "X-Request-Id", id, sizeof id), "client-id.42");
     assert_true(r.len > 0 && r.body[r.len - 1] == '\n');
     snprintf(want, sizeof want, " access client-id.42 GET /health 200 %zu ", r.len);
     ls_test_response_free(&r);
@@ -285,14 +268,14 @@ static void test_request_id_and_access_log(void **state) {
     assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);
     assert_int_equal(r.status, 404);
     assert_true(r.body[r.len - 1] == '\n');
-    snprintf(first, sizeof first, "%s", header_of(&r, "X-Request-Id", id, sizeof id));
+    snprintf(first, sizeof first, "%s", ls_test_header(r.headers, "X-Request-Id", id, sizeof id));
     assert_int_equal(strlen(first), 16);
     for (int i = 0; i < 16; i++) assert_true(isxdigit((unsigned char)first[i]));
     snprintf(want, sizeof want, " access %s GET /nowhere 404 %zu ", first, r.len);
     ls_test_response_free(&r);
     assert_true(ls_test_server_wait_output(ts.srv, want) > 0);
     assert_int_equal(ls_test_http(ts.srv, "GET", "/nowhere", NULL, NULL, 0, NULL, &r), 0);
-    assert_string_not_equal(header_of(&r, "X-Request-Id", id, sizeof id), first);
+    assert_string_not_equal(ls_test_header(r.headers, "X-Request-Id", id, sizeof id), first);
     ls_test_response_free(&r);
 
     /* Ids that cannot be echoed or logged as they are get replaced. */
@@ -301,7 +284,7 @@ static void test_request_id_and_access_log(void **state) {
     const char *bad[][2] = {{"X-Request-Id: two words", NULL}, {longer, NULL}};
     for (int i = 0; i < 2; i++) {
         assert_int_equal(ls_test_http(ts.srv, "GET", "/health", NULL, NULL, 0, bad[i], &r), 0);
-        assert_int_equal(strlen(header_of(&r, "X-Request-Id", id, sizeof id)), 16);
+        assert_int_equal(strlen(ls_test_header(r.headers, "X-Request-Id", id, sizeof id)), 16);
         ls_test_response_free(&r);
     }
 
@@ -322,7 +305,7 @@ static void test_access_log_off(void **state) {
     const char *mine[] = {"X-Request-Id: quiet-1", NULL};
     assert_int_equal(ls_test_http(s, "GET", "/health", NULL, NULL, 0, mine, &r), 0);
     char id[64];
-    assert_string_equal(header_of(&r, "X-Request-Id", id, sizeof id), "quiet-1");
+    assert_string_equal(ls_test_header(r.headers, "X-Request-Id", id, sizeof id), "quiet-1");
     ls_test_response_free(&r);
     /* An access line is written before the reply, so ahead of any line
      * written after it: once the stop's first line is read, so would be

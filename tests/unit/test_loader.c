@@ -418,20 +418,6 @@ static void test_rewritten_while_read(void **state) {
     free(dir);
 }
 
-/* A /proc/self/status field in KiB (VmHWM: the peak resident set). */
-static long self_kib(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    assert_non_null(f);
-    char line[256];
-    long v = -1;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
-    fclose(f);
-    assert_true(v >= 0);
-    return v;
-}
-
 /* dir/name as a sparse file of size bytes (holes read as zeros), with
  * head (when given) written at its start. */
 static void write_sparse(const char *dir, const char *name, long long size, const void *head, size_t head_len) {
@@ -494,7 +480,7 @@ static void test_files_checked_before_read(void **state) {
     ls_tensor_set_free(&set);
     ls_error_free(&err);
     ls_loader ld = make_loader(dir);
-    const long before = self_kib("VmHWM");
+    const long before = ls_test_proc_kib(0, "VmHWM");
     ls_adapter_source zeros = {.path = "zeros.safetensors"}, trailing = {.path = "trailing.safetensors"},
                       peft = {.path = "peft"}, tib = {.path = "tib.safetensors"};
     expect_load(&ld, &zeros, LS_SAFETENSORS_INVALID, "header length is 0");
@@ -507,7 +493,7 @@ static void test_files_checked_before_read(void **state) {
     ld.max_file_bytes = 1u << 30;
     expect_load(&ld, &zeros, LS_PAYLOAD_TOO_LARGE, "2048.0 MiB, over the limit of 1024 MiB (--max-adapter-mb)");
     assert_int_equal(ls_loader_file_reads(&ld), reads);
-    const long grew = self_kib("VmHWM") - before;
+    const long grew = ls_test_proc_kib(0, "VmHWM") - before;
     printf("four files of 2 GiB and one of 1 TiB refused; peak RSS grew by %ld KiB\n", grew);
     assert_true(grew < 64 * 1024);
     ls_loader_close(&ld);

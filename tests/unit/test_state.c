@@ -570,6 +570,24 @@ static void test_restore_finishes_a_cut_delete(void **state) {
     free(dir);
 }
 
+/* A record of name at version for a model of another shape (H + 2), as
+ * another server on the directory would have saved it. */
+static void save_other_shape(const char *dir, const char *name, uint64_t version) {
+    ls_state *s = open_state(dir);
+    ls_adapter odd;
+    ls_dims other = pc_dims;
+    other.H = pc_dims.H + 2;
+    pt_adapter(&other, PC_RK, 5, &odd);
+    ls_state_record rec = {.name = name, .version = version, .a = &odd};
+    ls_error err;
+    ls_error_init(&err);
+    bool made;
+    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_OK);
+    ls_error_free(&err);
+    ls_adapter_free(&odd);
+    ls_state_close(s);
+}
+
 /* A pin that no longer fits (fewer slots now) comes back unpinned rather
  * than lost; a record for another model shape is kept on disk, skipped,
  * and its version stays taken. */
@@ -581,18 +599,9 @@ static void test_restore_into_a_smaller_pool(void **state) {
     pc_load_ok(f.p, "p2", 1, true, false);
     pc_load_ok(f.p, "p3", 1, true, false);
     sfx_free(&f);
-    ls_state *s = open_state(dir);
-    ls_adapter odd;
-    ls_dims other = pc_dims;
-    other.H = pc_dims.H + 2;
-    pt_adapter(&other, PC_RK, 5, &odd);
-    ls_state_record rec = {.name = "odd", .version = 7, .a = &odd};
+    save_other_shape(dir, "odd", 7);
     ls_error err;
     ls_error_init(&err);
-    bool made;
-    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_OK);
-    ls_adapter_free(&odd);
-    ls_state_close(s);
 
     f = sfx_make(dir, 2); /* S-1 = 1 pin */
     assert_int_equal(sfx_restore(&f), 3);
@@ -721,18 +730,9 @@ static void test_huge_records_are_never_read(void **state) {
     pc_load_ok(f.p, "grown", 1, false, false);
     pc_load_ok(f.p, "keep", 1, false, false);
     sfx_free(&f);
-    ls_state *s = open_state(dir);
-    ls_adapter odd;
-    ls_dims other = pc_dims;
-    other.H = pc_dims.H + 2;
-    pt_adapter(&other, PC_RK, 5, &odd);
-    ls_state_record rec = {.name = "other", .version = 7, .a = &odd};
+    save_other_shape(dir, "other", 7);
     ls_error err;
     ls_error_init(&err);
-    bool made;
-    assert_int_equal(ls_state_save(s, &rec, &made, &err), LS_OK);
-    ls_adapter_free(&odd);
-    ls_state_close(s);
     const int64_t huge = (int64_t)64 << 30;
     char path[1024];
     path_of(path, sizeof path, dir, "big.adapter");

@@ -392,6 +392,23 @@ int ls_test_http_long(const ls_test_server *s, const char *method, const char *p
     return ls_test_http_within(s, method, path, content_type, body, len, extra_headers, 0L, out);
 }
 
+const char *ls_test_header(const char *headers, const char *name, char *buf, size_t len) {
+    buf[0] = '\0';
+    const size_t k = strlen(name);
+    for (const char *h = headers; h && *h;) {
+        const char *eol = strstr(h, "\r\n");
+        const size_t n = eol ? (size_t)(eol - h) : strlen(h);
+        if (n > k + 1 && !strncasecmp(h, name, k) && h[k] == ':') {
+            const char *v = h + k + 1;
+            while (*v == ' ') v++;
+            snprintf(buf, len, "%.*s", (int)(n - (size_t)(v - h)), v);
+            return buf;
+        }
+        h = eol ? eol + 2 : h + n;
+    }
+    return buf;
+}
+
 void ls_test_response_free(ls_test_response *r) {
     free(r->body);
     free(r->headers);

@@ -89,6 +89,9 @@ int ls_test_http(const ls_test_server *s, const char *method, const char *path, 
 int ls_test_http_long(const ls_test_server *s, const char *method, const char *path, const char *content_type,
                       const void *body, size_t len, const char *const *extra_headers, ls_test_response *out);
 void ls_test_response_free(ls_test_response *r);
+/* The value of header name (any case) in raw response headers, into buf;
+ * "" when there is none. Returns buf. */
+const char *ls_test_header(const char *headers, const char *name, char *buf, size_t len);
 
 /* Parses the response body as JSON (NULL when it is not). */
 json_t *ls_test_response_json(const ls_test_response *r);

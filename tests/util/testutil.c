@@ -1,11 +1,28 @@
 /* Test helpers every kind of test may use: the conformance example, JSON
- * arrays as doubles, and temp dirs. */
+ * arrays as doubles, temp dirs and /proc/PID/status. */
 #include "tests/util/testutil.h"
 
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+long ls_test_proc_kib(int pid, const char *field) {
+    char path[64], line[256];
+    if (pid) snprintf(path, sizeof path, "/proc/%d/status", pid);
+    else snprintf(path, sizeof path, "/proc/self/status");
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    const size_t fl = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
+    if (f) fclose(f);
+    if (v < 0) {
+        fprintf(stderr, "no %s in %s\n", field, path);
+        abort();
+    }
+    return v;
+}
 
 const char *ls_test_data_path(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "%s/%s", LS_TEST_DATA, name);

@@ -1,11 +1,24 @@
 /* Helpers shared by every kind of test: the conformance example, JSON
- * arrays to doubles, temp dirs. Links ls_common, jansson and cmocka only;
+ * arrays to doubles, temp dirs, /proc/PID/status. Links ls_common, jansson and cmocka only;
  * driving a real server is tests/util/server_driver.h. */
 #ifndef LS_TESTS_TESTUTIL_H
 #define LS_TESTS_TESTUTIL_H
 
 #include <jansson.h>
 #include <stddef.h>
+
+/* 1 in an ASan or TSan build: its allocator and shadow memory change
+ * every RSS, and its checks make the work many times slower. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LS_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LS_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef LS_TEST_SANITIZED
+#define LS_TEST_SANITIZED 0
+#endif
 
 /* tests/data/tiny.json (a copy of shared/conformance/tiny.json), parsed;
  * the caller owns the reference. Aborts the test when missing. */
@@ -25,6 +38,10 @@ void *ls_test_calloc(size_t count, size_t size);
 /* Writes data[len] to path (created or truncated); aborts the test when
  * it cannot. */
 void ls_test_write_file(const char *path, const void *data, size_t len);
+
+/* A field of /proc/PID/status in KiB (VmRSS, VmHWM: the peak resident
+ * set); pid 0 is this process. Aborts the test when it cannot be read. */
+long ls_test_proc_kib(int pid, const char *field);
 
 /* A temporary directory, created fresh; removed with ls_test_rmtree. */
 char *ls_test_mkdtemp(void);
