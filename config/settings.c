@@ -96,8 +96,9 @@ const ls_setting ls_settings[] = {
     U64(LS_GROUP_MODEL, "seed", seed, "42", "demo model: random seed"),
     {.name = "w13-layout", .group = LS_GROUP_MODEL, .type = LS_SET_ENUM, FIELD(w13_layout), .choices = w13_names, .def = "interleaved",
      .meta = "NAME",
-     .help = "row layout of the fused weights file's W13; when given, overrides its metadata (not given: the "
-             "file's, else interleaved; null in a config file); a checkpoint's is contiguous",
+     .help = "row layout of the fused weights file's W13: contiguous (gate rows, then up rows: sglang's and "
+             "vLLM's FusedMoE) or interleaved; overrides the file's __metadata__ w13_layout, and a file "
+             "without one needs it (null in a config file); a checkpoint's is contiguous",
      .marks = true, .mark_offset = offsetof(ls_config, w13_layout_set)},
     ENUM(LS_GROUP_MODEL, "dtype", dtype, dtype_names, "auto",
          "weight dtype; auto = the stored one (f32 when the tensors' differ, bf16 for FP8 blocks), bf16 for the "

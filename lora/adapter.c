@@ -487,13 +487,8 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
         ls_adapter_pool_check(&c);
     else
         ls_adapter_peft_check(&c);
-    /* PEFT factors take their scale from lora_alpha and r: a scale given
-     * beside them would be ignored, and an ignored input is refused. */
-    if (c.format == LS_ADAPTER_FORMAT_PEFT && params->has_scale)
-        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
-                             "PEFT factors are scaled by lora_alpha / r (with use_rslora, lora_alpha / sqrt(r)): "
-                             "give lora_alpha, or upload pool-format buffers with scale",
-                             "scale applies to pool-format buffers only; these factors are PEFT");
+    /* A PEFT upload's scale (lora_alpha, or scale instead) is settled
+     * with its ranks, in lora/adapter_peft.c. */
     /* Pool buffers have one fixed order; a stated other one means the
      * client expects a reordering that would not happen. */
     if (c.format == LS_ADAPTER_FORMAT_POOL && params->has_order && params->gate_up_order != LS_GATE_UP_ORDER_GATE_UP)

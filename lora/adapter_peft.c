@@ -245,13 +245,35 @@ static void ls_peft_check_layer(ls_adapter_ctx *c, int l) {
     }
 }
 
+/* Refuses PEFT factors whose lora_alpha is stated nowhere (PEFT scales
+ * them by lora_alpha / r, and a default of 1 would change every output
+ * without a word) unless a scale is given instead, and a scale given
+ * beside an alpha (one of them would be ignored). */
+static void ls_peft_scale_refused(ls_adapter_ctx *c, const char *module, bool both) {
+    if (both) {
+        ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "PEFT factors are scaled by lora_alpha / r (with use_rslora, lora_alpha / sqrt(r)), or "
+                             "by a scale given instead: give one of lora_alpha and scale",
+                             "scale and lora_alpha (or alpha_pattern, for %s) are both given; each sets the scale",
+                             module);
+        return;
+    }
+    ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                         "state lora_alpha: ?lora_alpha= on a raw safetensors body, \"config\": {\"lora_alpha\"} in "
+                         "a JSON upload, __metadata__ lora_alpha in the file, or lora_alpha in the PEFT directory's "
+                         "adapter_config.json; or give scale to set the scale itself",
+                         "lora_alpha is stated nowhere (%s): PEFT scales the factors by lora_alpha / r", module);
+}
+
 /* The rank and scale of every module present, once the shapes agree:
  * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
- * and lora_alpha (alpha_pattern's, else the config's); 1 without any
- * alpha. The adapter's rank is the largest. */
+ * and lora_alpha (alpha_pattern's, else the config's), or the scale
+ * given instead of any alpha; neither is refused. The adapter's rank is
+ * the largest. */
 static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     const ls_adapter_params *p = c->params;
     int max = 0;
+    bool refused = false;
     for (int l = 0; l < c->dims->L; l++)
         for (int m = 0; m < LS_MODS; m++) {
             const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
@@ -260,11 +282,11 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             md->rank = ls_peft_want(c, l, m);
             double alpha = p->lora_alpha;
             char module[192];
-            bool has = ls_peft_rules_alpha(c->rules, ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module),
-                                           &alpha, NULL) ||
-                       p->has_alpha;
+            ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module);
+            bool has = ls_peft_rules_alpha(c->rules, module, &alpha, NULL) || p->has_alpha;
             const double r = md->rank > 0 ? md->rank : 1;
-            md->scale = !has ? 1.0 : p->use_rslora ? alpha / sqrt(r) : alpha / r;
+            md->scale = has ? (p->use_rslora ? alpha / sqrt(r) : alpha / r) : p->scale;
+            if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;
             if (md->rank > max) {
                 max = md->rank;
                 *largest = a->name ? a->name : a[1].name;
@@ -272,7 +294,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
         }
     /* The scale reported is that of the modules no pattern matches. */
     const int r0 = c->rank > 0 ? c->rank : p->r;
-    c->scale = 1.0;
+    c->scale = p->has_scale ? p->scale : 1.0;
     if (p->has_alpha && r0 > 0) c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)r0) : p->lora_alpha / (double)r0;
     c->rank = max;
 }

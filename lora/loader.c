@@ -204,6 +204,40 @@ static void ls_loader_files_close(ls_loader_files *f) {
     f->dir_fd = f->model_fd = f->config_fd = -1;
 }
 
+/* A file named adapter_model.safetensors beside an adapter_config.json
+ * is a PEFT directory's model named by its file: that config is read as
+ * the directory's would be (the file's own __metadata__ then is not), so
+ * the path to the file and the path to its directory load the same
+ * adapter. Without a config beside it, it is a bare file. */
+static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, ls_loader_files *f,
+                                          ls_adapter_params *own, ls_error *err) {
+    const char *slash = strrchr(rel, '/');
+    if (strcmp(slash ? slash + 1 : rel, "adapter_model.safetensors")) return LS_OK;
+    char parent[LS_LOADER_PATH_MAX], cfg_shown[LS_LOADER_PATH_MAX + 64];
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1, slash ? rel : ".");
+    snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", slash ? parent : ".");
+    char cfg_rel[LS_LOADER_PATH_MAX + 32];
+    snprintf(cfg_rel, sizeof cfg_rel, "%s/adapter_config.json", parent);
+    int fd = ls_file_open_beneath(ld->dirfd, cfg_rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT) return LS_OK;
+        bool absent = false;
+        fd = ls_loader_open_at(ld->dirfd, cfg_rel, cfg_shown, O_RDONLY, &absent, err);
+        if (fd < 0) return absent ? LS_OK : err->code;
+    }
+    struct stat cfg_sb;
+    if (fstat(fd, &cfg_sb) != 0) {
+        close(fd);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", cfg_shown);
+    }
+    f->config_fd = fd;
+    f->peft_dir = true; /* the config wins over the file's __metadata__ */
+    ls_loader_print_set(&f->print, 1, &cfg_sb);
+    ls_status st = ls_loader_read_config(fd, cfg_shown, own, err);
+    own->format = LS_ADAPTER_FORMAT_PEFT;
+    return st;
+}
+
 /* Opens rel beneath the adapter directory: a bare file, or a PEFT
  * directory whose two files are opened beneath the directory just opened
  * (so a directory swapped after that cannot redirect them). The config
@@ -224,7 +258,7 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
         f->model_fd = f->dir_fd;
         f->model_sb = sb;
         ls_loader_print_set(&f->print, 0, &sb);
-        return LS_OK;
+        return ls_loader_sibling_config(ld, rel, f, own, err);
     }
     char cfg_shown[LS_LOADER_PATH_MAX + 64];
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);

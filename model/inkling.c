@@ -117,14 +117,23 @@ static ls_status ls_fused_dims(const ls_st_info *t0, int *n, int *F, int *H, ls_
     return LS_OK;
 }
 
-/* The W13 row layout: the override, else __metadata__ w13_layout, else
- * interleaved. */
+/* The W13 row layout: the override, else __metadata__ w13_layout. A
+ * file that states none is refused: both layouts have the same shape,
+ * and a wrong guess gives wrong outputs without an error. */
 static ls_status ls_fused_layout(const ls_st_header *h, const ls_w13_layout *override, ls_w13_layout *out,
                                  ls_error *err) {
     const char *meta = ls_tensor_set_meta(&h->meta, "w13_layout");
     *out = LS_W13_INTERLEAVED;
     if (override) *out = *override;
-    else if (meta && !ls_w13_layout_parse(meta, out))
+    else if (!meta)
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "pass --w13-layout contiguous or --w13-layout interleaved, or write __metadata__ "
+                            "w13_layout into the file",
+                            "weights: the fused file does not say how the 2F rows of w13_weight hold gate and up: "
+                            "contiguous (rows 0..F-1 gate, F..2F-1 up: what sglang's and vLLM's FusedMoE loaders "
+                            "write) or interleaved (row 2j gate j, row 2j+1 up j) have the same shape; pass "
+                            "--w13-layout contiguous|interleaved or write __metadata__ w13_layout");
+    else if (!ls_w13_layout_parse(meta, out))
         return ls_error_set(err, LS_SAFETENSORS_INVALID, "set __metadata__.w13_layout to interleaved or contiguous",
                             "weights: __metadata__ w13_layout is \"%s\", expected interleaved or contiguous", meta);
     return LS_OK;

@@ -193,8 +193,15 @@ static void *ls_batcher_main(void *arg) {
         b->last_jobs = count;
         ls_metrics_set_queue_depth(b->metrics, b->queued_jobs);
         pthread_mutex_unlock(&b->lock);
+        /* Queue and compute times per request, as Triton reports them;
+         * a job may be freed once run, so its queue time is taken first. */
+        struct timespec start;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        for (int k = 0; k < count; k++)
+            ls_metrics_observe_forward_queue(b->metrics, ls_batcher_us_between(&b->batch[k]->enqueued, &start) * 1e-6);
         if (count == 1) ls_batcher_run_alone(b, b->batch[0]);
         else ls_batcher_run_merged(b, b->batch, count);
+        ls_metrics_observe_forward_compute(b->metrics, ls_batcher_age_us(&start) * 1e-6, count);
         pthread_mutex_lock(&b->lock);
         clock_gettime(CLOCK_MONOTONIC, &b->last_end);
     }

@@ -56,6 +56,29 @@ void ls_metrics_observe_request(ls_metrics *m, const char *route, int status, do
     pthread_mutex_unlock(&m->lock);
 }
 
+/* Adds n observations of seconds to h; the caller holds the lock. */
+static void ls_metrics_seconds_add(ls_metrics_seconds *h, double seconds, int n) {
+    h->count += (uint64_t)n;
+    h->sum_s += seconds * n;
+    for (int b = 0; b < LS_METRICS_LATENCY_BUCKETS; b++)
+        if (seconds <= ls_latency_bounds[b]) {
+            h->buckets[b] += (uint64_t)n;
+            break;
+        }
+}
+
+void ls_metrics_observe_forward_queue(ls_metrics *m, double seconds) {
+    pthread_mutex_lock(&m->lock);
+    ls_metrics_seconds_add(&m->forward_queue, seconds, 1);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void ls_metrics_observe_forward_compute(ls_metrics *m, double seconds, int requests) {
+    pthread_mutex_lock(&m->lock);
+    ls_metrics_seconds_add(&m->forward_compute, seconds, requests);
+    pthread_mutex_unlock(&m->lock);
+}
+
 void ls_metrics_add_tokens(ls_metrics *m, uint64_t tokens) {
     pthread_mutex_lock(&m->lock);
     m->tokens += tokens;
@@ -138,7 +161,26 @@ static void ls_metrics_render_requests(const ls_metrics *m, ls_buf *b) {
     }
 }
 
+/* One label-free histogram of seconds, with its HELP and TYPE. */
+static void ls_metrics_render_seconds(ls_buf *b, const char *name, const char *help, const ls_metrics_seconds *h) {
+    ls_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int k = 0; k < LS_METRICS_LATENCY_BUCKETS; k++) {
+        cum += h->buckets[k];
+        ls_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, ls_latency_bounds[k], (unsigned long long)cum);
+    }
+    ls_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
+                  (unsigned long long)h->count, name, h->sum_s, name, (unsigned long long)h->count);
+}
+
 static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
+    ls_metrics_render_seconds(b, "lorasink_forward_queue_seconds",
+                              "Time a batched forward waited in the queue before its backend call.",
+                              &m->forward_queue);
+    ls_metrics_render_seconds(b, "lorasink_forward_compute_seconds",
+                              "Time of the backend call that served a batched forward (shared by the requests "
+                              "merged into it).",
+                              &m->forward_compute);
     ls_buf_printf(b, "# HELP lorasink_batch_requests Requests coalesced into one backend call.\n"
                      "# TYPE lorasink_batch_requests histogram\n");
     uint64_t cum = 0;
@@ -277,6 +319,28 @@ static void ls_metrics_render_build(const ls_backend *be, ls_buf *b) {
     ls_buf_printf(b, "\",compiler=\"");
     ls_metrics_label(b, LS_METRICS_COMPILER);
     ls_buf_printf(b, "\"} 1\n");
+}
+
+/* The CUDA device's memory, as cudaMemGetInfo sees it (the whole
+ * device: other processes' use included). The CUDA backend's memory
+ * operation only sets the device and asks the driver, touching no state
+ * of the backend, so a scrape may call it while a forward runs. Device
+ * utilisation would need NVML, which is not linked: that series is not
+ * exported (docs/dashboard.md). be borrowed, may be NULL. */
+static void ls_metrics_render_device(const ls_backend *be, ls_buf *b) {
+    if (!be || strcmp(ls_backend_name(be), "cuda")) return;
+    size_t free_b = 0, total_b = 0;
+    ls_error err;
+    ls_error_init(&err);
+    const bool ok = ls_backend_memory((ls_backend *)be, &free_b, &total_b, &err) == LS_OK;
+    ls_error_free(&err);
+    if (!ok) return;
+    ls_buf_printf(b,
+                  "# HELP lorasink_device_memory_used_bytes Memory in use on the CUDA device (every process's).\n"
+                  "# TYPE lorasink_device_memory_used_bytes gauge\nlorasink_device_memory_used_bytes %zu\n"
+                  "# HELP lorasink_device_memory_total_bytes Memory of the CUDA device.\n"
+                  "# TYPE lorasink_device_memory_total_bytes gauge\nlorasink_device_memory_total_bytes %zu\n",
+                  total_b - free_b, total_b);
 }
 
 /* Seconds since the epoch at which the kernel booted (/proc/stat btime),
@@ -469,6 +533,7 @@ char *ls_metrics_render(ls_metrics *m, struct ls_pool *pool, const ls_backend *b
                           (unsigned long long)m->validation_failures[c]);
     ls_metrics_render_batches(m, &b);
     pthread_mutex_unlock(&m->lock);
+    ls_metrics_render_device(be, &b); /* asks the driver: not under the lock */
     int slots = ls_metrics_render_pool(pool, &b);
     if (slots > 0) ls_metrics_render_adapters(pool, slots, &b);
     ls_metrics_render_build(be, &b);

@@ -34,6 +34,13 @@ typedef struct {
     uint64_t buckets[LS_METRICS_LATENCY_BUCKETS]; /* cumulative at render */
 } ls_metrics_series;
 
+/* A histogram of seconds over the latency bounds. */
+typedef struct {
+    uint64_t count;
+    double sum_s;
+    uint64_t buckets[LS_METRICS_LATENCY_BUCKETS]; /* cumulative at render */
+} ls_metrics_seconds;
+
 typedef struct {
     pthread_mutex_t lock;
     ls_metrics_series series[LS_METRICS_MAX_SERIES];
@@ -45,6 +52,9 @@ typedef struct {
     uint64_t rejected_overload;
     uint64_t batch_waits;      /* batches held open for companions */
     double batch_wait_seconds; /* and how long, in all */
+    /* per batched forward: queued (enqueued to its backend call) and
+     * computing (its backend call, which it may share with others) */
+    ls_metrics_seconds forward_queue, forward_compute;
     int64_t queue_depth; /* gauge, set by the batcher */
     int64_t receiving;   /* gauge, set by the batcher: forwards whose body is being read */
     int64_t loads;       /* gauge: adapter loads running (uploads and auto-loads) */
@@ -63,6 +73,10 @@ void ls_metrics_add_tokens(ls_metrics *m, uint64_t tokens);
 void ls_metrics_validation_failure(ls_metrics *m, ls_status code);
 void ls_metrics_observe_batch(ls_metrics *m, int requests, int tokens);
 void ls_metrics_observe_batch_wait(ls_metrics *m, double seconds);
+/* A forward's time in the batcher's queue, before its backend call. */
+void ls_metrics_observe_forward_queue(ls_metrics *m, double seconds);
+/* One backend call's time, once for each of the requests it served. */
+void ls_metrics_observe_forward_compute(ls_metrics *m, double seconds, int requests);
 void ls_metrics_set_queue_depth(ls_metrics *m, int64_t depth);
 void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
 /* An adapter load began (+1) or ended (-1). */

@@ -115,5 +115,8 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_list(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_get(const ls_request *req, ls_reply *r);
 void ls_handle_adapter_delete(const ls_request *req, ls_reply *r);
+/* vLLM's names for a load by path and a delete (server/handlers_vllm.c). */
+void ls_handle_vllm_load(const ls_request *req, ls_reply *r);
+void ls_handle_vllm_unload(const ls_request *req, ls_reply *r);
 
 #endif

@@ -26,6 +26,10 @@ static const ls_route ls_routes[] = {
     {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, LS_ROUTE_DISK},
     {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, LS_ROUTE_INLINE},
     {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, LS_ROUTE_BACKEND},
+    /* vLLM's and sglang's names (server/handlers_vllm.c): a load here
+     * validates and registers in one step, on the backend's queue. */
+    {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, LS_ROUTE_BACKEND},
+    {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, LS_ROUTE_BACKEND},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 

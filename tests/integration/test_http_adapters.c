@@ -97,17 +97,58 @@ static void test_raw_body(void **state) {
     ls_test_response_free(&resp);
     free(body);
     tiny_check_forward(&ts, "raw-a", "interleaved");
-    /* without lora_alpha the scale is 1: a different result */
+    /* lora_alpha stated nowhere: 422 saying where to give it, nothing loaded */
+    char *snap = tiny_state_snapshot(&ts);
     body = tiny_adapter_safetensors(&ts, NULL, &len);
-    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=raw-scale1", "application/octet-stream", body, len,
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=raw-noalpha", "application/octet-stream", body, len,
                                   NULL, &resp),
                      0);
-    assert_int_equal(resp.status, 201);
+    assert_int_equal(resp.status, 422);
     json_t *j = ls_test_response_json(&resp);
-    assert_true(json_real_value(json_object_get(j, "scale")) == 1.0);
+    assert_string_equal(ls_test_error_code(j), "adapter_config_invalid");
+    const json_t *v = json_array_get(json_object_get(json_object_get(j, "error"), "violations"), 0);
+    assert_non_null(strstr(json_string_value(json_object_get(v, "message")), "lora_alpha is stated nowhere"));
+    const char *hint = json_string_value(json_object_get(v, "hint"));
+    assert_non_null(strstr(hint, "?lora_alpha="));
+    assert_non_null(strstr(hint, "__metadata__ lora_alpha"));
+    assert_non_null(strstr(hint, "adapter_config.json"));
+    assert_non_null(strstr(hint, "scale"));
     json_decref(j);
     ls_test_response_free(&resp);
+    char *after = tiny_state_snapshot(&ts);
+    assert_string_equal(snap, after);
+    free(snap);
+    free(after);
+    /* a scale given instead of alpha is the scale */
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=raw-scale2&scale=2", "application/octet-stream", body,
+                                  len, NULL, &resp),
+                     0);
+    assert_int_equal(resp.status, 201);
+    j = ls_test_response_json(&resp);
+    assert_true(json_real_value(json_object_get(j, "scale")) == 2.0);
+    json_decref(j);
+    ls_test_response_free(&resp);
+    tiny_check_forward(&ts, "raw-scale2", "interleaved");
+    /* both: one would be ignored */
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=raw-both&scale=2&lora_alpha=4",
+                                  "application/octet-stream", body, len, NULL, &resp),
+                     0);
+    assert_int_equal(resp.status, 422);
+    ls_test_response_free(&resp);
     free(body);
+}
+
+/* A path to the adapter_model.safetensors of a PEFT directory reads the
+ * directory's adapter_config.json: the same adapter as the directory. */
+static void test_path_file_in_peft_dir(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "peft-dir2", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    json_t *req = json_pack("{s:s, s:s}", "name", "dir-file", "path", "peft-dir2/adapter_model.safetensors");
+    json_t *r = tiny_post_json(&ts, "/adapters", req, 201);
+    assert_true(json_real_value(json_object_get(r, "scale")) == 2.0);
+    json_decref(r);
+    json_decref(req);
+    tiny_check_forward(&ts, "dir-file", "interleaved");
 }
 
 static void test_names_replace_delete(void **state) {
@@ -184,7 +225,7 @@ int main(void) {
         cmocka_unit_test(test_inline_pool_format),    cmocka_unit_test(test_path_peft_dir),
         cmocka_unit_test(test_path_safetensors_file), cmocka_unit_test(test_raw_body),
         cmocka_unit_test(test_names_replace_delete),  cmocka_unit_test(test_paths_outside_refused),
-        cmocka_unit_test(test_validate_touches_nothing),
+        cmocka_unit_test(test_validate_touches_nothing), cmocka_unit_test(test_path_file_in_peft_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

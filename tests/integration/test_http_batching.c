@@ -755,10 +755,38 @@ static void test_stop_finishes_owed_replies(void **state) {
     free(mid);
 }
 
+/* Every batched forward adds one observation to the queue-time and the
+ * compute-time histograms (Triton's queue and compute_infer), and the
+ * scrape is a well-formed histogram; with --batching=false there is no
+ * batcher queue, and neither series moves. */
+static void test_queue_and_compute_seconds(void **state) {
+    (void)state;
+    for (int batching = 1; batching >= 0; batching--) {
+        start_on("generic", batching);
+        const int K = 5;
+        for (int i = 0; i < K; i++) {
+            char *body = request_body(i);
+            json_decref(post("/forward", body, 200));
+            free(body);
+        }
+        const double want = batching ? K : 0;
+        assert_true(metric("lorasink_forward_queue_seconds_count") == want);
+        assert_true(metric("lorasink_forward_queue_seconds_bucket{le=\"+Inf\"}") == want);
+        assert_true(metric("lorasink_forward_compute_seconds_count") == want);
+        assert_true(metric("lorasink_forward_compute_seconds_bucket{le=\"+Inf\"}") == want);
+        /* cumulative buckets: never above the count */
+        assert_true(metric("lorasink_forward_compute_seconds_bucket{le=\"0.0005\"}") <= want);
+        assert_true(metric("lorasink_forward_queue_seconds_bucket{le=\"10\"}") <= want);
+        if (batching) assert_true(metric("lorasink_forward_compute_seconds_sum") > 0);
+        assert_int_equal(ls_test_server_stop(srv), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paths_over_http),
+        cmocka_unit_test(test_queue_and_compute_seconds),
         cmocka_unit_test(test_queue_full_is_429),
         cmocka_unit_test(test_waits_hold_no_http_thread),
         cmocka_unit_test(test_read_adapters_always_registered),

@@ -91,6 +91,7 @@ static void write_model(const char *path) {
         snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.w2_weight", l);
         add_f32(&set, name, s2, w2 + n2 * l, n2, &k2[l]);
     }
+    ls_tensor_set_add_meta(&set, "w13_layout", "interleaved"); /* a fused file states it */
     /* 3D as the layout wants: [n, 2F, HD] and [n, HD, FF]. */
     for (size_t i = 0; i < set.n; i++) {
         ls_tensor *t = &set.items[i].t;

@@ -151,9 +151,31 @@ static void run_case(const char *layout_meta, const char *layout_flag, ls_w13_la
     free(dir);
 }
 
-static void test_interleaved_default(void **state) {
+static void test_interleaved_from_metadata(void **state) {
     (void)state;
-    run_case(NULL, NULL, LS_W13_INTERLEAVED, 11);
+    run_case("interleaved", NULL, LS_W13_INTERLEAVED, 11);
+}
+
+/* No layout in the file and no --w13-layout: start-up stops, saying both
+ * layouts and the flag (no default: the two have the same shape). */
+static void test_undeclared_layout_exit_1(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    char path[512], out[8192];
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    weights w = {.n = 2, .H = 8, .F = 4, .L = 1};
+    write_weights(path, &w, NULL, 5);
+    const char *args[] = {"--weights", path, "--port", "0", NULL};
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
+    assert_non_null(strstr(out, "__metadata__ w13_layout"));
+    assert_non_null(strstr(out, "--w13-layout contiguous|interleaved"));
+    assert_non_null(strstr(out, "contiguous (rows 0..F-1 gate"));
+    assert_non_null(strstr(out, "interleaved (row 2j gate j"));
+    assert_non_null(strstr(out, "FusedMoE"));
+    free(w.w13);
+    free(w.w2);
+    ls_test_rmtree(dir);
+    free(dir);
 }
 
 static void test_contiguous_from_metadata(void **state) {
@@ -183,6 +205,7 @@ static void test_broken_weights_exit_1(void **state) {
     ls_tensor_set_add(&set, "model.layers.0.mlp.shared_experts.w2_weight", &t2);
     ls_tensor_set_add(&set, "model.layers.1.mlp.shared_experts.w13_weight", &t13);
     ls_tensor_set_add(&set, "model.layers.1.mlp.shared_experts.w2_weight", &t2bad);
+    ls_tensor_set_add_meta(&set, "w13_layout", "interleaved");
     uint8_t *buf;
     size_t len;
     assert_int_equal(ls_safetensors_write(&set, &buf, &len, NULL), LS_OK);
@@ -260,7 +283,8 @@ static void test_command_line(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_interleaved_default),     cmocka_unit_test(test_contiguous_from_metadata),
+        cmocka_unit_test(test_interleaved_from_metadata), cmocka_unit_test(test_undeclared_layout_exit_1),
+        cmocka_unit_test(test_contiguous_from_metadata),
         cmocka_unit_test(test_flag_overrides_metadata), cmocka_unit_test(test_broken_weights_exit_1),
         cmocka_unit_test(test_command_line),
     };

@@ -284,17 +284,29 @@ static void test_scales(void **state) {
     assert_gu_b_scaled(&a, 4.0 / sqrt(2.0));
     ls_adapter_free(&a);
 
-    prm.has_alpha = false; /* no alpha: scale 1, rsLoRA or not */
+    /* No alpha stated anywhere: refused, never a silent scale of 1. */
+    prm.has_alpha = false;
+    ls_error err;
+    ls_error_init(&err);
+    memset(&a, 0x5a, sizeof a);
+    assert_int_equal(ls_adapter_normalise(&s, &prm, &d, &p, &a, &err), LS_ADAPTER_CONFIG_INVALID);
+    assert_non_null(strstr(err.message, "lora_alpha is stated nowhere"));
+    assert_non_null(strstr(err.violations[0].hint, "?lora_alpha="));
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_normalise(&s, NULL, &d, &p, &a, &err), LS_ADAPTER_CONFIG_INVALID);
+    ls_error_free(&err);
+
+    /* A scale given instead of alpha is the scale, rsLoRA or not. */
+    prm.has_scale = true, prm.scale = 3.0;
     normalise_ok(&s, &prm, &d, &p, &a);
-    assert_true(a.meta.scale == 1.0);
-    assert_gu_b_scaled(&a, 1.0);
+    assert_true(a.meta.scale == 3.0);
+    assert_gu_b_scaled(&a, 3.0);
     ls_adapter_free(&a);
 
-    ls_adapter_params bare = {0}; /* NULL-like params: r from the tensors */
+    ls_adapter_params bare = {.has_scale = true, .scale = 1.0}; /* r from the tensors */
     normalise_ok(&s, &bare, &d, &p, &a);
     assert_int_equal(a.meta.rank, 2);
-    ls_adapter_free(&a);
-    normalise_ok(&s, NULL, &d, &p, &a);
     assert_true(a.meta.scale == 1.0);
     ls_adapter_free(&a);
     ls_tensor_set_free(&s);

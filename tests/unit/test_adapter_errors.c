@@ -18,7 +18,7 @@ static void test_valid_baseline(void **state) {
     tu_fx *f = *state;
     fx_peft(f);
     ls_adapter a;
-    assert_int_equal(ls_adapter_normalise(&f->s, NULL, &f->d, &f->p, &a, &f->err), LS_OK);
+    assert_int_equal(ls_adapter_normalise(&f->s, &tu_scale1, &f->d, &f->p, &a, &f->err), LS_OK);
     assert_int_equal(f->err.n_violations, 0);
     ls_adapter_free(&a);
 }
@@ -28,7 +28,7 @@ static void test_dtype_unsupported(void **state) {
     fx_peft(f);
     const int64_t shape[2] = {2, 4};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_I32, shape, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_DTYPE_UNSUPPORTED, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_DTYPE_UNSUPPORTED, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_DTYPE_UNSUPPORTED, 0, N(f, TU_GU_A, 0), LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "I32"));
     assert_int_equal(f->err.n_violations, 1);
@@ -39,7 +39,7 @@ static void test_peft_not_2d(void **state) {
     fx_peft(f);
     const int64_t shape[3] = {1, 4, 2};
     tu_replace(&f->s, N(f, TU_D_B, 0), LS_DTYPE_F32, shape, 3);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
     tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, TU_D_B, 0), LS_NA, 2, 3);
     assert_int_equal(f->err.n_violations, 1); /* no rank or hidden noise from the same tensor */
 }
@@ -57,7 +57,7 @@ static void test_peft_not_2d_keeps_checking(void **state) {
     const int64_t gb1[1] = {24}, da1[2] = {3, 6};
     tu_replace(&f->s, N(f, TU_GU_B, 1), LS_DTYPE_F32, gb1, 1);
     tu_replace(&f->s, N(f, TU_D_A, 1), LS_DTYPE_F32, da1, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
     tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, TU_GU_A, 0), LS_NA, 2, 3);
     tu_expect(&f->err, LS_LORA_EXTENT_NOT_DIVISIBLE, 0, N(f, TU_GU_B, 0), 0, 12, 11);
     tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, N(f, TU_D_A, 0), 1, 6, 8);
@@ -74,7 +74,7 @@ static void test_peft_none_2d(void **state) {
     const int64_t s3[3] = {1, 2, 4};
     const char *fmts[4] = {TU_GU_A, TU_GU_B, TU_D_A, TU_D_B};
     for (int k = 0; k < 4; k++) tu_add_pattern(&f->s, N(f, fmts[k], 0), LS_DTYPE_F32, s3, 3, k);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
     for (int k = 0; k < 4; k++) tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, fmts[k], 0), LS_NA, 2, 3);
     assert_int_equal(f->err.n_violations, 4);
 
@@ -82,7 +82,7 @@ static void test_peft_none_2d(void **state) {
     ls_error_clear(&f->err);
     const int64_t z[2] = {0, 4};
     tu_replace(&f->s, N(f, TU_D_A, 0), LS_DTYPE_F32, z, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_INVALID_SHAPE, 0, N(f, TU_D_A, 0), LS_NA, LS_NA, 0);
     assert_non_null(strstr(v->message, "rank 0"));
     assert_int_equal(f->err.n_violations, 5); /* three not 2D, its rank, its n*F columns */
@@ -94,7 +94,7 @@ static void test_hidden_mismatch(void **state) {
     const int64_t a[2] = {2, 5}, b[2] = {5, 2};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_F32, a, 2);
     tu_replace(&f->s, N(f, TU_D_B, 1), LS_DTYPE_F32, b, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_HIDDEN_MISMATCH, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_HIDDEN_MISMATCH, &f->err);
     tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, N(f, TU_GU_A, 0), 1, 4, 5);
     tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 1, N(f, TU_D_B, 1), 0, 4, 5);
     assert_int_equal(f->err.n_violations, 2);
@@ -106,7 +106,7 @@ static void test_extent_not_divisible(void **state) {
     const int64_t b[2] = {11, 2}, a[2] = {2, 7};
     tu_replace(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, b, 2);
     tu_replace(&f->s, N(f, TU_D_A, 1), LS_DTYPE_F32, a, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EXTENT_NOT_DIVISIBLE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_EXTENT_NOT_DIVISIBLE, &f->err);
     tu_expect(&f->err, LS_LORA_EXTENT_NOT_DIVISIBLE, 0, N(f, TU_GU_B, 0), 0, 12, 11);
     tu_expect(&f->err, LS_LORA_EXTENT_NOT_DIVISIBLE, 1, N(f, TU_D_A, 1), 1, 6, 7);
     assert_int_equal(f->err.n_violations, 2); /* divisibility first, no intermediate noise */
@@ -118,7 +118,7 @@ static void test_intermediate_mismatch(void **state) {
     const int64_t b[2] = {10, 2}, a[2] = {2, 8};
     tu_replace(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, b, 2);
     tu_replace(&f->s, N(f, TU_D_A, 1), LS_DTYPE_F32, a, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_INTERMEDIATE_MISMATCH, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_INTERMEDIATE_MISMATCH, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 0, N(f, TU_GU_B, 0), 0, 12, 10);
     assert_non_null(strstr(v->message, "n * 5"));
     tu_expect(&f->err, LS_LORA_INTERMEDIATE_MISMATCH, 1, N(f, TU_D_A, 1), 1, 6, 8);
@@ -130,7 +130,7 @@ static void test_peft_rank_mismatch(void **state) {
     fx_peft(f);
     const int64_t b[2] = {12, 3};
     tu_replace(&f->s, N(f, TU_GU_B, 1), LS_DTYPE_F32, b, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
     /* The odd factor is reported against the rank the others share. */
     tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 1, N(f, TU_GU_B, 1), 1, 2, 3);
     assert_int_equal(f->err.n_violations, 1);
@@ -141,7 +141,7 @@ static void test_peft_transposed(void **state) {
     fx_peft(f);
     const int64_t a[2] = {4, 2};
     tu_replace(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_F32, a, 2);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_RANK_MISMATCH, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_RANK_MISMATCH, 0, N(f, TU_GU_A, 0), 0, 2, 4);
     assert_non_null(strstr(v->hint, "transposed"));
     v = tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, N(f, TU_GU_A, 0), 1, 4, 2);
@@ -163,7 +163,7 @@ static void test_rank_too_large(void **state) {
     tu_fx *f = *state;
     fx_peft(f);
     f->p.max_rank = 1;
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_RANK_TOO_LARGE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_RANK_TOO_LARGE, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_RANK_TOO_LARGE, LS_NA, N(f, TU_GU_A, 0), LS_NA, 1, 2);
     assert_non_null(strstr(v->hint, "--max-rank 2"));
     assert_int_equal(f->err.n_violations, 1);
@@ -177,7 +177,7 @@ static void test_missing_tensor(void **state) {
     char prefixed[192];
     tu_name(prefixed, sizeof prefixed, "base_model.model.", TU_GU_A, 1);
     tu_remove(&f->s, prefixed);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_MISSING_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_MISSING_TENSOR, &f->err);
     tu_expect(&f->err, LS_LORA_MISSING_TENSOR, 0, N(f, TU_D_B, 0), LS_NA, LS_NA, LS_NA);
     /* The missing name carries the prefix its partner was uploaded with. */
     tu_expect(&f->err, LS_LORA_MISSING_TENSOR, 1, prefixed, LS_NA, LS_NA, LS_NA);
@@ -203,7 +203,7 @@ static void test_unknown_tensor(void **state) {
     const size_t nbad = sizeof bad / sizeof bad[0];
     const int64_t shape[2] = {2, 4};
     for (size_t i = 0; i < nbad; i++) tu_add_pattern(&f->s, bad[i], LS_DTYPE_F32, shape, 2, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
     for (size_t i = 0; i < nbad; i++) tu_expect(&f->err, LS_LORA_UNKNOWN_TENSOR, LS_NA, bad[i], LS_NA, LS_NA, LS_NA);
     assert_int_equal(f->err.n_violations, nbad);
     const ls_violation *v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[2]);
@@ -223,7 +223,7 @@ static void test_layer_out_of_range(void **state) {
     tu_add_pattern(&f->s, N(f, TU_GU_A, 5), LS_DTYPE_F32, shape, 2, 0);
     const char *huge = "model.layers.123456789012.mlp.shared_experts.gate_up_proj.lora_B.weight";
     tu_add_pattern(&f->s, huge, LS_DTYPE_F32, shape, 2, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_LAYER_OUT_OF_RANGE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_LAYER_OUT_OF_RANGE, &f->err);
     tu_expect(&f->err, LS_LORA_LAYER_OUT_OF_RANGE, 5, N(f, TU_GU_A, 5), LS_NA, 2, 5);
     tu_expect(&f->err, LS_LORA_LAYER_OUT_OF_RANGE, LS_NA, huge, LS_NA, 2, 123456789012LL);
     assert_int_equal(f->err.n_violations, 2); /* no missing-partner noise for out-of-range layers */
@@ -236,7 +236,7 @@ static void test_duplicate_factor(void **state) {
     const int64_t shape[2] = {2, 4};
     tu_add_pattern(&f->s, tu_name(prefixed, sizeof prefixed, "base_model.model.", TU_GU_A, 0), LS_DTYPE_F32, shape, 2,
                    0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_UNKNOWN_TENSOR, 0, prefixed, LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "same factor"));
     assert_int_equal(f->err.n_violations, 1);
@@ -249,7 +249,7 @@ static void test_mixed_formats(void **state) {
     const int64_t ga[4] = {1, 1, 4, 4};
     const char *pool_name = "model.layers.0.mlp.shared_experts.gate_up_lora_a";
     tu_add_pattern(&f->s, pool_name, LS_DTYPE_F32, ga, 4, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_UNKNOWN_TENSOR, LS_NA, pool_name, LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "minority"));
     assert_int_equal(f->err.n_violations, 1);
@@ -261,7 +261,7 @@ static void test_mixed_formats_tie(void **state) {
      * second format (pool) is flagged, every name of it. */
     tu_add_peft_layer(&f->s, "", &f->d, 0, 2, 0);
     tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
     const char *pool[4] = {"gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"};
     for (int k = 0; k < 4; k++) {
         char name[192];
@@ -291,7 +291,7 @@ static void test_nonfinite(void **state) {
     float *b = tu_f32_data(&f->s, N(f, TU_GU_B, 0));
     b[3] = INFINITY;
     b[7] = -INFINITY;
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NONFINITE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_NONFINITE, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_NONFINITE, 1, N(f, TU_D_A, 1), LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "NaN at flat index 5"));
     v = tu_expect(&f->err, LS_LORA_NONFINITE, 0, N(f, TU_GU_B, 0), LS_NA, LS_NA, LS_NA);
@@ -307,7 +307,7 @@ static void test_nonfinite_bf16(void **state) {
     tu_add(&f->s, N(f, TU_GU_A, 0), LS_DTYPE_BF16, a, 2, v);
     const int64_t b[2] = {12, 2};
     tu_add_pattern(&f->s, N(f, TU_GU_B, 0), LS_DTYPE_F32, b, 2, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_NONFINITE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_NONFINITE, &f->err);
     const ls_violation *x = tu_expect(&f->err, LS_LORA_NONFINITE, 0, N(f, TU_GU_A, 0), LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(x->message, "flat index 7"));
 }
@@ -328,7 +328,7 @@ static void test_scale_overflow(void **state) {
 
 static void test_empty(void **state) {
     tu_fx *f = *state;
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
     tu_expect(&f->err, LS_LORA_EMPTY, LS_NA, "", LS_NA, LS_NA, LS_NA);
     assert_int_equal(f->err.n_violations, 1);
 
@@ -337,7 +337,7 @@ static void test_empty(void **state) {
     const int64_t shape[2] = {2, 4};
     tu_add_pattern(&f->s, "model.layers.0.self_attn.o_proj.lora_A.weight", LS_DTYPE_F32, shape, 2, 0);
     tu_add_pattern(&f->s, "model.layers.0.self_attn.o_proj.lora_B.weight", LS_DTYPE_F32, shape, 2, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_EMPTY, LS_NA, "", LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "2 factors of other modules"));
     assert_int_equal(f->err.n_violations, 1);
@@ -356,7 +356,7 @@ static void test_byte_count_mismatch(void **state) {
     fx_peft(f);
     for (size_t i = 0; i < f->s.n; i++)
         if (!strcmp(f->s.items[i].name, N(f, TU_D_B, 1))) f->s.items[i].t.nbytes -= 4;
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_INVALID_SHAPE, &f->err);
     tu_expect(&f->err, LS_INVALID_SHAPE, 1, N(f, TU_D_B, 1), LS_NA, 32, 28);
 }
 
@@ -373,7 +373,7 @@ static void test_many_violations(void **state) {
     tu_f32_data(&f->s, N(f, TU_GU_B, 2))[0] = NAN;
     const int64_t shape[1] = {3};
     tu_add_pattern(&f->s, "lora_config_blob", LS_DTYPE_F32, shape, 1, 0);
-    tu_expect_fail(&f->s, NULL, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
+    tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_UNKNOWN_TENSOR, &f->err);
     tu_expect(&f->err, LS_LORA_UNKNOWN_TENSOR, LS_NA, "lora_config_blob", LS_NA, LS_NA, LS_NA);
     tu_expect(&f->err, LS_LORA_HIDDEN_MISMATCH, 0, N(f, TU_GU_A, 0), 1, 4, 5);
     tu_expect(&f->err, LS_LORA_MISSING_TENSOR, 1, N(f, TU_D_B, 1), LS_NA, LS_NA, LS_NA);

@@ -187,7 +187,7 @@ static void test_unequal_ranks_need_rank_pattern(void **state) {
     ls_pool_dims pool = tu_pool(RR, LS_LORA_SHARED);
     ls_error err;
     ls_error_init(&err);
-    tu_expect_fail(&s, NULL, &d, &pool, LS_LORA_RANK_MISMATCH, &err);
+    tu_expect_fail(&s, &tu_scale1, &d, &pool, LS_LORA_RANK_MISMATCH, &err);
     const ls_violation *v = tu_expect(&err, LS_LORA_RANK_MISMATCH, 0,
                                       "model.layers.0.mlp.shared_experts.up_proj.lora_A.weight", 0, 2, 3);
     assert_non_null(strstr(v->hint, "rank_pattern"));
@@ -228,7 +228,7 @@ static void test_family_names(void **state) {
         ls_adapter a;
         ls_error err;
         ls_error_init(&err);
-        ls_status st = ls_adapter_normalise(&s, NULL, &d, &pool, &a, &err);
+        ls_status st = ls_adapter_normalise(&s, &tu_scale1, &d, &pool, &a, &err);
         if (st != LS_OK) tu_dump(&err);
         assert_int_equal(st, LS_OK);
         assert_true(a.layer_present[1] && !a.layer_present[0]);
@@ -293,7 +293,7 @@ static void test_one_digest_three_forms(void **state) {
         snprintf(name, sizeof name, "model.layers.0.mlp.shared_experts.%s", bufs[k]);
         tu_add(&pf, name, LS_DTYPE_F32, shapes[k], 4, a1.data + lay.off[k]);
     }
-    assert_int_equal(ls_adapter_normalise(&pf, NULL, &d, &pool, &a3, &err), LS_OK);
+    assert_int_equal(ls_adapter_normalise(&pf, &tu_scale1, &d, &pool, &a3, &err), LS_OK);
     assert_string_equal(a1.meta.sha256, a3.meta.sha256);
     ls_adapter_free(&a1);
     ls_adapter_free(&a2);
@@ -365,7 +365,7 @@ static void test_fused_and_separate_in_one_layer(void **state) {
     ls_pool_dims pool = tu_pool(RR, LS_LORA_SHARED);
     ls_error err;
     ls_error_init(&err);
-    tu_expect_fail(&s, NULL, &d, &pool, LS_LORA_UNKNOWN_TENSOR, &err);
+    tu_expect_fail(&s, &tu_scale1, &d, &pool, LS_LORA_UNKNOWN_TENSOR, &err);
     tu_expect(&err, LS_LORA_UNKNOWN_TENSOR, 0, "model.layers.0.mlp.shared_experts.gate_proj.lora_A.weight", LS_NA,
               LS_NA, LS_NA);
     assert_int_equal(err.n_violations, 1);

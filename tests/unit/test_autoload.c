@@ -38,6 +38,7 @@ static int write_good(const char *name) {
     ls_tensor_set s;
     ls_tensor_set_init(&s);
     tu_add_peft_layer(&s, NULL, &d, 0, 2, 0);
+    ls_tensor_set_add_meta(&s, "lora_alpha", "2"); /* an alpha must be stated */
     uint8_t *bytes;
     size_t len;
     const ls_status st = ls_safetensors_write(&s, &bytes, &len, NULL);

@@ -199,8 +199,8 @@ static void test_pool_format_refuses_interleaved(void **state) {
     ls_tensor_set_free(&s);
 }
 
-/* A scale beside PEFT factors would be ignored (they are scaled by
- * lora_alpha / r): refused, like an order the pool format cannot take. */
+/* A scale beside a lora_alpha would leave one of them ignored (each
+ * sets the scale): refused, like an order the pool format cannot take. */
 static void test_peft_refuses_scale(void **state) {
     (void)state;
     factors f;
@@ -208,7 +208,7 @@ static void test_peft_refuses_scale(void **state) {
     ls_tensor_set s;
     ls_tensor_set_init(&s);
     factors_peft(&f, LS_GATE_UP_ORDER_GATE_UP, &s);
-    ls_adapter_params p = {.has_scale = true, .scale = 5.0};
+    ls_adapter_params p = {.has_scale = true, .scale = 5.0, .has_alpha = true, .lora_alpha = 4};
     ls_adapter a;
     ls_error err;
     ls_error_init(&err);

@@ -290,6 +290,35 @@ static void test_validation_failures(void **state) {
     ls_metrics_free(&m);
 }
 
+/* Queue and compute seconds: one observation per request; a backend
+ * call serving three requests counts three times. */
+static void test_forward_seconds(void **state) {
+    (void)state;
+    ls_metrics m;
+    ls_metrics_init(&m);
+    ls_metrics_observe_forward_queue(&m, 0.0004);
+    ls_metrics_observe_forward_queue(&m, 0.02);
+    ls_metrics_observe_forward_compute(&m, 0.003, 3);
+    ls_metrics_observe_forward_compute(&m, 20, 1); /* past the last bound */
+    char *text = ls_metrics_render(&m, NULL, NULL);
+    mt_check_format(text);
+    assert_true(mt_has(text, "# TYPE lorasink_forward_queue_seconds histogram\n"));
+    assert_true(mt_has(text, "# TYPE lorasink_forward_compute_seconds histogram\n"));
+    assert_true(mt_check_histogram(text, "lorasink_forward_queue_seconds", "", "lorasink_forward_queue_seconds_count") ==
+                2);
+    assert_true(mt_check_histogram(text, "lorasink_forward_compute_seconds", "",
+                                   "lorasink_forward_compute_seconds_count") == 4);
+    assert_true(mt_value(text, "lorasink_forward_queue_seconds_bucket{le=\"0.0005\"}") == 1);
+    assert_true(mt_value(text, "lorasink_forward_queue_seconds_bucket{le=\"0.025\"}") == 2);
+    assert_true(mt_value(text, "lorasink_forward_compute_seconds_bucket{le=\"0.0025\"}") == 0);
+    assert_true(mt_value(text, "lorasink_forward_compute_seconds_bucket{le=\"0.005\"}") == 3);
+    assert_true(mt_value(text, "lorasink_forward_compute_seconds_bucket{le=\"10\"}") == 3);
+    assert_true(mt_value(text, "lorasink_forward_compute_seconds_bucket{le=\"+Inf\"}") == 4);
+    assert_true(fabs(mt_value(text, "lorasink_forward_compute_seconds_sum") - (0.009 + 20)) < 1e-9);
+    free(text);
+    ls_metrics_free(&m);
+}
+
 static void test_batch_histogram(void **state) {
     (void)state;
     ls_metrics m;
@@ -608,7 +637,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_families),      cmocka_unit_test(test_request_series),
         cmocka_unit_test(test_series_cap),          cmocka_unit_test(test_counters_and_gauge),
-        cmocka_unit_test(test_validation_failures), cmocka_unit_test(test_batch_histogram),
+        cmocka_unit_test(test_validation_failures), cmocka_unit_test(test_batch_histogram), cmocka_unit_test(test_forward_seconds),
         cmocka_unit_test(test_pool_families),       cmocka_unit_test(test_build_and_process),
         cmocka_unit_test(test_adapter_series),      cmocka_unit_test(test_adapter_label_cap),
         cmocka_unit_test(test_label_escaping),

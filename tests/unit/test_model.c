@@ -172,6 +172,9 @@ static void add_model(st_file *f, int n, int H, int F, int L, const char *dt13, 
         st_add(f, name_of(l, "w13_weight"), dt13, 3, s13, bytes, nb);
     }
     free(bytes);
+    /* A fused file must state its W13 layout (the test may change it). */
+    snprintf(f->meta_key, sizeof f->meta_key, "w13_layout");
+    snprintf(f->meta_value, sizeof f->meta_value, "interleaved");
 }
 
 static st_entry *find_entry(st_file *f, const char *name) {
@@ -263,10 +266,8 @@ static ls_status load_with_meta(const char *meta, const ls_w13_layout *override,
     float *w13, *w2;
     unsigned long long st = 8;
     add_model(&f, 1, 4, 2, 1, "F32", "F32", &w13, &w2, &st);
-    if (meta) {
-        snprintf(f.meta_key, sizeof f.meta_key, "w13_layout");
-        snprintf(f.meta_value, sizeof f.meta_value, "%s", meta);
-    }
+    if (meta) snprintf(f.meta_value, sizeof f.meta_value, "%s", meta);
+    else f.meta_key[0] = '\0';
     const char *path = st_write(&f);
     ls_status s = load_all(path, override, m, err);
     unlink(path);
@@ -302,6 +303,25 @@ static void test_layout_metadata_and_override(void **state) {
     ls_error_clear(&err);
     assert_int_equal(load_with_meta("diagonal", &contig, &m, &err), LS_OK);
     ls_model_free(&m);
+    ls_error_free(&err);
+}
+
+/* A fused file that states no layout, and no --w13-layout: refused, the
+ * error naming both layouts and which loaders write contiguous (both
+ * have the same shape, so a guess would give wrong outputs silently). */
+static void test_layout_never_guessed(void **state) {
+    (void)state;
+    ls_model m;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(load_with_meta(NULL, NULL, &m, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "w13_layout"));
+    assert_non_null(strstr(err.message, "contiguous (rows 0..F-1 gate"));
+    assert_non_null(strstr(err.message, "interleaved (row 2j gate j"));
+    assert_non_null(strstr(err.message, "FusedMoE"));
+    assert_non_null(strstr(err.hint, "--w13-layout contiguous"));
+    assert_non_null(strstr(err.hint, "--w13-layout interleaved"));
+    assert_null(m.src);
     ls_error_free(&err);
 }
 
@@ -620,6 +640,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_dtypes),
         cmocka_unit_test(test_layout_metadata_and_override),
+        cmocka_unit_test(test_layout_never_guessed),
         cmocka_unit_test(test_errors_name_the_tensor),
         cmocka_unit_test(test_unreadable_files),
         cmocka_unit_test(test_demo_deterministic),

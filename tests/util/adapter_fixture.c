@@ -177,6 +177,8 @@ const ls_violation *tu_expect(const ls_error *e, ls_status code, int layer, cons
     return v;
 }
 
+const ls_adapter_params tu_scale1 = {.has_scale = true, .scale = 1.0};
+
 /* Asserts that out is all zero bytes (what a failed normalise leaves). */
 static void tu_assert_zeroed(const ls_adapter *a) {
     const unsigned char *p = (const unsigned char *)a;

@@ -66,6 +66,10 @@ void tu_remove(ls_tensor_set *s, const char *name);
 /* The data of the f32 tensor called name (borrowed from s). */
 float *tu_f32_data(ls_tensor_set *s, const char *name);
 
+/* PEFT factors taken as they are: a scale of 1 stated (without one, or
+ * a lora_alpha, an upload is refused). */
+extern const ls_adapter_params tu_scale1;
+
 /* Prints every violation of e. */
 void tu_dump(const ls_error *e);
 /* Number of violations with this code. */
