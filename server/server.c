@@ -9,7 +9,7 @@
 #include "api/forward.h"
 #include "common/log.h"
 #include "model/model.h"
-#include "server/autoload.h"
+#include "lora/autoload.h"
 #include "server/batcher.h"
 #include "server/offload.h"
 
@@ -114,6 +114,9 @@ static bool ls_server_preload(ls_server *srv) {
     return true;
 }
 
+/* Auto-load's loads, counted in the same gauge as uploads. */
+static void ls_server_count_load(void *metrics, int delta) { ls_metrics_loads(metrics, delta); }
+
 bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     memset(srv, 0, sizeof *srv);
     srv->loader.dirfd = -1;
@@ -192,7 +195,8 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
     if (!ls_server_preload(srv)) goto fail;
     if (cfg->auto_load) {
-        if ((st = ls_autoload_create(&srv->loader, srv->pool, &srv->metrics, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
+        const ls_autoload_gauge gauge = {ls_server_count_load, &srv->metrics};
+        if ((st = ls_autoload_create(&srv->loader, srv->pool, &gauge, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
             ls_log_error("auto-load: %s", err.message);
             goto fail;
         }

@@ -1,4 +1,4 @@
-/* server/autoload in-process, where HTTP cannot reach: many requests
+/* lora/autoload in-process, where HTTP cannot reach: many requests
  * racing for one unloaded adapter read its file once, round after round;
  * a server short of file descriptors answers 500 and is not remembered
  * against the file, which loads once descriptors are back; the check an
@@ -23,7 +23,7 @@
 
 #include "config/config.h"
 #include "format/safetensors.h"
-#include "server/autoload.h"
+#include "lora/autoload.h"
 #include "server/server.h"
 #include "tests/util/adapter_fixture.h"
 #include "tests/util/testutil.h"
