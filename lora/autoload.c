@@ -226,8 +226,7 @@ static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st,
          * 422; its size, 413; its path, 400); a full pool, a device error
          * or a server short of descriptors (500, 503) may pass, so the
          * next request tries again. */
-        const int http = ls_status_http(st);
-        e->remembered = http == 400 || http == 413 || http == 422;
+        e->remembered = ls_status_is_input(st);
         ls_log_warn("auto-load: adapter %s from %s failed: %s", e->name, e->origin.path, mine->message);
     }
     pthread_cond_broadcast(&al->cv);

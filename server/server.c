@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "model/model.h"
 #include "lora/autoload.h"
+#include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
 
@@ -58,7 +59,7 @@ static void ls_server_log_model(const ls_model *m, ls_dtype served) {
 /* Prints err's structured body on stderr: an operator reads the same
  * violations a client of POST /adapters would. */
 static void ls_server_preload_error(const char *name, const ls_error *err) {
-    char *body = ls_error_body_text(err);
+    char *body = ls_error_body_text(err, ls_http_status(err->code == LS_OK ? LS_INTERNAL : err->code));
     ls_log_error("start-up adapter %s: %s", name, err->message);
     fprintf(stderr, "%s\n", body ? body : "{\"error\": {\"code\": \"internal\"}}");
     free(body);
