@@ -320,7 +320,10 @@ typedef enum {
  * look under the lock (so nothing changes between looking and acting),
  * and done as far as reach allows. need says what is left for a thread of
  * longer reach (LS_AUTOLOAD_READY: nothing); an error is the request's
- * answer. */
+ * answer. Longer than 80 lines on purpose: every state a name can be in
+ * and what each reach does with it are read in one place, under one
+ * lock; split, the transitions would hide in helpers that each need the
+ * lock held and the entry pinned. */
 static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, ls_autoload_need *need,
                                   ls_error *err) {
     *need = LS_AUTOLOAD_READY;
