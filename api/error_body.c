@@ -57,17 +57,17 @@ static json_t *ls_violation_json(const ls_violation *v) {
     return o;
 }
 
-json_t *ls_error_body(const ls_error *err) {
+json_t *ls_error_body(const ls_error *err, int status) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     json_t *list = json_array();
     for (size_t i = 0; list && i < err->n_violations; i++) json_array_append_new(list, ls_violation_json(&err->violations[i]));
-    json_t *e = json_pack("{s:s, s:i, s:o, s:o, s:o?}", "code", ls_status_code(code), "status", ls_status_http(code),
+    json_t *e = json_pack("{s:s, s:i, s:o, s:o, s:o?}", "code", ls_status_code(code), "status", status,
                           "message", ls_error_text(err->message[0] ? err->message : ls_status_code(code)), "hint",
                           ls_error_text(err->hint[0] ? err->hint : ls_status_hint(code)), "violations", list);
     if (e && err->dropped) json_object_set_new(e, "violations_dropped", json_integer(err->dropped));
     return e ? json_pack("{s:o}", "error", e) : NULL;
 }
 
-char *ls_error_body_text(const ls_error *err) {
-    return ls_json_take_text(ls_error_body(err));
+char *ls_error_body_text(const ls_error *err, int status) {
+    return ls_json_take_text(ls_error_body(err, status));
 }

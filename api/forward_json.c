@@ -311,153 +311,196 @@ enum { LS_FJ_KEYS, LS_FJ_LAYER, LS_FJ_ENCODING, LS_FJ_X, LS_FJ_GAMMAS, LS_FJ_NAM
 
 static const char *const ls_fj_known[] = {"layer", "x", "gammas", "adapter", "adapters", "encoding", NULL};
 
+/* One parse: the reader, what each field gave and its problems. */
+typedef struct {
+    ls_jr r;
+    const ls_dims *dims;
+    int max_tokens;
+    ls_forward_req *req;
+    ls_fj_problem pb[LS_FJ_FIELDS];
+    ls_fj_matrix x, g;
+    ls_fj_names one, per_token;
+    bool seen[7], have_x, have_g, layer_given;
+} ls_fj_parse;
+
+static bool ls_fj_layer(ls_fj_parse *ps) {
+    ls_jr *r = &ps->r;
+    char c = ls_jr_peek(r);
+    double d;
+    bool is_int = false, ok = true;
+    long long v = 0;
+    if (c == 'n') {
+        char w;
+        ok = ls_jr_literal(r, &w);
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        ok = ls_jr_number(r, &d, &is_int, &v);
+        if (ok && !is_int) ls_fj_note(&ps->pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
+    } else {
+        ls_fj_note(&ps->pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
+        ok = ls_jr_skip(r);
+    }
+    if (ok && is_int) {
+        ls_error e;
+        ls_error_init(&e);
+        ps->layer_given = true;
+        if (ls_forward_check_layer(v, ps->dims, &ps->req->layer_index, &e) != LS_OK)
+            ls_fj_note(&ps->pb[LS_FJ_LAYER], e.code, e.hint, "%s", e.message);
+        else ps->req->layer = (int)v;
+        ls_error_free(&e);
+    }
+    return ok;
+}
+
+static bool ls_fj_encoding(ls_fj_parse *ps) {
+    ls_jr *r = &ps->r;
+    char c = ls_jr_peek(r), buf[16];
+    size_t blen = 0;
+    bool ok = true;
+    if (c == 'n') {
+        char w;
+        ok = ls_jr_literal(r, &w);
+    } else if (c == '"' && (ok = ls_jr_string(r, buf, sizeof buf, &blen)) && blen == 6 && !strcmp(buf, "base64")) {
+        ps->req->base64 = true;
+    } else if (ok && !(c == '"' && blen == 4 && !strcmp(buf, "json"))) {
+        if (c != '"') ok = ls_jr_skip(r);
+        ls_fj_note(&ps->pb[LS_FJ_ENCODING], LS_INVALID_REQUEST, NULL, "\"encoding\" is \"json\" or \"base64\"");
+    }
+    return ok;
+}
+
+/* The value of member k (an index into ls_fj_known, or its end for an
+ * unknown key); false when the JSON itself failed. */
+static bool ls_fj_member(ls_fj_parse *ps, int k, const char *key) {
+    ls_jr *r = &ps->r;
+    if (!ls_fj_known[k]) {
+        char hint[256] = "known keys:", near[96];
+        ls_text_near n;
+        ls_text_near_init(&n, key);
+        for (int i = 0; ls_fj_known[i]; i++) {
+            size_t l = strlen(hint);
+            snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_fj_known[i]);
+            ls_text_near_offer(&n, ls_fj_known[i]);
+        }
+        ls_fj_note(&ps->pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request%s", key,
+                   ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+        return ls_jr_skip(r);
+    }
+    if (!strcmp(key, "layer")) return ls_fj_layer(ps);
+    if (!strcmp(key, "encoding")) return ls_fj_encoding(ps);
+    if (!strcmp(key, "x")) {
+        ps->have_x = true;
+        return ls_fj_tensor(r, "x", -1, ps->dims->H, ps->max_tokens, &ps->x, &ps->pb[LS_FJ_X]);
+    }
+    if (!strcmp(key, "gammas")) {
+        if (ls_jr_peek(r) == 'n') {
+            char w;
+            return ls_jr_literal(r, &w);
+        }
+        ps->have_g = true;
+        return ls_fj_tensor(r, "gammas", -1, ps->dims->n, 0, &ps->g, &ps->pb[LS_FJ_GAMMAS]);
+    }
+    if (!strcmp(key, "adapters")) return ls_fj_names_read(r, true, &ps->per_token, &ps->pb[LS_FJ_NAMES]);
+    return ls_fj_names_read(r, false, &ps->one, &ps->pb[LS_FJ_NAMES]);
+}
+
+/* The body: one object of known keys, each at most once, then its end. */
+static void ls_fj_body(ls_fj_parse *ps) {
+    ls_jr *r = &ps->r;
+    if (ls_jr_peek(r) != '{') {
+        if (ls_jr_skip(r) && ls_jr_at_end(r))
+            ls_fj_note(&ps->pb[LS_FJ_KEYS], LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
+        else if (!r->failed)
+            ls_jr_fail(r, "end of input expected");
+        return;
+    }
+    r->p++;
+    r->depth = 1; /* values are skipped inside the body's object, as jansson counts depth */
+    bool more = ls_jr_peek(r) != '}';
+    while (more && !r->failed) {
+        char key[80];
+        size_t klen;
+        if (!ls_jr_string(r, key, sizeof key, &klen) || !ls_jr_punct(r, ':')) break;
+        int k = 0;
+        while (ls_fj_known[k] && (klen != strlen(ls_fj_known[k]) || strcmp(key, ls_fj_known[k]))) k++;
+        if (ls_fj_known[k] && ps->seen[k]) {
+            ls_jr_fail(r, "duplicate object key");
+            break;
+        }
+        if (ls_fj_known[k]) ps->seen[k] = true;
+        if (!ls_fj_member(ps, k, key)) break;
+        if (ls_jr_peek(r) != ',') break;
+        r->p++;
+    }
+    if (!r->failed) ls_jr_punct(r, '}');
+    if (!r->failed && !ls_jr_at_end(r)) ls_jr_fail(r, "end of input expected");
+}
+
+/* What the fields say together, then the first field's problem. */
+static ls_status ls_fj_check(ls_fj_parse *ps, ls_error *err) {
+    ls_fj_problem *pb = ps->pb;
+    if (!ps->have_x && pb[LS_FJ_X].st == LS_OK)
+        ls_fj_note(&pb[LS_FJ_X], LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
+    if (!ps->layer_given && pb[LS_FJ_LAYER].st == LS_OK) { /* the default, the checkpoint's layer 0 */
+        ls_error e;
+        ls_error_init(&e);
+        if (ls_forward_check_layer(0, ps->dims, &ps->req->layer_index, &e) != LS_OK)
+            ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s (no \"layer\" given: 0 is the default)", e.message);
+        ls_error_free(&e);
+    }
+    if (ps->have_g && pb[LS_FJ_GAMMAS].st == LS_OK && ps->g.rows != ps->x.rows && pb[LS_FJ_X].st == LS_OK)
+        ls_fj_note(&pb[LS_FJ_GAMMAS], LS_INVALID_SHAPE, NULL, "gammas has %d rows, expected %d (one per token)",
+                   ps->g.rows, ps->x.rows);
+    if (ps->one.single && ps->per_token.given)
+        ls_fj_note(&pb[LS_FJ_NAMES], LS_INVALID_REQUEST, "send \"adapter\" for all tokens or \"adapters\" per token",
+                   "give either \"adapter\" or \"adapters\", not both");
+    for (int f = 0; f < LS_FJ_FIELDS; f++)
+        if (pb[f].st != LS_OK) return ls_fj_raise(&pb[f], err);
+    return LS_OK;
+}
+
+/* Moves what was parsed into the request. */
+static ls_status ls_fj_take(ls_fj_parse *ps, ls_error *err) {
+    ls_forward_req *req = ps->req;
+    ls_status st = LS_OK;
+    req->T = ps->x.rows;
+    req->x = ps->x.v, ps->x.v = NULL;
+    if (ps->have_g) req->gammas = ps->g.v, ps->g.v = NULL;
+    if (ps->per_token.given) {
+        if (ps->per_token.n != req->T)
+            st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
+                              "\"adapters\" has %d entries for %d tokens", ps->per_token.n, req->T);
+        else
+            req->names = ps->per_token.list, ps->per_token.list = NULL, ps->per_token.n = 0;
+    } else if (ps->one.single) {
+        if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
+            st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+        for (int t = 0; st == LS_OK && t < req->T; t++)
+            if (!(req->names[t] = strdup(ps->one.single))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    }
+    return st;
+}
+
 ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims *dims, int max_tokens,
                                     ls_forward_req *req, ls_error *err) {
     memset(req, 0, sizeof *req);
-    ls_jr r;
-    ls_jr_init(&r, body, len);
-    ls_fj_problem pb[LS_FJ_FIELDS];
-    memset(pb, 0, sizeof pb);
-    ls_fj_matrix x = {0}, g = {0};
-    ls_fj_names one = {0}, per_token = {0};
-    bool seen[7] = {false}, have_x = false, have_g = false, layer_given = false;
-    if (ls_jr_peek(&r) != '{') {
-        if (ls_jr_skip(&r) && ls_jr_at_end(&r))
-            ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, NULL, "the body must be a JSON object");
-        else if (!r.failed)
-            ls_jr_fail(&r, "end of input expected");
-    } else {
-        r.p++;
-        r.depth = 1; /* values are skipped inside the body's object, as jansson counts depth */
-        bool more = ls_jr_peek(&r) != '}';
-        while (more && !r.failed) {
-            char key[80];
-            size_t klen;
-            if (!ls_jr_string(&r, key, sizeof key, &klen) || !ls_jr_punct(&r, ':')) break;
-            int k = 0;
-            while (ls_fj_known[k] && (klen != strlen(ls_fj_known[k]) || strcmp(key, ls_fj_known[k]))) k++;
-            if (ls_fj_known[k] && seen[k]) {
-                ls_jr_fail(&r, "duplicate object key");
-                break;
-            }
-            if (ls_fj_known[k]) seen[k] = true;
-            bool ok = true;
-            if (!ls_fj_known[k]) {
-                char hint[256] = "known keys:", near[96];
-                ls_text_near n;
-                ls_text_near_init(&n, key);
-                for (int i = 0; ls_fj_known[i]; i++) {
-                    size_t l = strlen(hint);
-                    snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_fj_known[i]);
-                    ls_text_near_offer(&n, ls_fj_known[i]);
-                }
-                ls_fj_note(&pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request%s",
-                           key, ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
-                ok = ls_jr_skip(&r);
-            } else if (!strcmp(key, "layer")) {
-                char c = ls_jr_peek(&r);
-                double d;
-                bool is_int = false;
-                long long v = 0;
-                if (c == 'n') {
-                    char w;
-                    ok = ls_jr_literal(&r, &w);
-                } else if (c == '-' || (c >= '0' && c <= '9')) {
-                    ok = ls_jr_number(&r, &d, &is_int, &v);
-                    if (ok && !is_int) ls_fj_note(&pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
-                } else {
-                    ls_fj_note(&pb[LS_FJ_LAYER], LS_INVALID_REQUEST, NULL, "\"layer\" must be an integer");
-                    ok = ls_jr_skip(&r);
-                }
-                if (ok && is_int) {
-                    ls_error e;
-                    ls_error_init(&e);
-                    layer_given = true;
-                    if (ls_forward_check_layer(v, dims, &req->layer_index, &e) != LS_OK)
-                        ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s", e.message);
-                    else req->layer = (int)v;
-                    ls_error_free(&e);
-                }
-            } else if (!strcmp(key, "encoding")) {
-                char c = ls_jr_peek(&r), buf[16];
-                size_t blen = 0;
-                if (c == 'n') {
-                    char w;
-                    ok = ls_jr_literal(&r, &w);
-                } else if (c == '"' && (ok = ls_jr_string(&r, buf, sizeof buf, &blen)) && blen == 6 &&
-                           !strcmp(buf, "base64")) {
-                    req->base64 = true;
-                } else if (ok && !(c == '"' && blen == 4 && !strcmp(buf, "json"))) {
-                    if (c != '"') ok = ls_jr_skip(&r);
-                    ls_fj_note(&pb[LS_FJ_ENCODING], LS_INVALID_REQUEST, NULL, "\"encoding\" is \"json\" or \"base64\"");
-                }
-            } else if (!strcmp(key, "x")) {
-                have_x = true;
-                ok = ls_fj_tensor(&r, "x", -1, dims->H, max_tokens, &x, &pb[LS_FJ_X]);
-            } else if (!strcmp(key, "gammas")) {
-                if (ls_jr_peek(&r) == 'n') {
-                    char w;
-                    ok = ls_jr_literal(&r, &w);
-                } else {
-                    have_g = true;
-                    ok = ls_fj_tensor(&r, "gammas", -1, dims->n, 0, &g, &pb[LS_FJ_GAMMAS]);
-                }
-            } else if (!strcmp(key, "adapters")) {
-                ok = ls_fj_names_read(&r, true, &per_token, &pb[LS_FJ_NAMES]);
-            } else {
-                ok = ls_fj_names_read(&r, false, &one, &pb[LS_FJ_NAMES]);
-            }
-            if (!ok) break;
-            if (ls_jr_peek(&r) != ',') break;
-            r.p++;
-        }
-        if (!r.failed) ls_jr_punct(&r, '}');
-        if (!r.failed && !ls_jr_at_end(&r)) ls_jr_fail(&r, "end of input expected");
-    }
-
-    ls_status st = LS_OK;
-    if (r.failed) {
-        st = ls_error_set(err, LS_INVALID_JSON, NULL, "the body is not valid JSON: %s (at byte %zu)", r.message, r.at);
-    } else {
-        if (!have_x && pb[LS_FJ_X].st == LS_OK)
-            ls_fj_note(&pb[LS_FJ_X], LS_INVALID_REQUEST, "send \"x\": [T][H]", "the request has no \"x\"");
-        if (!layer_given && pb[LS_FJ_LAYER].st == LS_OK) { /* the default, the checkpoint's layer 0 */
-            ls_error e;
-            ls_error_init(&e);
-            if (ls_forward_check_layer(0, dims, &req->layer_index, &e) != LS_OK)
-                ls_fj_note(&pb[LS_FJ_LAYER], e.code, e.hint, "%s (no \"layer\" given: 0 is the default)", e.message);
-            ls_error_free(&e);
-        }
-        if (have_g && pb[LS_FJ_GAMMAS].st == LS_OK && g.rows != x.rows && pb[LS_FJ_X].st == LS_OK)
-            ls_fj_note(&pb[LS_FJ_GAMMAS], LS_INVALID_SHAPE, NULL, "gammas has %d rows, expected %d (one per token)",
-                       g.rows, x.rows);
-        if (one.single && per_token.given)
-            ls_fj_note(&pb[LS_FJ_NAMES], LS_INVALID_REQUEST, "send \"adapter\" for all tokens or \"adapters\" per token",
-                       "give either \"adapter\" or \"adapters\", not both");
-        for (int f = 0; f < LS_FJ_FIELDS && st == LS_OK; f++)
-            if (pb[f].st != LS_OK) st = ls_fj_raise(&pb[f], err);
-    }
-    if (st == LS_OK) {
-        req->T = x.rows;
-        req->x = x.v, x.v = NULL;
-        if (have_g) req->gammas = g.v, g.v = NULL;
-        if (per_token.given) {
-            if (per_token.n != req->T)
-                st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
-                                  "\"adapters\" has %d entries for %d tokens", per_token.n, req->T);
-            else
-                req->names = per_token.list, per_token.list = NULL, per_token.n = 0;
-        } else if (one.single) {
-            if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
-                st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-            for (int t = 0; st == LS_OK && t < req->T; t++)
-                if (!(req->names[t] = strdup(one.single))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        }
-    }
-    free(x.v);
-    free(g.v);
-    ls_fj_names_free(&one);
-    ls_fj_names_free(&per_token);
+    ls_fj_parse ps;
+    memset(&ps, 0, sizeof ps);
+    ls_jr_init(&ps.r, body, len);
+    ps.dims = dims;
+    ps.max_tokens = max_tokens;
+    ps.req = req;
+    ls_fj_body(&ps);
+    ls_status st;
+    if (ps.r.failed)
+        st = ls_error_set(err, LS_INVALID_JSON, NULL, "the body is not valid JSON: %s (at byte %zu)", ps.r.message,
+                          ps.r.at);
+    else
+        st = ls_fj_check(&ps, err);
+    if (st == LS_OK) st = ls_fj_take(&ps, err);
+    free(ps.x.v);
+    free(ps.g.v);
+    ls_fj_names_free(&ps.one);
+    ls_fj_names_free(&ps.per_token);
     if (st != LS_OK) ls_forward_req_free(req);
     return st;
 }

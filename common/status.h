@@ -1,6 +1,10 @@
 /* The status table: every outcome a lorasink operation can have, with its
  * wire code, HTTP status and the default hint a client sees. One X-macro
- * list so the enum, the strings and the statuses can never drift apart. */
+ * list so the enum, the strings and the statuses can never drift apart.
+ * The HTTP column is the server's: only server/http_status.c turns it
+ * into a number; code outside server/ asks what kind of failure a status
+ * is (ls_status_is_input, ls_status_is_validation), never its HTTP
+ * status. */
 #ifndef LS_COMMON_STATUS_H
 #define LS_COMMON_STATUS_H
 
@@ -57,7 +61,7 @@
       "--allowed-origins (LORASINK_ALLOWED_ORIGINS)")                                              \
     X(ADAPTER_NOT_FOUND, "adapter_not_found", 404, "load it first with POST /adapters")            \
     X(NOT_FOUND, "not_found", 404,                                                                 \
-      "the routes are /health, /ready, /forward, /adapters, /pool, /metrics, /dashboard, /openapi.json") \
+      "see the routes in GET /openapi.json (the server names them in its reply)")               \
     X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "see the Allow header")                       \
     X(REQUEST_TIMEOUT, "request_timeout", 408,                                                     \
       "send the head within --request-timeout seconds of its first byte and the body within "      \
@@ -97,8 +101,17 @@ typedef enum {
         LS_STATUS_COUNT
 } ls_status;
 
+#include <stdbool.h>
+
 const char *ls_status_code(ls_status s);
-int ls_status_http(ls_status s);
 const char *ls_status_hint(ls_status s);
+/* The input itself is wrong (its content, its size or its form), not the
+ * server's state or resources: an answer that holds until the input
+ * changes. */
+bool ls_status_is_input(ls_status s);
+/* The content failed validation (a tensor, a shape, a config). */
+bool ls_status_is_validation(ls_status s);
+/* For server/http_status.c only: the table's HTTP column. */
+int ls_status_table_http(ls_status s);
 
 #endif

@@ -44,6 +44,107 @@ static void ls_pool_axis(ls_adapter_ctx *c, ls_status code, int l, const ls_adap
                          (long long)want);
 }
 
+/* One layer's four buffers, their labels, and which are 4D (the checks
+ * that read axes skip the others). */
+typedef struct {
+    const ls_adapter_in *b[LS_FACTORS];
+    const char *lab[LS_FACTORS];
+    bool is4[LS_FACTORS];
+} ls_pool_bufs;
+
+/* Reports every buffer missing or not 4D. */
+static void ls_pool_check_4d(ls_adapter_ctx *c, int l, bool prefixed, ls_pool_bufs *p) {
+    for (int k = 0; k < LS_FACTORS; k++) {
+        if (!p->b[k]->name) {
+            ls_pool_missing(c, l, k, prefixed);
+            p->is4[k] = false;
+            continue;
+        }
+        const ls_tensor *t = p->b[k]->t;
+        p->is4[k] = t->ndim == 4;
+        if (p->is4[k]) continue;
+        char shape[96];
+        ls_shape_str(t->shape, t->ndim >= 0 && t->ndim <= LS_MAX_DIMS ? t->ndim : 0, shape, sizeof shape);
+        ls_adapter_violation(c, LS_LORA_NOT_4D, l, p->b[k]->name, LS_NA, 4, t->ndim, NULL,
+                             "layer %d: %s has %d dimensions %s; the pool format requires four 4D MoE buffers "
+                             "[1, experts, rows, cols]",
+                             l, p->lab[k], t->ndim, shape);
+    }
+}
+
+/* The expert (outer) axes of gate_up_lora_a and down_lora_b: each 1 or n,
+ * and the same. An outer axis that is neither 1 nor n is reported by
+ * itself; only valid ones are compared, so it does not come back as a
+ * mismatch. */
+static void ls_pool_check_outer(ls_adapter_ctx *c, int l, const ls_pool_bufs *p, ls_pool_layer *out) {
+    const ls_adapter_in *ga = p->b[LS_AD_GU_A], *db = p->b[LS_AD_D_B];
+    const bool ga4 = p->is4[LS_AD_GU_A], db4 = p->is4[LS_AD_D_B];
+    const int64_t n = c->dims->n;
+    bool ga_ok = false, db_ok = false;
+    int64_t ga_o = 0, db_o = 0;
+    if (ga4) {
+        ga_o = ga->t->shape[1];
+        ga_ok = ga_o == 1 || ga_o == n;
+        ls_pool_outer_axis(c, l, ga, p->lab[LS_AD_GU_A]);
+    }
+    if (db4) {
+        db_o = db->t->shape[1];
+        db_ok = db_o == 1 || db_o == n;
+        ls_pool_outer_axis(c, l, db, p->lab[LS_AD_D_B]);
+    }
+    if (ga_ok && db_ok) {
+        if (ga_o != db_o) {
+            ls_adapter_violation(c, LS_LORA_EXPERT_LAYOUT_MISMATCH, l, db->name, 1, ga_o, db_o, NULL,
+                                 "layer %d: gate-up A and down B must use the same expert layout: gate_up_lora_a "
+                                 "expert axis is %lld, down_lora_b's is %lld",
+                                 l, (long long)ga_o, (long long)db_o);
+        } else {
+            out->outer = ga_o;
+            out->outer_from = ga->name;
+        }
+    } else if (ga4 != db4 && (ga_ok || db_ok)) {
+        /* The partner is not 4D: the one valid outer axis is still this
+         * layer's layout, which every layer must share. */
+        out->outer = ga_ok ? ga_o : db_o;
+        out->outer_from = ga_ok ? ga->name : db->name;
+    }
+}
+
+/* The rank axes against r from gate_up_lora_b (4D, r already checked in
+ * range); true when every one that could be compared agrees. */
+static bool ls_pool_check_ranks(ls_adapter_ctx *c, int l, const ls_pool_bufs *p, int64_t r) {
+    const ls_adapter_in *ga = p->b[LS_AD_GU_A], *da = p->b[LS_AD_D_A], *db = p->b[LS_AD_D_B];
+    bool rank_ok = true;
+    const int64_t ga_r = p->is4[LS_AD_GU_A] ? ga->t->shape[2] : 0;
+    if (p->is4[LS_AD_GU_A] && ga_r != 2 * r) {
+        char hint[256];
+        snprintf(hint, sizeof hint,
+                 "fuse the gate and up A matrices along the rank axis (axis 2) into 2*r = %lld rows before "
+                 "upload: rows 0..r-1 feed gate, rows r..2r-1 feed up%s",
+                 (long long)(2 * r), ga_r == r ? " (only r rows were given: the up half is missing)" : "");
+        ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, ga->name, 2, 2 * r, ga_r, hint,
+                             "layer %d: gate_up_lora_a rank axis is %lld, expected 2*r = %lld (r = %lld from "
+                             "gate_up_lora_b)",
+                             l, (long long)ga_r, (long long)(2 * r), (long long)r);
+        rank_ok = false;
+    }
+    const char *rank_hint = "make all four buffers use one rank r: gate_up_lora_a 2r rows, gate_up_lora_b, "
+                            "down_lora_a and down_lora_b r (the rank axis of gate_up_lora_b is the reference)";
+    if (p->is4[LS_AD_D_A] && da->t->shape[2] != r) {
+        ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, da->name, 2, r, da->t->shape[2], rank_hint,
+                             "layer %d: down_lora_a rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
+                             (long long)da->t->shape[2], (long long)r);
+        rank_ok = false;
+    }
+    if (p->is4[LS_AD_D_B] && db->t->shape[3] != r) {
+        ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, db->name, 3, r, db->t->shape[3], rank_hint,
+                             "layer %d: down_lora_b rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
+                             (long long)db->t->shape[3], (long long)r);
+        rank_ok = false;
+    }
+    return rank_ok;
+}
+
 /* gate_up_lora_b with its last two axes swapped ([1, n, r, 2F]): its
  * "rank" would be 2F and every partner blamed for it, so it is named
  * itself (true) and the layer's ranks are not compared. */
@@ -67,83 +168,32 @@ static bool ls_pool_gb_swapped(ls_adapter_ctx *c, int l, const ls_adapter_in *gb
  * one missing or squeezed buffer must not hide the problems of the rest
  * ("every problem at once"). */
 static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
-    const ls_adapter_in *b[LS_FACTORS];
-    const char *lab[LS_FACTORS];
+    ls_pool_bufs p;
     int present = 0;
     bool prefixed = false;
     for (int k = 0; k < LS_FACTORS; k++) {
-        b[k] = ls_adapter_at(c, l, k);
-        lab[k] = ls_adapter_slot_label(LS_ADAPTER_FORMAT_POOL, k);
-        if (b[k]->name && !present++) prefixed = b[k]->prefixed;
+        p.b[k] = ls_adapter_at(c, l, k);
+        p.lab[k] = ls_adapter_slot_label(LS_ADAPTER_FORMAT_POOL, k);
+        if (p.b[k]->name && !present++) prefixed = p.b[k]->prefixed;
     }
     out->rank = out->outer = 0;
     out->outer_from = NULL;
     if (present == 0) return;
-
-    bool is4[LS_FACTORS];
-    for (int k = 0; k < LS_FACTORS; k++) {
-        if (!b[k]->name) {
-            ls_pool_missing(c, l, k, prefixed);
-            is4[k] = false;
-            continue;
-        }
-        const ls_tensor *t = b[k]->t;
-        is4[k] = t->ndim == 4;
-        if (is4[k]) continue;
-        char shape[96];
-        ls_shape_str(t->shape, t->ndim >= 0 && t->ndim <= LS_MAX_DIMS ? t->ndim : 0, shape, sizeof shape);
-        ls_adapter_violation(c, LS_LORA_NOT_4D, l, b[k]->name, LS_NA, 4, t->ndim, NULL,
-                             "layer %d: %s has %d dimensions %s; the pool format requires four 4D MoE buffers "
-                             "[1, experts, rows, cols]",
-                             l, lab[k], t->ndim, shape);
-    }
-
+    ls_pool_check_4d(c, l, prefixed, &p);
     for (int k = 0; k < LS_FACTORS; k++)
-        if (is4[k]) ls_pool_axis(c, LS_LORA_SLOT_AXIS_INVALID, l, b[k], lab[k], 0, 1, "slot");
+        if (p.is4[k]) ls_pool_axis(c, LS_LORA_SLOT_AXIS_INVALID, l, p.b[k], p.lab[k], 0, 1, "slot");
+    ls_pool_check_outer(c, l, &p, out);
 
-    const ls_adapter_in *ga = b[LS_AD_GU_A], *gb = b[LS_AD_GU_B], *da = b[LS_AD_D_A], *db = b[LS_AD_D_B];
-    const bool ga4 = is4[LS_AD_GU_A], gb4 = is4[LS_AD_GU_B], da4 = is4[LS_AD_D_A], db4 = is4[LS_AD_D_B];
+    const ls_adapter_in *ga = p.b[LS_AD_GU_A], *gb = p.b[LS_AD_GU_B], *da = p.b[LS_AD_D_A], *db = p.b[LS_AD_D_B];
+    const bool ga4 = p.is4[LS_AD_GU_A], gb4 = p.is4[LS_AD_GU_B], da4 = p.is4[LS_AD_D_A], db4 = p.is4[LS_AD_D_B];
     const int64_t n = c->dims->n;
-    /* An outer axis that is neither 1 nor n is reported by itself; only
-     * valid ones are compared, so it does not come back as a mismatch. */
-    bool ga_ok = false, db_ok = false;
-    int64_t ga_o = 0, db_o = 0;
-    if (ga4) {
-        ga_o = ga->t->shape[1];
-        ga_ok = ga_o == 1 || ga_o == n;
-        ls_pool_outer_axis(c, l, ga, lab[LS_AD_GU_A]);
-    }
-    if (db4) {
-        db_o = db->t->shape[1];
-        db_ok = db_o == 1 || db_o == n;
-        ls_pool_outer_axis(c, l, db, lab[LS_AD_D_B]);
-    }
-    if (ga_ok && db_ok) {
-        if (ga_o != db_o) {
-            ls_adapter_violation(c, LS_LORA_EXPERT_LAYOUT_MISMATCH, l, db->name, 1, ga_o, db_o, NULL,
-                                 "layer %d: gate-up A and down B must use the same expert layout: gate_up_lora_a "
-                                 "expert axis is %lld, down_lora_b's is %lld",
-                                 l, (long long)ga_o, (long long)db_o);
-        } else {
-            out->outer = ga_o;
-            out->outer_from = ga->name;
-        }
-    } else if (ga4 != db4 && (ga_ok || db_ok)) {
-        /* The partner is not 4D: the one valid outer axis is still this
-         * layer's layout, which every layer must share. */
-        out->outer = ga_ok ? ga_o : db_o;
-        out->outer_from = ga_ok ? ga->name : db->name;
-    }
-
-    if (gb4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, gb, lab[LS_AD_GU_B], 1, n, "expert");
-    if (da4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, da, lab[LS_AD_D_A], 1, n, "expert");
-
-    const int64_t H = c->dims->H, F = c->dims->F;
-    const bool gb_swapped = gb4 && ls_pool_gb_swapped(c, l, gb);
+    if (gb4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, gb, p.lab[LS_AD_GU_B], 1, n, "expert");
+    if (da4) ls_pool_axis(c, LS_LORA_EXPERT_COUNT_MISMATCH, l, da, p.lab[LS_AD_D_A], 1, n, "expert");
 
     /* sglang takes r from gate_up_lora_b's last axis. Without it (not 4D)
      * the layer has no reference rank, so the other rank axes are not
      * compared: a mismatch against a guess would blame the wrong buffer. */
+    const bool gb_swapped = gb4 && ls_pool_gb_swapped(c, l, gb);
     const int64_t r = gb4 && !gb_swapped ? gb->t->shape[3] : 0;
     if (gb_swapped) {
         /* reported above */
@@ -151,44 +201,18 @@ static void ls_pool_check_layer(ls_adapter_ctx *c, int l, ls_pool_layer *out) {
         ls_adapter_violation(c, LS_INVALID_SHAPE, l, gb->name, 3, LS_NA, r,
                              "an adapter has a rank r from 1 to the pool's max rank: give gate_up_lora_b [1, n, 2F, r]",
                              "layer %d: gate_up_lora_b rank axis (3) is %lld", l, (long long)r);
-    } else if (gb4) {
-        bool rank_ok = true;
-        const int64_t ga_r = ga4 ? ga->t->shape[2] : 0;
-        if (ga4 && ga_r != 2 * r) {
-            char hint[256];
-            snprintf(hint, sizeof hint,
-                     "fuse the gate and up A matrices along the rank axis (axis 2) into 2*r = %lld rows before "
-                     "upload: rows 0..r-1 feed gate, rows r..2r-1 feed up%s",
-                     (long long)(2 * r), ga_r == r ? " (only r rows were given: the up half is missing)" : "");
-            ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, ga->name, 2, 2 * r, ga_r, hint,
-                                 "layer %d: gate_up_lora_a rank axis is %lld, expected 2*r = %lld (r = %lld from "
-                                 "gate_up_lora_b)",
-                                 l, (long long)ga_r, (long long)(2 * r), (long long)r);
-            rank_ok = false;
-        }
-        const char *rank_hint = "make all four buffers use one rank r: gate_up_lora_a 2r rows, gate_up_lora_b, "
-                                "down_lora_a and down_lora_b r (the rank axis of gate_up_lora_b is the reference)";
-        if (da4 && da->t->shape[2] != r) {
-            ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, da->name, 2, r, da->t->shape[2], rank_hint,
-                                 "layer %d: down_lora_a rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
-                                 (long long)da->t->shape[2], (long long)r);
-            rank_ok = false;
-        }
-        if (db4 && db->t->shape[3] != r) {
-            ls_adapter_violation(c, LS_LORA_RANK_MISMATCH, l, db->name, 3, r, db->t->shape[3], rank_hint,
-                                 "layer %d: down_lora_b rank axis is %lld, expected r = %lld (from gate_up_lora_b)", l,
-                                 (long long)db->t->shape[3], (long long)r);
-            rank_ok = false;
-        }
+    } else if (gb4 && ls_pool_check_ranks(c, l, &p, r)) {
         /* The rank gate_up_lora_b shows, agreed by the buffers that could
          * be compared, is this layer's, which every layer must share. */
-        if (rank_ok) out->rank = r;
+        out->rank = r;
     }
 
-    if (ga4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, ga, lab[LS_AD_GU_A], 3, H, "hidden");
-    if (gb4 && !gb_swapped) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
-    if (da4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, da, lab[LS_AD_D_A], 3, F, "intermediate");
-    if (db4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, db, lab[LS_AD_D_B], 2, H, "hidden");
+    const int64_t H = c->dims->H, F = c->dims->F;
+    if (ga4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, ga, p.lab[LS_AD_GU_A], 3, H, "hidden");
+    if (gb4 && !gb_swapped)
+        ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, gb, p.lab[LS_AD_GU_B], 2, 2 * F, "2F (gate then up)");
+    if (da4) ls_pool_axis(c, LS_LORA_INTERMEDIATE_MISMATCH, l, da, p.lab[LS_AD_D_A], 3, F, "intermediate");
+    if (db4) ls_pool_axis(c, LS_LORA_HIDDEN_MISMATCH, l, db, p.lab[LS_AD_D_B], 2, H, "hidden");
 }
 
 /* Reports into c; its scratch arrays are freed before it returns. */

@@ -309,8 +309,7 @@ static ls_status ls_loader_read(const ls_loader *ld, ls_loader_files *f, ls_adap
  * were: that failure is not the file's. A server short of memory or
  * descriptors (500) may pass. */
 static bool ls_loader_memorable(const ls_loader *ld, const ls_loader_files *f, ls_status st) {
-    const int http = ls_status_http(st);
-    if (http != 400 && http != 413 && http != 422) return false;
+    if (!ls_status_is_input(st)) return false;
     ls_loader_print after;
     memset(&after, 0, sizeof after);
     struct stat sb;

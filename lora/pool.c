@@ -21,7 +21,10 @@
  *   directory (loads and deletes), so the disk sees them in the order the
  *   registry does. Order: state_mu, be_mu, mu; a thread holding mu never
  *   waits for the others, and mu is never held across a backend call or a
- *   file read or write.
+ *   file read or write. be_mu is never held across a write to the state
+ *   directory either: a load writes its slot, lets be_mu go, then saves
+ *   its record under state_mu alone, so forwards run while the disk
+ *   syncs (a slow network volume would otherwise stall every one).
  *   Delete, describe, list, snapshot and a forward's lookup and release
  *   take mu only, so they answer at once even while a slot is written.
  * - Residency: a slot is FREE, LOADING (written now, under be_mu) or
@@ -196,8 +199,158 @@ static void ls_pool_unconfirmed(ls_error *err, const char *fmt, const char *name
     ls_error_set(err, code, "check the disk of --state-dir", "%s, but its durability is not confirmed: %s", what, said);
 }
 
+/* What a load decided under the locks, carried through its steps. */
+typedef struct {
+    ls_pool_entry *e;      /* the new version, unpublished until the switch */
+    ls_pool_entry *kept;   /* the old version whose copy a replace keeps */
+    ls_pool_entry *reused; /* the idle old version whose slot e took (held) */
+    int slot;              /* e's slot, -1 when it got none */
+} ls_pool_loading;
+
+/* Under be_mu and mu: checks that the load may happen, gives e its
+ * version and claims its slot (LOADING). */
+static ls_status ls_pool_load_claim(ls_pool *p, const char *name, const ls_pool_load_opts *opts, ls_pool_loading *l,
+                                    ls_error *err) {
+    ls_pool_entry *e = l->e, *old = ls_registry_find(p, name);
+    const uint64_t last = old ? old->version : ls_pool_floor_of(p, name);
+    int pins = p->pinned - (old && old->pinned ? 1 : 0);
+    if (opts->keep_pin && opts->replace) e->pinned = old && old->pinned;
+    if (old && !opts->replace)
+        return ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
+                            old->version);
+    /* Not 503: waiting does not help, only the client's own change. */
+    if (e->pinned && pins >= p->S - 1)
+        return ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
+                            pins);
+    if (opts->restore_version && (opts->restore_version <= last || opts->restore_version > LS_STATE_VERSION_MAX))
+        return ls_error_set(err, LS_INTERNAL, NULL,
+                            "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64, name,
+                            opts->restore_version, last);
+    /* Never past the last: a version that wrapped would repeat one given
+     * before. */
+    if (!opts->restore_version && last >= LS_STATE_VERSION_MAX)
+        return ls_error_set(err, LS_VERSIONS_EXHAUSTED, NULL,
+                            "adapter '%s' has had version %" PRIu64 ", the last one a name can have", name, last);
+    /* Versions never go back: after a delete they continue from the
+     * deleted name's last one. */
+    e->version = opts->restore_version ? opts->restore_version : last + 1;
+    e->seq = ++p->seq;
+    ls_policy_touch(p, e);
+    /* An idle old version goes away at the switch: its slot is the
+     * natural home of the new one. Until the switch it keeps its slot
+     * index (so a pinned one is never seen unpinned from its slot) and
+     * one reference, so that a delete meanwhile cannot free it. The slot
+     * holds the new version from now on (its entry says so): a forward
+     * that grabs the old one meanwhile, which can run while the record
+     * is saved, makes it resident in another slot (ls_policy_in_slot). */
+    if (old && old->slot >= 0 && old->refs == 0 && p->slots[old->slot].state == LS_SLOT_RESIDENT) {
+        l->slot = old->slot;
+        p->slots[l->slot].state = LS_SLOT_LOADING;
+        p->slots[l->slot].entry = e;
+        e->slot = l->slot;
+        l->reused = old;
+        old->refs++;
+    } else {
+        l->slot = ls_policy_take_slot(p, e, 0);
+    }
+    if (l->slot < 0 && e->pinned)
+        return ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
+                            "no slot for pinned adapter '%s' now: every slot is pinned or holds a deleted or "
+                            "replaced version still in use",
+                            name);
+    return LS_OK;
+}
+
+/* Under state_mu, without be_mu: the record is on disk before the
+ * version is published (and so before the client hears of it). A
+ * failure undoes the load like a failed slot write, unless the record is
+ * in place all the same (only the sync after its rename failed): then
+ * the disk says the new version, and so must the registry, while the
+ * caller hears of the error (*made). */
+static ls_status ls_pool_load_save(ls_pool *p, const char *name, const ls_pool_load_opts *opts,
+                                   const ls_pool_loading *l, bool *made, ls_error *err) {
+    *made = false;
+    if (!p->cfg.state || opts->restore_version) return LS_OK;
+    const ls_pool_entry *e = l->e;
+    ls_state_record rec = {.name = name, .version = e->version, .pinned = e->pinned,
+                           .auto_loaded = opts->auto_loaded, .source_path = e->source_path, .params = e->params,
+                           .a = &e->a};
+    ls_status st = ls_state_save(p->cfg.state, &rec, made, err);
+    if (st != LS_OK && *made)
+        ls_pool_unconfirmed(err, "adapter '%s' version %" PRIu64 " is registered and in the state directory", name,
+                            e->version);
+    return st;
+}
+
+/* Under state_mu and be_mu: a load that failed gives back what it took.
+ * The old version's factors in the slot it lent were (partly)
+ * overwritten: written back from its host copy (held, so the tier keeps
+ * it; a pinned one always has it), a failed replace leaves it resident as
+ * it was, and a pinned one never loses its slot; unless a forward made it
+ * resident elsewhere meanwhile, then the slot is freed. Without a host
+ * copy, or when the device fails again, it stays registered, not
+ * resident. */
+static void ls_pool_load_undo(ls_pool *p, const ls_pool_loading *l) {
+    ls_pool_entry *reused = l->reused;
+    pthread_mutex_lock(&p->mu);
+    /* Under be_mu nothing moves it now. */
+    const bool elsewhere = reused && reused->slot >= 0 && reused->slot != l->slot;
+    pthread_mutex_unlock(&p->mu);
+    bool back = false;
+    if (reused && !elsewhere && reused->host_data) {
+        ls_error ignored;
+        ls_error_init(&ignored);
+        back = ls_policy_fill_slot(p, reused, l->slot, &ignored) == LS_OK;
+        ls_error_free(&ignored);
+    }
+    pthread_mutex_lock(&p->mu);
+    if (l->kept) l->kept->keep_copy = false; /* still the live version */
+    if (back) {
+        p->slots[l->slot].state = LS_SLOT_RESIDENT;
+        p->slots[l->slot].entry = reused;
+    } else if (l->slot >= 0) {
+        p->slots[l->slot].state = LS_SLOT_FREE;
+        p->slots[l->slot].entry = NULL;
+    }
+    if (reused) {
+        if (!back && !elsewhere) reused->slot = -1; /* its factors were overwritten */
+        ls_registry_release(p, reused);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Under mu: publishes e in place of the name's old version (whose
+ * counters it carries on). */
+static void ls_pool_load_switch(ls_pool *p, const char *name, const ls_pool_loading *l, ls_adapter_info *info) {
+    ls_pool_entry *e = l->e;
+    if (l->slot >= 0) {
+        p->slots[l->slot].state = LS_SLOT_RESIDENT;
+        p->loads++;
+        e->loads++;
+    }
+    if (l->reused && l->reused->slot == l->slot) l->reused->slot = -1;
+    ls_pool_entry *old = ls_registry_find(p, name); /* a delete may have raced the write */
+    if (old) {
+        /* The metrics count per name: a replace must not reset them. */
+        e->requests += old->requests;
+        e->tokens += old->tokens;
+        e->loads += old->loads;
+        e->evictions += old->evictions;
+        ls_registry_unlink(p, old);
+        if (old != l->reused && old->refs == 0) ls_registry_destroy(p, old);
+    }
+    if (l->reused) ls_registry_release(p, l->reused);
+    ls_registry_insert(p, e);
+    ls_policy_trim_host(p, e);
+    if (info) ls_registry_info(p, e, info);
+}
+
 /* Registers a under name (docs/math.md, the pool); see pool.h. On success *a is zeroed
- * and its buffers belong to the pool; on failure they stay the caller's. */
+ * and its buffers belong to the pool; on failure they stay the caller's.
+ * Steps: claim a version and a slot and write the slot (state_mu, be_mu);
+ * save the record (state_mu only: forwards run meanwhile, the new
+ * version unseen in its LOADING slot); publish it (mu). state_mu keeps
+ * the disk in the registry's order. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
                        ls_adapter_info *info, ls_error *err) {
     static const ls_pool_load_opts no_opts;
@@ -208,142 +361,36 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
     if (!a) return ls_error_set(err, LS_INTERNAL, NULL, "pool: no adapter given");
     ls_status st = ls_pool_check_adapter(p, a, err);
     if (st != LS_OK) return st;
-    ls_pool_entry *e = ls_pool_entry_new(name, a, opts);
-    if (!e) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory registering adapter '%s'", name);
+    ls_pool_loading l = {.e = ls_pool_entry_new(name, a, opts), .slot = -1};
+    if (!l.e) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory registering adapter '%s'", name);
 
     pthread_mutex_lock(&p->state_mu);
     /* A replace takes the record the old version may be read back from. */
-    ls_pool_entry *kept = opts->replace && !opts->restore_version ? ls_policy_keep_copy(p, name) : NULL;
+    l.kept = opts->replace && !opts->restore_version ? ls_policy_keep_copy(p, name) : NULL;
     pthread_mutex_lock(&p->be_mu);
     pthread_mutex_lock(&p->mu);
-    ls_pool_entry *old = ls_registry_find(p, name), *reused = NULL;
-    const uint64_t last = old ? old->version : ls_pool_floor_of(p, name);
-    int pins = p->pinned - (old && old->pinned ? 1 : 0);
-    if (opts->keep_pin && opts->replace) e->pinned = old && old->pinned;
-    int slot = -1;
-    if (old && !opts->replace) {
-        st = ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
-                          old->version);
-    } else if (e->pinned && pins >= p->S - 1) {
-        /* Not 503: waiting does not help, only the client's own change. */
-        st = ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
-                          pins);
-    } else if (opts->restore_version &&
-               (opts->restore_version <= last || opts->restore_version > LS_STATE_VERSION_MAX)) {
-        st = ls_error_set(err, LS_INTERNAL, NULL, "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64,
-                          name, opts->restore_version, last);
-    } else if (!opts->restore_version && last >= LS_STATE_VERSION_MAX) {
-        /* Never past the last: a version that wrapped would repeat one
-         * given before. */
-        st = ls_error_set(err, LS_VERSIONS_EXHAUSTED, NULL,
-                          "adapter '%s' has had version %" PRIu64 ", the last one a name can have", name, last);
-    } else {
-        /* Versions never go back: after a delete they continue from the
-         * deleted name's last one. */
-        e->version = opts->restore_version ? opts->restore_version : last + 1;
-        e->seq = ++p->seq;
-        ls_policy_touch(p, e);
-        /* An idle old version goes away at the switch: its slot is the
-         * natural home of the new one. Nothing runs while we hold be_mu;
-         * until the switch the old version keeps its slot index (so a
-         * pinned one is never seen unpinned from its slot) and one
-         * reference, so that a delete meanwhile cannot free it and a
-         * request that grabs it meanwhile finds it not resident after the
-         * switch and loads it again. */
-        if (old && old->slot >= 0 && old->refs == 0 && p->slots[old->slot].state == LS_SLOT_RESIDENT) {
-            slot = old->slot;
-            p->slots[slot].state = LS_SLOT_LOADING;
-            p->slots[slot].entry = e;
-            e->slot = slot;
-            reused = old;
-            reused->refs++;
-        } else {
-            slot = ls_policy_take_slot(p, e, 0);
-        }
-        if (slot < 0 && e->pinned)
-            st = ls_error_set(err, LS_POOL_EXHAUSTED, NULL,
-                              "no slot for pinned adapter '%s' now: every slot is pinned or holds a deleted or "
-                              "replaced version still in use",
-                              name);
-    }
+    st = ls_pool_load_claim(p, name, opts, &l, err);
     pthread_mutex_unlock(&p->mu);
+    if (st == LS_OK && l.slot >= 0) st = ls_policy_fill_slot(p, l.e, l.slot, err);
+    pthread_mutex_unlock(&p->be_mu);
 
-    if (st == LS_OK && slot >= 0) st = ls_policy_fill_slot(p, e, slot, err);
-    /* Durable before it is published (and so before the client hears of
-     * it); a failure here undoes the load like a failed slot write,
-     * unless the record is in place all the same (only the sync after
-     * its rename failed): then the disk says the new version, and so
-     * must the registry, while the caller hears of the error. */
     bool made = false;
-    if (st == LS_OK && p->cfg.state && !opts->restore_version) {
-        ls_state_record rec = {.name = name, .version = e->version, .pinned = e->pinned,
-                               .auto_loaded = opts->auto_loaded, .source_path = e->source_path, .params = e->params,
-                               .a = &e->a};
-        st = ls_state_save(p->cfg.state, &rec, &made, err);
-        if (st != LS_OK && made)
-            ls_pool_unconfirmed(err, "adapter '%s' version %" PRIu64 " is registered and in the state directory", name,
-                                e->version);
-    }
+    if (st == LS_OK) st = ls_pool_load_save(p, name, opts, &l, &made, err);
     if (st != LS_OK && !made) {
-        /* The old version's factors in the slot it lent were (partly)
-         * overwritten: written back from its host copy (held, so the tier
-         * keeps it; a pinned one always has it), a failed replace leaves
-         * it resident as it was, and a pinned one never loses its slot.
-         * Without a host copy, or when the device fails again, it stays
-         * registered, not resident. */
-        bool back = false;
-        if (reused && reused->host_data) {
-            ls_error ignored;
-            ls_error_init(&ignored);
-            back = ls_policy_fill_slot(p, reused, slot, &ignored) == LS_OK;
-            ls_error_free(&ignored);
-        }
-        pthread_mutex_lock(&p->mu);
-        if (kept) kept->keep_copy = false; /* still the live version */
-        if (back) {
-            p->slots[slot].state = LS_SLOT_RESIDENT;
-            p->slots[slot].entry = reused;
-        } else if (slot >= 0) {
-            p->slots[slot].state = LS_SLOT_FREE;
-            p->slots[slot].entry = NULL;
-        }
-        if (reused) {
-            if (!back) reused->slot = -1; /* its factors were overwritten */
-            ls_registry_release(p, reused);
-        }
-        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_lock(&p->be_mu);
+        ls_pool_load_undo(p, &l);
         pthread_mutex_unlock(&p->be_mu);
         pthread_mutex_unlock(&p->state_mu);
-        ls_pool_entry_discard(e);
+        ls_pool_entry_discard(l.e);
         return st;
     }
-
     pthread_mutex_lock(&p->mu);
-    if (slot >= 0) {
-        p->slots[slot].state = LS_SLOT_RESIDENT;
-        p->loads++;
-        e->loads++;
-    }
-    if (reused) reused->slot = -1;
-    old = ls_registry_find(p, name); /* a delete may have raced the write */
-    if (old) {
-        /* The metrics count per name: a replace must not reset them. */
-        e->requests += old->requests;
-        e->tokens += old->tokens;
-        e->loads += old->loads;
-        e->evictions += old->evictions;
-        ls_registry_unlink(p, old);
-        if (old != reused && old->refs == 0) ls_registry_destroy(p, old);
-    }
-    if (reused) ls_registry_release(p, reused);
-    ls_registry_insert(p, e);
-    ls_policy_trim_host(p, e);
-    if (info) ls_registry_info(p, e, info);
+    ls_pool_load_switch(p, name, &l, info);
     /* Once mu is released another load or a delete may free e: nothing
      * below may read it. */
-    const uint64_t version = e->version;
+    const uint64_t version = l.e->version;
+    const int slot = l.slot;
     pthread_mutex_unlock(&p->mu);
-    pthread_mutex_unlock(&p->be_mu);
     pthread_mutex_unlock(&p->state_mu);
     memset(a, 0, sizeof *a);
     ls_log_debug("pool: registered adapter '%s' version %" PRIu64 " in slot %d", name, version, slot);

@@ -95,7 +95,7 @@ static int ls_fwd_plan(ls_pool *p, ls_fwd *f) {
     }
     for (int d = 0; d < f->D; d++) {
         ls_pool_entry *e = f->ent[d];
-        if (f->state[d] != LS_FWD_PENDING || e->slot >= 0 || (!e->host_data && size > 0)) continue;
+        if (f->state[d] != LS_FWD_PENDING || ls_policy_in_slot(p, e) || (!e->host_data && size > 0)) continue;
         int s = ls_policy_take_slot(p, e, group);
         if (s < 0) break;
         f->state[d] = LS_FWD_IN_GROUP;

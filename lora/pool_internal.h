@@ -110,6 +110,7 @@ bool ls_pool_floor_raise(ls_pool *p, const char *name, uint64_t version);
 /* pool_policy.c */
 int64_t ls_policy_now_ms(void);
 void ls_policy_touch(ls_pool *p, ls_pool_entry *e);
+bool ls_policy_in_slot(const ls_pool *p, const ls_pool_entry *e);
 int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group);
 void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep);
 ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err);

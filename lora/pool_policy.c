@@ -26,6 +26,14 @@ static bool ls_policy_older(const ls_pool_entry *a, const ls_pool_entry *b) {
     return a->seq < b->seq;
 }
 
+/* Under mu: whether e's factors are in its slot (resident or being
+ * written). A replace's new version takes the old one's slot before the
+ * old one goes (lora/pool.c): that slot is no longer the old one's
+ * although its index still is. */
+bool ls_policy_in_slot(const ls_pool *p, const ls_pool_entry *e) {
+    return e->slot >= 0 && p->slots[e->slot].entry == e;
+}
+
 /* Under be_mu and mu: claims a slot for e and marks it LOADING, or returns
  * -1 when none can be had now. A free slot (lowest index) first; else the
  * resident adapter to evict: never a pinned one, never one marked with

@@ -23,7 +23,12 @@
 #include "lora/state_internal.h"
 
 bool ls_state_file_name(char *out, size_t len, const char *name, const char *suffix) {
-    int n = snprintf(out, len, "%s%s", name, suffix);
+    /* The name rule is what keeps every file inside the directory (no
+     * '/', no leading '.', so no "..", no hidden or temporary name): it is
+     * enforced here, where every state file name is made, whatever the
+     * caller checked. */
+    const bool valid = name && ls_adapter_name_valid(name);
+    int n = valid ? snprintf(out, len, "%s%s", name, suffix) : -1;
     if (n < 0 || (size_t)n >= len) {
         if (len) out[0] = '\0';
         return false;
@@ -373,28 +378,32 @@ static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, si
     return st;
 }
 
-static ls_status ls_state_name_check(const char *name, ls_error *err) {
-    if (name && ls_adapter_name_valid(name)) return LS_OK;
+/* The three files of a name (which the name rule keeps short enough). */
+typedef struct {
+    char record[LS_STATE_MAX_NAME + 16], floor[LS_STATE_MAX_NAME + 16], tomb[LS_STATE_MAX_NAME + 16];
+} ls_state_files;
+
+/* False when name breaks the name rule (the files are then empty). */
+static bool ls_state_files_of(const char *name, ls_state_files *f) {
+    bool ok = ls_state_file_name(f->record, sizeof f->record, name, ".adapter");
+    ok = ls_state_file_name(f->floor, sizeof f->floor, name, ".floor") && ok;
+    return ls_state_file_name(f->tomb, sizeof f->tomb, name, ".deleted") && ok;
+}
+
+/* Names the files of name, or refuses a name that breaks the name rule
+ * (the files would not stay inside the directory). */
+static ls_status ls_state_name_files(const char *name, ls_state_files *f, ls_error *err) {
+    if (ls_state_files_of(name, f)) return LS_OK;
     /* Not echoed: it may hold anything, a newline included. */
     return ls_error_set(err, LS_INVALID_REQUEST, NULL,
                         "state directory: an adapter name must be 1-128 letters, digits, '.', '_' or '-', not "
                         "starting with '.', to name its files");
 }
 
-/* The three files of a name (which the name rule keeps short enough). */
-typedef struct {
-    char record[LS_STATE_MAX_NAME + 16], floor[LS_STATE_MAX_NAME + 16], tomb[LS_STATE_MAX_NAME + 16];
-} ls_state_files;
-
-static void ls_state_files_of(const char *name, ls_state_files *f) {
-    ls_state_file_name(f->record, sizeof f->record, name, ".adapter");
-    ls_state_file_name(f->floor, sizeof f->floor, name, ".floor");
-    ls_state_file_name(f->tomb, sizeof f->tomb, name, ".deleted");
-}
-
 ls_status ls_state_save(ls_state *s, const ls_state_record *rec, bool *made, ls_error *err) {
     *made = false;
-    ls_status st = ls_state_name_check(rec->name, err);
+    ls_state_files f;
+    ls_status st = ls_state_name_files(rec->name, &f, err);
     if (st != LS_OK) return st;
     if (rec->version < 1 || rec->version > LS_STATE_VERSION_MAX)
         return ls_error_set(err, LS_INTERNAL, NULL, "state directory: version %" PRIu64 " of '%s' is out of range",
@@ -402,8 +411,6 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, bool *made, ls_
     uint8_t *bytes = NULL;
     size_t len = 0;
     st = ls_state_encode(rec, &bytes, &len, err);
-    ls_state_files f;
-    ls_state_files_of(rec->name, &f);
     /* Every file the save writes is staged before the first rename, so
      * that a full disk fails it with nothing changed and no file left:
      * the record, and the floor unless it holds this version already. */
@@ -441,10 +448,9 @@ ls_status ls_state_save(ls_state *s, const ls_state_record *rec, bool *made, ls_
 
 ls_status ls_state_forget(ls_state *s, const char *name, uint64_t version, bool *made, ls_error *err) {
     *made = false;
-    ls_status st = ls_state_name_check(name, err);
-    if (st != LS_OK) return st;
     ls_state_files f;
-    ls_state_files_of(name, &f);
+    ls_status st = ls_state_name_files(name, &f, err);
+    if (st != LS_OK) return st;
     /* The floor keeps the name's versions once its record is gone. Every
      * save writes it after its record, and every start moves up one left
      * behind; only a crash between the two since the last start (or a

@@ -29,7 +29,9 @@ struct ls_state {
     ls_pool_dims pd;
 };
 
-/* file as NAME.suffix, false (and *out empty) when it would not fit. */
+/* file as NAME.suffix; false (and *out empty) when it would not fit or
+ * name breaks the adapter name rule (ls_adapter_name_valid), which keeps
+ * every file it names inside the state directory. */
 bool ls_state_file_name(char *out, size_t len, const char *name, const char *suffix);
 
 /* Sets err from errno: "state directory: <what> <file>: <errno text>". */

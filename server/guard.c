@@ -29,6 +29,7 @@
 #include "common/text.h"
 #include "config/config.h"
 #include "server/http_head.h"
+#include "server/http_status.h"
 #include "server/request.h"
 
 /* How often the reaper looks, and how long a reaped connection's 408 has
@@ -129,7 +130,7 @@ static size_t ls_guard_408(const char *id, const char *message, char *buf, size_
     ls_error err;
     ls_error_init(&err);
     ls_error_set(&err, LS_REQUEST_TIMEOUT, NULL, "%s", message);
-    char *body = ls_error_body_text(&err);
+    char *body = ls_error_body_text(&err, ls_http_status(LS_REQUEST_TIMEOUT));
     ls_error_free(&err);
     if (!body) return 0;
     int n = snprintf(buf, cap,

@@ -25,7 +25,7 @@ static void ls_count_validation_failure(ls_server *srv, const ls_error *err) {
     for (size_t i = 0; i < err->n_violations; i++)
         if ((unsigned)err->violations[i].code < LS_STATUS_COUNT) seen[err->violations[i].code] = true;
     for (int c = 0; c < LS_STATUS_COUNT; c++)
-        if (seen[c] && ls_status_http((ls_status)c) == 422) ls_metrics_validation_failure(&srv->metrics, (ls_status)c);
+        if (seen[c] && ls_status_is_validation((ls_status)c)) ls_metrics_validation_failure(&srv->metrics, (ls_status)c);
 }
 
 /* A parameter of the raw form on a body read as JSON: most likely a

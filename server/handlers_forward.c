@@ -10,7 +10,7 @@
 
 #include "api/forward.h"
 #include "common/log.h"
-#include "server/autoload.h"
+#include "lora/autoload.h"
 #include "server/batcher.h"
 #include "server/request.h"
 

@@ -27,6 +27,7 @@
 #include "server/http_head.h"
 #include "server/offload.h"
 #include "server/http_internal.h"
+#include "server/http_status.h"
 #include "server/request.h"
 #include "server/routes.h"
 
@@ -284,7 +285,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         r.allow = st->allow;
         ls_reply_fail(&r, LS_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url, allow);
     } else if (!st->route) {
-        ls_reply_fail(&r, LS_NOT_FOUND, NULL, "no route %s %s", method, url);
+        ls_reply_fail(&r, LS_NOT_FOUND, ls_http_routes_hint, "no route %s %s", method, url);
     } else if (srv->cfg.api_key[0] && !st->route->open && !ls_http_authorized(conn, srv->cfg.api_key)) {
         ls_reply_fail(&r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
     } else if (st->route->has_body) {

@@ -8,6 +8,7 @@
 
 #include "api/error_body.h"
 #include "common/text.h"
+#include "server/http_status.h"
 #include "server/request.h"
 
 const char *ls_request_query(const ls_request *req, const char *key) {
@@ -125,11 +126,11 @@ void ls_reply_copy(ls_reply *r, int status, const void *bytes, size_t len, const
 void ls_reply_error(ls_reply *r, const ls_error *err) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     free(r->body);
-    r->body = ls_error_body_text(err);
+    r->body = ls_error_body_text(err, ls_http_status(code));
     r->len = 0;
     if (r->body) r->body = ls_reply_newline(r->body, &r->len);
     if (!r->body) r->len = 0;
-    r->status = ls_status_http(code);
+    r->status = ls_http_status(code);
     r->content_type = "application/json";
     r->code = code;
     /* Retry-After where waiting helps: a full pool or queue, an address

@@ -9,7 +9,8 @@
 #include "api/forward.h"
 #include "common/log.h"
 #include "model/model.h"
-#include "server/autoload.h"
+#include "lora/autoload.h"
+#include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
 
@@ -58,7 +59,7 @@ static void ls_server_log_model(const ls_model *m, ls_dtype served) {
 /* Prints err's structured body on stderr: an operator reads the same
  * violations a client of POST /adapters would. */
 static void ls_server_preload_error(const char *name, const ls_error *err) {
-    char *body = ls_error_body_text(err);
+    char *body = ls_error_body_text(err, ls_http_status(err->code == LS_OK ? LS_INTERNAL : err->code));
     ls_log_error("start-up adapter %s: %s", name, err->message);
     fprintf(stderr, "%s\n", body ? body : "{\"error\": {\"code\": \"internal\"}}");
     free(body);
@@ -114,62 +115,68 @@ static bool ls_server_preload(ls_server *srv) {
     return true;
 }
 
-bool ls_server_init(ls_server *srv, const ls_config *cfg) {
-    memset(srv, 0, sizeof *srv);
-    srv->loader.dirfd = -1;
-    srv->cfg = *cfg;
-    ls_metrics_init(&srv->metrics);
-    ls_error err;
-    ls_error_init(&err);
-    ls_model *model = &srv->model;
-    bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
-    ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
-                ls_device_kind_name(cfg->device),
-                cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
+/* Auto-load's loads, counted in the same gauge as uploads. */
+static void ls_server_count_load(void *metrics, int delta) { ls_metrics_loads(metrics, delta); }
 
-    /* The state directory's lock first: a second server on it stops here,
-     * before it loads a model or takes a device. */
+/* The state directory's lock first: a second server on it stops here,
+ * before it loads a model or takes a device. Then the model (from its
+ * weights, or the demo one). */
+static bool ls_server_open_model(ls_server *srv, const ls_config *cfg, ls_error *err) {
     ls_status st;
-    if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, &err)) != LS_OK) {
-        ls_log_error("%s", err.message);
-        if (err.hint[0]) ls_log_error("hint: %s", err.hint);
-        goto fail;
+    if (cfg->state_dir[0] && (st = ls_state_open(cfg->state_dir, &srv->state, err)) != LS_OK) {
+        ls_log_error("%s", err->message);
+        if (err->hint[0]) ls_log_error("hint: %s", err->hint);
+        return false;
     }
     if (cfg->weights[0]) {
-        st = ls_model_open(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, model, &err);
+        st = ls_model_open(cfg->weights, cfg->w13_layout_set ? &cfg->w13_layout : NULL, &srv->model, err);
     } else {
         ls_dims d = {.n = cfg->experts, .H = cfg->hidden, .F = cfg->intermediate, .L = cfg->layers,
                      .w13_layout = cfg->w13_layout};
-        st = ls_model_demo(&d, cfg->seed, ls_server_dtype(cfg->dtype, LS_DTYPE_BF16), model, &err);
+        st = ls_model_demo(&d, cfg->seed, ls_server_dtype(cfg->dtype, LS_DTYPE_BF16), &srv->model, err);
     }
     if (st != LS_OK) {
-        ls_log_error("model: %s", err.message);
-        goto fail;
+        ls_log_error("model: %s", err->message);
+        return false;
     }
+    return true;
+}
+
+/* The backend, with the base weights uploaded (the host copy then let go). */
+static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, bool use_cuda, ls_error *err) {
+    ls_model *model = &srv->model;
     srv->dims = model->dims;
     srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
                                     .max_tokens = cfg->max_batch_tokens};
     ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype),
                             .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa), .device_id = 0};
-    st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, &err) : ls_backend_cpu_create(&bc, &srv->backend, &err);
+    ls_status st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, err)
+                            : ls_backend_cpu_create(&bc, &srv->backend, err);
     if (st != LS_OK) {
-        ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err.message);
-        goto fail;
+        ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err->message);
+        return false;
     }
     if (ls_backend_isa(srv->backend))
         ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", ls_backend_isa(srv->backend),
                     ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
-    if ((st = ls_model_upload(model, srv->backend, &err)) != LS_OK) {
-        ls_log_error("uploading the base weights: %s", err.message);
-        goto fail;
+    if ((st = ls_model_upload(model, srv->backend, err)) != LS_OK) {
+        ls_log_error("uploading the base weights: %s", err->message);
+        return false;
     }
     ls_model_release(model);
     ls_server_log_model(model, bc.dtype);
     ls_log_info("pool: %d slots, max rank %d, %s layout, %.1f MiB", cfg->slots, cfg->max_rank,
                 ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
-    if ((st = ls_loader_open(&srv->loader, cfg->adapter_dir, &srv->dims, &srv->pool_dims, &err)) != LS_OK) {
-        ls_log_error("%s", err.message);
-        goto fail;
+    return true;
+}
+
+/* The adapter directory, the pool with the registry restored from the
+ * state directory, the start-up adapters and auto-load. */
+static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_error *err) {
+    ls_status st;
+    if ((st = ls_loader_open(&srv->loader, cfg->adapter_dir, &srv->dims, &srv->pool_dims, err)) != LS_OK) {
+        ls_log_error("%s", err->message);
+        return false;
     }
     /* Paths are taken beneath this directory only: say which it is, since
      * the default is wherever the server was started. */
@@ -178,53 +185,74 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                 cfg->adapter_dir[0] ? "" : " (the working directory; set --adapter-dir)");
     ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader,
                          .state = srv->state};
-    if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, &err)) != LS_OK) {
-        ls_log_error("pool: %s", err.message);
-        goto fail;
+    if ((st = ls_pool_create(srv->backend, &pc, &srv->pool, err)) != LS_OK) {
+        ls_log_error("pool: %s", err->message);
+        return false;
     }
     /* Before the server listens: /ready answers 200 only with the
      * registry back as it was acknowledged. */
     int restored = 0;
-    if ((st = ls_pool_restore(srv->pool, &restored, &err)) != LS_OK) {
-        ls_log_error("state directory: %s", err.message);
-        goto fail;
+    if ((st = ls_pool_restore(srv->pool, &restored, err)) != LS_OK) {
+        ls_log_error("state directory: %s", err->message);
+        return false;
     }
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
-    if (!ls_server_preload(srv)) goto fail;
+    if (!ls_server_preload(srv)) return false;
     if (cfg->auto_load) {
-        if ((st = ls_autoload_create(&srv->loader, srv->pool, &srv->metrics, cfg->strict_adapters, &srv->autoload, &err)) != LS_OK) {
-            ls_log_error("auto-load: %s", err.message);
-            goto fail;
+        const ls_autoload_gauge gauge = {ls_server_count_load, &srv->metrics};
+        if ((st = ls_autoload_create(&srv->loader, srv->pool, &gauge, cfg->strict_adapters, &srv->autoload, err)) !=
+            LS_OK) {
+            ls_log_error("auto-load: %s", err->message);
+            return false;
         }
         ls_log_info("auto-load on: forwards load unregistered adapters from %s by name", srv->loader.root);
     }
+    return true;
+}
+
+/* The threads requests are handed to: the batcher and the two offload
+ * pools. */
+static bool ls_server_open_workers(ls_server *srv, const ls_config *cfg, ls_error *err) {
     if (cfg->batching &&
-        (st = ls_batcher_create(srv->pool, &srv->metrics, &srv->dims, cfg->max_batch_tokens,
-                                cfg->batch_wait_us, cfg->max_queue_tokens, &srv->batcher, &err)) != LS_OK) {
-        ls_log_error("batcher: %s", err.message);
-        goto fail;
+        ls_batcher_create(srv->pool, &srv->metrics, &srv->dims, cfg->max_batch_tokens, cfg->batch_wait_us,
+                          cfg->max_queue_tokens, &srv->batcher, err) != LS_OK) {
+        ls_log_error("batcher: %s", err->message);
+        return false;
     }
     /* As many as there are HTTP threads: the requests that wait (loads
      * behind a forward, auto-loads) get the concurrency they had when
      * they held an HTTP thread, without taking one. */
-    if ((st = ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_BACKEND_WORKERS],
-                                &srv->offload, &err)) != LS_OK) {
-        ls_log_error("offload workers: %s", err.message);
-        goto fail;
+    if (ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_BACKEND_WORKERS],
+                          &srv->offload, err) != LS_OK) {
+        ls_log_error("offload workers: %s", err->message);
+        return false;
     }
     /* Validations apart, as many again: queued with the loads, they
      * waited for the forward the loads wait for, which they never use. */
-    if ((st = ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_DISK_WORKERS],
-                                &srv->offload_disk, &err)) != LS_OK) {
-        ls_log_error("offload workers: %s", err.message);
-        goto fail;
+    if (ls_offload_create(cfg->http_threads, &srv->metrics.offload_waiting[LS_METRICS_DISK_WORKERS],
+                          &srv->offload_disk, err) != LS_OK) {
+        ls_log_error("offload workers: %s", err->message);
+        return false;
     }
-    ls_error_free(&err);
     return true;
-fail:
+}
+
+bool ls_server_init(ls_server *srv, const ls_config *cfg) {
+    memset(srv, 0, sizeof *srv);
+    srv->loader.dirfd = -1;
+    srv->cfg = *cfg;
+    ls_metrics_init(&srv->metrics);
+    ls_error err;
+    ls_error_init(&err);
+    bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
+    ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
+                ls_device_kind_name(cfg->device),
+                cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
+    bool ok = ls_server_open_model(srv, cfg, &err) && ls_server_open_backend(srv, cfg, use_cuda, &err) &&
+              ls_server_open_adapters(srv, cfg, &err) && ls_server_open_workers(srv, cfg, &err);
     ls_error_free(&err);
-    ls_server_free(srv);
-    return false;
+    if (!ok) ls_server_free(srv);
+    return ok;
 }
 
 void ls_server_free(ls_server *srv) {

@@ -344,6 +344,30 @@ static int ls_cpu_online(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* The shapes and the packed layout of c's weights and slots, from cfg. */
+static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
+    const ls_dims *d = &cfg->dims;
+    const ls_pool_dims *p = &cfg->pool;
+    c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
+    c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p);
+    c->max_tokens = p->max_tokens;
+    c->w13_layout = d->w13_layout;
+    c->dtype = cfg->dtype;
+    c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
+    const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
+    c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
+    c->w13_len = ls_cpu_packed_len(H, c->zw);
+    c->w2_len = ls_cpu_packed_len(n * F, H);
+    c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
+    c->gu_b_len = ls_cpu_packed_len(R, F);
+    c->d_a_len = ls_cpu_packed_len(F, R);
+    c->d_b_len = ls_cpu_packed_len(R, H);
+    c->off_gu_b = c->gu_a_len;
+    c->off_d_a = c->off_gu_b + (size_t)2 * n * c->gu_b_len;
+    c->off_d_b = c->off_d_a + (size_t)n * c->d_a_len;
+    c->slot_len = c->off_d_b + (size_t)O * c->d_b_len;
+}
+
 /* Allocates the pool for every slot and layer, room for every layer's
  * packed base weights (zero until upload_base), the forward's scratch,
  * and starts the engine's threads. On success *out belongs to the caller
@@ -361,29 +385,12 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     }
     be->ctx = c;
 
+    ls_cpu_layout(c, cfg);
+    be->isa = c->kr->name;
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
-    c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
-    c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p);
-    c->max_tokens = p->max_tokens;
-    c->w13_layout = d->w13_layout;
-    c->dtype = cfg->dtype;
-    c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
-    be->isa = c->kr->name;
-
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     const size_t L = (size_t)c->L, S = (size_t)c->S, T = (size_t)c->max_tokens;
-    c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
-    c->w13_len = ls_cpu_packed_len(H, c->zw);
-    c->w2_len = ls_cpu_packed_len(n * F, H);
-    c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
-    c->gu_b_len = ls_cpu_packed_len(R, F);
-    c->d_a_len = ls_cpu_packed_len(F, R);
-    c->d_b_len = ls_cpu_packed_len(R, H);
-    c->off_gu_b = c->gu_a_len;
-    c->off_d_a = c->off_gu_b + (size_t)2 * n * c->gu_b_len;
-    c->off_d_b = c->off_d_a + (size_t)n * c->d_a_len;
-    c->slot_len = c->off_d_b + (size_t)O * c->d_b_len;
 
     const int cpus = ls_cpu_online(), threads = cfg->threads > 0 ? cfg->threads : cpus;
     /* K of every GEMM: H (w13, gate/up shrink), n*F (w2), F (down

@@ -76,6 +76,11 @@ static ls_status pinned(void **dst, size_t bytes, ls_error *err) {
     return LS_OK;
 }
 
+/* Takes the device and allocates everything the backend will use, once.
+ * Longer than 80 lines on purpose: one straight sequence of checked
+ * device calls whose every failure the caller unwinds (ls_backend_free)
+ * from whatever was set; the sizes, the cuBLAS set-up and the allocations
+ * read in the order the device sees them. */
 static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     const ls_dims *d = &cfg->dims;

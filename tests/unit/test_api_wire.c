@@ -24,7 +24,7 @@
 
 /* The error body of err, parsed back (so it must be valid JSON). */
 static json_t *error_body_roundtrip(const ls_error *err) {
-    char *text = ls_error_body_text(err);
+    char *text = ls_error_body_text(err, ls_status_table_http(err->code == LS_OK ? LS_INTERNAL : err->code));
     assert_non_null(text);
     json_error_t jerr;
     json_t *j = json_loads(text, 0, &jerr);

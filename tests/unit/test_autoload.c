@@ -1,4 +1,4 @@
-/* server/autoload in-process, where HTTP cannot reach: many requests
+/* lora/autoload in-process, where HTTP cannot reach: many requests
  * racing for one unloaded adapter read its file once, round after round;
  * a server short of file descriptors answers 500 and is not remembered
  * against the file, which loads once descriptors are back; the check an
@@ -23,7 +23,8 @@
 
 #include "config/config.h"
 #include "format/safetensors.h"
-#include "server/autoload.h"
+#include "lora/autoload.h"
+#include "server/http_status.h"
 #include "server/server.h"
 #include "tests/util/adapter_fixture.h"
 #include "tests/util/testutil.h"
@@ -150,7 +151,7 @@ static void test_out_of_descriptors_not_remembered(void **state) {
     for (int i = 0; i < n; i++) close(fds[i]);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
     assert_int_equal(st, LS_INTERNAL);
-    assert_int_equal(ls_status_http(st), 500);
+    assert_int_equal(ls_http_status(st), 500);
     ls_error_free(&err);
     ls_error_init(&err);
     const unsigned long long before = ls_autoload_attempts(srv.autoload);
@@ -170,7 +171,7 @@ static void test_check_never_loads(void **state) {
     ls_test_write_file(path, "not a safetensors file", 22);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_status_http(ls_autoload_ensure(srv.autoload, "bad", &err)), 422);
+    assert_int_equal(ls_http_status(ls_autoload_ensure(srv.autoload, "bad", &err)), 422);
     ls_error_free(&err);
 
     const unsigned long long before = ls_autoload_attempts(srv.autoload);
@@ -180,7 +181,7 @@ static void test_check_never_loads(void **state) {
     assert_int_equal(need, LS_AUTOLOAD_READ);
     assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
 
-    assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad", &need, &err)), 422);
+    assert_int_equal(ls_http_status(ls_autoload_check(srv.autoload, "bad", &need, &err)), 422);
     assert_int_equal(need, LS_AUTOLOAD_READY);
     ls_error_free(&err);
     ls_error_init(&err);
@@ -222,11 +223,11 @@ static void test_read_then_register(void **state) {
     char path[1024];
     snprintf(path, sizeof path, "%s/bad2.safetensors", dir);
     ls_test_write_file(path, "also not a safetensors file", 27);
-    assert_int_equal(ls_status_http(ls_autoload_read(srv.autoload, "bad2", &need, &err)), 422);
+    assert_int_equal(ls_http_status(ls_autoload_read(srv.autoload, "bad2", &need, &err)), 422);
     assert_int_equal(need, LS_AUTOLOAD_READY);
     ls_error_free(&err);
     ls_error_init(&err);
-    assert_int_equal(ls_status_http(ls_autoload_check(srv.autoload, "bad2", &need, &err)), 422);
+    assert_int_equal(ls_http_status(ls_autoload_check(srv.autoload, "bad2", &need, &err)), 422);
     assert_int_equal(ls_autoload_attempts(srv.autoload), before + 2);
     ls_error_free(&err);
 }
@@ -272,7 +273,7 @@ static void test_read_adapter_never_left(void **state) {
     assert_int_equal(ls_pool_delete(srv.pool, "up", &err), LS_OK);
     snprintf(path, sizeof path, "%s/up.safetensors", dir);
     ls_test_write_file(path, "not a safetensors file", 22);
-    assert_int_equal(ls_status_http(ls_autoload_ensure(srv.autoload, "up", &err)), 422);
+    assert_int_equal(ls_http_status(ls_autoload_ensure(srv.autoload, "up", &err)), 422);
     ls_error_free(&err);
     ls_error_init(&err);
 
@@ -337,7 +338,7 @@ static void test_vanishing_file_is_404(void **state) {
         ls_error err;
         ls_error_init(&err);
         const ls_status st = ls_autoload_ensure(srv.autoload, "flicker", &err);
-        if (st != LS_OK && st != LS_ADAPTER_NOT_FOUND && ls_status_http(st) != 422)
+        if (st != LS_OK && st != LS_ADAPTER_NOT_FOUND && ls_http_status(st) != 422)
             fail_msg("round %d: %s (%s)", i, ls_status_code(st), err.message);
         ok += st == LS_OK;
         missing += st == LS_ADAPTER_NOT_FOUND;

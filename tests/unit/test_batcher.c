@@ -8,6 +8,7 @@
 #include "tests/util/pool_fixture.h"
 
 #include "server/batcher.h"
+#include "server/http_status.h"
 #include "server/metrics.h"
 
 #define BT_S 4
@@ -400,7 +401,7 @@ static void test_queue_limit(void **state) {
     pt_fake_wait_blocked(f.fk, 1);
     assert_int_equal(bt_submit(f.b, &j[0]), LS_OK);
     assert_int_equal(bt_submit(f.b, &j[1]), LS_OVERLOADED);
-    assert_int_equal(ls_status_http(LS_OVERLOADED), 429);
+    assert_int_equal(ls_http_status(LS_OVERLOADED), 429);
     assert_int_equal(bt_submit(f.b, &j[2]), LS_OK);
     assert_int_equal(bt_submit(f.b, &j[3]), LS_OVERLOADED);
     assert_int_equal(f.m.rejected_overload, 2);

@@ -26,6 +26,7 @@
 
 #include "lora/pool.h"
 #include "lora/state.h"
+#include "lora/state_internal.h"
 #include "tests/util/pool_cases.h"
 #include "tests/util/state_files.h"
 #include "tests/util/testutil.h"
@@ -134,6 +135,21 @@ static void assert_same_adapter(const ls_adapter *a, const ls_adapter *b) {
     assert_int_equal(a->layer_floats, b->layer_floats);
     assert_memory_equal(a->data, b->data, (size_t)a->layers * a->layer_floats * sizeof(float));
     for (int l = 0; l < a->layers; l++) assert_int_equal(a->layer_present[l], b->layer_present[l]);
+}
+
+/* The name rule is enforced where the state files are named: a name that
+ * could leave the directory, or hide a file, names none. */
+static void test_file_names_keep_the_name_rule(void **state) {
+    (void)state;
+    char out[64];
+    assert_true(ls_state_file_name(out, sizeof out, "a-b.c_1", ".adapter"));
+    assert_string_equal(out, "a-b.c_1.adapter");
+    const char *bad[] = {"../x", "a/b", ".hidden", "..", "", "a b", "x\ny"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_false(ls_state_file_name(out, sizeof out, bad[i], ".adapter"));
+        assert_string_equal(out, "");
+    }
+    assert_false(ls_state_file_name(out, sizeof out, NULL, ".floor"));
 }
 
 static void test_record_reads_back_exactly(void **state) {
@@ -875,7 +891,7 @@ static void test_versions_cannot_wrap(void **state) {
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(pc_load(f.p, "top", 6, false, true, NULL, NULL, &err), LS_VERSIONS_EXHAUSTED);
-    assert_int_equal(ls_status_http(LS_VERSIONS_EXHAUSTED), 409);
+    assert_int_equal(ls_status_table_http(LS_VERSIONS_EXHAUSTED), 409);
     assert_non_null(strstr(err.message, "9223372036854775807"));
     ls_error_clear(&err);
     assert_int_equal(pc_load(f.p, "last", 1, false, false, NULL, NULL, &err), LS_VERSIONS_EXHAUSTED);
@@ -1133,6 +1149,7 @@ static void test_replace_under_a_hold_keeps_its_copy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_names_keep_the_name_rule),
         cmocka_unit_test(test_record_reads_back_exactly),
         cmocka_unit_test(test_restore_gives_records_and_tombstones),
         cmocka_unit_test(test_damaged_files_are_set_aside),

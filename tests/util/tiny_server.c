@@ -41,6 +41,10 @@ static ls_tensor tiny_tensor(const json_t *nested, ls_dtype dt) {
 }
 
 bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *extra) {
+    return tiny_server_start_env(ts, layout, extra, NULL);
+}
+
+bool tiny_server_start_env(tiny_server *ts, const char *layout, const char *const *extra, const char *const *env) {
     memset(ts, 0, sizeof *ts);
     ts->tiny = ls_test_load_tiny();
     ts->dir = ls_test_mkdtemp();
@@ -68,7 +72,7 @@ bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *e
     ts->args = calloc((size_t)a + 1, sizeof *ts->args);
     assert_non_null(ts->args);
     for (int i = 0; i < a; i++) assert_non_null(ts->args[i] = strdup(args[i]));
-    ts->srv = ls_test_server_start(args);
+    ts->srv = ls_test_server_start_env(args, env);
     return ts->srv != NULL;
 }
 

@@ -21,6 +21,9 @@ typedef struct {
 /* Starts the server with the given W13 layout and extra arguments
  * (NULL-terminated, may be NULL). */
 bool tiny_server_start(tiny_server *ts, const char *layout, const char *const *extra);
+/* Same with extra environment entries "KEY=VALUE" for the server only
+ * (NULL-terminated, may be NULL); a restart does not repeat them. */
+bool tiny_server_start_env(tiny_server *ts, const char *layout, const char *const *extra, const char *const *env);
 void tiny_server_stop(tiny_server *ts);
 /* Ends the server (SIGKILL when crash, else SIGTERM and exit status 0
  * asserted) and starts it again with the same command line and files. */

@@ -2,22 +2,28 @@
  * the adapter directory as NAME/ (PEFT) or NAME.safetensors, registers it
  * first. One load per name at a time (concurrent requests wait for it);
  * a file that failed is not read again until it changes. */
-#ifndef LS_SERVER_AUTOLOAD_H
-#define LS_SERVER_AUTOLOAD_H
+#ifndef LS_LORA_AUTOLOAD_H
+#define LS_LORA_AUTOLOAD_H
 
 #include <stdbool.h>
 
 #include "common/error.h"
 #include "lora/loader.h"
 #include "lora/pool.h"
-#include "server/metrics.h"
 
 typedef struct ls_autoload ls_autoload;
 
-/* Over ld, pool and metrics (borrowed, outliving it; loads are counted
- * in the loads gauge); strict as --strict-adapters. Free with ls_autoload_free. */
-ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, ls_metrics *metrics, bool strict, ls_autoload **out,
-                             ls_error *err);
+/* Told of every load as it starts (+1) and ends (-1), from whichever
+ * thread runs it: the server's loads gauge. */
+typedef struct {
+    void (*fn)(void *ctx, int delta);
+    void *ctx; /* borrowed */
+} ls_autoload_gauge;
+
+/* Over ld and pool (borrowed, outliving it); gauge may be NULL; strict as
+ * --strict-adapters. Free with ls_autoload_free. */
+ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, const ls_autoload_gauge *gauge, bool strict,
+                             ls_autoload **out, ls_error *err);
 void ls_autoload_free(ls_autoload *al);
 
 /* Makes name registered: LS_OK when it is already, or once it was loaded

@@ -4,7 +4,7 @@
  * validated again on every request. A load has two halves that run on
  * different threads: reading and validating the files (the disk) and
  * registering the adapter (which may wait for the backend). */
-#include "server/autoload.h"
+#include "lora/autoload.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -60,7 +60,7 @@ typedef struct ls_autoload_entry {
 struct ls_autoload {
     const ls_loader *ld;
     ls_pool *pool;
-    ls_metrics *metrics; /* the loads gauge */
+    ls_autoload_gauge gauge; /* the loads gauge; fn NULL when none */
     bool strict;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -69,13 +69,13 @@ struct ls_autoload {
     atomic_ullong attempts;
 };
 
-ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, ls_metrics *metrics, bool strict, ls_autoload **out,
-                             ls_error *err) {
+ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, const ls_autoload_gauge *gauge, bool strict,
+                             ls_autoload **out, ls_error *err) {
     ls_autoload *al = calloc(1, sizeof *al);
     if (!al) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     al->ld = ld;
     al->pool = pool;
-    al->metrics = metrics;
+    if (gauge) al->gauge = *gauge;
     al->strict = strict;
     pthread_mutex_init(&al->mu, NULL);
     pthread_cond_init(&al->cv, NULL);
@@ -101,6 +101,10 @@ void ls_autoload_free(ls_autoload *al) {
 }
 
 unsigned long long ls_autoload_attempts(const ls_autoload *al) { return atomic_load(&al->attempts); }
+
+static void ls_autoload_count(ls_autoload *al, int delta) {
+    if (al->gauge.fn) al->gauge.fn(al->gauge.ctx, delta);
+}
 
 static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_autoload_print *p) {
     struct stat st;
@@ -211,7 +215,7 @@ static ls_status ls_autoload_outcome(const ls_autoload_entry *e, ls_error *err) 
  * share it, and a failure of the files themselves is remembered against
  * their print. The loads gauge counted the load from its claim. */
 static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st, const ls_error *mine) {
-    ls_metrics_loads(al->metrics, -1);
+    ls_autoload_count(al, -1);
     e->state = LS_AUTOLOAD_IDLE;
     e->generation++;
     e->outcome = st;
@@ -222,8 +226,7 @@ static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st,
          * 422; its size, 413; its path, 400); a full pool, a device error
          * or a server short of descriptors (500, 503) may pass, so the
          * next request tries again. */
-        const int http = ls_status_http(st);
-        e->remembered = http == 400 || http == 413 || http == 422;
+        e->remembered = ls_status_is_input(st);
         ls_log_warn("auto-load: adapter %s from %s failed: %s", e->name, e->origin.path, mine->message);
     }
     pthread_cond_broadcast(&al->cv);
@@ -234,7 +237,7 @@ static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st,
  * LS_OK leaves the adapter there; a failure ends the load. */
 static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, ls_error *err) {
     e->remembered = false;
-    ls_metrics_loads(al->metrics, +1);
+    ls_autoload_count(al, +1);
     atomic_fetch_add(&al->attempts, 1);
     pthread_mutex_unlock(&al->mu);
     ls_adapter a;
@@ -317,7 +320,10 @@ typedef enum {
  * look under the lock (so nothing changes between looking and acting),
  * and done as far as reach allows. need says what is left for a thread of
  * longer reach (LS_AUTOLOAD_READY: nothing); an error is the request's
- * answer. */
+ * answer. Longer than 80 lines on purpose: every state a name can be in
+ * and what each reach does with it are read in one place, under one
+ * lock; split, the transitions would hide in helpers that each need the
+ * lock held and the entry pinned. */
 static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, ls_autoload_need *need,
                                   ls_error *err) {
     *need = LS_AUTOLOAD_READY;
