@@ -254,16 +254,9 @@ static ls_status ls_ub_unknown_key(const char *key, ls_error *err) {
                                 "put it in config, as adapter_config.json has it: {\"name\", \"config\": {\"r\": 16, "
                                 "\"lora_alpha\": 32}, \"tensors\"}",
                                 "unknown key \"%s\" in the adapter upload: \"%s\" is a key of \"config\"", key, key);
-    char hint[256] = "known keys:", near[96];
-    ls_text_near n;
-    ls_text_near_init(&n, key);
-    for (size_t i = 0; ls_upload_known[i]; i++) {
-        size_t l = strlen(hint);
-        snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_upload_known[i]);
-        ls_text_near_offer(&n, ls_upload_known[i]);
-    }
-    return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the adapter upload%s", key,
-                        ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+    char hint[256], near[96];
+    ls_text_unknown_key(key, ls_upload_known, hint, sizeof hint, near, sizeof near);
+    return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the adapter upload%s", key, near);
 }
 
 /* The keys as found, checked in the order a parse of the whole body

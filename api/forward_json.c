@@ -373,16 +373,10 @@ static bool ls_fj_encoding(ls_fj_parse *ps) {
 static bool ls_fj_member(ls_fj_parse *ps, int k, const char *key) {
     ls_jr *r = &ps->r;
     if (!ls_fj_known[k]) {
-        char hint[256] = "known keys:", near[96];
-        ls_text_near n;
-        ls_text_near_init(&n, key);
-        for (int i = 0; ls_fj_known[i]; i++) {
-            size_t l = strlen(hint);
-            snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", ls_fj_known[i]);
-            ls_text_near_offer(&n, ls_fj_known[i]);
-        }
+        char hint[256], near[96];
+        ls_text_unknown_key(key, ls_fj_known, hint, sizeof hint, near, sizeof near);
         ls_fj_note(&ps->pb[LS_FJ_KEYS], LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the forward request%s", key,
-                   ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+                   near);
         return ls_jr_skip(r);
     }
     if (!strcmp(key, "layer")) return ls_fj_layer(ps);

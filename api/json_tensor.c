@@ -153,16 +153,9 @@ ls_status ls_json_check_keys(const json_t *root, const char *const *known, const
         size_t i = 0;
         while (known[i] && strcmp(key, known[i])) i++;
         if (known[i]) continue;
-        char hint[256] = "known keys:", near[96];
-        ls_text_near n;
-        ls_text_near_init(&n, key);
-        for (i = 0; known[i]; i++) {
-            size_t l = strlen(hint);
-            snprintf(hint + l, sizeof hint - l, "%s %s", i ? "," : "", known[i]);
-            ls_text_near_offer(&n, known[i]);
-        }
-        return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the %s%s", key, what,
-                            ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+        char hint[256], near[96];
+        ls_text_unknown_key(key, known, hint, sizeof hint, near, sizeof near);
+        return ls_error_set(err, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\" in the %s%s", key, what, near);
     }
     return LS_OK;
 }

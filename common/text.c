@@ -108,3 +108,16 @@ const char *ls_text_near_clause(const ls_text_near *n, const char *prefix, const
     else buf[0] = '\0';
     return buf;
 }
+
+const char *ls_text_unknown_key(const char *key, const char *const *known, char *hint, size_t hint_len, char *near,
+                                size_t near_len) {
+    ls_text_near n;
+    ls_text_near_init(&n, key);
+    if (hint_len) snprintf(hint, hint_len, "known keys:");
+    for (size_t i = 0; known[i]; i++) {
+        size_t l = strlen(hint);
+        if (l < hint_len) snprintf(hint + l, hint_len - l, "%s %s", i ? "," : "", known[i]);
+        ls_text_near_offer(&n, known[i]);
+    }
+    return ls_text_near_clause(&n, "; did you mean \"", "\"?", near, near_len);
+}

@@ -56,6 +56,11 @@ void ls_text_near_offer(ls_text_near *n, const char *candidate);
  * when a candidate was near, "" otherwise; returns buf. */
 const char *ls_text_near_clause(const ls_text_near *n, const char *prefix, const char *suffix, char *buf,
                                 size_t len);
+/* For a key that is none of known (NULL-terminated): "known keys: a, b"
+ * into hint and "; did you mean \"b\"?" (or "") into near, which it
+ * returns. Every unknown-key error of a JSON body says both. */
+const char *ls_text_unknown_key(const char *key, const char *const *known, char *hint, size_t hint_len, char *near,
+                                size_t near_len);
 
 /* The next value of a splitmix64 stream whose state is *state. */
 static inline uint64_t ls_splitmix64(uint64_t *state) {

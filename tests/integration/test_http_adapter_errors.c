@@ -36,35 +36,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* A zero-filled nested array of the given shape (values v). */
-static json_t *filled(const int *shape, int nd, double v) {
-    json_t *a = json_array();
-    for (int i = 0; i < shape[0]; i++)
-        json_array_append_new(a, nd == 1 ? json_real(v + 0.0625 * (i % 3)) : filled(shape + 1, nd - 1, v));
-    return a;
-}
-
-#define T(...) (int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
-
-/* PEFT upload with the four tensors of the given shapes (n=2, H=4, F=3). */
-static json_t *peft(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
-    json_t *t = json_object();
-    json_object_set_new(t, P "gate_up_proj.lora_A.weight", filled(ga, nga, 0.125));
-    json_object_set_new(t, P "gate_up_proj.lora_B.weight", filled(gb, ngb, 0.25));
-    json_object_set_new(t, P "down_proj.lora_A.weight", filled(da, nda, 0.125));
-    json_object_set_new(t, P "down_proj.lora_B.weight", filled(db, ndb, 0.25));
-    return json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", "bad", "config", "r", 2, "lora_alpha", 4, "tensors", t);
-}
-
-static json_t *pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
-    json_t *t = json_object();
-    json_object_set_new(t, P "gate_up_lora_a", filled(ga, nga, 0.125));
-    json_object_set_new(t, P "gate_up_lora_b", filled(gb, ngb, 0.25));
-    json_object_set_new(t, P "down_lora_a", filled(da, nda, 0.125));
-    json_object_set_new(t, P "down_lora_b", filled(db, ndb, 0.25));
-    return json_pack("{s:s, s:s, s:o}", "name", "bad", "format", "pool", "tensors", t);
-}
-
 /* Posts body to /adapters and /adapters/validate; both must answer the
  * code with a complete error body, and nothing may change. Returns the
  * first violation (borrowed from the returned root, which the caller
@@ -106,21 +77,21 @@ static void check(json_t *body, const char *code) {
 
 static void test_pool_format_codes(void **state) {
     (void)state;
-    check(pool(T(1, 1, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_not_4d");
-    check(pool(T(1, 3, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 3, 4, 2)), "lora_outer_dim_invalid");
-    check(pool(T(1, 1, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 2, 4, 2)), "lora_expert_layout_mismatch");
-    check(pool(T(1, 1, 4, 4), T(1, 3, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_expert_count_mismatch");
-    check(pool(T(2, 1, 4, 4), T(2, 2, 6, 2), T(2, 2, 2, 3), T(2, 1, 4, 2)), "lora_slot_axis_invalid");
-    check(pool(T(1, 2, 4, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 2, 4, 2)), "lora_layout_unsupported");
-    check(pool(T(1, 1, 4, 5), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_hidden_mismatch");
-    check(pool(T(1, 1, 4, 4), T(1, 2, 8, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_intermediate_mismatch");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 1, 4), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2)), "lora_not_4d");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 3, 4, 4), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 3, 4, 2)), "lora_outer_dim_invalid");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 4), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 2, 4, 2)), "lora_expert_layout_mismatch");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 4), TINY_SHAPE(1, 3, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2)), "lora_expert_count_mismatch");
+    check(tiny_shaped_pool(TINY_SHAPE(2, 1, 4, 4), TINY_SHAPE(2, 2, 6, 2), TINY_SHAPE(2, 2, 2, 3), TINY_SHAPE(2, 1, 4, 2)), "lora_slot_axis_invalid");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 2, 4, 4), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 2, 4, 2)), "lora_layout_unsupported");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 5), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2)), "lora_hidden_mismatch");
+    check(tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 4), TINY_SHAPE(1, 2, 8, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2)), "lora_intermediate_mismatch");
 }
 
 /* The seed's error: gate and up A not fused along the rank axis. */
 static void test_rank_mismatch_seed_error(void **state) {
     (void)state;
     json_t *first;
-    json_t *e = expect_code(pool(T(1, 1, 2, 4), T(1, 2, 6, 2), T(1, 2, 2, 3), T(1, 1, 4, 2)), "lora_rank_mismatch",
+    json_t *e = expect_code(tiny_shaped_pool(TINY_SHAPE(1, 1, 2, 4), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2)), "lora_rank_mismatch",
                             &first);
     assert_int_equal(json_integer_value(json_object_get(first, "layer")), 0);
     assert_int_equal(json_integer_value(json_object_get(first, "axis")), 2);
@@ -134,44 +105,44 @@ static void test_rank_mismatch_seed_error(void **state) {
 static void test_peft_codes(void **state) {
     (void)state;
     json_t *first;
-    json_t *b = peft(T(5, 4), T(12, 5), T(5, 6), T(4, 5));
+    json_t *b = tiny_shaped_peft(TINY_SHAPE(5, 4), TINY_SHAPE(12, 5), TINY_SHAPE(5, 6), TINY_SHAPE(4, 5));
     json_object_set_new(json_object_get(b, "config"), "r", json_integer(5));
     json_t *e = expect_code(b, "lora_rank_too_large", &first);
     assert_non_null(strstr(json_string_value(json_object_get(json_object_get(e, "error"), "hint")), "--max-rank"));
     json_decref(e);
-    check(peft(T(2, 5), T(12, 2), T(2, 6), T(4, 2)), "lora_hidden_mismatch");
-    check(peft(T(2, 4), T(16, 2), T(2, 6), T(4, 2)), "lora_intermediate_mismatch");
-    check(peft(T(2, 4), T(13, 2), T(2, 6), T(4, 2)), "lora_extent_not_divisible");
-    check(peft(T(2, 4), T(12, 3), T(2, 6), T(4, 2)), "lora_rank_mismatch");
+    check(tiny_shaped_peft(TINY_SHAPE(2, 5), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2)), "lora_hidden_mismatch");
+    check(tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(16, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2)), "lora_intermediate_mismatch");
+    check(tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(13, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2)), "lora_extent_not_divisible");
+    check(tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 3), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2)), "lora_rank_mismatch");
 
-    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
     json_object_del(json_object_get(b, "tensors"), P "down_proj.lora_B.weight");
     check(b, "lora_missing_tensor");
 
-    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
-    json_object_set_new(json_object_get(b, "tensors"), "lm_head.weight", filled(T(2, 2), 0.5));
+    b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
+    json_object_set_new(json_object_get(b, "tensors"), "lm_head.weight", tiny_filled(TINY_SHAPE(2, 2), 0.5));
     check(b, "lora_unknown_tensor");
 
-    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
     json_object_set_new(json_object_get(b, "tensors"), "model.layers.1.mlp.shared_experts.down_proj.lora_A.weight",
-                        filled(T(2, 6), 0.5));
+                        tiny_filled(TINY_SHAPE(2, 6), 0.5));
     json_object_set_new(json_object_get(b, "tensors"), "model.layers.1.mlp.shared_experts.down_proj.lora_B.weight",
-                        filled(T(4, 2), 0.5));
+                        tiny_filled(TINY_SHAPE(4, 2), 0.5));
     check(b, "lora_layer_out_of_range");
 
     json_t *t = json_object();
-    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_A.weight", filled(T(2, 4), 0.5));
-    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_B.weight", filled(T(4, 2), 0.5));
+    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_A.weight", tiny_filled(TINY_SHAPE(2, 4), 0.5));
+    json_object_set_new(t, "model.layers.0.self_attn.q_proj.lora_B.weight", tiny_filled(TINY_SHAPE(4, 2), 0.5));
     check(json_pack("{s:s, s:o}", "name", "bad", "tensors", t), "lora_empty");
 
-    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
     json_object_set_new(json_object_get(b, "config"), "r", json_integer(0));
     check(b, "adapter_config_invalid");
 }
 
 static void test_dtype_and_nonfinite(void **state) {
     (void)state;
-    json_t *b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    json_t *b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
     int32_t ints[8] = {0};
     char *b64 = ls_base64_encode((const uint8_t *)ints, sizeof ints);
     json_object_set_new(json_object_get(b, "tensors"), P "gate_up_proj.lora_A.weight",
@@ -179,7 +150,7 @@ static void test_dtype_and_nonfinite(void **state) {
     free(b64);
     check(b, "lora_dtype_unsupported");
 
-    b = peft(T(2, 4), T(12, 2), T(2, 6), T(4, 2));
+    b = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(12, 2), TINY_SHAPE(2, 6), TINY_SHAPE(4, 2));
     float vals[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     uint32_t nan_bits = 0x7fc00000u;
     memcpy(&vals[5], &nan_bits, 4);
@@ -193,7 +164,7 @@ static void test_dtype_and_nonfinite(void **state) {
 static void test_every_violation_listed(void **state) {
     (void)state;
     /* a wrong hidden size and a rank too large at once: both reported */
-    json_t *b = peft(T(5, 5), T(12, 5), T(5, 6), T(5, 5));
+    json_t *b = tiny_shaped_peft(TINY_SHAPE(5, 5), TINY_SHAPE(12, 5), TINY_SHAPE(5, 6), TINY_SHAPE(5, 5));
     json_t *e = tiny_post_json(&ts, "/adapters", b, 422);
     json_t *v = json_object_get(json_object_get(e, "error"), "violations");
     bool rank = false, hidden = false;
@@ -231,7 +202,7 @@ static void expect_violations(json_t *e, const char *const (*want)[2], size_t n)
 static void test_not_4d_reports_the_rest(void **state) {
     (void)state;
     json_t *first;
-    json_t *e = expect_code(pool(T(1, 1, 4, 5), T(1, 2, 6, 2), T(1, 3, 2, 3), T(4, 2)), "lora_not_4d", &first);
+    json_t *e = expect_code(tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 5), TINY_SHAPE(1, 2, 6, 2), TINY_SHAPE(1, 3, 2, 3), TINY_SHAPE(4, 2)), "lora_not_4d", &first);
     static const char *const pool_want[][2] = {
         {"lora_not_4d", "down_lora_b"},
         {"lora_expert_count_mismatch", "down_lora_a"},
@@ -243,7 +214,7 @@ static void test_not_4d_reports_the_rest(void **state) {
     json_decref(e);
 
     /* PEFT: a factor that is not 2D does not hide the others either. */
-    e = expect_code(peft(T(1, 2, 4), T(11, 2), T(2, 8), T(5, 2)), "invalid_shape", &first);
+    e = expect_code(tiny_shaped_peft(TINY_SHAPE(1, 2, 4), TINY_SHAPE(11, 2), TINY_SHAPE(2, 8), TINY_SHAPE(5, 2)), "invalid_shape", &first);
     static const char *const peft_want[][2] = {
         {"invalid_shape", "gate_up_proj.lora_A.weight"},
         {"lora_extent_not_divisible", "gate_up_proj.lora_B.weight"},

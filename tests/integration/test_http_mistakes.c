@@ -107,46 +107,18 @@ static void test_config_key_at_top(void **state) {
     json_decref(a);
 }
 
-/* A filled nested array of the given shape. */
-static json_t *filled(const int *shape, int nd, double v) {
-    json_t *a = json_array();
-    for (int i = 0; i < shape[0]; i++)
-        json_array_append_new(a, nd == 1 ? json_real(v + 0.0625 * (i % 3)) : filled(shape + 1, nd - 1, v));
-    return a;
-}
-
-#define T(...) (int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
-
-static json_t *peft(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
-    json_t *t = json_object();
-    json_object_set_new(t, P "gate_up_proj.lora_A.weight", filled(ga, nga, 0.125));
-    json_object_set_new(t, P "gate_up_proj.lora_B.weight", filled(gb, ngb, 0.25));
-    json_object_set_new(t, P "down_proj.lora_A.weight", filled(da, nda, 0.125));
-    json_object_set_new(t, P "down_proj.lora_B.weight", filled(db, ndb, 0.25));
-    return json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", "bad", "config", "r", 2, "lora_alpha", 4, "tensors", t);
-}
-
-static json_t *pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db, int ndb) {
-    json_t *t = json_object();
-    json_object_set_new(t, P "gate_up_lora_a", filled(ga, nga, 0.125));
-    json_object_set_new(t, P "gate_up_lora_b", filled(gb, ngb, 0.25));
-    json_object_set_new(t, P "down_lora_a", filled(da, nda, 0.125));
-    json_object_set_new(t, P "down_lora_b", filled(db, ndb, 0.25));
-    return json_pack("{s:s, s:s, s:o}", "name", "bad", "format", "pool", "tensors", t);
-}
-
 /* The tiny model is n=2, F=3: a PEFT adapter trained for n=4 experts of
  * F=3 has 2 * 4 * 3 = 24 gate_up rows and 12 down columns. */
 static void test_more_experts(void **state) {
     (void)state;
-    json_t *a = peft(T(2, 4), T(24, 2), T(2, 12), T(4, 2));
+    json_t *a = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(24, 2), TINY_SHAPE(2, 12), TINY_SHAPE(4, 2));
     expect_json("/adapters/validate", a, 422, "lora_expert_count_mismatch",
                 "= 4 * 2F: an adapter for 4 shared experts of F = 3, and this server serves n = 2 (expected n * 2F = 12, "
                 "expert-major); or one for an intermediate size of 6 per expert",
                 "GET /model");
     json_decref(a);
     /* Not a whole number of experts: the intermediate size, as before. */
-    a = peft(T(2, 4), T(16, 2), T(2, 8), T(4, 2));
+    a = tiny_shaped_peft(TINY_SHAPE(2, 4), TINY_SHAPE(16, 2), TINY_SHAPE(2, 8), TINY_SHAPE(4, 2));
     expect_json("/adapters/validate", a, 422, "lora_intermediate_mismatch", "expected n * 2F", NULL);
     json_decref(a);
 }
@@ -155,7 +127,7 @@ static void test_more_experts(void **state) {
  * message must name it, not its partner. */
 static void test_transposed_pool_b(void **state) {
     (void)state;
-    json_t *a = pool(T(1, 1, 4, 4), T(1, 2, 2, 6), T(1, 2, 2, 3), T(1, 1, 4, 2));
+    json_t *a = tiny_shaped_pool(TINY_SHAPE(1, 1, 4, 4), TINY_SHAPE(1, 2, 2, 6), TINY_SHAPE(1, 2, 2, 3), TINY_SHAPE(1, 1, 4, 2));
     expect_json("/adapters/validate", a, 422, "lora_intermediate_mismatch", "gate_up_lora_b", NULL);
     json_decref(a);
 }

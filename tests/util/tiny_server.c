@@ -248,3 +248,32 @@ char *tiny_state_snapshot(tiny_server *ts) {
     ls_test_response_free(&b);
     return s;
 }
+
+json_t *tiny_filled(const int *shape, int nd, double v) {
+    json_t *a = json_array();
+    for (int i = 0; i < shape[0]; i++)
+        json_array_append_new(a, nd == 1 ? json_real(v + 0.0625 * (i % 3)) : tiny_filled(shape + 1, nd - 1, v));
+    return a;
+}
+
+#define TINY_P "model.layers.0.mlp.shared_experts."
+
+json_t *tiny_shaped_peft(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db,
+                         int ndb) {
+    json_t *t = json_object();
+    json_object_set_new(t, TINY_P "gate_up_proj.lora_A.weight", tiny_filled(ga, nga, 0.125));
+    json_object_set_new(t, TINY_P "gate_up_proj.lora_B.weight", tiny_filled(gb, ngb, 0.25));
+    json_object_set_new(t, TINY_P "down_proj.lora_A.weight", tiny_filled(da, nda, 0.125));
+    json_object_set_new(t, TINY_P "down_proj.lora_B.weight", tiny_filled(db, ndb, 0.25));
+    return json_pack("{s:s, s:{s:i, s:i}, s:o}", "name", "bad", "config", "r", 2, "lora_alpha", 4, "tensors", t);
+}
+
+json_t *tiny_shaped_pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db,
+                         int ndb) {
+    json_t *t = json_object();
+    json_object_set_new(t, TINY_P "gate_up_lora_a", tiny_filled(ga, nga, 0.125));
+    json_object_set_new(t, TINY_P "gate_up_lora_b", tiny_filled(gb, ngb, 0.25));
+    json_object_set_new(t, TINY_P "down_lora_a", tiny_filled(da, nda, 0.125));
+    json_object_set_new(t, TINY_P "down_lora_b", tiny_filled(db, ndb, 0.25));
+    return json_pack("{s:s, s:s, s:o}", "name", "bad", "format", "pool", "tensors", t);
+}

@@ -46,6 +46,16 @@ void tiny_write_adapter_file(tiny_server *ts, const char *file, const char *alph
 void tiny_make_escape_link(tiny_server *ts, const char *name);
 
 /* POSTs body and asserts the status; returns the response JSON. */
+/* Upload bodies of the given factor shapes (layer 0, values that vary by
+ * position) for the shape checks: PEFT factors (r 2, lora_alpha 4) and the
+ * pool format. A shape is TINY_SHAPE(a, b, ...). The caller owns them. */
+#define TINY_SHAPE(...) (int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
+/* A nested array of the given shape, values v + 0.0625 * (i % 3). */
+json_t *tiny_filled(const int *shape, int nd, double v);
+json_t *tiny_shaped_peft(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db,
+                         int ndb);
+json_t *tiny_shaped_pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db,
+                         int ndb);
 json_t *tiny_post_json(tiny_server *ts, const char *path, const json_t *body, long want_status);
 /* Forward of the example's x and gammas with adapters [name, null, name];
  * asserts y matches the example's expected y for layout (rel 1e-5). */
