@@ -144,13 +144,16 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
     return false;
 }
 
-/* The answer for a name the adapter directory has no files for. */
-static ls_status ls_autoload_not_found(const char *name, ls_error *err) {
+/* The answer for a name the adapter directory has no files for, with the
+ * nearest registered name when one is near (a typo of a loaded adapter). */
+static ls_status ls_autoload_not_found(const ls_autoload *al, const char *name, ls_error *err) {
+    char near[136] = "";
+    ls_pool_nearest(al->pool, name, near, sizeof near);
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
                         "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter directory",
                         "adapter '%s' is not registered, and the adapter directory holds neither %s/ nor "
-                        "%s.safetensors",
-                        name, name, name);
+                        "%s.safetensors%s%s%s",
+                        name, name, name, near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }
 
 /* With mu held: name's entry, or NULL. */
@@ -251,7 +254,7 @@ static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, l
          * answer is the one a request a moment later gets (looking again
          * is no test: the files may be back by then). */
         ls_error_clear(&mine);
-        st = ls_autoload_not_found(e->name, &mine);
+        st = ls_autoload_not_found(al, e->name, &mine);
     }
     pthread_mutex_lock(&al->mu);
     if (st == LS_OK) {
@@ -339,7 +342,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
     char path[LS_LOADER_PATH_MAX];
     ls_autoload_print print;
     if (!ls_autoload_find(al, name, path, sizeof path, &print))
-        return ls_autoload_not_found(name, err);
+        return ls_autoload_not_found(al, name, err);
 
     pthread_mutex_lock(&al->mu);
     ls_autoload_entry *e = ls_autoload_entry_get(al, name);

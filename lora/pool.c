@@ -399,13 +399,16 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
 
 static bool ls_pool_floor_reserve(ls_pool *p);
 
+/* See pool.h. Takes mu. */
+void ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len) {
+    pthread_mutex_lock(&p->mu);
+    ls_registry_nearest(p, name, out, len);
+    pthread_mutex_unlock(&p->mu);
+}
+
 ls_status ls_pool_not_found(ls_pool *p, const char *name, ls_error *err) {
     char near[136] = "";
-    if (name) {
-        pthread_mutex_lock(&p->mu);
-        ls_registry_nearest(p, name, near, sizeof near);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (name) ls_pool_nearest(p, name, near, sizeof near);
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered%s%s%s", name ? name : "",
                         near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }

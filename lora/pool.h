@@ -104,6 +104,10 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
  * acknowledged adapter). */
 ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err);
 
+/* The registered name nearest to name within a small edit distance (a
+ * "did you mean"), copied into out (len bytes); "" when none is near. */
+void ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len);
+
 /* Snapshot of one adapter (info NULL: only whether it is registered);
  * LS_ADAPTER_NOT_FOUND when unknown. */
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);

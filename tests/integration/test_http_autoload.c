@@ -102,6 +102,11 @@ static void test_loads_directory_and_file(void **state) {
     assert_int_equal(forward("/forward", "\"adapter\": \"nowhere\"", NULL, &r), 404);
     assert_non_null(strstr(r.body, "adapter_not_found"));
     assert_non_null(strstr(r.body, "nowhere.safetensors"));
+    assert_null(strstr(r.body, "did you mean"));
+    ls_test_response_free(&r);
+    /* A typo of a loaded adapter's name says which one was meant. */
+    assert_int_equal(forward("/forward", "\"adapter\": \"auto_dir\"", NULL, &r), 404);
+    assert_non_null(strstr(r.body, "auto_dir.safetensors; did you mean 'auto-dir'?"));
     ls_test_response_free(&r);
 }
 
