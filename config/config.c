@@ -78,11 +78,10 @@ static void note_given(bool *given, const bool *seen) {
  * from its config.json: a value given for one while weights are served is
  * a mistake, refused rather than ignored. */
 static bool check_demo_only(const ls_config *cfg, const bool *given, char *err, size_t errlen) {
-    static const char *const demo_only[] = {"experts", "hidden", "intermediate", "layers", "seed"};
     if (cfg->demo) return true;
-    for (size_t i = 0; i < sizeof demo_only / sizeof demo_only[0]; i++) {
-        const ls_setting *s = ls_setting_find_flag(demo_only[i], strlen(demo_only[i]));
-        if (!given[s - ls_settings]) continue;
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        const ls_setting *s = &ls_settings[i];
+        if (!ls_setting_demo_only(s) || !given[i]) continue;
         char env[64], key[64];
         ls_setting_env_name(s, env, sizeof env);
         ls_setting_json_key(s, key, sizeof key);

@@ -586,6 +586,13 @@ void ls_settings_help(FILE *out) {
     }
 }
 
+bool ls_setting_demo_only(const ls_setting *s) {
+    static const char *const demo_only[] = {"experts", "hidden", "intermediate", "layers", "seed"};
+    for (size_t i = 0; i < sizeof demo_only / sizeof demo_only[0]; i++)
+        if (!strcmp(s->name, demo_only[i])) return true;
+    return false;
+}
+
 /* cfg is only read; one line goes to out. Only the table's settings, so the
  * dump has the shape of a config file. */
 void ls_config_dump(const ls_config *cfg, FILE *out) {
@@ -597,6 +604,12 @@ void ls_config_dump(const ls_config *cfg, FILE *out) {
         char k[64];
         ls_setting_json_key(s, k, sizeof k);
         json_t *v = NULL;
+        if (!cfg->demo && ls_setting_demo_only(s)) {
+            /* null: not given, so the dump of a checkpoint's config loads
+             * back (a demo size beside --weights is refused). */
+            json_object_set_new(o, k, json_null());
+            continue;
+        }
         switch (s->type) {
         case LS_SET_INT: v = json_integer(load_int(cfg, s)); break;
         case LS_SET_U64: {

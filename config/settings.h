@@ -72,6 +72,9 @@ void ls_setting_json_key(const ls_setting *s, char *buf, size_t len);
 /* Lookups by flag name (len bytes of name, not NUL-terminated) and by JSON
  * key; NULL when no setting has that name. Entries are static. */
 const ls_setting *ls_setting_find_flag(const char *name, size_t len);
+/* A setting of the demo model's own (its sizes and seed), which means
+ * nothing, and is refused, while a checkpoint is served. */
+bool ls_setting_demo_only(const ls_setting *s);
 const ls_setting *ls_setting_find_key(const char *key);
 /* A user's text made fit to quote in a one-line error, written into buf
  * (len >= 8), which is returned. */

@@ -674,6 +674,27 @@ static void test_dump_masks_key(void **state) {
     free(d);
 }
 
+/* A checkpoint's config dumps the demo sizes as null (not given), so the
+ * dump loads back: a size beside --weights is refused. */
+static void test_dump_of_weights_reads_back(void **state) {
+    (void)state;
+    ls_config c, back;
+    char err[ERRLEN], path[PATH_MAX];
+    assert_int_equal(run(&c, ARGS("--demo=false", "--weights", "/models/w.safetensors"), NULL, err), LS_CONFIG_RUN);
+    char *d = dump_string(&c);
+    json_t *j = json_loads(d, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_is_null(json_object_get(j, "hidden")));
+    assert_true(json_is_null(json_object_get(j, "seed")));
+    json_decref(j);
+    write_file("dumped.json", d, path);
+    if (run(&back, ARGS("--config", path), NULL, err) != LS_CONFIG_RUN) fail_msg("%s", err);
+    char *again = dump_string(&back);
+    assert_string_equal(d, again);
+    free(again);
+    free(d);
+}
+
 static void test_example_file(void **state) {
     (void)state;
     const char *example = LS_TEST_DATA "/../../config/lorasink.example.json";
@@ -881,6 +902,7 @@ int main(void) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_dump_masks_key),
+        cmocka_unit_test(test_dump_of_weights_reads_back),
         cmocka_unit_test(test_example_file),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
