@@ -61,7 +61,17 @@ static const char *ls_vllm_string(const json_t *j, const char *key, ls_reply *r)
  * found) and for a name already loaded; 409 and 422 become 400, with
  * our error body (its code says which). */
 static void ls_vllm_status(ls_reply *r) {
-    if (r->status == 409 || r->status == 422) r->status = 400;
+    if (r->status != 409 && r->status != 422) return;
+    r->status = 400;
+    /* The body's status says what the status line does. */
+    json_t *j = r->body ? json_loadb(r->body, r->len, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    char *text = e && !json_object_set_new(e, "status", json_integer(400)) ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text) return; /* out of memory: the old body, whose code still says which */
+    free(r->body);
+    r->body = text;
+    r->len = strlen(text);
 }
 
 /* A vLLM success reply: 200 and one sentence of plain text. */
