@@ -276,6 +276,20 @@ bool ls_jr_literal(ls_jr *r, char *which) {
     return true;
 }
 
+/* A string, literal or number starting with c, skipped; strict reads the
+ * number as ls_jr_number_strict does. */
+static bool ls_jr_skip_scalar(ls_jr *r, char c, bool strict) {
+    if (c == '"') return ls_jr_string(r, NULL, 0, NULL);
+    if (c == 't' || c == 'f' || c == 'n') {
+        char w;
+        return ls_jr_literal(r, &w);
+    }
+    double d;
+    bool is_int;
+    long long v;
+    return strict ? ls_jr_number_strict(r, &d, &is_int, &v) : ls_jr_number(r, &d, &is_int, &v);
+}
+
 static bool ls_jr_skip_depth(ls_jr *r, int depth) {
     if (depth > LS_JR_MAX_DEPTH) return ls_jr_fail(r, "maximum parsing depth reached");
     char c = ls_jr_peek(r);
@@ -289,15 +303,7 @@ static bool ls_jr_skip_depth(ls_jr *r, int depth) {
         } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
         return ls_jr_punct(r, close);
     }
-    if (c == '"') return ls_jr_string(r, NULL, 0, NULL);
-    if (c == 't' || c == 'f' || c == 'n') {
-        char w;
-        return ls_jr_literal(r, &w);
-    }
-    double d;
-    bool is_int;
-    long long v;
-    return ls_jr_number(r, &d, &is_int, &v);
+    return ls_jr_skip_scalar(r, c, false);
 }
 
 bool ls_jr_skip(ls_jr *r) { return ls_jr_skip_depth(r, r->depth + 1); }
@@ -427,15 +433,7 @@ static bool ls_jr_skip_strict_depth(ls_jr *r, int depth) {
         ls_jr_keys_free(&keys);
         return ok && ls_jr_punct(r, close);
     }
-    if (c == '"') return ls_jr_string(r, NULL, 0, NULL);
-    if (c == 't' || c == 'f' || c == 'n') {
-        char w;
-        return ls_jr_literal(r, &w);
-    }
-    double d;
-    bool is_int;
-    long long v;
-    return ls_jr_number_strict(r, &d, &is_int, &v);
+    return ls_jr_skip_scalar(r, c, true);
 }
 
 bool ls_jr_skip_strict(ls_jr *r) { return ls_jr_skip_strict_depth(r, r->depth + 1); }
