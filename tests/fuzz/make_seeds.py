@@ -175,6 +175,8 @@ def peft_config():
         "array.json": js([PEFT]),
         "truncated.json": json.dumps(PEFT).encode()[:60],
         "duplicate.json": b'{"r":8,"r":8,"lora_alpha":16}',
+        # a string of the file that is also the server's own words: not an echo
+        "regress_own_words.json": js({"arrow_config": {"a": 1}, "x": "adapter config"}),
     }
 
 
