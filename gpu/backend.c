@@ -83,6 +83,10 @@ static ls_status ls_backend_check_slot(const ls_backend *be, const char *what, i
     return LS_OK;
 }
 
+bool ls_backend_utilization(const ls_backend *be, unsigned *percent) {
+    return be->ops->utilization && be->ops->utilization(be, percent);
+}
+
 ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err) {
     return be->ops->memory(be, free_bytes, total_bytes, err);
 }

@@ -117,6 +117,11 @@ int ls_backend_threads(const ls_backend *be);       /* CPU engine threads; 0 els
  * /ready answers 503. Any thread, any time. */
 bool ls_backend_usable(const ls_backend *be);
 
+/* The percent of the last sample period in which the device ran a
+ * kernel (CUDA, through NVML); false where the backend cannot say (the
+ * CPU, a CUDA device without NVML). Any thread, any time. */
+bool ls_backend_utilization(const ls_backend *be, unsigned *percent);
+
 /* ---- operations (one at a time per backend) ------------------------------- */
 
 /* Bytes free and total of the backend's memory. */

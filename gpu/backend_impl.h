@@ -31,6 +31,8 @@ typedef struct {
     ls_status (*synchronize)(ls_backend *be, ls_error *err);
     /* Optional (NULL = never): true once the device context is lost. */
     bool (*poisoned)(const ls_backend *be);
+    /* Optional (NULL = not known): the device's busy percent; any thread. */
+    bool (*utilization)(const ls_backend *be, unsigned *percent);
 } ls_backend_ops;
 
 struct ls_backend {

@@ -322,11 +322,11 @@ static void ls_metrics_render_build(const ls_backend *be, ls_buf *b) {
 }
 
 /* The CUDA device's memory, as cudaMemGetInfo sees it (the whole
- * device: other processes' use included). The CUDA backend's memory
- * operation only sets the device and asks the driver, touching no state
- * of the backend, so a scrape may call it while a forward runs. Device
- * utilisation would need NVML, which is not linked: that series is not
- * exported (docs/dashboard.md). be borrowed, may be NULL. */
+ * device: other processes' use included), and its utilisation as NVML
+ * samples it (absent without NVML: the start-up log says why). The CUDA
+ * backend's memory operation only sets the device and asks the driver,
+ * touching no state of the backend, so a scrape may call it while a
+ * forward runs. be borrowed, may be NULL. */
 static void ls_metrics_render_device(const ls_backend *be, ls_buf *b) {
     if (!be || strcmp(ls_backend_name(be), "cuda")) return;
     size_t free_b = 0, total_b = 0;
@@ -334,13 +334,20 @@ static void ls_metrics_render_device(const ls_backend *be, ls_buf *b) {
     ls_error_init(&err);
     const bool ok = ls_backend_memory((ls_backend *)be, &free_b, &total_b, &err) == LS_OK;
     ls_error_free(&err);
-    if (!ok) return;
-    ls_buf_printf(b,
-                  "# HELP lorasink_device_memory_used_bytes Memory in use on the CUDA device (every process's).\n"
-                  "# TYPE lorasink_device_memory_used_bytes gauge\nlorasink_device_memory_used_bytes %zu\n"
-                  "# HELP lorasink_device_memory_total_bytes Memory of the CUDA device.\n"
-                  "# TYPE lorasink_device_memory_total_bytes gauge\nlorasink_device_memory_total_bytes %zu\n",
-                  total_b - free_b, total_b);
+    if (ok)
+        ls_buf_printf(b,
+                      "# HELP lorasink_device_memory_used_bytes Memory in use on the CUDA device (every process's).\n"
+                      "# TYPE lorasink_device_memory_used_bytes gauge\nlorasink_device_memory_used_bytes %zu\n"
+                      "# HELP lorasink_device_memory_total_bytes Memory of the CUDA device.\n"
+                      "# TYPE lorasink_device_memory_total_bytes gauge\nlorasink_device_memory_total_bytes %zu\n",
+                      total_b - free_b, total_b);
+    unsigned percent = 0;
+    if (ls_backend_utilization(be, &percent))
+        ls_buf_printf(b,
+                      "# HELP lorasink_device_utilization_ratio Share of NVML's last sample period (1/6 s to 1 s) "
+                      "in which a kernel ran on the CUDA device (any process's).\n"
+                      "# TYPE lorasink_device_utilization_ratio gauge\nlorasink_device_utilization_ratio %.2f\n",
+                      percent / 100.0);
 }
 
 /* Seconds since the epoch at which the kernel booted (/proc/stat btime),

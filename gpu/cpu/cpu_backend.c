@@ -324,6 +324,7 @@ static const ls_backend_ops ls_cpu_ops = {
     /* .forward     = */ ls_cpu_forward,
     /* .synchronize = */ ls_cpu_synchronize,
     /* .poisoned    = */ NULL, /* host memory cannot be poisoned */
+    /* .utilization = */ NULL, /* the engine's threads are the server's own */
 };
 
 /* What only the CPU backend checks (backend.c checks the rest). */

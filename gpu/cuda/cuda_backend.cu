@@ -53,6 +53,7 @@ static void cuda_free(ls_backend *be) {
         (void)cudaGetLastError();
         free(c->perm);
         free(c->counts);
+        ls_nvml_close(c->nvml);
         free(c);
     }
     be->ctx = NULL;
@@ -74,6 +75,21 @@ static ls_status pinned(void **dst, size_t bytes, ls_error *err) {
                             MIB(bytes), cudaGetErrorString(e));
     }
     return LS_OK;
+}
+
+/* NVML for the device's utilisation gauge: optional, so a failure is a
+ * warning that says why the series is absent, never an error. */
+static void cuda_open_nvml(ls_cuda *c) {
+    char bus[64], why[256];
+    cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        ls_log_warn("cuda backend: no device utilisation in /metrics: cudaDeviceGetPCIBusId failed (%s)",
+                    cudaGetErrorName(e));
+        return;
+    }
+    c->nvml = ls_nvml_open(NULL, bus, why, sizeof why);
+    if (!c->nvml) ls_log_warn("cuda backend: no device utilisation in /metrics: %s", why);
 }
 
 /* Takes the device and allocates everything the backend will use, once.
@@ -203,6 +219,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
 
     be->pool_bytes = pool;
+    cuda_open_nvml(c);
     ls_log_info("cuda backend: device %d (%s, %d SMs), %s weights: %.1f MiB weights, %.1f MiB LoRA pool, %.1f MiB "
                 "scratch for %zu tokens",
                 c->device, c->device_name, c->num_sms, ls_dtype_name(c->dt), MIB(weights), MIB(pool),
@@ -349,6 +366,11 @@ static bool cuda_poisoned(const ls_backend *be) {
     return ls_cuda_poisoned_flag() != 0;
 }
 
+/* c->nvml is set once at create; NVML's calls are thread-safe. */
+static bool cuda_utilization(const ls_backend *be, unsigned *percent) {
+    return ls_nvml_gpu_utilization(ls_cuda_of(be)->nvml, percent);
+}
+
 static const ls_backend_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .free = */ cuda_free,
@@ -360,6 +382,7 @@ static const ls_backend_ops cuda_ops = {
     /* .forward = */ ls_cuda_forward,
     /* .synchronize = */ cuda_synchronize,
     /* .poisoned = */ cuda_poisoned,
+    /* .utilization = */ cuda_utilization,
 };
 
 /* ---- public entry points ------------------------------------------------------- */

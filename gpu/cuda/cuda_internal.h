@@ -11,6 +11,7 @@
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/kernels.cuh"
+#include "gpu/nvml.h"
 
 #define LS_CUDA_MAX_PARTS 17
 
@@ -18,6 +19,7 @@ typedef struct {
     int device;
     int num_sms;
     char device_name[256];
+    ls_nvml *nvml; /* NULL where NVML is not there: no utilisation figure */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;

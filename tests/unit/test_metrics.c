@@ -12,6 +12,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "gpu/backend_impl.h" /* a fake CUDA backend's table, below */
 #include "server/metrics.h"
 
 /* The value of the sample whose name and labels are exactly `series`
@@ -317,6 +318,57 @@ static void test_forward_seconds(void **state) {
     assert_true(fabs(mt_value(text, "lorasink_forward_compute_seconds_sum") - (0.009 + 20)) < 1e-9);
     free(text);
     ls_metrics_free(&m);
+}
+
+/* A CUDA device as the metrics see it: 1 GiB free of 4 GiB, and NVML's
+ * busy percent when the test gives one (dev_util < 0: no NVML). */
+static int dev_util = -1;
+
+static ls_status dev_memory(ls_backend *be, size_t *free_b, size_t *total_b, ls_error *err) {
+    (void)be, (void)err;
+    *free_b = (size_t)1 << 30, *total_b = (size_t)4 << 30;
+    return LS_OK;
+}
+
+static bool dev_utilization(const ls_backend *be, unsigned *percent) {
+    (void)be;
+    if (dev_util < 0) return false;
+    *percent = (unsigned)dev_util;
+    return true;
+}
+
+/* The device gauges: memory used and total, and utilisation as a ratio
+ * only where NVML gives it (never a made-up 0); none on other backends. */
+static void test_device_gauges(void **state) {
+    (void)state;
+    const ls_dims d = {.n = 2, .H = 6, .F = 3, .L = 1, .w13_layout = LS_W13_INTERLEAVED};
+    pt_fake *fk = pt_fake_create(d, 1, 4, 16);
+    ls_metrics m;
+    ls_metrics_init(&m);
+    char *text = ls_metrics_render(&m, NULL, fk->be);
+    assert_false(mt_has(text, "lorasink_device_"));
+    free(text);
+    const ls_backend_ops *fake_ops = fk->be->ops;
+    ls_backend_ops cuda = *fake_ops;
+    cuda.name = "cuda", cuda.memory = dev_memory, cuda.utilization = dev_utilization;
+    fk->be->ops = &cuda;
+    dev_util = 37;
+    text = ls_metrics_render(&m, NULL, fk->be);
+    mt_check_format(text);
+    assert_true(mt_value(text, "lorasink_device_memory_used_bytes") == 3.0 * (1 << 30));
+    assert_true(mt_value(text, "lorasink_device_memory_total_bytes") == 4.0 * (1 << 30));
+    assert_true(mt_has(text, "# TYPE lorasink_device_utilization_ratio gauge\n"));
+    assert_true(fabs(mt_value(text, "lorasink_device_utilization_ratio") - 0.37) < 1e-9);
+    free(text);
+    dev_util = -1;
+    text = ls_metrics_render(&m, NULL, fk->be);
+    mt_check_format(text);
+    assert_true(mt_has(text, "lorasink_device_memory_total_bytes"));
+    assert_false(mt_has(text, "lorasink_device_utilization_ratio"));
+    free(text);
+    fk->be->ops = fake_ops;
+    ls_metrics_free(&m);
+    ls_backend_free(fk->be);
 }
 
 static void test_batch_histogram(void **state) {
@@ -640,7 +692,7 @@ int main(void) {
         cmocka_unit_test(test_validation_failures), cmocka_unit_test(test_batch_histogram), cmocka_unit_test(test_forward_seconds),
         cmocka_unit_test(test_pool_families),       cmocka_unit_test(test_build_and_process),
         cmocka_unit_test(test_adapter_series),      cmocka_unit_test(test_adapter_label_cap),
-        cmocka_unit_test(test_label_escaping),
+        cmocka_unit_test(test_label_escaping),      cmocka_unit_test(test_device_gauges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
