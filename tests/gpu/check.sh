@@ -94,5 +94,20 @@ timeout "${BENCH_TIMEOUT:-100}" "$BUILD/bench/bench_gpu" --torch "$OUT_DIR/torch
 tee -a "$SUMMARY" <"$OUT_DIR/bench.md"
 log "bench_gpu: $((SECONDS - start)) s"
 
+# The device gauges of /metrics (memory, and utilisation through NVML,
+# which has never run elsewhere): the server's warning says why one is absent.
+log "device metrics"
+port=18731
+"$BUILD/lorasink" --device cuda --demo --port $port >"$OUT_DIR/server.log" 2>&1 &
+spid=$!
+if LORASINK_URL=http://127.0.0.1:$port bash "$ROOT/scripts/wait-ready.sh" $spid "$OUT_DIR/server.log" 60 >/dev/null; then
+    curl -s http://127.0.0.1:$port/metrics | grep -E '^lorasink_device_' | tee -a "$SUMMARY"
+    grep -i 'utilisation' "$OUT_DIR/server.log" | tee -a "$SUMMARY"
+else
+    log "the server did not become ready on the device (server.log)"
+    status=1
+fi
+kill $spid 2>/dev/null; wait $spid 2>/dev/null
+
 log "done, exit $status"
 exit $status
