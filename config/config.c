@@ -265,7 +265,66 @@ typedef struct {
     const ls_setting *s;
     const char *value;
     const char *alias; /* the peer's name it was given by, or NULL: errors name what was typed */
+    char *owned;       /* value when this file wrote it (vLLM's JSON entry): freed with the list */
 } flag_value;
+
+/* vLLM's JSON entry of --lora-modules, {"name", "path", "base_model_name"},
+ * as the NAME=PATH text --adapter takes. base_model_name only names the
+ * parent model in vLLM's /v1/models, which this server does not serve: it
+ * is taken (a string) and changes nothing. NULL with the reason in err.
+ * Ownership: the caller frees the result. */
+static char *lora_module_json(const char *flag, const char *text, char *err, size_t errlen) {
+    static const char *const known[] = {"name", "path", "base_model_name", NULL};
+    json_error_t je;
+    json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    const char *key, *name = NULL, *path = NULL;
+    json_t *v;
+    char *out = NULL;
+    if (!json_is_object(o)) {
+        snprintf(err, errlen, "--%s: an entry that starts with '{' must be a JSON object (vLLM's {\"name\": ..., "
+                 "\"path\": ...}): %s", flag, o ? "found another JSON value" : je.text);
+        goto done;
+    }
+    json_object_foreach(o, key, v) {
+        bool is_known = false;
+        for (int k = 0; known[k]; k++) is_known |= !strcmp(key, known[k]);
+        if (!is_known) {
+            char hint[160], near[96];
+            const char *dym = ls_text_unknown_key(key, known, hint, sizeof hint, near, sizeof near);
+            snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
+            goto done;
+        }
+        if (!json_is_string(v) || !json_string_length(v)) {
+            snprintf(err, errlen, "--%s: \"%s\" of a JSON entry must be a non-empty string", flag, key);
+            goto done;
+        }
+    }
+    name = json_string_value(json_object_get(o, "name"));
+    path = json_string_value(json_object_get(o, "path"));
+    if (!name || !path) {
+        snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? "path" : "name");
+        goto done;
+    }
+    size_t len = strlen(name) + strlen(path) + 2;
+    out = malloc(len);
+    if (out) snprintf(out, len, "%s=%s", name, path);
+    else snprintf(err, errlen, "out of memory");
+done:
+    json_decref(o);
+    return out;
+}
+
+/* One value of a flag into vals: a JSON entry of an alias that has one
+ * (vLLM's --lora-modules) becomes NAME=PATH first. */
+static bool add_value(flag_value *vals, int *nvals, const ls_setting *s, const char *value, const ls_flag_alias *alias,
+                      char *err, size_t errlen) {
+    flag_value *f = &vals[(*nvals)++];
+    *f = (flag_value){s, value, alias ? alias->name : NULL, NULL};
+    if (!alias || !alias->several || value[0] != '{') return true;
+    f->owned = lora_module_json(alias->name, value, err, errlen);
+    f->value = f->owned;
+    return f->owned != NULL;
+}
 
 /* "unknown flag --NAME", with the nearest flag or alias when one is near. */
 static void unknown_flag(const char *name, size_t len, char *err, size_t errlen) {
@@ -336,16 +395,11 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
             snprintf(err, errlen, "--%s needs a value", is_config ? "config" : alias ? alias->name : s->name);
             return LS_CONFIG_ERROR;
         }
-        if (alias && value[0] == '{') {
-            snprintf(err, errlen, "--%s: the JSON form of vLLM's flag is not taken; give NAME=PATH (several may "
-                     "follow one --%s)", alias->name, alias->name);
-            return LS_CONFIG_ERROR;
-        }
         if (is_config) *config = value;
-        else vals[(*nvals)++] = (flag_value){s, value, alias ? alias->name : NULL};
+        else if (!add_value(vals, nvals, s, value, alias, err, errlen)) return LS_CONFIG_ERROR;
         /* vLLM's --lora-modules a=x b=y: every argument up to the next flag. */
         while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
-            vals[(*nvals)++] = (flag_value){s, argv[++i], alias->name};
+            if (!add_value(vals, nvals, s, argv[++i], alias, err, errlen)) return LS_CONFIG_ERROR;
     }
     return LS_CONFIG_RUN;
 }
@@ -399,6 +453,7 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
     if (!check_demo_only(cfg, given, errbuf, errlen)) goto done;
     res = LS_CONFIG_RUN;
 done:
+    for (int i = 0; i < nvals; i++) free(vals[i].owned);
     free(vals);
     return res;
 }

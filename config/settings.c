@@ -496,7 +496,7 @@ bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
 const ls_flag_alias ls_flag_aliases[] = {
     {"max-loras", "slots", "N", "vLLM's name for --slots", false},
     {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false},
-    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (no JSON form)", true},
+    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (NAME=PATH or vLLM's JSON form)", true},
     {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false},
 };
 const size_t ls_flag_aliases_count = sizeof ls_flag_aliases / sizeof ls_flag_aliases[0];

@@ -845,8 +845,26 @@ static void test_peers_and_mistakes(void **state) {
         fail_msg("%s", err);
     assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=y,pinned");
     assert_int_equal(c.slots, 2);
-    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}"), NULL,
-                 "--lora-modules: the JSON form of vLLM's flag is not taken; give NAME=PATH");
+    /* ... and vLLM's JSON entries, beside NAME=PATH ones. */
+    if (run(&c,
+            ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\", \"base_model_name\": \"org/m\"}", "b=y",
+                 "{\"path\": \"z,pinned\", \"name\": \"c\"}"),
+            NULL, err) != LS_CONFIG_RUN)
+        fail_msg("%s", err);
+    assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=y|c=z,pinned");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\"}"), NULL, "--lora-modules: a JSON entry needs \"path\"");
+    expect_error(ARGS("--lora-modules", "a=x", "{\"path\": \"x\"}"), NULL,
+                 "--lora-modules: a JSON entry needs \"name\"");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"pth\": \"x\"}"), NULL,
+                 "--lora-modules: unknown key \"pth\" in a JSON entry; did you mean \"path\"?");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": 3}"), NULL,
+                 "--lora-modules: \"path\" of a JSON entry must be a non-empty string");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"name\": \"b\", \"path\": \"x\"}"), NULL,
+                 "--lora-modules: an entry that starts with '{' must be a JSON object");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\""), NULL,
+                 "--lora-modules: an entry that starts with '{' must be a JSON object");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}", "{bad"), NULL,
+                 "--lora-modules: an entry that starts with '{' must be a JSON object");
     expect_error(ARGS("--max-loras"), NULL, "--max-loras needs a value");
     expect_error(ARGS("--max-loras", "0"), NULL, "--max-loras: 0 is out of range [1, 1024]");
     expect_error(ARGS("--lora-modules", "a=x", "b"), NULL, "--lora-modules: \"b\" is not NAME=PATH[,pinned]");
