@@ -142,6 +142,65 @@ static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg,
     return true;
 }
 
+/* "PATH: unknown key", with the nearest key; a vLLM flag name written as
+ * a key gets the key that is ours for it. */
+static void file_unknown_key(const char *path, const char *key, char *err, size_t errlen) {
+    char k[64], near[96], q[48];
+    ls_text_near n;
+    ls_text_near_init(&n, key);
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        ls_setting_json_key(&ls_settings[i], k, sizeof k);
+        ls_text_near_offer(&n, k);
+    }
+    for (size_t i = 0; i < ls_flag_aliases_count; i++) {
+        snprintf(k, sizeof k, "%s", ls_flag_aliases[i].name);
+        for (char *p = k; *p; p++)
+            if (*p == '-') *p = '_';
+        if (!strcmp(k, key)) {
+            const ls_setting *t = ls_setting_find_flag(ls_flag_aliases[i].target, strlen(ls_flag_aliases[i].target));
+            ls_setting_json_key(t, k, sizeof k);
+            snprintf(n.best, sizeof n.best, "%s", k);
+        }
+    }
+    snprintf(err, errlen, "%s: unknown key \"%s\"%s", path, ls_setting_quote(key, q, sizeof q),
+             ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
+}
+
+/* A scalar JSON value of setting s as the text its flag would take, so
+ * bounds and messages are the same as for flags: the text (v's string or
+ * num, which it fills), or NULL with *want set to the JSON type s needs. */
+static const char *file_value_text(const ls_setting *s, const json_t *v, char *num, size_t num_len,
+                                   const char **want) {
+    *want = NULL;
+    switch (s->type) {
+    case LS_SET_INT:
+        if (!json_is_integer(v)) break;
+        snprintf(num, num_len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return num;
+    case LS_SET_U64: /* a string reaches seeds above 2^63-1, which JSON parsers reject as integers */
+        if (json_is_string(v)) return json_string_value(v);
+        if (!json_is_integer(v)) {
+            *want = "an unsigned integer (or a string of digits)";
+            return NULL;
+        }
+        snprintf(num, num_len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return num;
+    case LS_SET_BOOL:
+        if (json_is_boolean(v)) return json_is_true(v) ? "true" : "false";
+        *want = "true or false";
+        return NULL;
+    case LS_SET_STR:
+    case LS_SET_ENUM:
+        if (json_is_string(v)) return json_string_value(v);
+        *want = "a string";
+        return NULL;
+    case LS_SET_LIST:
+        break;
+    }
+    *want = "an integer";
+    return NULL;
+}
+
 static bool load_file(ls_config *cfg, const char *path, bool *given, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -159,82 +218,34 @@ static bool load_file(ls_config *cfg, const char *path, bool *given, char *err, 
                  ls_json_error_reason(&jerr, why, sizeof why));
         return false;
     }
-    bool ok = false, seen[LS_SETTINGS_MAX] = {0};
-    if (!json_is_object(root)) {
-        snprintf(err, errlen, "%s: the config file must hold a JSON object", path);
-        goto out;
-    }
+    bool ok = json_is_object(root), seen[LS_SETTINGS_MAX] = {0};
+    if (!ok) snprintf(err, errlen, "%s: the config file must hold a JSON object", path);
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
+        if (!ok) break;
         const ls_setting *s = ls_setting_find_key(key);
-        char q[48], origin[LS_CONFIG_PATH_MAX + 64], num[32];
         if (!s) {
-            char k[64], near[96];
-            ls_text_near n;
-            ls_text_near_init(&n, key);
-            for (size_t i = 0; i < ls_settings_count; i++) {
-                ls_setting_json_key(&ls_settings[i], k, sizeof k);
-                ls_text_near_offer(&n, k);
-            }
-            /* vLLM's names are flags only: say which key is ours. */
-            for (size_t i = 0; i < ls_flag_aliases_count; i++) {
-                snprintf(k, sizeof k, "%s", ls_flag_aliases[i].name);
-                for (char *p = k; *p; p++)
-                    if (*p == '-') *p = '_';
-                if (!strcmp(k, key)) {
-                    const ls_setting *t = ls_setting_find_flag(ls_flag_aliases[i].target,
-                                                               strlen(ls_flag_aliases[i].target));
-                    ls_setting_json_key(t, k, sizeof k);
-                    snprintf(n.best, sizeof n.best, "%s", k);
-                }
-            }
-            snprintf(err, errlen, "%s: unknown key \"%s\"%s", path, ls_setting_quote(key, q, sizeof q),
-                     ls_text_near_clause(&n, "; did you mean \"", "\"?", near, sizeof near));
-            goto out;
+            file_unknown_key(path, key, err, errlen);
+            ok = false;
+            break;
         }
         /* null = not given here (the default, or a lower source, stays): it
          * lets the example file list w13_layout without overriding the
          * weights file's metadata, which any value would. */
         if (json_is_null(v)) continue;
+        char origin[LS_CONFIG_PATH_MAX + 64], num[32];
         origin_of(SRC_FILE, path, s, origin, sizeof origin);
-        /* Check the JSON type, then hand the value to the text parser so
-         * bounds and messages are the same as for flags. */
-        const char *text = NULL, *want = NULL;
-        switch (s->type) {
-        case LS_SET_INT:
-            if (json_is_integer(v)) snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-            else want = "an integer";
-            text = num;
-            break;
-        case LS_SET_U64: /* a string reaches seeds above 2^63-1, which JSON parsers reject as integers */
-            if (json_is_integer(v)) snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-            else if (json_is_string(v)) text = json_string_value(v);
-            else want = "an unsigned integer (or a string of digits)";
-            if (!text) text = num;
-            break;
-        case LS_SET_BOOL:
-            if (json_is_boolean(v)) text = json_is_true(v) ? "true" : "false";
-            else want = "true or false";
-            break;
-        case LS_SET_STR:
-        case LS_SET_ENUM:
-            if (json_is_string(v)) text = json_string_value(v);
-            else want = "a string";
-            break;
-        case LS_SET_LIST:
-            if (!load_file_list(s, v, cfg, origin, seen, err, errlen)) goto out;
+        if (s->type == LS_SET_LIST) {
+            ok = load_file_list(s, v, cfg, origin, seen, err, errlen);
             continue;
         }
-        if (want) {
-            snprintf(err, errlen, "%s: expected %s, got %s", origin, want, ls_json_kind(v));
-            goto out;
-        }
-        if (!apply(s, text, cfg, origin, seen, err, errlen)) goto out;
+        const char *want, *text = file_value_text(s, v, num, sizeof num, &want);
+        if (!text) snprintf(err, errlen, "%s: expected %s, got %s", origin, want, ls_json_kind(v));
+        ok = text && apply(s, text, cfg, origin, seen, err, errlen);
     }
-    ok = finish_source(cfg, seen, SRC_FILE, path, err, errlen);
-    note_given(given, seen);
-out:
+    if (ok) ok = finish_source(cfg, seen, SRC_FILE, path, err, errlen);
+    if (ok) note_given(given, seen);
     json_decref(root);
     return ok;
 }

@@ -371,51 +371,78 @@ static bool ls_setting_list_append(const ls_setting *s, const char *text, ls_con
     return true;
 }
 
+/* An integer setting (LS_SET_INT within [min, max], or LS_SET_U64) from
+ * its digits; shown is text as an error may quote it. */
+static bool ls_setting_parse_number(const ls_setting *s, const char *text, const char *shown, ls_config *cfg,
+                                    const char *origin, char *err, size_t errlen) {
+    const bool is_int = s->type == LS_SET_INT;
+    if (!all_digits(text, is_int)) {
+        snprintf(err, errlen, "%s: \"%s\" is not an %s", origin, shown, is_int ? "integer" : "unsigned integer");
+        return false;
+    }
+    errno = 0;
+    if (!is_int) {
+        uint64_t u = strtoull(text, NULL, 10);
+        if (errno == ERANGE) {
+            snprintf(err, errlen, "%s: %s is out of range [0, %llu]", origin, shown, (unsigned long long)UINT64_MAX);
+            return false;
+        }
+        memcpy((char *)cfg + s->offset, &u, sizeof u);
+        return true;
+    }
+    long long v = strtoll(text, NULL, 10);
+    if (errno == ERANGE || v < s->min || v > s->max) {
+        snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", origin, shown, s->min, s->max);
+        return false;
+    }
+    store_int(cfg, s, (int)v);
+    return true;
+}
+
+/* A string setting: one of its choices when it has them, within its
+ * field, non-empty when min says so, and past its own check. */
+static bool ls_setting_parse_str(const ls_setting *s, const char *text, const char *shown, ls_config *cfg,
+                                 const char *origin, char *err, size_t errlen) {
+    char list[96], why[160];
+    size_t n = strlen(text);
+    if (s->choices && choice_index(s->choices, text) < 0) {
+        choice_list(s->choices, ", ", list, sizeof list);
+        snprintf(err, errlen, "%s: \"%s\" is not one of %s", origin, shown, list);
+        return false;
+    }
+    /* The value itself stays out of these two: it may be the API key. */
+    if (n >= s->size) {
+        snprintf(err, errlen, "%s: value is longer than %zu bytes", origin, s->size - 1);
+        return false;
+    }
+    if ((long long)n < s->min) {
+        snprintf(err, errlen, "%s: value must not be empty", origin);
+        return false;
+    }
+    if (s->check && !s->check(text, why, sizeof why)) {
+        snprintf(err, errlen, "%s: \"%s\" %s", origin, shown, why);
+        return false;
+    }
+    memcpy((char *)cfg + s->offset, text, n + 1);
+    return true;
+}
+
 /* Parses text for setting s into its field of cfg (the caller's); origin names where it came from
  * ("--slots", "LORASINK_SLOTS", "file.json: slots") in the error. */
 bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, const char *origin, char *err,
                       size_t errlen) {
     char q[48], list[96];
     const char *shown = ls_setting_quote(text, q, sizeof q);
-    char *field = (char *)cfg + s->offset;
     switch (s->type) {
-    case LS_SET_INT: {
-        if (!all_digits(text, true)) {
-            snprintf(err, errlen, "%s: \"%s\" is not an integer", origin, shown);
-            return false;
-        }
-        errno = 0;
-        long long v = strtoll(text, NULL, 10);
-        if (errno == ERANGE || v < s->min || v > s->max) {
-            snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", origin, shown, s->min, s->max);
-            return false;
-        }
-        store_int(cfg, s, (int)v);
-        return true;
-    }
-    case LS_SET_U64: {
-        if (!all_digits(text, false)) {
-            snprintf(err, errlen, "%s: \"%s\" is not an unsigned integer", origin, shown);
-            return false;
-        }
-        errno = 0;
-        unsigned long long v = strtoull(text, NULL, 10);
-        if (errno == ERANGE) {
-            snprintf(err, errlen, "%s: %s is out of range [0, %llu]", origin, shown,
-                     (unsigned long long)UINT64_MAX);
-            return false;
-        }
-        uint64_t u = v;
-        memcpy(field, &u, sizeof u);
-        return true;
-    }
+    case LS_SET_INT:
+    case LS_SET_U64: return ls_setting_parse_number(s, text, shown, cfg, origin, err, errlen);
     case LS_SET_BOOL: {
         bool b;
         if (!ls_text_bool(text, &b)) {
             snprintf(err, errlen, "%s: \"%s\" is not a boolean (true, false, 1 or 0)", origin, shown);
             return false;
         }
-        memcpy(field, &b, sizeof b);
+        memcpy((char *)cfg + s->offset, &b, sizeof b);
         return true;
     }
     case LS_SET_ENUM: {
@@ -428,30 +455,7 @@ bool ls_setting_parse(const ls_setting *s, const char *text, ls_config *cfg, con
         store_int(cfg, s, i);
         return true;
     }
-    case LS_SET_STR: {
-        size_t n = strlen(text);
-        if (s->choices && choice_index(s->choices, text) < 0) {
-            choice_list(s->choices, ", ", list, sizeof list);
-            snprintf(err, errlen, "%s: \"%s\" is not one of %s", origin, shown, list);
-            return false;
-        }
-        /* The value itself stays out of these two: it may be the API key. */
-        if (n >= s->size) {
-            snprintf(err, errlen, "%s: value is longer than %zu bytes", origin, s->size - 1);
-            return false;
-        }
-        if ((long long)n < s->min) {
-            snprintf(err, errlen, "%s: value must not be empty", origin);
-            return false;
-        }
-        char why[160];
-        if (s->check && !s->check(text, why, sizeof why)) {
-            snprintf(err, errlen, "%s: \"%s\" %s", origin, shown, why);
-            return false;
-        }
-        memcpy(field, text, n + 1);
-        return true;
-    }
+    case LS_SET_STR: return ls_setting_parse_str(s, text, shown, cfg, origin, err, errlen);
     case LS_SET_LIST: return ls_setting_list_append(s, text, cfg, origin, err, errlen);
     }
     return false;
