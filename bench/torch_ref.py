@@ -94,7 +94,7 @@ def main():
                     groups = [(s, (slot == s).nonzero().flatten()) for s in range(A)]
                     ms = median_ms(lambda: model.forward(x, gam, groups), iters)
                     print(json.dumps({"rank": R, "T": T, "adapters": A, "ms": ms}), flush=True)
-            del model
+            model = None  # frees the slot tensors before the next rank
             torch.cuda.empty_cache()
 
 

@@ -14,7 +14,6 @@ import socket
 import sys
 import tempfile
 import threading
-import time
 import unittest
 import urllib.request
 
