@@ -36,8 +36,22 @@
 #define LS_HTTP_TARGET_MAX 8192
 #define LS_HTTP_QUERY_MAX 64
 
+/* Where a request stands: one phase, moved forward by the handler and,
+ * while the connection is suspended, by the one worker or batch that
+ * holds it (which sets it before resuming the connection, and the
+ * resume orders that write before the handler's read). */
+typedef enum {
+    LS_PHASE_LINE,       /* only the request line has come */
+    LS_PHASE_BODY,       /* the head passed its checks: the body (if any) arrives */
+    LS_PHASE_DISCARDING, /* the body ran past the cap: dropped, 413 once it ends */
+    LS_PHASE_AWAY,       /* suspended: a worker or the batcher has the request */
+    LS_PHASE_ANSWERED,   /* resumed: a worker left its reply in reply */
+    LS_PHASE_COMPUTED,   /* resumed: the batch has run fjob */
+    LS_PHASE_REPLIED,    /* a response is queued */
+} ls_phase;
+
 typedef struct {
-    bool begun;              /* the handler has seen the head (else only the request line was read) */
+    ls_phase phase;
     size_t target_len;       /* the request target's bytes, as sent */
     size_t query_n;          /* its query parameters */
     const ls_route *route;
@@ -47,15 +61,14 @@ typedef struct {
     ls_body_kind kind;
     uint8_t *body;
     size_t len, cap;
-    bool too_large;
     size_t discarded; /* body bytes dropped past the limit */
-    bool replied; /* a response was queued in the first phase */
-    ls_forward_job *fjob; /* a /forward waiting in the batcher (connection suspended) */
-    bool arriving;        /* counted by ls_batcher_arriving, not yet submitted */
+    ls_forward_job *fjob; /* a /forward bound for the batcher */
+    /* Counted by ls_batcher_arriving, not yet submitted: a count the
+     * batcher reads to wait for companions, not a phase of the request. */
+    bool arriving;
     ls_offload_job ojob;  /* this request on an offload worker (connection suspended) */
     ls_adapter_load_job *ljob; /* a POST /adapters validated, waiting to be registered */
-    bool offloaded;       /* the worker has filled reply: send it when resumed */
-    ls_reply reply;
+    ls_reply reply;       /* a worker's answer (LS_PHASE_ANSWERED) */
     ls_server *srv;               /* for the workers' callbacks */
     struct MHD_Connection *conn;
     struct timespec t0;
@@ -170,7 +183,7 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     ls_metrics_observe_request(&srv->metrics, st->label, r->status, elapsed);
     if (srv->cfg.access_log)
         ls_log_access("%s %s %s %d %zu %lld", f.id, f.method, f.path, r->status, bytes, (long long)(elapsed * 1e6));
-    st->replied = true;
+    st->phase = LS_PHASE_REPLIED;
     return ret;
 }
 
@@ -271,8 +284,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
                       "the request target is %zu bytes with %zu query parameters: at most %d bytes and %d "
                       "parameters are read",
                       st->target_len, st->query_n, LS_HTTP_TARGET_MAX, LS_HTTP_QUERY_MAX);
-    } else if (ls_guard_reserved(st->gc) && !(st->route && (st->route->fn == ls_handle_health ||
-                                                            st->route->fn == ls_handle_ready))) {
+    } else if (ls_guard_reserved(st->gc) && !(st->route && st->route->probe)) {
         if (!st->route) st->label = ls_route_label(url);
         ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
                       "this connection is past the open-connection cap of its address or of the server: it "
@@ -320,7 +332,7 @@ static ls_request ls_http_request(ls_server *srv, struct MHD_Connection *conn, c
 }
 
 static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_reply *r) {
-    if (st->too_large) {
+    if (st->phase == LS_PHASE_DISCARDING) {
         ls_reply_fail(r, LS_PAYLOAD_TOO_LARGE, NULL, "the body is over the limit of %d MiB", srv->cfg.max_body_mb);
         return;
     }
@@ -336,47 +348,53 @@ static void ls_http_arrived(ls_server *srv, ls_conn_state *st) {
     ls_batcher_arrived(srv->batcher);
 }
 
-/* The batcher's done() and the offload workers' last step: resumes the
- * connection. st may be freed as soon as the connection is resumed, so it
- * is read before. */
-static void ls_http_resume(void *ctx) {
-    ls_conn_state *st = ctx;
+/* The last step away from the HTTP thread: the phase the handler finds
+ * when it is called again, then the connection resumed. st may be freed
+ * as soon as the connection is resumed, so it is read before. */
+static void ls_http_resume(ls_conn_state *st, ls_phase phase) {
     ls_server *srv = st->srv;
+    st->phase = phase;
     MHD_resume_connection(st->conn);
     atomic_fetch_sub(&srv->suspended, 1);
 }
 
+/* The batcher's done(): the batch has run the forward. */
+static void ls_http_computed(void *ctx) { ls_http_resume(ctx, LS_PHASE_COMPUTED); }
+
 /* On a worker: st->reply holds the answer; the resumed connection sends
  * it. */
-static void ls_http_answered(ls_conn_state *st) {
-    st->offloaded = true;
-    ls_http_resume(st);
-}
+static void ls_http_answered(ls_conn_state *st) { ls_http_resume(st, LS_PHASE_ANSWERED); }
 
 /* Hands the prepared forward to the batcher, whose worker resumes the
  * (suspended) connection when the batch has run. */
 static void ls_http_forward_submit(ls_server *srv, ls_conn_state *st) {
     ls_batch_job *job = ls_forward_batch_job(st->fjob);
-    job->done = ls_http_resume;
+    job->done = ls_http_computed;
     job->done_ctx = st;
     job->arriving = st->arriving; /* submit uncounts it */
     st->arriving = false;
     ls_status s = ls_batcher_submit(srv->batcher, job, &job->err);
     if (s != LS_OK) {
         job->status = s;
-        ls_http_resume(st);
+        ls_http_computed(st);
     }
 }
 
-/* Suspends the connection and queues run(st) on a worker of q. The
+/* The workers that run steps on `on` (never LS_RUN_HTTP). */
+static ls_offload *ls_http_workers(ls_server *srv, ls_run_on on) {
+    return on == LS_RUN_DISK ? srv->offload_disk : srv->offload;
+}
+
+/* Suspends the connection and queues run(st) on a worker of `on`. The
  * caller counted the suspension in srv->suspended. */
-static enum MHD_Result ls_http_offload(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st,
-                                       ls_offload *q, void (*run)(void *)) {
+static enum MHD_Result ls_http_offload(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_run_on on,
+                                       void (*run)(void *)) {
     st->srv = srv;
     st->conn = conn;
+    st->phase = LS_PHASE_AWAY;
     st->ojob = (ls_offload_job){.run = run, .ctx = st};
     MHD_suspend_connection(conn);
-    ls_offload_submit(q, &st->ojob);
+    ls_offload_submit(ls_http_workers(srv, on), &st->ojob);
     return MHD_YES;
 }
 
@@ -405,7 +423,7 @@ static void ls_http_offload_load(void *ctx) {
     st->ljob = ls_adapter_load_prepare(&req, &st->reply);
     if (st->ljob) {
         st->ojob.run = ls_http_offload_commit;
-        ls_offload_submit(st->srv->offload, &st->ojob);
+        ls_offload_submit(ls_http_workers(st->srv, LS_RUN_BACKEND), &st->ojob);
         return;
     }
     ls_http_answered(st);
@@ -421,7 +439,7 @@ static void ls_http_forward_next(ls_conn_state *st, ls_forward_step next) {
         ls_http_forward_submit(st->srv, st);
     } else if (next == LS_FORWARD_LOAD) {
         st->ojob.run = ls_http_forward_load; /* this worker is done with ojob */
-        ls_offload_submit(st->srv->offload, &st->ojob);
+        ls_offload_submit(ls_http_workers(st->srv, LS_RUN_BACKEND), &st->ojob);
     } else {
         ls_forward_job_free(st->fjob);
         st->fjob = NULL;
@@ -454,7 +472,7 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     if (next == LS_FORWARD_READ || next == LS_FORWARD_LOAD) {
         /* Batches must not wait for a load: it is no longer arriving. */
         ls_http_arrived(srv, st);
-        return ls_http_offload(srv, conn, st, next == LS_FORWARD_READ ? srv->offload_disk : srv->offload,
+        return ls_http_offload(srv, conn, st, next == LS_FORWARD_READ ? LS_RUN_DISK : LS_RUN_BACKEND,
                                next == LS_FORWARD_READ ? ls_http_forward_read : ls_http_forward_load);
     }
     if (!st->fjob) {
@@ -464,6 +482,7 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
     }
     st->srv = srv;
     st->conn = conn;
+    st->phase = LS_PHASE_AWAY;
     /* Suspend before submitting: the worker may resume at once. */
     MHD_suspend_connection(conn);
     ls_http_forward_submit(srv, st);
@@ -476,7 +495,7 @@ static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn
                                      const char *version, void **con_cls) {
     ls_conn_state *st = *con_cls;
     if (!st && !(st = calloc(1, sizeof *st))) return MHD_NO;
-    st->begun = true;
+    st->phase = LS_PHASE_BODY; /* a refusal below moves it on to REPLIED */
     clock_gettime(CLOCK_MONOTONIC, &st->t0);
     st->method = method;
     st->url = url;
@@ -492,7 +511,7 @@ static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn
     ls_http_log_fields_of(st, &f);
     snprintf(what, sizeof what, "%s %s", f.method, f.path);
     if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
-    if (srv->batcher && st->route->fn == ls_handle_forward) {
+    if (srv->batcher && st->route->steps == LS_STEPS_FORWARD) {
         ls_batcher_arriving(srv->batcher);
         st->arriving = true;
     }
@@ -506,11 +525,11 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
     /* A route that reads no body (the open /health and /ready among
      * them) must not buffer one: drop it unread. */
     if (!st->route->has_body) return MHD_YES;
-    if (st->too_large || n > max - st->len) {
+    if (st->phase == LS_PHASE_DISCARDING || n > max - st->len) {
         /* Discard up to one more limit's worth so a client that
          * overshoots a little still reads its 413; past that, close
          * the connection rather than read an endless body. */
-        st->too_large = true;
+        st->phase = LS_PHASE_DISCARDING;
         st->discarded += n;
         return st->discarded > max ? MHD_NO : MHD_YES;
     }
@@ -530,13 +549,50 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
     return MHD_YES;
 }
 
+/* The body is whole: the route's steps (server/routes.h) begin. A step
+ * off the HTTP thread suspends the connection; the rest run here. */
+static enum MHD_Result ls_http_run(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st) {
+    const ls_route *rt = st->route;
+    ls_reply r = {0};
+    if (rt->has_body && st->kind == LS_BODY_JSON && st->len == 0 && st->phase != LS_PHASE_DISCARDING) {
+        /* Said plainly: the JSON readers would call it a malformed
+         * number. (An empty safetensors body is the safetensors reader's
+         * safetensors_invalid, as any file too short for its header.) */
+        ls_http_arrived(srv, st);
+        ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
+        return ls_http_send(conn, srv, st, &r);
+    }
+    const bool away = rt->on != LS_RUN_HTTP || rt->steps != LS_STEPS_HANDLER;
+    if (st->phase != LS_PHASE_DISCARDING && away) {
+        /* Count before looking at stopping, so ls_http_stop either sees
+         * this suspension or this request sees stopping (then it runs the
+         * blocking form below: MHD_stop_daemon must not meet a suspended
+         * connection). */
+        atomic_fetch_add(&srv->suspended, 1);
+        if (!atomic_load(&srv->stopping)) {
+            if (rt->steps == LS_STEPS_FORWARD && srv->batcher) return ls_http_forward_async(srv, conn, st);
+            if (rt->steps == LS_STEPS_LOAD) return ls_http_offload(srv, conn, st, LS_RUN_DISK, ls_http_offload_load);
+            return ls_http_offload(srv, conn, st, rt->on, ls_http_offload_dispatch);
+        }
+        atomic_fetch_sub(&srv->suspended, 1);
+    }
+    ls_http_arrived(srv, st);
+    atomic_fetch_add(&srv->dispatching, 1);
+    ls_http_dispatch(srv, conn, st, &r);
+    atomic_fetch_sub(&srv->dispatching, 1);
+    return ls_http_send(conn, srv, st, &r);
+}
+
+/* libmicrohttpd calls this with the head, with each part of the body,
+ * once the body has ended, and again after a resume: each call is read
+ * by the request's phase. */
 enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                 const char *version, const char *upload_data, size_t *upload_data_size,
                                 void **con_cls) {
     ls_server *srv = cls;
     ls_conn_state *st = *con_cls;
-    if (!st || !st->begun) return ls_http_first(srv, conn, url, method, version, con_cls);
-    if (st->replied) {
+    if (!st || st->phase == LS_PHASE_LINE) return ls_http_first(srv, conn, url, method, version, con_cls);
+    if (st->phase == LS_PHASE_REPLIED) {
         *upload_data_size = 0; /* discard the rest of a refused body */
         return MHD_YES;
     }
@@ -551,45 +607,16 @@ enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const ch
         if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }
     ls_reply r = {0};
-    if (st->offloaded) { /* resumed: the worker has answered */
+    switch (st->phase) {
+    case LS_PHASE_ANSWERED:
         r = st->reply;
         st->reply = (ls_reply){0};
         return ls_http_send(conn, srv, st, &r);
-    }
-    if (st->fjob) { /* resumed: the batch has run */
+    case LS_PHASE_COMPUTED:
         ls_forward_complete(srv, st->fjob, &r);
         return ls_http_send(conn, srv, st, &r);
+    default: return ls_http_run(srv, conn, st);
     }
-    if (st->route->has_body && st->kind == LS_BODY_JSON && st->len == 0 && !st->too_large) {
-        /* Said plainly: the JSON readers would call it a malformed
-         * number. (An empty safetensors body is the safetensors reader's
-         * safetensors_invalid, as any file too short for its header.) */
-        ls_http_arrived(srv, st);
-        ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
-        return ls_http_send(conn, srv, st, &r);
-    }
-    if (!st->too_large && st->route->offload != LS_ROUTE_INLINE) {
-        /* Count before looking at stopping, so ls_http_stop either sees
-         * this suspension or this request sees stopping (then it runs the
-         * blocking form below: MHD_stop_daemon must not meet a suspended
-         * connection). */
-        atomic_fetch_add(&srv->suspended, 1);
-        if (!atomic_load(&srv->stopping)) {
-            /* With the batcher a forward waits there, and for an offload
-             * worker only when it must auto-load. */
-            if (st->route->fn == ls_handle_forward && srv->batcher) return ls_http_forward_async(srv, conn, st);
-            if (st->route->offload == LS_ROUTE_LOAD)
-                return ls_http_offload(srv, conn, st, srv->offload_disk, ls_http_offload_load);
-            ls_offload *q = st->route->offload == LS_ROUTE_DISK ? srv->offload_disk : srv->offload;
-            return ls_http_offload(srv, conn, st, q, ls_http_offload_dispatch);
-        }
-        atomic_fetch_sub(&srv->suspended, 1);
-    }
-    ls_http_arrived(srv, st);
-    atomic_fetch_add(&srv->dispatching, 1);
-    ls_http_dispatch(srv, conn, st, &r);
-    atomic_fetch_sub(&srv->dispatching, 1);
-    return ls_http_send(conn, srv, st, &r);
 }
 
 void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -601,7 +628,7 @@ void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     ls_conn_state *st = *con_cls;
     if (!st) return;
     *con_cls = NULL;
-    if (!st->begun) { /* the head never came whole */
+    if (st->phase == LS_PHASE_LINE) { /* the head never came whole */
         free(st);
         return;
     }

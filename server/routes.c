@@ -6,30 +6,28 @@
 #include <stdio.h>
 #include <string.h>
 
-/* method, pattern, handler, open, has_body, offload. A forward waits on
- * the backend itself only without the batcher (with it, http.c hands it
- * to the batcher, and to an offload worker only when it must auto-load). A
- * delete waits for the state lock, which a load holds while it waits for
- * the backend; a validation only reads (its body, or a file), as does a
- * load until it registers the adapter. */
+/* method, pattern, handler, open, has_body, probe, steps, on. A delete
+ * waits for the state lock, which a load holds while it waits for the
+ * backend; a validation only reads (its body, or a file), as does a load
+ * until it registers the adapter. */
 static const ls_route ls_routes[] = {
-    {"GET", "/health", ls_handle_health, true, false, LS_ROUTE_INLINE},
-    {"GET", "/ready", ls_handle_ready, true, false, LS_ROUTE_INLINE},
-    {"GET", "/metrics", ls_handle_metrics, false, false, LS_ROUTE_INLINE},
-    {"GET", "/openapi.json", ls_handle_openapi, false, false, LS_ROUTE_INLINE},
-    {"GET", "/pool", ls_handle_pool, false, false, LS_ROUTE_INLINE},
-    {"GET", "/model", ls_handle_model, false, false, LS_ROUTE_INLINE},
-    {"GET", "/dashboard", ls_handle_dashboard, true, false, LS_ROUTE_INLINE},
-    {"POST", "/forward", ls_handle_forward, false, true, LS_ROUTE_BACKEND},
-    {"POST", "/adapters", ls_handle_adapter_load, false, true, LS_ROUTE_LOAD},
-    {"GET", "/adapters", ls_handle_adapter_list, false, false, LS_ROUTE_INLINE},
-    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, LS_ROUTE_DISK},
-    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, LS_ROUTE_INLINE},
-    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, LS_ROUTE_BACKEND},
+    {"GET", "/health", ls_handle_health, true, false, true, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/ready", ls_handle_ready, true, false, true, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/metrics", ls_handle_metrics, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/openapi.json", ls_handle_openapi, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/pool", ls_handle_pool, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/model", ls_handle_model, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"GET", "/dashboard", ls_handle_dashboard, true, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"POST", "/forward", ls_handle_forward, false, true, false, LS_STEPS_FORWARD, LS_RUN_BACKEND},
+    {"POST", "/adapters", ls_handle_adapter_load, false, true, false, LS_STEPS_LOAD, LS_RUN_BACKEND},
+    {"GET", "/adapters", ls_handle_adapter_list, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, false, LS_STEPS_HANDLER, LS_RUN_DISK},
+    {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     /* vLLM's and sglang's names (server/handlers_vllm.c): a load here
      * validates and registers in one step, on the backend's queue. */
-    {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, LS_ROUTE_BACKEND},
-    {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, LS_ROUTE_BACKEND},
+    {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
+    {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 

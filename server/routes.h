@@ -11,15 +11,25 @@
 
 typedef void (*ls_handler_fn)(const ls_request *req, ls_reply *r);
 
-/* Where a route's handler runs. Requests that may wait on the backend and
- * requests that never do are queued apart: one that never does must not
- * wait behind loads that wait for a seconds-long forward. */
+/* Where a step of a request runs. Requests that may wait on the backend
+ * and requests that never do are queued apart: one that never does must
+ * not wait behind loads that wait for a seconds-long forward. */
 typedef enum {
-    LS_ROUTE_INLINE,  /* on the HTTP thread: it never waits */
-    LS_ROUTE_BACKEND, /* may wait on the backend or a lock held across it: srv->offload */
-    LS_ROUTE_DISK,    /* may read the disk but never waits on the backend: srv->offload_disk */
-    LS_ROUTE_LOAD,    /* POST /adapters: validated as DISK, then registered as BACKEND */
-} ls_route_offload;
+    LS_RUN_HTTP,    /* the HTTP thread: the step never waits */
+    LS_RUN_DISK,    /* a disk worker (srv->offload_disk): may read files, never waits on the backend */
+    LS_RUN_BACKEND, /* a backend worker (srv->offload): may wait on the backend or a lock held across it */
+} ls_run_on;
+
+/* The steps of a request once its body is whole, each on its thread,
+ * and how it completes; every one ends with the reply sent from the
+ * HTTP thread (resumed, when a step ran elsewhere). */
+typedef enum {
+    LS_STEPS_HANDLER, /* fn on `on` */
+    LS_STEPS_LOAD,    /* POST /adapters: validated on a disk worker, registered on a backend worker */
+    LS_STEPS_FORWARD, /* with the batcher: parsed on the HTTP thread, adapters to auto-load read on a disk
+                       * worker and registered on a backend worker, computed in the batcher, completed on
+                       * the HTTP thread; without it, fn on `on` */
+} ls_route_steps;
 
 typedef struct {
     const char *method;
@@ -27,7 +37,9 @@ typedef struct {
     ls_handler_fn fn;
     bool open;     /* served without the API key */
     bool has_body; /* POST with a JSON or safetensors body */
-    ls_route_offload offload; /* not LS_ROUTE_INLINE: runs on an offload worker, the connection suspended */
+    bool probe;    /* served on a connection past the connection caps (the reserve) */
+    ls_route_steps steps;
+    ls_run_on on; /* where fn runs */
 } ls_route;
 
 /* The route serving method on path (HEAD is served by GET routes), or

@@ -57,19 +57,31 @@ static void test_exact_paths(void **state) {
     rt_expect("POST", "/adapters/validate", ls_handle_adapter_validate, "", "");
 }
 
-/* What each route asks of the request: the key (all but the probes) and
- * a body (the POSTs). */
+/* What each route asks of the request (the key: all but the probes and
+ * the page; a body: the POSTs), whether a connection past the caps may
+ * ask it, and where its steps run: reads on the HTTP thread, what may
+ * wait on the backend on its workers, a validation on a disk worker. */
 static void test_route_flags(void **state) {
     (void)state;
     const struct {
         const char *method, *path;
-        bool open, has_body;
+        bool open, has_body, probe;
+        ls_route_steps steps;
+        ls_run_on on;
     } want[] = {
-        {"GET", "/health", true, false},      {"GET", "/ready", true, false},
-        {"GET", "/metrics", false, false},    {"GET", "/pool", false, false},
-        {"POST", "/forward", false, true},    {"POST", "/adapters", false, true},
-        {"GET", "/adapters", false, false},   {"POST", "/adapters/validate", false, true},
-        {"GET", "/adapters/a", false, false}, {"DELETE", "/adapters/a", false, false},
+        {"GET", "/health", true, false, true, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"GET", "/ready", true, false, true, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"GET", "/metrics", false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"GET", "/pool", false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"GET", "/dashboard", true, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"POST", "/forward", false, true, false, LS_STEPS_FORWARD, LS_RUN_BACKEND},
+        {"POST", "/adapters", false, true, false, LS_STEPS_LOAD, LS_RUN_BACKEND},
+        {"GET", "/adapters", false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"POST", "/adapters/validate", false, true, false, LS_STEPS_HANDLER, LS_RUN_DISK},
+        {"GET", "/adapters/a", false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+        {"DELETE", "/adapters/a", false, false, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
+        {"POST", "/v1/load_lora_adapter", false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
+        {"POST", "/v1/unload_lora_adapter", false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         rt_hit h = rt_find(want[i].method, want[i].path);
@@ -77,6 +89,9 @@ static void test_route_flags(void **state) {
         assert_string_equal(h.route->method, want[i].method);
         assert_int_equal(h.route->open, want[i].open);
         assert_int_equal(h.route->has_body, want[i].has_body);
+        assert_int_equal(h.route->probe, want[i].probe);
+        assert_int_equal(h.route->steps, want[i].steps);
+        assert_int_equal(h.route->on, want[i].on);
     }
 }
 
