@@ -12,7 +12,8 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "server/describe.h"
-#include "server/request.h"
+#include "server/handlers.h"
+#include "server/jobs.h"
 
 static const char *ls_query_mhd(void *ctx, const char *key) {
     return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);

@@ -12,7 +12,8 @@
 #include "common/log.h"
 #include "lora/autoload.h"
 #include "server/batcher.h"
-#include "server/request.h"
+#include "server/handlers.h"
+#include "server/jobs.h"
 
 struct ls_forward_job {
     ls_forward_req fr;

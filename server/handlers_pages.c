@@ -4,7 +4,7 @@
  * /dashboard holds no data and is served without the API key (the page
  * sends the key on its fetches of /pool, /adapters and /metrics);
  * /openapi.json is behind the key like /metrics. */
-#include "server/request.h"
+#include "server/handlers.h"
 
 /* Defined by the files ls_embed generates. */
 extern const unsigned char ls_dashboard_html[];

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "server/describe.h"
-#include "server/request.h"
+#include "server/handlers.h"
 
 void ls_handle_health(const ls_request *req, ls_reply *r) {
     (void)req;

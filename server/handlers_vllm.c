@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/request.h"
+#include "server/handlers.h"
 
 /* The body as a JSON object of the keys given (strict: an unknown key
  * is refused, never ignored); NULL with r filled on error. New reference. */

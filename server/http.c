@@ -28,7 +28,7 @@
 #include "server/offload.h"
 #include "server/http_internal.h"
 #include "server/http_status.h"
-#include "server/request.h"
+#include "server/jobs.h"
 #include "server/routes.h"
 
 /* The longest request target (path and query) and the most query

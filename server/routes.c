@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/handlers.h"
+
 /* method, pattern, handler, open, has_body, probe, steps, on. A delete
  * waits for the state lock, which a load holds while it waits for the
  * backend; a validation only reads (its body, or a file), as does a load

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "server/handlers.h"
 #include "server/routes.h"
 
 /* One lookup with buffers the size http.c uses. */
