@@ -15,23 +15,11 @@
 #include <sys/stat.h>
 
 #include "common/log.h"
+#include "lora/loader_memo.h"
 
 /* Remembered names at most: past it, the oldest settled ones are dropped
  * (a dropped failure is only read again once). */
 #define LS_AUTOLOAD_MAX_ENTRIES 4096
-
-/* What identifies the files of an adapter: changed when one is replaced,
- * rewritten or touched. Zeroed whole before it is filled, so it compares
- * with memcmp. */
-typedef struct {
-    struct {
-        dev_t dev;
-        ino_t ino;
-        off_t size;
-        struct timespec mtime, ctime;
-        int missing;
-    } f[2];
-} ls_autoload_print;
 
 /* Where the load of a name stands. Only READING and LOADING are waited
  * for, and each is held by a thread that is running (never queued), so a
@@ -51,7 +39,7 @@ typedef struct ls_autoload_entry {
     ls_status outcome;   /* of the last load */
     ls_error err;        /* its error when it failed */
     bool remembered;     /* the failure is the file's: given again until print changes */
-    ls_autoload_print print;
+    ls_loader_print print;
     ls_adapter staged; /* STAGED: the adapter read, and where from */
     ls_adapter_origin origin;
     struct ls_autoload_entry *next;
@@ -106,24 +94,17 @@ static void ls_autoload_count(ls_autoload *al, int delta) {
     if (al->gauge.fn) al->gauge.fn(al->gauge.ctx, delta);
 }
 
-static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_autoload_print *p) {
+static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_loader_print *p) {
     struct stat st;
-    if (fstatat(dirfd, rel, &st, 0)) {
-        p->f[i].missing = 1;
-        return;
-    }
-    p->f[i].dev = st.st_dev;
-    p->f[i].ino = st.st_ino;
-    p->f[i].size = st.st_size;
-    p->f[i].mtime = st.st_mtim;
-    p->f[i].ctime = st.st_ctim;
+    if (fstatat(dirfd, rel, &st, 0)) p->f[i].missing = 1;
+    else ls_loader_print_set(p, i, &st);
 }
 
 /* Finds name's files: NAME/ (a PEFT directory, first) or NAME.safetensors,
  * into path (relative to the adapter directory) and print; false when the
  * directory holds neither. name is valid (no '/', not starting with '.'),
  * so these stay in the directory; the loader's open checks links. */
-static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_autoload_print *p) {
+static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_loader_print *p) {
     struct stat st;
     memset(p, 0, sizeof *p);
     char rel[192];
@@ -340,7 +321,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
     if (reach == LS_AUTOLOAD_ALL && ls_autoload_register_staged(al, name, &staged_st, err)) return staged_st;
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
     char path[LS_LOADER_PATH_MAX];
-    ls_autoload_print print;
+    ls_loader_print print;
     if (!ls_autoload_find(al, name, path, sizeof path, &print))
         return ls_autoload_not_found(al, name, err);
 

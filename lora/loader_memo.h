@@ -15,15 +15,18 @@
 /* Failures remembered at most; past it the oldest goes. */
 #define LS_LOADER_MEMO_MAX 64
 
-/* What identifies the files of one adapter path: [0] the safetensors
- * file, [1] a PEFT directory's adapter_config.json (zero for a bare
- * file). Zeroed whole before it is filled, so it compares with memcmp. */
+/* What identifies the files of one adapter path, changed when one is
+ * replaced, rewritten or touched: [0] the safetensors file, [1] a PEFT
+ * directory's adapter_config.json (zero for a bare file). Zeroed whole
+ * before it is filled, so it compares with memcmp. The loader and
+ * auto-load's lookup (lora/autoload.c) both key on it. */
 typedef struct {
     struct {
         dev_t dev;
         ino_t ino;
         off_t size;
         struct timespec mtime, ctime;
+        int missing; /* auto-load's lookup: the file was not there */
     } f[2];
 } ls_loader_print;
 
