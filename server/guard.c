@@ -55,6 +55,7 @@ struct ls_guard_conn {
     const char *route;     /* BODY: the request's metrics label (static) */
     char id[LS_REQUEST_ID_MAX + 1];
     char what[160];        /* BODY: method and path, escaped */
+    void *tls;             /* the TLS layer's (ls_guard_tls_slot) */
 };
 
 struct ls_guard {
@@ -355,3 +356,5 @@ void ls_guard_request_done(ls_guard *g, ls_guard_conn *c) {
 }
 
 bool ls_guard_reserved(const ls_guard_conn *c) { return c && c->reserved; }
+
+void **ls_guard_tls_slot(ls_guard_conn *c) { return &c->tls; }
