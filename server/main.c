@@ -60,8 +60,9 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     /* SIGHUP (a closed terminal, an operator's reload habit) killed the
-     * process on the spot, cutting requests in flight; there is nothing
-     * to reload, so it stops gracefully like the others. */
+     * process on the spot, cutting requests in flight; nothing waits for
+     * it to reload (the TLS files are watched, server/tls.h), so it stops
+     * gracefully like the others. */
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
