@@ -33,6 +33,7 @@ typedef struct {
     int per_ip;            /* --per-ip-connections; 0 = no cap */
     int max_connections;
     bool access_log; /* a 408 gets its access log line (--access-log) */
+    bool tls;        /* the sockets carry TLS records: no 408 is written raw, the connection is only closed */
 } ls_guard_config;
 
 /* Starts the reaper. metrics is borrowed and outlives the guard. NULL

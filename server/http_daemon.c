@@ -130,7 +130,8 @@ bool ls_http_start(ls_server *srv) {
                                   .body_timeout_s = srv->cfg.body_timeout_s,
                                   .per_ip = srv->cfg.per_ip_connections,
                                   .max_connections = srv->cfg.max_connections,
-                                  .access_log = srv->cfg.access_log};
+                                  .access_log = srv->cfg.access_log,
+                                  .tls = srv->tls != NULL};
     if (!(srv->guard = ls_guard_new(&gcfg, &srv->metrics))) {
         freeaddrinfo(ai);
         return false;

@@ -17,10 +17,12 @@ A throwaway CA, server and client certificates are made with openssl, then:
 Exit status 0 only when every check passed."""
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import http.client
 
@@ -78,7 +80,7 @@ def start(binary, args, log, cacert, client=None, timeout=60):
     'listening on https://' line, then for GET /ready 200 through curl."""
     proc = subprocess.Popen([binary, "--demo", "--hidden", str(H), "--intermediate", str(F), "--experts", str(N),
                              "--layers", "2", "--threads", "1", "--port", "0"] + args,
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline, port = time.time() + timeout, None
     while True:
         if port is None:
@@ -213,6 +215,26 @@ def check_plain_http(port):
     lsys.ok("plain HTTP on the TLS port: no byte back, the connection closed")
 
 
+def check_head_timeout(port, ca, log):
+    """A head that never comes whole (--request-timeout 2): the connection
+    is closed. The guard must not write its plain-text 408 into the TLS
+    stream, which the client would read as a broken record."""
+    ctx = ssl.create_default_context(cafile=ca[0])
+    since = os.path.getsize(log)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            try:
+                got = s.recv(4096)
+            except ssl.SSLError as e:
+                lsys.fail("a head past --request-timeout over TLS: the client read %r (plain bytes in the TLS stream?)"
+                          % e)
+    if got:
+        lsys.fail("a head past --request-timeout over TLS got %r" % got[:200])
+    wait_log(log, "request timeout: 127.0.0.1", since)
+    lsys.ok("a head past --request-timeout over TLS: the connection closed, no plain-text 408 in the TLS stream")
+
+
 def check_upload_and_forward(port, ca, d):
     path = os.path.join(d, "a1.safetensors")
     lsys.write_safetensors(path, lsys.shared_expert_lora([0, 1], H, N, F, R,
@@ -296,17 +318,20 @@ def check_client_certs(binary, d, ca, other_ca):
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: check_tls.py BUILD/lorasink TMPDIR")
-    binary, d = os.path.abspath(sys.argv[1]), sys.argv[2]
-    os.makedirs(d, exist_ok=True)
+    binary = os.path.abspath(sys.argv[1])
+    os.makedirs(sys.argv[2], exist_ok=True)
+    # A directory of this run's own: no certificate or log of an earlier one.
+    d = tempfile.mkdtemp(prefix="run-", dir=sys.argv[2])
     ca, other_ca = make_ca(d, "test-ca"), make_ca(d, "other-ca")
     srv, other = make_leaf(d, "server", ca, "serverAuth"), make_leaf(d, "other-server", other_ca, "serverAuth")
     check_startup(binary, d, ca, srv, other)
     log = os.path.join(d, "server.log")
-    proc, port = start(binary, ["--tls-cert", srv[0], "--tls-key", srv[1]], log, ca[0])
+    proc, port = start(binary, ["--tls-cert", srv[0], "--tls-key", srv[1], "--request-timeout", "2"], log, ca[0])
     try:
         check_versions(port, ca)
         check_wrong_ca(port, other_ca)
         check_plain_http(port)
+        check_head_timeout(port, ca, log)
         check_upload_and_forward(port, ca, d)
         check_reload(port, ca, srv, d, log)
     finally:
@@ -314,6 +339,7 @@ def main():
     if rc != 0:
         lsys.fail("lorasink over TLS exited %d on SIGTERM" % rc)
     check_client_certs(binary, d, ca, other_ca)
+    shutil.rmtree(d)  # kept when a check failed, to be read
     lsys.ok("TLS: every check passed")
 
 
