@@ -250,8 +250,9 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
                 ls_device_kind_name(cfg->device),
                 cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
     /* The certificate first: a wrong file is told before a model loads. */
-    bool ok = (!cfg->tls_cert[0] || (srv->tls = ls_tls_open(cfg))) && ls_server_open_model(srv, cfg, &err) && ls_server_open_backend(srv, cfg, use_cuda, &err) &&
-              ls_server_open_adapters(srv, cfg, &err) && ls_server_open_workers(srv, cfg, &err);
+    bool ok = (!cfg->tls_cert[0] || (srv->tls = ls_tls_open(cfg))) && ls_server_open_model(srv, cfg, &err) &&
+              ls_server_open_backend(srv, cfg, use_cuda, &err) && ls_server_open_adapters(srv, cfg, &err) &&
+              ls_server_open_workers(srv, cfg, &err);
     ls_error_free(&err);
     if (!ok) ls_server_free(srv);
     return ok;

@@ -90,8 +90,9 @@ static bool ls_tls_read(int which, const char *path, char **out, char *why, size
     const bool bad = !buf || ferror(f);
     fclose(f);
     if (bad || n > LS_TLS_FILE_MAX || n == 0) {
-        snprintf(why, len, "%s %s: %s", ls_tls_flags[which], path,
-                 !buf ? "out of memory" : bad ? "cannot read it" : n ? "larger than 1 MiB: not a PEM file" : "it is empty");
+        const char *what = !buf ? "out of memory" : bad ? "cannot read it" : n ? "larger than 1 MiB: not a PEM file"
+                                                                              : "it is empty";
+        snprintf(why, len, "%s %s: %s", ls_tls_flags[which], path, what);
         free(buf);
         return false;
     }
@@ -154,23 +155,33 @@ static bool ls_tls_load_pair(gnutls_certificate_credentials_t cred, const char *
     return ok;
 }
 
+/* The client's address of a session libmicrohttpd made (its pointer is
+ * the connection) into host, "?" when it cannot say. */
+static void ls_tls_peer(gnutls_session_t session, char *host, size_t len) {
+    snprintf(host, len, "?");
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *ci =
+        conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+    if (!ci || !ci->client_addr) return;
+    const bool v6 = ci->client_addr->sa_family == AF_INET6;
+    const socklen_t alen = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    getnameinfo(ci->client_addr, alen, host, (socklen_t)len, NULL, 0, NI_NUMERICHOST);
+}
+
 /* The client's certificate, checked during the handshake: it must chain
  * to a CA of --tls-client-ca, be valid now and allow client use. Non-zero
  * ends the handshake. */
 static int ls_tls_verify_client(gnutls_session_t session) {
-    gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID, .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
+    gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
+                                     .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
     unsigned status = 0;
     const int rc = gnutls_certificate_verify_peers(session, &purpose, 1, &status);
     if (rc == 0 && status == 0) return 0;
     gnutls_datum_t text = {0};
-    const bool have_text = rc == 0 && gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &text, 0) == 0;
-    char host[NI_MAXHOST] = "?";
-    struct MHD_Connection *conn = gnutls_session_get_ptr(session); /* libmicrohttpd's */
-    const union MHD_ConnectionInfo *ci = conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
-    if (ci && ci->client_addr)
-        getnameinfo(ci->client_addr,
-                    ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
-                    host, sizeof host, NULL, 0, NI_NUMERICHOST);
+    const bool have_text =
+        rc == 0 && gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &text, 0) == 0;
+    char host[NI_MAXHOST];
+    ls_tls_peer(session, host, sizeof host);
     char reason[256];
     snprintf(reason, sizeof reason, "%s", have_text ? (const char *)text.data : rc ? gnutls_strerror(rc) : "not valid");
     for (size_t n = strlen(reason); n && reason[n - 1] == ' '; n--) reason[n - 1] = '\0';
