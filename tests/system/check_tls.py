@@ -312,7 +312,9 @@ def check_client_certs(binary, d, ca, other_ca):
             lsys.fail("after the client CA file changed, its new CA's client is not the one served")
         lsys.ok("a new --tls-client-ca file is taken without a restart")
     finally:
-        stop(proc)
+        rc = stop(proc)
+    if rc != 0:
+        lsys.fail("lorasink with --tls-client-ca exited %d on SIGTERM; its log ends:\n%s" % (rc, lsys.log_tail(log)))
 
 
 def main():
@@ -337,7 +339,7 @@ def main():
     finally:
         rc = stop(proc)
     if rc != 0:
-        lsys.fail("lorasink over TLS exited %d on SIGTERM" % rc)
+        lsys.fail("lorasink over TLS exited %d on SIGTERM; its log ends:\n%s" % (rc, lsys.log_tail(log)))
     check_client_certs(binary, d, ca, other_ca)
     shutil.rmtree(d)  # kept when a check failed, to be read
     lsys.ok("TLS: every check passed")
