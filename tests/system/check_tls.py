@@ -11,9 +11,9 @@ A throwaway CA, server and client certificates are made with openssl, then:
    the certificate files replaced are served without a restart (a
    connection opened before goes on), and a bad replacement keeps the last
    good one with a log line saying why;
-3. with --tls-client-ca: no client certificate and one of another CA are
-   refused, one of the CA is served, and a new CA file is taken without a
-   restart.
+3. with --tls-client-ca: no client certificate, one of another CA and one
+   of the CA whose extended key usage is for servers only are refused, one
+   of the CA is served, and a new CA file is taken without a restart.
 Exit status 0 only when every check passed."""
 import os
 import re
@@ -287,6 +287,7 @@ def check_client_certs(binary, d, ca, other_ca):
     srv = make_leaf(d, "mtls-server", ca, "serverAuth")
     good = make_leaf(d, "good-client", ca, "clientAuth")
     wrong = make_leaf(d, "wrong-client", other_ca, "clientAuth")
+    server_only = make_leaf(d, "server-only", ca, "serverAuth")  # the CA's, but not for clients
     client_ca = os.path.join(d, "client-ca.pem")
     replace(client_ca, ca[0])
     log = os.path.join(d, "mtls.log")
@@ -295,7 +296,8 @@ def check_client_certs(binary, d, ca, other_ca):
     try:
         for label, client, extra in (("no client certificate", None, ()),
                                      ("no client certificate, TLS 1.2", None, ("--tls-max", "1.2")),
-                                     ("a client certificate of another CA", wrong, ())):
+                                     ("a client certificate of another CA", wrong, ()),
+                                     ("a certificate of the CA for servers only", server_only, ())):
             rc, code, body, err = curl(port, "/health", ca[0], client, extra)
             if rc == 0 or code != "000":
                 lsys.fail("%s: exit %d, status %s: %s" % (label, rc, code, body))
