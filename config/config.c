@@ -94,6 +94,23 @@ static bool check_demo_only(const ls_config *cfg, const bool *given, char *err, 
     return true;
 }
 
+/* TLS takes a certificate and its key together, and client certificates
+ * are asked for only over TLS: half of it given is a mistake, refused
+ * rather than served as plain HTTP. */
+static bool check_tls(const ls_config *cfg, char *err, size_t errlen) {
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+        snprintf(err, errlen, "--%s is given without --%s: TLS needs both the certificate and its key (PEM files)",
+                 cfg->tls_cert[0] ? "tls-cert" : "tls-key", cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+        return false;
+    }
+    if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {
+        snprintf(err, errlen, "--tls-client-ca is given without --tls-cert and --tls-key: client certificates are "
+                              "asked for only over TLS");
+        return false;
+    }
+    return true;
+}
+
 static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg, const char *origin, bool *seen,
                            char *err, size_t errlen) {
     if (json_is_string(v)) return apply(s, json_string_value(v), cfg, origin, seen, err, errlen);
@@ -462,6 +479,7 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
         goto done;
     }
     if (!check_demo_only(cfg, given, errbuf, errlen)) goto done;
+    if (!check_tls(cfg, errbuf, errlen)) goto done;
     res = LS_CONFIG_RUN;
 done:
     for (int i = 0; i < nvals; i++) free(vals[i].owned);

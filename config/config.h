@@ -58,6 +58,9 @@ typedef struct {
     int max_adapter_mb; /* largest adapter file read from adapter_dir, MiB */
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
+    char tls_cert[LS_CONFIG_PATH_MAX];      /* PEM chain; "" = plain HTTP (server/tls.h) */
+    char tls_key[LS_CONFIG_PATH_MAX];       /* PEM key of tls_cert; given with it */
+    char tls_client_ca[LS_CONFIG_PATH_MAX]; /* PEM CAs client certificates must chain to; "" = none asked */
     int max_batch_tokens;
     int batch_wait_us;
     int max_queue_tokens; /* bound of the batcher's queue */

@@ -121,6 +121,13 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_LIMITS, "max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
     {.name = "api-key", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
      .help = "require Authorization: Bearer KEY; \"\" = no auth", .secret = true},
+    STR(LS_GROUP_HTTP, "tls-cert", tls_cert, 0, "", "FILE",
+        "serve HTTPS (TLS 1.2 and 1.3 only) with this PEM certificate chain, the server's first; needs --tls-key; "
+        "re-read when the file changes"),
+    STR(LS_GROUP_HTTP, "tls-key", tls_key, 0, "", "FILE", "the PEM private key of --tls-cert (unencrypted)"),
+    STR(LS_GROUP_HTTP, "tls-client-ca", tls_client_ca, 0, "", "FILE",
+        "require a client certificate issued by one of these PEM CA certificates (the handshake fails "
+        "without one); needs --tls-cert"),
     INT(LS_GROUP_POOL, "max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
     INT(LS_GROUP_POOL, "batch-wait-us", batch_wait_us, 0, 1000000, "200",
         "longest wait to fill a batch, microseconds (only while more requests are likely)"),

@@ -6,8 +6,8 @@
 #   scripts/install-deps.sh PKG...     these packages only (the checks that
 #                                      need a tool of their own call it so)
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl python3)
-test_pkgs=(libcmocka-dev libcurl4-openssl-dev clang libclang-rt-dev valgrind)
+pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libgnutls28-dev libjansson-dev libopenblas-dev curl python3)
+test_pkgs=(libcmocka-dev libcurl4-openssl-dev clang libclang-rt-dev valgrind openssl)
 if [ "${1:-}" = --test ]; then
   pkgs+=("${test_pkgs[@]}")
   shift

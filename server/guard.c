@@ -55,6 +55,7 @@ struct ls_guard_conn {
     const char *route;     /* BODY: the request's metrics label (static) */
     char id[LS_REQUEST_ID_MAX + 1];
     char what[160];        /* BODY: method and path, escaped */
+    void *tls;             /* the TLS layer's (ls_guard_tls_slot) */
 };
 
 struct ls_guard {
@@ -161,22 +162,26 @@ static void ls_guard_reap(ls_guard *g, ls_guard_conn *c, int64_t now) {
     else ls_http_new_request_id(id);
     size_t body_len = 0;
     const size_t n = ls_guard_408(id, message, buf, sizeof buf, &body_len);
-    if (n) (void)send(c->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    /* Over TLS the bytes would be plain text inside the TLS stream, which
+     * the client reads as a broken record: there the connection only
+     * closes. */
+    if (n && !g->cfg.tls) (void)send(c->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(c->fd, SHUT_WR);
     c->phase = LS_GC_REAPED;
     c->deadline_ns = now + LS_GUARD_LINGER_NS;
     ls_metrics_request_timeout(g->metrics, body);
     if (body) ls_metrics_observe_request(g->metrics, c->route, 408, (double)(now - c->started_ns) * 1e-9);
     inet_ntop(c->family, c->ip, ip, sizeof ip);
-    ls_log_warn("request timeout: %s%s%s%s: %s; answered 408, connection closed", ip, body ? " " : "",
-                body ? c->what : "", body ? "" : " (no complete head)", message);
+    ls_log_warn("request timeout: %s%s%s%s: %s; %s", ip, body ? " " : "", body ? c->what : "",
+                body ? "" : " (no complete head)", message,
+                g->cfg.tls ? "connection closed (over TLS without a 408)" : "answered 408, connection closed");
     /* Its line of the access log, as every answer has: a head that never
      * came whole has no method or path to show ("- -"). The id is the
      * one the reply carries. */
     if (g->cfg.access_log) {
         char shown[3 * LS_REQUEST_ID_MAX + 1];
         ls_text_log_field(id, false, shown, sizeof shown);
-        ls_log_access("%s %s 408 %zu %lld", shown, body ? c->what : "- -", n ? body_len : 0,
+        ls_log_access("%s %s 408 %zu %lld", shown, body ? c->what : "- -", n && !g->cfg.tls ? body_len : 0,
                       (long long)((now - c->started_ns) / 1000));
     }
 }
@@ -355,3 +360,5 @@ void ls_guard_request_done(ls_guard *g, ls_guard_conn *c) {
 }
 
 bool ls_guard_reserved(const ls_guard_conn *c) { return c && c->reserved; }
+
+void **ls_guard_tls_slot(ls_guard_conn *c) { return &c->tls; }

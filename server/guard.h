@@ -33,6 +33,7 @@ typedef struct {
     int per_ip;            /* --per-ip-connections; 0 = no cap */
     int max_connections;
     bool access_log; /* a 408 gets its access log line (--access-log) */
+    bool tls;        /* the sockets carry TLS records: no 408 is written raw, the connection is only closed */
 } ls_guard_config;
 
 /* Starts the reaper. metrics is borrowed and outlives the guard. NULL
@@ -69,5 +70,8 @@ bool ls_guard_body_done(ls_guard *g, ls_guard_conn *c);
 void ls_guard_request_done(ls_guard *g, ls_guard_conn *c);
 /* Taken from the reserve: it may serve a probe, once. */
 bool ls_guard_reserved(const ls_guard_conn *c);
+/* A slot of c for the TLS layer's state of the connection (server/tls.h),
+ * NULL until it sets it; the guard never reads it. */
+void **ls_guard_tls_slot(ls_guard_conn *c);
 
 #endif

@@ -20,6 +20,7 @@
 #include "server/guard.h"
 #include "server/http_internal.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 /* During a stop, how long a reply the server has just finished gets to go
  * out before the connections still open past --shutdown-timeout are
@@ -32,6 +33,13 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t l = strlen(msg);
     while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
+    /* libmicrohttpd says this of every failed TLS handshake: a client's
+     * doing, told as such (server/tls.c logs a refused certificate). */
+    if (!strcmp(msg, "Error: received handshake message out of context.")) {
+        ls_log_info("tls: a handshake failed: the client is not TLS 1.2 or later, refused the certificate, or "
+                    "gave no valid client certificate");
+        return;
+    }
     /* Its messages quote the request (a decoded URL among them). */
     ls_text_log_field(msg, true, shown, sizeof shown);
     ls_log_warn("microhttpd: %s", shown);
@@ -74,6 +82,7 @@ static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket
                            enum MHD_ConnectionNotificationCode toe) {
     ls_server *srv = cls;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (srv->tls && *socket_context) ls_tls_connection_closed(srv->tls, *ls_guard_tls_slot(*socket_context));
         ls_guard_close(srv->guard, *socket_context);
         *socket_context = NULL;
         return;
@@ -81,6 +90,9 @@ static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (fd && addr) *socket_context = ls_guard_open(srv->guard, fd->connect_fd, addr->client_addr);
+    /* Unguarded (NULL), the socket is already shut down. */
+    if (srv->tls && *socket_context)
+        ls_tls_connection_started(srv->tls, conn, fd->connect_fd, ls_guard_tls_slot(*socket_context));
 }
 
 bool ls_http_start(ls_server *srv) {
@@ -104,6 +116,12 @@ bool ls_http_start(ls_server *srv) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
                      MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* HTTPS: the certificate options, or none (server/tls.h). */
+    struct MHD_OptionItem tls_ops[LS_TLS_OPTIONS_MAX] = {{MHD_OPTION_END, 0, NULL}};
+    if (srv->tls) {
+        flags |= MHD_USE_TLS;
+        ls_tls_daemon_options(srv->tls, tls_ops);
+    }
     unsigned pool = (unsigned)srv->cfg.http_threads;
     /* The logger first, so MHD routes every message through it. */
     /* The guard counts connections per address (libmicrohttpd's own
@@ -112,7 +130,8 @@ bool ls_http_start(ls_server *srv) {
                                   .body_timeout_s = srv->cfg.body_timeout_s,
                                   .per_ip = srv->cfg.per_ip_connections,
                                   .max_connections = srv->cfg.max_connections,
-                                  .access_log = srv->cfg.access_log};
+                                  .access_log = srv->cfg.access_log,
+                                  .tls = srv->tls != NULL};
     if (!(srv->guard = ls_guard_new(&gcfg, &srv->metrics))) {
         freeaddrinfo(ai);
         return false;
@@ -123,7 +142,8 @@ bool ls_http_start(ls_server *srv) {
         MHD_OPTION_NOTIFY_COMPLETED, ls_http_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, ls_http_notify, srv,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections + LS_GUARD_RESERVE_TOTAL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.connection_timeout_s, MHD_OPTION_UNESCAPE_CALLBACK,
-        ls_http_unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, ls_http_uri_seen, srv, MHD_OPTION_END);
+        ls_http_unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, ls_http_uri_seen, srv, MHD_OPTION_ARRAY, tls_ops,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
         ls_log_error("cannot listen on %s:%d (in use, or not an address of this machine)", srv->cfg.host, srv->cfg.port);

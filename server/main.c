@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 extern char **environ;
 
@@ -59,8 +60,9 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     /* SIGHUP (a closed terminal, an operator's reload habit) killed the
-     * process on the spot, cutting requests in flight; there is nothing
-     * to reload, so it stops gracefully like the others. */
+     * process on the spot, cutting requests in flight; nothing waits for
+     * it to reload (the TLS files are watched, server/tls.h), so it stops
+     * gracefully like the others. */
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -70,10 +72,12 @@ int main(int argc, char **argv) {
         ls_server_free(&srv);
         return 1;
     }
-    if (strchr(cfg.host, ':')) printf("listening on http://[%s]:%d\n", cfg.host, srv.port);
-    else printf("listening on http://%s:%d\n", cfg.host, srv.port);
+    const char *scheme = srv.tls ? "https" : "http";
+    if (strchr(cfg.host, ':')) printf("listening on %s://[%s]:%d\n", scheme, cfg.host, srv.port);
+    else printf("listening on %s://%s:%d\n", scheme, cfg.host, srv.port);
     fflush(stdout);
-    ls_log_info("listening on %s:%d%s", cfg.host, srv.port, cfg.api_key[0] ? " (API key required)" : "");
+    ls_log_info("listening on %s:%d%s%s", cfg.host, srv.port, srv.tls ? ls_tls_describe(srv.tls) : "",
+                cfg.api_key[0] ? " (API key required)" : "");
 
     unsigned char sig = 0;
     while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

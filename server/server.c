@@ -13,6 +13,7 @@
 #include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
+#include "server/tls.h"
 
 static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
     switch (c) {
@@ -248,8 +249,10 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg) {
     ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
                 ls_device_kind_name(cfg->device),
                 cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
-    bool ok = ls_server_open_model(srv, cfg, &err) && ls_server_open_backend(srv, cfg, use_cuda, &err) &&
-              ls_server_open_adapters(srv, cfg, &err) && ls_server_open_workers(srv, cfg, &err);
+    /* The certificate first: a wrong file is told before a model loads. */
+    bool ok = (!cfg->tls_cert[0] || (srv->tls = ls_tls_open(cfg))) && ls_server_open_model(srv, cfg, &err) &&
+              ls_server_open_backend(srv, cfg, use_cuda, &err) && ls_server_open_adapters(srv, cfg, &err) &&
+              ls_server_open_workers(srv, cfg, &err);
     ls_error_free(&err);
     if (!ok) ls_server_free(srv);
     return ok;
@@ -276,4 +279,6 @@ void ls_server_free(ls_server *srv) {
     ls_loader_close(&srv->loader);
     ls_metrics_free(&srv->metrics);
     ls_model_free(&srv->model); /* last: srv->dims points at its layer numbers */
+    ls_tls_free(srv->tls);      /* after the daemon, whose connections held its credentials */
+    srv->tls = NULL;
 }

@@ -21,6 +21,7 @@ struct MHD_Daemon;
 struct ls_autoload;
 struct ls_batcher;
 struct ls_offload;
+struct ls_tls;
 
 typedef struct ls_server {
     ls_config cfg;
@@ -38,6 +39,7 @@ typedef struct ls_server {
     ls_metrics metrics;
     struct MHD_Daemon *daemon;
     struct ls_guard *guard; /* owned while the daemon runs: connection deadlines and counts (server/guard.h) */
+    struct ls_tls *tls;     /* owned; NULL without --tls-cert (server/tls.h) */
     int port;
     atomic_int active;    /* requests being handled, for graceful shutdown */
     atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */

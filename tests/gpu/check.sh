@@ -38,6 +38,12 @@ if compgen -G "$DEPS/*.deb" >/dev/null; then
     libdirs=$(find "$PREFIX" -name '*.so*' -printf '%h\n' | sort -u | paste -sd: -)
     LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     PATH=$PATH:$PREFIX/usr/bin # pkg-config, when the image has none
+    # libgnutls28-dev's libgnutls.so names Debian's exact library file; the
+    # image has its own libgnutls.so.30 (same ABI), which it is pointed at.
+    for so in $(find "$PREFIX" -name libgnutls.so -xtype l); do
+        sys=$(ldconfig -p | awk '/libgnutls\.so\.30 .*x86-64/ {print $NF; exit}')
+        [ -n "$sys" ] && ln -sf "$sys" "$so"
+    done
     export PKG_CONFIG_PATH LD_LIBRARY_PATH PATH
     log "unpacked $(find "$DEPS" -maxdepth 1 -name '*.deb' | wc -l) carried .deb files under $PREFIX"
 fi

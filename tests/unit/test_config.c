@@ -495,6 +495,27 @@ static void test_demo_and_weights(void **state) {
     expect_error(ARGS("--demo=false"), NULL, "demo is off but no weights file is given");
 }
 
+/* TLS settings go in pairs: a certificate with its key, client CAs only
+ * with both; half of it is an error (exit 2), never plain HTTP. */
+static void test_tls_pairs(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    assert_int_equal(run(&c, ARGS("--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--tls-client-ca", "/ca.pem"), NULL,
+                         err), LS_CONFIG_RUN);
+    assert_string_equal(c.tls_cert, "/c.pem");
+    assert_string_equal(c.tls_key, "/k.pem");
+    assert_string_equal(c.tls_client_ca, "/ca.pem");
+    assert_int_equal(run(&c, NULL, ARGS("LORASINK_TLS_CERT=/c", "LORASINK_TLS_KEY=/k"), err), LS_CONFIG_RUN);
+    assert_string_equal(c.tls_key, "/k");
+    expect_error(ARGS("--tls-cert", "/c.pem"), NULL, "--tls-cert is given without --tls-key");
+    expect_error(ARGS("--tls-key", "/k.pem"), NULL, "--tls-key is given without --tls-cert");
+    expect_error(NULL, ARGS("LORASINK_TLS_CLIENT_CA=/ca.pem"), "--tls-client-ca is given without --tls-cert");
+    /* "" from a higher source turns a lower one's off: a pair again. */
+    expect_error(ARGS("--tls-key="), ARGS("LORASINK_TLS_CERT=/c", "LORASINK_TLS_KEY=/k"),
+                 "--tls-cert is given without --tls-key");
+}
+
 static void test_file_errors(void **state) {
     (void)state;
     ls_config c;
@@ -917,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_demo_and_weights),
         cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_tls_pairs),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_dump_masks_key),
