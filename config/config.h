@@ -58,6 +58,7 @@ typedef struct {
     int max_adapter_mb; /* largest adapter file read from adapter_dir, MiB */
     int max_body_mb;
     char api_key[512]; /* "" = no auth */
+    char api_keys[LS_CONFIG_PATH_MAX]; /* --api-keys FILE: keys per tenant (server/tenant.h); "" = none */
     int max_batch_tokens;
     int batch_wait_us;
     int max_queue_tokens; /* bound of the batcher's queue */

@@ -121,6 +121,9 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_LIMITS, "max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),
     {.name = "api-key", .group = LS_GROUP_HTTP, .type = LS_SET_STR, FIELD(api_key), .def = "", .meta = "KEY",
      .help = "require Authorization: Bearer KEY; \"\" = no auth", .secret = true},
+    STR(LS_GROUP_HTTP, "api-keys", api_keys, 0, "", "FILE",
+        "JSON file of API keys per tenant, stored as SHA-256 hashes, with roles and quotas (docs/api.md); re-read "
+        "when it changes; \"\" = none"),
     INT(LS_GROUP_POOL, "max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
     INT(LS_GROUP_POOL, "batch-wait-us", batch_wait_us, 0, 1000000, "200",
         "longest wait to fill a batch, microseconds (only while more requests are likely)"),

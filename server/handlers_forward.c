@@ -24,6 +24,7 @@ struct ls_forward_job {
     unsigned long long held; /* bytes counted in srv->held_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
     int load_until;    /* with load_err: the token whose adapter failed */
+    ls_principal who;  /* the caller: its names are mapped in and out (server/tenant.h) */
 };
 
 /* Frees the job's tensors and gives its bytes back to the budget; the
@@ -172,6 +173,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
                                            &fj->fr, &err);
         }
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
+        /* From here on the names are the pool's. */
+        if (st == LS_OK) st = ls_tenant_forward_names(req->who, fj->fr.names, fj->fr.T, &err);
+        if (st == LS_OK) fj->who = *req->who;
         /* Before the batch: a load must not hold up other requests'
          * batch, nor the thread that prepares. */
         if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, &fj->fr, next, &err);
@@ -275,7 +279,8 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     }
     size_t bad;
     for (int i = 0; i < job->n_used; i++)
-        wire[i] = (ls_forward_used){job->used[i].name, job->used[i].version, job->used[i].slot};
+        wire[i] = (ls_forward_used){ls_tenant_name_out(&fj->who, job->used[i].name), job->used[i].version,
+                                    job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
         ls_error err;
         ls_error_init(&err);

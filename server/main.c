@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "server/server.h"
+#include "server/tenant.h"
 
 extern char **environ;
 
@@ -64,8 +65,18 @@ int main(int argc, char **argv) {
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* A bad key file is the operator's mistake, as a bad flag is. */
+    struct ls_tenants *tenants = NULL;
+    if (cfg.api_keys[0] && !ls_tenants_open(cfg.api_keys, &tenants, errbuf, sizeof errbuf)) {
+        fprintf(stderr, "lorasink: %s\n", errbuf);
+        return 2;
+    }
     static ls_server srv;
-    if (!ls_server_init(&srv, &cfg)) return 1;
+    if (!ls_server_init(&srv, &cfg)) {
+        ls_tenants_free(tenants);
+        return 1;
+    }
+    srv.tenants = tenants;
     if (!ls_http_start(&srv)) {
         ls_server_free(&srv);
         return 1;
@@ -73,7 +84,7 @@ int main(int argc, char **argv) {
     if (strchr(cfg.host, ':')) printf("listening on http://[%s]:%d\n", cfg.host, srv.port);
     else printf("listening on http://%s:%d\n", cfg.host, srv.port);
     fflush(stdout);
-    ls_log_info("listening on %s:%d%s", cfg.host, srv.port, cfg.api_key[0] ? " (API key required)" : "");
+    ls_log_info("listening on %s:%d%s", cfg.host, srv.port, cfg.api_key[0] || tenants ? " (API key required)" : "");
 
     unsigned char sig = 0;
     while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

@@ -21,6 +21,7 @@ struct MHD_Daemon;
 struct ls_autoload;
 struct ls_batcher;
 struct ls_offload;
+struct ls_tenants;
 
 typedef struct ls_server {
     ls_config cfg;
@@ -36,6 +37,7 @@ typedef struct ls_server {
     struct ls_offload *offload; /* owned: runs the requests that may wait on the backend (server/offload.h) */
     struct ls_offload *offload_disk; /* owned: runs validations, which read but never wait on the backend */
     ls_metrics metrics;
+    struct ls_tenants *tenants; /* owned; NULL without --api-keys (server/tenant.h) */
     struct MHD_Daemon *daemon;
     struct ls_guard *guard; /* owned while the daemon runs: connection deadlines and counts (server/guard.h) */
     int port;
