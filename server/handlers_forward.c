@@ -13,6 +13,7 @@
 #include "lora/autoload.h"
 #include "server/batcher.h"
 #include "server/request.h"
+#include "server/tenant_routes.h"
 
 struct ls_forward_job {
     ls_forward_req fr;
@@ -71,14 +72,16 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
  * forward names that are not registered, what is left to do for them
  * (the largest step of all), and the answers that come at once: no such
  * file, or a file that failed as it is now (a typo is answered at once,
- * not after the loads queued ahead of it). */
-static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req *fr, ls_forward_step *next,
-                                           ls_error *err) {
+ * not after the loads queued ahead of it). A tenant's adapter to be
+ * loaded must fit its quota (checked here, not again at registration). */
+static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *who, const ls_forward_req *fr,
+                                           ls_forward_step *next, ls_error *err) {
     *next = LS_FORWARD_BATCH;
     if (!fr->names) return LS_OK;
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
         ls_autoload_need need;
         ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
+        if (st == LS_OK && need != LS_AUTOLOAD_READY) st = ls_tenant_admit_load(srv, who, fr->names[t], false, false, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
@@ -178,7 +181,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         if (st == LS_OK) fj->who = *req->who;
         /* Before the batch: a load must not hold up other requests'
          * batch, nor the thread that prepares. */
-        if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, &fj->fr, next, &err);
+        if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, req->who, &fj->fr, next, &err);
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {

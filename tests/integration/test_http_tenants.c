@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -109,7 +110,8 @@ static int setup(void **state) {
     char *state_dir = NULL;
     assert_true(asprintf(&state_dir, "%s/state", keys_dir) > 0);
     write_keys(false);
-    const char *extra[] = {"--api-keys", keys_path, "--api-key", "root-key", "--state-dir", state_dir, NULL};
+    const char *extra[] = {"--api-keys", keys_path, "--api-key",   "root-key", "--state-dir",
+                           state_dir,    "--auto-load", NULL};
     const bool ok = tiny_server_start(&ts, "interleaved", extra);
     free(state_dir);
     if (!ok) return -1;
@@ -465,6 +467,46 @@ static void test_bad_key_file_at_start(void **state) {
     assert_non_null(strstr(out, "absent.json"));
 }
 
+/* A tenant's files are its directory's: loads by path and --auto-load
+ * look beneath --adapter-dir/TENANT/, and an auto-load counts against
+ * the tenant's quota. */
+static void test_files_are_the_tenants(void **state) {
+    (void)state;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/acme", ts.dir);
+    mkdir(dir, 0755);
+    tiny_write_peft_dir(&ts, "acme/auto", "{\"r\": 2, \"lora_alpha\": 4}");
+    tiny_write_peft_dir(&ts, "acme/by-path", "{\"r\": 2, \"lora_alpha\": 4}");
+    /* bob cannot reach acme's files, by name or by path. */
+    json_decref(forward_a(bob_auth, "auto", 404));
+    ls_test_response r;
+    assert_int_equal(req("POST", "/adapters", bob_auth, "{\"name\": \"p\", \"path\": \"../acme/by-path\"}", &r), 400);
+    assert_null(strstr(r.body, "acme"));
+    ls_test_response_free(&r);
+    assert_int_equal(req("POST", "/adapters", bob_auth, "{\"name\": \"p\", \"path\": \"by-path\"}", NULL), 400);
+    /* acme's auto-load takes its third and last place. */
+    json_t *j = forward_a(acme_auth, "auto", 200);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "adapters"), 0), "name")),
+                        "auto");
+    json_decref(j);
+    char names[256];
+    listed(acme_auth, names, sizeof names);
+    assert_string_equal(names, "a,acme-secret,auto");
+    assert_int_equal(req("POST", "/adapters", acme_auth, "{\"name\": \"p\", \"path\": \"by-path\"}", &r), 403);
+    j = ls_test_response_json(&r);
+    assert_string_equal(ls_test_error_code(j), "adapter_quota");
+    json_decref(j);
+    ls_test_response_free(&r);
+    assert_int_equal(req("DELETE", "/adapters/auto", acme_auth, NULL, NULL), 200);
+    assert_int_equal(req("POST", "/adapters", acme_auth, "{\"name\": \"p\", \"path\": \"by-path\"}", &r), 201);
+    j = ls_test_response_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "by-path");
+    json_decref(j);
+    ls_test_response_free(&r);
+    json_decref(forward_a(acme_auth, "auto", 403)); /* the quota again, now on the auto-load */
+    assert_int_equal(req("DELETE", "/adapters/p", acme_auth, NULL, NULL), 200);
+}
+
 /* The durable registry keeps each adapter's tenant. */
 static void test_restart_keeps_tenants(void **state) {
     (void)state;
@@ -490,6 +532,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_every_route_as_each_role),
         cmocka_unit_test(test_key_file_reload),
         cmocka_unit_test(test_bad_key_file_at_start),
+        cmocka_unit_test(test_files_are_the_tenants),
         cmocka_unit_test(test_restart_keeps_tenants),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
