@@ -36,6 +36,11 @@ ls_status ls_tenant_name_in(const ls_principal *who, const char *name, char *out
     return LS_OK;
 }
 
+void ls_tenant_name_lookup(const ls_principal *who, const char *name, char *out, size_t len) {
+    if (ls_principal_scoped(who)) snprintf(out, len, "%s/%s", who->tenant, name);
+    else snprintf(out, len, "%s", name);
+}
+
 const char *ls_tenant_name_out(const ls_principal *who, const char *internal) {
     if (!ls_principal_scoped(who)) return internal;
     const size_t tl = strlen(who->tenant);

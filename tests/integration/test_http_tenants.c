@@ -267,6 +267,16 @@ static void test_foreign_is_absent(void **state) {
         free(bodies[0]);
         free(bodies[1]);
     }
+    /* bob's pool name is no way in either: as absent as any. */
+    ls_test_response pr[2];
+    assert_int_equal(req("GET", "/adapters/bob/bob-secret", acme_auth, NULL, &pr[0]), 404);
+    assert_int_equal(req("GET", "/adapters/bob/bob-secreu", acme_auth, NULL, &pr[1]), 404);
+    char *m0 = masked(pr[0].body, "bob-secret"), *m1 = masked(pr[1].body, "bob-secreu");
+    assert_string_equal(m0, m1);
+    free(m0);
+    free(m1);
+    ls_test_response_free(&pr[0]);
+    ls_test_response_free(&pr[1]);
     /* bob's adapter is still there. */
     assert_int_equal(req("GET", "/adapters/bob-secret", bob_auth, NULL, NULL), 200);
     /* Within a tenant the did-you-mean still helps. */
