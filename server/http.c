@@ -314,6 +314,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
     } else if (!st->route) {
         ls_reply_fail(&r, LS_NOT_FOUND, ls_http_routes_hint, "no route %s %s", method, url);
     } else if (!ls_http_auth(srv, conn, st, method, &r)) {
+        /* r holds the refusal */
     } else if (st->route->has_body) {
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         unsigned long long max = (unsigned long long)srv->cfg.max_body_mb << 20;

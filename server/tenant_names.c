@@ -73,7 +73,8 @@ ls_status ls_tenant_forward_names(const ls_principal *who, char **names, int T, 
 }
 
 size_t ls_tenant_strip_body(const ls_principal *who, char *body, size_t len) {
-    if (!ls_principal_scoped(who) || !body) return len;
+    /* A request answered before it was authorized has no tenant. */
+    if (!ls_principal_scoped(who) || !who->tenant[0] || !body) return len;
     char prefix[LS_TENANT_NAME_MAX + 2];
     const int pl = snprintf(prefix, sizeof prefix, "%s/", who->tenant);
     size_t o = 0;

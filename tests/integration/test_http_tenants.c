@@ -286,6 +286,21 @@ static void test_foreign_is_absent(void **state) {
     ls_test_response_free(&r);
 }
 
+/* Replies before authorization (no route, no key) keep their text whole. */
+static void test_unauthorized_replies_untouched(void **state) {
+    (void)state;
+    ls_test_response r;
+    assert_int_equal(req("GET", "/nope", NULL, NULL, &r), 404);
+    assert_non_null(strstr(r.body, "no route GET /nope"));
+    assert_non_null(strstr(r.body, "/health"));
+    ls_test_response_free(&r);
+    assert_int_equal(req("POST", "/health", acme_auth, "{}", &r), 405);
+    assert_non_null(strstr(r.body, "on /health"));
+    ls_test_response_free(&r);
+    assert_int_equal(req("GET", "/adapters", NULL, NULL, &r), 401);
+    ls_test_response_free(&r);
+}
+
 static void test_viewer_reads_only(void **state) {
     (void)state;
     assert_int_equal(req("GET", "/adapters/a", view_auth, NULL, NULL), 200);
@@ -536,6 +551,7 @@ int main(void) {
         cmocka_unit_test(test_each_tenant_sees_its_own),
         cmocka_unit_test(test_forward_uses_the_tenants_adapter),
         cmocka_unit_test(test_foreign_is_absent),
+        cmocka_unit_test(test_unauthorized_replies_untouched),
         cmocka_unit_test(test_viewer_reads_only),
         cmocka_unit_test(test_quotas),
         cmocka_unit_test(test_audit_lines),

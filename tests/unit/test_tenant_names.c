@@ -108,6 +108,10 @@ static void test_strip_body(void **state) {
     assert_string_equal(body, "{\"message\":\"adapter 'a' is not registered; did you mean 'b'?\",\"x\":\"xacme/c\"}");
     char same[] = "adapter 'acme/a'";
     assert_int_equal(ls_tenant_strip_body(&admin, same, strlen(same)), strlen(same));
+    /* A reply before authorization has a caller of no tenant: its "/" stays. */
+    const ls_principal nobody = {0};
+    char route[] = "no route GET /nope; the routes are /health, /ready";
+    assert_int_equal(ls_tenant_strip_body(&nobody, route, strlen(route)), strlen(route));
 }
 
 int main(void) {
