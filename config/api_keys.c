@@ -94,7 +94,7 @@ static bool ls_keys_hash(json_t *v, size_t i, ls_api_key *k, char *why, size_t l
 /* One value of entry i by its key; unknown keys are refused with a did-you-mean. */
 static bool ls_keys_field(const char *key, json_t *v, size_t i, ls_api_key *k, char *why, size_t len) {
     static const char *const known[] = {"sha256", "tenant", "role", "max_adapters", "rate", "max_pins", NULL};
-    long long n;
+    long long n = 0;
     if (!strcmp(key, "sha256")) return ls_keys_hash(v, i, k, why, len);
     if (!strcmp(key, "role")) return ls_keys_role(v, i, &k->role, why, len);
     if (!strcmp(key, "tenant")) {
