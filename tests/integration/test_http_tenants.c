@@ -337,7 +337,9 @@ static void test_quotas(void **state) {
     ls_test_response_free(&r);
     free(body);
     /* A replace takes no new place. */
-    json_t *up = json_loads(adapter_body("third", 4, false), 0, NULL);
+    char *text = adapter_body("third", 4, false);
+    json_t *up = json_loads(text, 0, NULL);
+    free(text);
     json_object_set_new(up, "replace", json_true());
     body = json_dumps(up, JSON_COMPACT);
     json_decref(up);
