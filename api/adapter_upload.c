@@ -35,9 +35,10 @@ static ls_status ls_upload_set_name(ls_adapter_upload *up, const char *name, boo
         if (!require) return LS_OK;
         return ls_error_set(err, LS_INVALID_REQUEST, "give the adapter a \"name\"", "the upload has no name");
     }
-    if (!ls_adapter_name_valid(name))
+    if (!ls_adapter_pool_name_valid(name))
         return ls_error_set(err, LS_INVALID_REQUEST,
-                            "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
+                            "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.' (an admin "
+                            "names a tenant's adapter TENANT/NAME)",
                             "\"%.140s\" is not a valid adapter name", name);
     memcpy(up->name, name, strlen(name) + 1); /* a valid name fits: at most 128 bytes */
     return LS_OK;

@@ -86,9 +86,10 @@ ls_status ls_forward_check_layer(long long layer, const ls_dims *dims, int *inde
 }
 
 ls_status ls_adapter_name_check(const char *name, const char *what, ls_error *err) {
-    if (!ls_adapter_name_valid(name))
+    if (!ls_adapter_pool_name_valid(name))
         return ls_error_set(err, LS_INVALID_REQUEST,
-                            "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
+                            "names are 1-128 letters, digits, '.', '_' or '-', not starting with '.' (an admin "
+                            "names a tenant's adapter TENANT/NAME)",
                             "%s: \"%.140s\" is not a valid adapter name", what, name);
     return LS_OK;
 }

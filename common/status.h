@@ -59,6 +59,11 @@
     X(FORBIDDEN_ORIGIN, "forbidden_origin", 403,                                                   \
       "browsers may call this server from its own pages only; list other origins in "              \
       "--allowed-origins (LORASINK_ALLOWED_ORIGINS)")                                              \
+    X(FORBIDDEN, "forbidden", 403,                                                                 \
+      "this key's role may not do this: a viewer key reads (GET) only; ask for a tenant key")       \
+    X(ADAPTER_QUOTA, "adapter_quota", 403,                                                         \
+      "the tenant holds max_adapters adapters (its key's entry in --api-keys): delete one, or "    \
+      "replace one of the same name")                                                              \
     X(ADAPTER_NOT_FOUND, "adapter_not_found", 404, "load it first with POST /adapters")            \
     X(NOT_FOUND, "not_found", 404,                                                                 \
       "see the routes in GET /openapi.json (the server names them in its reply)")               \
@@ -76,6 +81,9 @@
     X(PIN_LIMIT, "pin_limit", 409,                                                                 \
       "at most slots-1 adapters can be pinned: unpin one (load it again with replace and pinned "   \
       "false) or delete one, or load this one unpinned")                                           \
+    X(TENANT_PIN_LIMIT, "tenant_pin_limit", 409,                                                   \
+      "the tenant holds max_pins pinned adapters (its key's entry in --api-keys): unpin or delete "  \
+      "one, or load this one unpinned")                                                            \
     X(PAYLOAD_TOO_LARGE, "payload_too_large", 413,                                                 \
       "send a smaller body or restart with a larger --max-body-mb")                                \
     X(URI_TOO_LONG, "uri_too_long", 414,                                                           \
@@ -84,6 +92,8 @@
       "send application/json or application/octet-stream (safetensors)")                           \
     X(INVALID_SHAPE, "invalid_shape", 422, "check the tensor shapes against the model dimensions") \
     X(OVERLOADED, "overloaded", 429, "the request queue is full; retry after a short wait")       \
+    X(RATE_LIMITED, "rate_limited", 429,                                                           \
+      "this key sends more requests a second than its rate in --api-keys: wait Retry-After seconds") \
     X(TOO_MANY_CONNECTIONS, "too_many_connections", 429,                                           \
       "this address holds --per-ip-connections connections (or the server --max-connections): "    \
       "close some or reuse them; past the cap a connection serves only /health and /ready")        \

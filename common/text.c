@@ -57,6 +57,27 @@ bool ls_adapter_name_valid(const char *name) {
     return true;
 }
 
+bool ls_tenant_name_valid(const char *name) {
+    const size_t n = strlen(name);
+    if (n < 1 || n > 32 || name[0] == '-' || name[0] == '_') return false;
+    for (size_t i = 0; i < n; i++) {
+        const char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+    }
+    return true;
+}
+
+bool ls_adapter_pool_name_valid(const char *name) {
+    const char *slash = strchr(name, '/');
+    if (!slash) return ls_adapter_name_valid(name);
+    const size_t tl = (size_t)(slash - name);
+    char tenant[33];
+    if (tl == 0 || tl >= sizeof tenant || strlen(name) > 128) return false;
+    memcpy(tenant, name, tl);
+    tenant[tl] = '\0';
+    return ls_tenant_name_valid(tenant) && ls_adapter_name_valid(slash + 1);
+}
+
 /* Optimal string alignment over two rows of the matrix and the one before
  * them; names longer than 128 bytes are never near anything. */
 int ls_text_distance(const char *a, const char *b, int cap) {

@@ -20,6 +20,12 @@ static inline double ls_pow10(int k) { return ls_pow10_table[60 + k]; }
 /* Checks an adapter name (docs/api.md: 1-128 of [A-Za-z0-9._-], not
  * starting with '.'): the API's rule, and --adapter's. */
 bool ls_adapter_name_valid(const char *name);
+/* A tenant's name (--api-keys): 1-32 of [a-z0-9_-], starting with a
+ * letter or digit. */
+bool ls_tenant_name_valid(const char *name);
+/* A name in the pool: an adapter name, or TENANT/NAME (a tenant's
+ * adapter, docs/api.md) with both parts valid and 128 bytes in all. */
+bool ls_adapter_pool_name_valid(const char *name);
 
 /* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
 bool ls_text_bool(const char *text, bool *out);

@@ -61,6 +61,7 @@ typedef struct {
     char tls_cert[LS_CONFIG_PATH_MAX];      /* PEM chain; "" = plain HTTP (server/tls.h) */
     char tls_key[LS_CONFIG_PATH_MAX];       /* PEM key of tls_cert; given with it */
     char tls_client_ca[LS_CONFIG_PATH_MAX]; /* PEM CAs client certificates must chain to; "" = none asked */
+    char api_keys[LS_CONFIG_PATH_MAX]; /* --api-keys FILE: keys per tenant (server/tenant.h); "" = none */
     int max_batch_tokens;
     int batch_wait_us;
     int max_queue_tokens; /* bound of the batcher's queue */

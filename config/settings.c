@@ -128,6 +128,9 @@ const ls_setting ls_settings[] = {
     STR(LS_GROUP_HTTP, "tls-client-ca", tls_client_ca, 0, "", "FILE",
         "require a client certificate issued by one of these PEM CA certificates (the handshake fails "
         "without one); needs --tls-cert"),
+    STR(LS_GROUP_HTTP, "api-keys", api_keys, 0, "", "FILE",
+        "JSON file of API keys per tenant, stored as SHA-256 hashes, with roles and quotas (docs/api.md); re-read "
+        "when it changes; \"\" = none"),
     INT(LS_GROUP_POOL, "max-batch-tokens", max_batch_tokens, 1, 1048576, "4096", "tokens of one batched forward call"),
     INT(LS_GROUP_POOL, "batch-wait-us", batch_wait_us, 0, 1000000, "200",
         "longest wait to fill a batch, microseconds (only while more requests are likely)"),

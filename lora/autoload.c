@@ -102,8 +102,9 @@ static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_loader_print 
 
 /* Finds name's files: NAME/ (a PEFT directory, first) or NAME.safetensors,
  * into path (relative to the adapter directory) and print; false when the
- * directory holds neither. name is valid (no '/', not starting with '.'),
- * so these stay in the directory; the loader's open checks links. */
+ * directory holds neither. name is a valid pool name (no part starting
+ * with '.'; a tenant's TENANT/NAME is found in the tenant's directory
+ * TENANT/), so these stay in the directory; the loader's open checks links. */
 static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_loader_print *p) {
     struct stat st;
     memset(p, 0, sizeof *p);

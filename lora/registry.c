@@ -41,13 +41,23 @@ ls_pool_entry *ls_registry_find(ls_pool *p, const char *name) {
     return e;
 }
 
+/* The length of the tenant part of a name, with its '/' (0: none). */
+static size_t ls_registry_tenant_len(const char *name) {
+    const char *slash = strchr(name, '/');
+    return slash ? (size_t)(slash - name) + 1 : 0;
+}
+
 /* The live name nearest to name (common/text.h's rule) into out, "" when
- * none is near: the "did you mean" of adapter_not_found. */
+ * none is near: the "did you mean" of adapter_not_found. Only names of
+ * name's own tenant are offered (TENANT/NAME; or no tenant): a
+ * suggestion must never show a tenant another's adapter. */
 void ls_registry_nearest(const ls_pool *p, const char *name, char *out, size_t len) {
     ls_text_near n;
     ls_text_near_init(&n, name);
+    const size_t tl = ls_registry_tenant_len(name);
     for (size_t i = 0; i < p->n_buckets; i++)
-        for (const ls_pool_entry *e = p->buckets[i]; e; e = e->hnext) ls_text_near_offer(&n, e->name);
+        for (const ls_pool_entry *e = p->buckets[i]; e; e = e->hnext)
+            if (ls_registry_tenant_len(e->name) == tl && !strncmp(e->name, name, tl)) ls_text_near_offer(&n, e->name);
     snprintf(out, len, "%s", n.best);
 }
 

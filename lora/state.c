@@ -24,15 +24,18 @@
 
 bool ls_state_file_name(char *out, size_t len, const char *name, const char *suffix) {
     /* The name rule is what keeps every file inside the directory (no
-     * '/', no leading '.', so no "..", no hidden or temporary name): it is
+     * leading '.', so no "..", no hidden or temporary name): it is
      * enforced here, where every state file name is made, whatever the
-     * caller checked. */
-    const bool valid = name && ls_adapter_name_valid(name);
+     * caller checked. A tenant's TENANT/NAME is the file TENANT@NAME: no
+     * name has an '@', so the two never meet. */
+    const bool valid = name && ls_adapter_pool_name_valid(name);
     int n = valid ? snprintf(out, len, "%s%s", name, suffix) : -1;
     if (n < 0 || (size_t)n >= len) {
         if (len) out[0] = '\0';
         return false;
     }
+    char *slash = strchr(out, '/');
+    if (slash) *slash = LS_STATE_TENANT_SEP;
     return true;
 }
 
@@ -397,7 +400,7 @@ static ls_status ls_state_name_files(const char *name, ls_state_files *f, ls_err
     /* Not echoed: it may hold anything, a newline included. */
     return ls_error_set(err, LS_INVALID_REQUEST, NULL,
                         "state directory: an adapter name must be 1-128 letters, digits, '.', '_' or '-', not "
-                        "starting with '.', to name its files");
+                        "starting with '.' (or TENANT/NAME), to name its files");
 }
 
 ls_status ls_state_save(ls_state *s, const ls_state_record *rec, bool *made, ls_error *err) {

@@ -14,6 +14,8 @@
 
 #define LS_STATE_FORMAT "1"
 #define LS_STATE_MAX_NAME 128
+/* What stands for the '/' of a tenant's TENANT/NAME in its files' names. */
+#define LS_STATE_TENANT_SEP '@'
 /* A tombstone or a floor: a decimal version and a newline. */
 #define LS_STATE_VERSION_FILE_MAX 64
 

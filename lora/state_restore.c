@@ -123,7 +123,7 @@ static bool ls_state_meta_ok(const ls_tensor_set *set, const char *want_name, si
     /* Absent from no record this server wrote; 1 keeps the old reading. */
     char *end = NULL;
     *scale = sc ? strtod(sc, &end) : 1.0;
-    return fmt && !strcmp(fmt, LS_STATE_FORMAT) && nm && strlen(nm) < name_len && ls_adapter_name_valid(nm) &&
+    return fmt && !strcmp(fmt, LS_STATE_FORMAT) && nm && strlen(nm) < name_len && ls_adapter_pool_name_valid(nm) &&
            (!want_name || !strcmp(nm, want_name)) && ls_state_meta_u64(set, "version", version) && *version >= 1 &&
            *version <= LS_STATE_VERSION_MAX && ls_state_meta_u64(set, "rank", rank) &&
            ls_state_meta_u64(set, "outer", outer) && *rank >= 1 && *rank <= INT32_MAX && *outer >= 1 &&
@@ -221,7 +221,7 @@ static ls_state_decoded ls_state_decode(const ls_state *s, const char *file, con
 
 ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adapter *out, ls_error *err) {
     char file[LS_STATE_MAX_NAME + 16], source[4096], nm[LS_STATE_MAX_NAME + 1], why[160];
-    if (!ls_adapter_name_valid(name) || !ls_state_file_name(file, sizeof file, name, ".adapter"))
+    if (!ls_adapter_pool_name_valid(name) || !ls_state_file_name(file, sizeof file, name, ".adapter"))
         return ls_error_set(err, LS_INTERNAL, NULL, "state directory: no record can be named by that adapter name");
     ls_state_record rec = {0};
     ls_state_decoded d =
@@ -435,12 +435,15 @@ static bool ls_state_keep_versions(ls_state *s, const char *name, uint64_t *lost
 static int ls_state_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The NAME of NAME.suffix (any bytes: the name rule is checked apart)
- * when file ends in suffix and NAME fits name[len], else false. */
+ * when file ends in suffix and NAME fits name[len], else false; a
+ * tenant's file TENANT@NAME is the name TENANT/NAME. */
 static bool ls_state_name_of(const char *file, const char *suffix, char *name, size_t len) {
     size_t fl = strlen(file), sl = strlen(suffix);
     if (fl <= sl || strcmp(file + fl - sl, suffix) || fl - sl >= len) return false;
     memcpy(name, file, fl - sl);
     name[fl - sl] = '\0';
+    char *sep = strchr(name, LS_STATE_TENANT_SEP);
+    if (sep) *sep = '/';
     return true;
 }
 
@@ -502,7 +505,7 @@ static void ls_state_restore_versions(ls_state *s, char *const *files, size_t n,
         const bool is_tomb = ls_state_name_of(files[i], ".deleted", name, sizeof name);
         if (!is_tomb && !ls_state_name_of(files[i], ".floor", name, sizeof name)) continue;
         uint64_t v = 0, t = 0;
-        if (!ls_adapter_name_valid(name)) {
+        if (!ls_adapter_pool_name_valid(name)) {
             ls_state_set_aside(s, files[i], "is not named by the adapter name rule");
         } else if (!ls_state_version_read(s, files[i], &v)) {
             ls_state_set_aside(s, files[i], is_tomb ? "is not a tombstone" : "is not a floor");
@@ -553,7 +556,7 @@ static ls_status ls_state_set_aside_record(ls_state *s, const char *file, const 
 /* One NAME.adapter: to fn when it reads, else set aside (or kept). */
 static ls_status ls_state_restore_record(ls_state *s, const char *file, const char *name, ls_state_restore_fn fn,
                                          ls_state_tomb_fn tomb, void *ctx, ls_error *err) {
-    if (!ls_adapter_name_valid(name)) {
+    if (!ls_adapter_pool_name_valid(name)) {
         /* No upload can use the name: there are no versions to keep. */
         ls_state_set_aside(s, file, "is not named by the adapter name rule");
         return LS_OK;

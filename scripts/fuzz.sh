@@ -16,7 +16,8 @@ if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS] [HARNESS...]" >&2
   exit 2
 fi
-all=(fuzz_safetensors fuzz_forward_json fuzz_adapter_upload_json fuzz_adapter_upload_raw fuzz_peft_config fuzz_config)
+all=(fuzz_safetensors fuzz_forward_json fuzz_adapter_upload_json fuzz_adapter_upload_raw fuzz_peft_config fuzz_config
+     fuzz_api_keys)
 harnesses=("${all[@]}")
 [ $# -gt 0 ] && harnesses=("$@")
 if ! command -v clang >/dev/null; then

@@ -14,6 +14,7 @@
 #include "server/describe.h"
 #include "server/handlers.h"
 #include "server/jobs.h"
+#include "server/tenant_routes.h"
 
 static const char *ls_query_mhd(void *ctx, const char *key) {
     return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
@@ -72,6 +73,12 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
     else
         st = ls_adapter_upload_parse_json((const char *)req->body, req->len, srv->cfg.strict_adapters, require_name,
                                           up, err);
+    /* The caller's names and paths become the pool's (server/tenant.h). */
+    char name[130];
+    if (st == LS_OK && up->name[0] && (st = ls_tenant_name_in(req->who, up->name, name, sizeof name, err)) == LS_OK)
+        memcpy(up->name, name, strlen(name) + 1);
+    if (st == LS_OK) st = ls_tenant_path_in(req->who, up->path, sizeof up->path, err);
+    if (st != LS_OK) ls_adapter_upload_free(up);
     if (st == LS_OK) {
         ls_adapter_source src = ls_adapter_upload_source(up);
         if ((st = ls_loader_load(&srv->loader, &src, a, origin, err)) != LS_OK) ls_adapter_upload_free(up);
@@ -92,6 +99,7 @@ static json_t *ls_ignored_json(const ls_adapter *a) {
 /* An upload parsed and validated, waiting to be registered. */
 struct ls_adapter_load_job {
     ls_server *srv;
+    ls_principal who; /* the caller, for its quotas, its names and the audit line */
     ls_adapter_upload up;
     ls_adapter a;
     ls_adapter_origin origin;
@@ -113,6 +121,7 @@ ls_adapter_load_job *ls_adapter_load_prepare(const ls_request *req, ls_reply *r)
         return NULL;
     }
     j->srv = srv;
+    j->who = *req->who;
     ls_error_free(&err);
     return j;
 }
@@ -128,9 +137,17 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
                               .source_path = j->origin.path[0] ? j->origin.path : NULL,
                               .params = j->origin.params};
     ls_adapter_info info;
-    ls_status st = ls_pool_load(srv->pool, j->up.name, &j->a, &opts, &info, &err);
+    ls_tenant_load_lock(&j->who);
+    ls_error scratch;
+    ls_error_init(&scratch);
+    const bool existed = ls_pool_describe(srv->pool, j->up.name, NULL, &scratch) == LS_OK;
+    ls_error_free(&scratch);
+    ls_status st = ls_tenant_admit_load(srv, &j->who, j->up.name, opts.pinned, opts.keep_pin && opts.replace, &err);
+    if (st == LS_OK) st = ls_pool_load(srv->pool, j->up.name, &j->a, &opts, &info, &err);
+    ls_tenant_load_unlock(&j->who);
     if (st == LS_OK) {
-        json_t *d = ls_describe_adapter(srv, &info);
+        ls_tenant_audit(&j->who, existed ? "replace" : "load", info.name, info.version);
+        json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) json_object_set_new(d, "ignored", ignored);
         else json_decref(ignored);
         ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
@@ -173,7 +190,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
                               ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
                               "sha256", a.meta.sha256, "bytes", (json_int_t)a.meta.bytes);
-        if (j && up.name[0]) json_object_set_new(j, "name", json_string(up.name));
+        if (j && up.name[0]) json_object_set_new(j, "name", json_string(ls_tenant_name_out(req->who, up.name)));
         ls_reply_json(r, 200, ls_json_take_text(j));
         ls_adapter_free(&a);
         ls_adapter_upload_free(&up);
@@ -192,7 +209,10 @@ void ls_handle_adapter_list(const ls_request *req, ls_reply *r) {
         ls_reply_error(r, &err);
     } else {
         json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, ls_describe_adapter(req->srv, &infos[i]));
+        for (size_t i = 0; arr && i < n; i++) {
+            json_t *d = ls_tenant_describe(req->srv, req->who, &infos[i]);
+            if (d) json_array_append_new(arr, d);
+        }
         ls_reply_json(r, 200, ls_json_take_text(json_pack("{s:o}", "adapters", arr)));
     }
     free(infos);
@@ -203,8 +223,10 @@ void ls_handle_adapter_get(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_adapter_info info;
-    if (ls_pool_describe(req->srv->pool, req->param, &info, &err) != LS_OK) ls_reply_error(r, &err);
-    else ls_reply_json(r, 200, ls_json_take_text(ls_describe_adapter(req->srv, &info)));
+    char name[LS_TENANT_LOOKUP_MAX];
+    ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
+    if (ls_pool_describe(req->srv->pool, name, &info, &err) != LS_OK) ls_reply_error(r, &err);
+    else ls_reply_json(r, 200, ls_json_take_text(ls_tenant_describe(req->srv, req->who, &info)));
     ls_error_free(&err);
 }
 
@@ -212,15 +234,18 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_adapter_info info;
+    char name[LS_TENANT_LOOKUP_MAX];
+    ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
     ls_status st = ls_request_check_query(req, NULL, "", &err);
-    if (st == LS_OK) st = ls_pool_describe(req->srv->pool, req->param, &info, &err);
-    if (st == LS_OK) st = ls_pool_delete(req->srv->pool, req->param, &err);
+    if (st == LS_OK) st = ls_pool_describe(req->srv->pool, name, &info, &err);
+    if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &err);
     if (st != LS_OK) {
         ls_reply_error(r, &err);
     } else {
         ls_log_info("adapter %s v%llu deleted", info.name, (unsigned long long)info.version);
+        ls_tenant_audit(req->who, "delete", info.name, info.version);
         ls_reply_json(r, 200,
-                      ls_json_take_text(json_pack("{s:s, s:I, s:b}", "deleted", info.name, "version",
+                      ls_json_take_text(json_pack("{s:s, s:I, s:b}", "deleted", ls_tenant_name_out(req->who, info.name), "version",
                                                   (json_int_t)info.version, "in_flight", info.in_flight > 0)));
     }
     ls_error_free(&err);

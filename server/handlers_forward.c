@@ -14,6 +14,7 @@
 #include "server/batcher.h"
 #include "server/handlers.h"
 #include "server/jobs.h"
+#include "server/tenant_routes.h"
 
 struct ls_forward_job {
     ls_forward_req fr;
@@ -25,6 +26,7 @@ struct ls_forward_job {
     unsigned long long held; /* bytes counted in srv->held_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
     int load_until;    /* with load_err: the token whose adapter failed */
+    ls_principal who;  /* the caller: its names are mapped in and out (server/tenant.h) */
 };
 
 /* Frees the job's tensors and gives its bytes back to the budget; the
@@ -71,14 +73,16 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
  * forward names that are not registered, what is left to do for them
  * (the largest step of all), and the answers that come at once: no such
  * file, or a file that failed as it is now (a typo is answered at once,
- * not after the loads queued ahead of it). */
-static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req *fr, ls_forward_step *next,
-                                           ls_error *err) {
+ * not after the loads queued ahead of it). A tenant's adapter to be
+ * loaded must fit its quota (checked here, not again at registration). */
+static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *who, const ls_forward_req *fr,
+                                           ls_forward_step *next, ls_error *err) {
     *next = LS_FORWARD_BATCH;
     if (!fr->names) return LS_OK;
     for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
         ls_autoload_need need;
         ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
+        if (st == LS_OK && need != LS_AUTOLOAD_READY) st = ls_tenant_admit_load(srv, who, fr->names[t], false, false, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
@@ -173,9 +177,12 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
                                            &fj->fr, &err);
         }
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
+        /* From here on the names are the pool's. */
+        if (st == LS_OK) st = ls_tenant_forward_names(req->who, fj->fr.names, fj->fr.T, &err);
+        if (st == LS_OK) fj->who = *req->who;
         /* Before the batch: a load must not hold up other requests'
          * batch, nor the thread that prepares. */
-        if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, &fj->fr, next, &err);
+        if (st == LS_OK && srv->autoload) st = ls_forward_autoload_check(srv, req->who, &fj->fr, next, &err);
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {
@@ -276,7 +283,8 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     }
     size_t bad;
     for (int i = 0; i < job->n_used; i++)
-        wire[i] = (ls_forward_used){job->used[i].name, job->used[i].version, job->used[i].slot};
+        wire[i] = (ls_forward_used){ls_tenant_name_out(&fj->who, job->used[i].name), job->used[i].version,
+                                    job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
         ls_error err;
         ls_error_init(&err);

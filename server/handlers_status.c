@@ -4,6 +4,7 @@
 
 #include "server/describe.h"
 #include "server/handlers.h"
+#include "server/tenant_routes.h"
 
 void ls_handle_health(const ls_request *req, ls_reply *r) {
     (void)req;
@@ -35,7 +36,7 @@ void ls_handle_ready(const ls_request *req, ls_reply *r) {
 }
 
 void ls_handle_metrics(const ls_request *req, ls_reply *r) {
-    char *text = ls_metrics_render(&req->srv->metrics, req->srv->pool, req->srv->backend);
+    char *text = ls_tenant_metrics_view(req->who, ls_metrics_render(&req->srv->metrics, req->srv->pool, req->srv->backend));
     if (!text) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory rendering metrics");
         return;
@@ -57,6 +58,7 @@ void ls_handle_pool(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     json_t *j = ls_describe_pool(req->srv, &err);
+    if (j) ls_tenant_pool_view(req->who, j);
     if (!j) ls_reply_error(r, &err);
     else ls_reply_json(r, 200, ls_json_take_text(j));
     ls_error_free(&err);

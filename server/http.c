@@ -30,6 +30,7 @@
 #include "server/http_status.h"
 #include "server/jobs.h"
 #include "server/routes.h"
+#include "server/tenant.h"
 
 /* The longest request target (path and query) and the most query
  * parameters a request may carry; no route reads more than ten. */
@@ -76,6 +77,7 @@ typedef struct {
     char request_id[LS_REQUEST_ID_MAX + 1];
     ls_guard_conn *gc;  /* the connection's state in the guard (NULL: unguarded) */
     bool body_done;     /* the guard was told the body came whole */
+    ls_principal who;   /* the caller (server/tenant.h), set in the first phase */
 } ls_conn_state;
 
 /* Seeds the ids this process generates (http_daemon.c seeds it): two
@@ -149,6 +151,8 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
         ls_text_log_field(cut, true, body, sizeof body);
         ls_log_error("%s %s %s: %d %s", f.id, f.method, f.path, r->status, body);
     }
+    /* A tenant's errors name its adapters as it does (server/tenant.h). */
+    if (r->status >= 400 && r->body) r->len = ls_tenant_strip_body(&st->who, r->body, r->len);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                           : MHD_RESPMEM_PERSISTENT);
@@ -187,23 +191,46 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     return ret;
 }
 
-/* Constant-time comparison of the bearer token with the key. A value
- * whose length runs past a NUL byte is refused, as a C string would end
- * early there. (libmicrohttpd 0.9.75 itself cuts a header value at a NUL,
- * so "KEY\0junk" reaches us as "KEY": accepted, but only with the key.) */
-static bool ls_http_authorized(struct MHD_Connection *conn, const char *key) {
+/* The bearer token of the request, or NULL. A value whose length runs
+ * past a NUL byte is refused, as a C string would end early there.
+ * (libmicrohttpd 0.9.75 itself cuts a header value at a NUL, so
+ * "KEY\0junk" reaches us as "KEY": accepted, but only with the key.) */
+static const char *ls_http_bearer(struct MHD_Connection *conn) {
     const char *h = NULL;
     size_t hl = 0;
     if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
                                       strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h, &hl) != MHD_YES ||
-        !h || strlen(h) != hl)
+        !h || strlen(h) != hl || strncasecmp(h, "Bearer ", 7))
+        return NULL;
+    return h + 7;
+}
+
+/* Who the request comes from (st->who), and whether that caller may use
+ * this route now: false with r filled (401, 403 for a viewer's change,
+ * 429 past its rate). An open route needs no key: its caller sees no
+ * tenant's adapters unless the server has no key at all. */
+static bool ls_http_auth(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, const char *method,
+                         ls_reply *r) {
+    int retry = 0;
+    const ls_auth a = ls_tenants_authorize(srv->tenants, srv->cfg.api_key, ls_http_bearer(conn), &st->who, &retry);
+    if (st->route->open) {
+        if (a != LS_AUTH_OK) st->who = (ls_principal){.role = LS_ROLE_VIEWER, .max_adapters = 0};
+        return true;
+    }
+    if (a == LS_AUTH_DENIED) {
+        ls_reply_fail(r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
         return false;
-    if (strncasecmp(h, "Bearer ", 7)) return false;
-    const char *tok = h + 7;
-    size_t tl = strlen(tok), kl = strlen(key);
-    unsigned char diff = (unsigned char)(tl != kl);
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ (i < tl ? tok[i] : 0));
-    return diff == 0;
+    }
+    if (a == LS_AUTH_RATE) {
+        ls_reply_fail(r, LS_RATE_LIMITED, NULL, "key %s is past its rate in --api-keys", st->who.key_id);
+        r->retry_after = retry;
+        return false;
+    }
+    if (st->who.role == LS_ROLE_VIEWER && strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        ls_reply_fail(r, LS_FORBIDDEN, NULL, "a viewer key may not %s %s", method, st->route->pattern);
+        return false;
+    }
+    return true;
 }
 
 /* The Content-Length of the request when it is a number within max,
@@ -298,8 +325,8 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         ls_reply_fail(&r, LS_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url, allow);
     } else if (!st->route) {
         ls_reply_fail(&r, LS_NOT_FOUND, ls_http_routes_hint, "no route %s %s", method, url);
-    } else if (srv->cfg.api_key[0] && !st->route->open && !ls_http_authorized(conn, srv->cfg.api_key)) {
-        ls_reply_fail(&r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
+    } else if (!ls_http_auth(srv, conn, st, method, &r)) {
+        /* r holds the refusal */
     } else if (st->route->has_body) {
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         unsigned long long max = (unsigned long long)srv->cfg.max_body_mb << 20;
@@ -328,7 +355,8 @@ static ls_request ls_http_request(ls_server *srv, struct MHD_Connection *conn, c
                         .param = st->param[0] ? st->param : NULL,
                         .body = st->body,
                         .len = st->len,
-                        .kind = st->kind};
+                        .kind = st->kind,
+                        .who = &st->who};
 }
 
 static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_reply *r) {

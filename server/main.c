@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "server/server.h"
 #include "server/tls.h"
+#include "server/tenant.h"
 
 extern char **environ;
 
@@ -66,8 +67,18 @@ int main(int argc, char **argv) {
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* A bad key file is the operator's mistake, as a bad flag is. */
+    struct ls_tenants *tenants = NULL;
+    if (cfg.api_keys[0] && !ls_tenants_open(cfg.api_keys, &tenants, errbuf, sizeof errbuf)) {
+        fprintf(stderr, "lorasink: %s\n", errbuf);
+        return 2;
+    }
     static ls_server srv;
-    if (!ls_server_init(&srv, &cfg)) return 1;
+    if (!ls_server_init(&srv, &cfg)) {
+        ls_tenants_free(tenants);
+        return 1;
+    }
+    srv.tenants = tenants;
     if (!ls_http_start(&srv)) {
         ls_server_free(&srv);
         return 1;
@@ -77,7 +88,7 @@ int main(int argc, char **argv) {
     else printf("listening on %s://%s:%d\n", scheme, cfg.host, srv.port);
     fflush(stdout);
     ls_log_info("listening on %s:%d%s%s", cfg.host, srv.port, srv.tls ? ls_tls_describe(srv.tls) : "",
-                cfg.api_key[0] ? " (API key required)" : "");
+                cfg.api_key[0] || tenants ? " (API key required)" : "");
 
     unsigned char sig = 0;
     while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

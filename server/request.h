@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "server/server.h"
+#include "server/tenant.h"
 
 struct MHD_Connection;
 
@@ -30,6 +31,7 @@ typedef struct {
     const uint8_t *body;
     size_t len;
     ls_body_kind kind;
+    const ls_principal *who; /* the caller: what it may see and change (server/tenant.h) */
 } ls_request;
 
 typedef struct {

@@ -33,14 +33,17 @@ static const ls_route ls_routes[] = {
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 
-/* Matches path against a pattern; copies the {name} segment into param. */
+/* Matches path against a pattern; copies the {name} segment into param.
+ * A name is one segment, or two (TENANT/NAME: a tenant's adapter as an
+ * admin names it, docs/api.md), neither empty. */
 static bool ls_route_match(const char *pattern, const char *path, char *param, size_t plen) {
     const char *brace = strchr(pattern, '{');
     if (!brace) return !strcmp(pattern, path);
     size_t prefix = (size_t)(brace - pattern);
     if (strncmp(pattern, path, prefix)) return false;
-    const char *seg = path + prefix;
-    if (!*seg || strchr(seg, '/') || strlen(seg) >= plen) return false;
+    const char *seg = path + prefix, *slash = strchr(seg, '/');
+    if (slash && (slash == seg || !slash[1] || strchr(slash + 1, '/'))) return false;
+    if (!*seg || strlen(seg) >= plen) return false;
     snprintf(param, plen, "%s", seg);
     return true;
 }

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "model/model.h"
 #include "lora/autoload.h"
+#include "server/tenant.h"
 #include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
@@ -278,6 +279,8 @@ void ls_server_free(ls_server *srv) {
     srv->backend = NULL;
     ls_loader_close(&srv->loader);
     ls_metrics_free(&srv->metrics);
+    ls_tenants_free(srv->tenants);
+    srv->tenants = NULL;
     ls_model_free(&srv->model); /* last: srv->dims points at its layer numbers */
     ls_tls_free(srv->tls);      /* after the daemon, whose connections held its credentials */
     srv->tls = NULL;

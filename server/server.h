@@ -22,6 +22,7 @@ struct ls_autoload;
 struct ls_batcher;
 struct ls_offload;
 struct ls_tls;
+struct ls_tenants;
 
 typedef struct ls_server {
     ls_config cfg;
@@ -37,6 +38,7 @@ typedef struct ls_server {
     struct ls_offload *offload; /* owned: runs the requests that may wait on the backend (server/offload.h) */
     struct ls_offload *offload_disk; /* owned: runs validations, which read but never wait on the backend */
     ls_metrics metrics;
+    struct ls_tenants *tenants; /* owned; NULL without --api-keys (server/tenant.h) */
     struct MHD_Daemon *daemon;
     struct ls_guard *guard; /* owned while the daemon runs: connection deadlines and counts (server/guard.h) */
     struct ls_tls *tls;     /* owned; NULL without --tls-cert (server/tls.h) */

@@ -37,7 +37,7 @@ static void check_params(const ls_adapter_params *p) {
 
 static void check_accepted(const ls_adapter_upload *up, bool require_name) {
     FUZZ_CHECK(FUZZ_TERMINATED(up->name) && FUZZ_TERMINATED(up->path));
-    FUZZ_CHECK(up->name[0] ? ls_adapter_name_valid(up->name) : !require_name);
+    FUZZ_CHECK(up->name[0] ? ls_adapter_pool_name_valid(up->name) : !require_name);
     const ls_tensor_set *s = &up->tensors;
     if (up->path[0]) FUZZ_CHECK(s->n == 0);
     FUZZ_CHECK(s->n_meta == 0);

@@ -79,7 +79,7 @@ static void check_params(const ls_adapter_params *p) {
 
 static void check_accepted(const ls_adapter_upload *up, const uint8_t *body, size_t len, bool require_name) {
     FUZZ_CHECK(FUZZ_TERMINATED(up->name) && up->path[0] == '\0');
-    FUZZ_CHECK(up->name[0] ? ls_adapter_name_valid(up->name) : !require_name);
+    FUZZ_CHECK(up->name[0] ? ls_adapter_pool_name_valid(up->name) : !require_name);
     const ls_tensor_set *s = &up->tensors;
     for (size_t i = 0; i < s->n; i++) {
         const ls_tensor *t = &s->items[i].t;

@@ -83,7 +83,7 @@ static void check_accepted(const ls_forward_req *req, const json_t *doc) {
     }
     if (req->names) {
         check_alloc(req->names, (size_t)T * sizeof *req->names);
-        for (int t = 0; t < T; t++) FUZZ_CHECK(!req->names[t] || ls_adapter_name_valid(req->names[t]));
+        for (int t = 0; t < T; t++) FUZZ_CHECK(!req->names[t] || ls_adapter_pool_name_valid(req->names[t]));
     }
 
     /* jansson's reading of the same body says the same. */

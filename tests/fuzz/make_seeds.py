@@ -210,11 +210,38 @@ def config():
     }
 
 
+def api_keys():
+    h1 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"  # sha256("test")
+    h2 = "2CF24DBA5FB0A30E26E83B2AC5B9E29E1B161E5C1FA7425E73043362938B9824"  # sha256("hello"), upper case
+    good = {"keys": [{"sha256": h1, "tenant": "acme", "role": "tenant", "max_adapters": 10, "rate": 50,
+                      "max_pins": 2},
+                     {"sha256": h2, "role": "admin"},
+                     {"sha256": h1[::-1], "tenant": "acme-2_x", "role": "viewer", "rate": 0.25}]}
+    return {
+        "good.json": js(good),
+        "empty.json": js({"keys": []}),
+        # near-valid
+        "unknown_key.json": js({"keys": [{"sha256": h1, "tenant": "a", "rol": "tenant"}]}),
+        "unknown_top.json": js({"key": []}),
+        "bad_hex.json": js({"keys": [{"sha256": h1[:63] + "g", "tenant": "a", "role": "tenant"}]}),
+        "short_hex.json": js({"keys": [{"sha256": "00", "role": "admin"}]}),
+        "duplicate_hash.json": js({"keys": [{"sha256": h1, "role": "admin"}, {"sha256": h1.upper(), "role": "admin"}]}),
+        "duplicate_key.json": ('{"keys": [{"sha256": "%s", "sha256": "%s", "role": "admin"}]}' % (h1, h2)).encode(),
+        "bad_role.json": js({"keys": [{"sha256": h1, "tenant": "a", "role": "owner"}]}),
+        "bad_tenant.json": js({"keys": [{"sha256": h1, "tenant": "Acme/x", "role": "tenant"}]}),
+        "no_tenant.json": js({"keys": [{"sha256": h1, "role": "viewer"}]}),
+        "ranges.json": js({"keys": [{"sha256": h1, "tenant": "a", "role": "tenant", "max_adapters": -1,
+                                     "rate": 0, "max_pins": 5000}]}),
+        "not_object.json": b"[1, 2]",
+        "truncated.json": js(good)[:80],
+    }
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
     for harness, cases in (("fuzz_forward_json", forward_json()), ("fuzz_adapter_upload_json", adapter_upload_json()),
                            ("fuzz_adapter_upload_raw", adapter_upload_raw()), ("fuzz_peft_config", peft_config()),
-                           ("fuzz_config", config())):
+                           ("fuzz_config", config()), ("fuzz_api_keys", api_keys())):
         d = os.path.join(out, harness)
         os.makedirs(d, exist_ok=True)
         for name, data in cases.items():

@@ -166,8 +166,12 @@ static void test_names_replace_delete(void **state) {
     e = tiny_post_json(&ts, "/adapters", a, 400);
     assert_string_equal(ls_test_error_code(e), "invalid_request");
     json_decref(e);
-    json_object_set_new(a, "name", json_string("bad/name"));
-    json_decref(tiny_post_json(&ts, "/adapters", a, 400));
+    /* One '/' is a tenant's TENANT/NAME (docs/api.md); these are no names. */
+    const char *bad[] = {"bad/na/me", "Bad/name", "bad/.name", "/name", "bad/"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_object_set_new(a, "name", json_string(bad[i]));
+        json_decref(tiny_post_json(&ts, "/adapters", a, 400));
+    }
     json_decref(a);
 
     ls_test_response resp;

@@ -138,7 +138,7 @@ static void test_bad_requests(void **state) {
         {"/v1/load_lora_adapter", "{\"lora_name\": \"v-d\", \"lora_path\": \"v-dir\", \"pinned\": true}",
          "invalid_request", 400},
         {"/v1/load_lora_adapter", "{\"lora_name\": \"v-d\", \"lora_path\": 3}", "invalid_request", 400},
-        {"/v1/load_lora_adapter", "{\"lora_name\": \"bad/name\", \"lora_path\": \"v-dir\"}", "invalid_request", 400},
+        {"/v1/load_lora_adapter", "{\"lora_name\": \"bad/na/me\", \"lora_path\": \"v-dir\"}", "invalid_request", 400},
         {"/v1/load_lora_adapter", "[1]", "invalid_json", 400},
         {"/v1/load_lora_adapter", "{", "invalid_json", 400},
         {"/v1/unload_lora_adapter", "{\"lora_int_id\": 1}", "invalid_request", 400},

@@ -128,13 +128,15 @@ static void test_head_is_get(void **state) {
     rt_expect("HEAD", "/health", ls_handle_health, "", "");
     rt_expect("HEAD", "/adapters", ls_handle_adapter_list, "", "POST");
     rt_expect("HEAD", "/adapters/a", ls_handle_adapter_get, "a", "DELETE");
+    /* a tenant's adapter as an admin names it */
+    rt_expect("GET", "/adapters/acme/a", ls_handle_adapter_get, "acme/a", "DELETE");
     rt_expect_none("HEAD", "/forward", "POST");
 }
 
 static void test_unknown_paths(void **state) {
     (void)state;
     const char *paths[] = {"/",           "",           "/nope",         "/health/",    "/HEALTH",
-                           "/health?x=1", "/adapters/", "/adapters/a/b", "/adapters//", "/forward/x",
+                           "/health?x=1", "/adapters/", "/adapters/a/b/c", "/adapters//", "/adapters/a/", "/adapters//b", "/forward/x",
                            "/adapter",    "/poolx"};
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
         rt_expect_none("GET", paths[i], "");
@@ -178,7 +180,8 @@ static void test_labels(void **state) {
     assert_string_equal(ls_route_label("/adapters"), "/adapters");
     assert_string_equal(ls_route_label("/adapters/x"), "/adapters/{name}");
     assert_string_equal(ls_route_label("/adapters/validate"), "/adapters/validate");
-    assert_string_equal(ls_route_label("/adapters/x/y"), "other");
+    assert_string_equal(ls_route_label("/adapters/x/y"), "/adapters/{name}");
+    assert_string_equal(ls_route_label("/adapters/x/y/z"), "other");
 }
 
 int main(void) {

@@ -144,7 +144,10 @@ static void test_file_names_keep_the_name_rule(void **state) {
     char out[64];
     assert_true(ls_state_file_name(out, sizeof out, "a-b.c_1", ".adapter"));
     assert_string_equal(out, "a-b.c_1.adapter");
-    const char *bad[] = {"../x", "a/b", ".hidden", "..", "", "a b", "x\ny"};
+    /* A tenant's TENANT/NAME is one file, TENANT@NAME, in the directory. */
+    assert_true(ls_state_file_name(out, sizeof out, "acme/a-b", ".adapter"));
+    assert_string_equal(out, "acme@a-b.adapter");
+    const char *bad[] = {"../x", "a/../b", "A/b", "a/.b", "/a", "a/", "a/b/c", "a@b", ".hidden", "..", "", "a b", "x\ny"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_false(ls_state_file_name(out, sizeof out, bad[i], ".adapter"));
         assert_string_equal(out, "");
