@@ -14,6 +14,13 @@
 #include "server/batcher.h"
 #include "server/request.h"
 
+/* What a forward's adapter bookkeeping counts against --max-queue-mb per
+ * token: the unit it had when names were a string per token (a pointer, a
+ * 152-byte used record and 32 bytes of name), kept so that the budget
+ * refuses what it refused; the table now holds less (an index a token,
+ * the rest per distinct name). */
+enum { LS_FORWARD_TOKEN_BYTES = 192 };
+
 struct ls_forward_job {
     ls_forward_req fr;
     ls_body_kind kind;
@@ -23,7 +30,7 @@ struct ls_forward_job {
     ls_server *srv;
     unsigned long long held; /* bytes counted in srv->held_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
-    int load_until;    /* with load_err: the token whose adapter failed */
+    int load_until;    /* with load_err: the index (in fr.names) of the adapter that failed */
 };
 
 /* Frees the job's tensors and gives its bytes back to the budget; the
@@ -55,17 +62,6 @@ static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at)
     return false;
 }
 
-/* The first token of each run of one adapter's tokens (a request's
- * tokens come in such runs, so each run is checked once), from t on;
- * fr->T when none is left. */
-static int ls_forward_next_run(const ls_forward_req *fr, int t) {
-    for (; t < fr->T; t++) {
-        const char *name = fr->names[t];
-        if (name && !(t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) return t;
-    }
-    return fr->T;
-}
-
 /* --auto-load, the look an HTTP thread may take: the adapters the
  * forward names that are not registered, what is left to do for them
  * (the largest step of all), and the answers that come at once: no such
@@ -74,10 +70,9 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
 static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req *fr, ls_forward_step *next,
                                            ls_error *err) {
     *next = LS_FORWARD_BATCH;
-    if (!fr->names) return LS_OK;
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
+    for (int k = 0; k < fr->names.n; k++) {
         ls_autoload_need need;
-        ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
+        ls_status st = ls_autoload_check(srv->autoload, fr->names.names[k], &need, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
@@ -86,7 +81,8 @@ static ls_status ls_forward_autoload_check(ls_server *srv, const ls_forward_req 
 }
 
 /* Reads (and validates) the files of the adapters the forward names
- * that are to be loaded, at most ls_pool_read_budget of them: each
+ * (each distinct name once, in order of first use) that are to be
+ * loaded, at most ls_pool_read_budget of them: each
  * waits, normalised in memory, until the load step registers it, so a
  * forward naming hundreds must not hold them all at once. The load step
  * reads the rest one at a time as it registers them. */
@@ -97,9 +93,9 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
     int staged = 0;
     ls_error err;
     ls_error_init(&err);
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T && staged < budget; t = ls_forward_next_run(fr, t + 1)) {
+    for (int k = 0; k < fr->names.n && staged < budget; k++) {
         ls_autoload_need need;
-        if (ls_autoload_read(fj->srv->autoload, fr->names[t], &need, &err) != LS_OK) {
+        if (ls_autoload_read(fj->srv->autoload, fr->names.names[k], &need, &err) != LS_OK) {
             if (!read) { /* nothing this request read waits to be registered: answer now */
                 ls_reply_error(r, &err);
                 ls_error_free(&err);
@@ -108,7 +104,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
             /* An adapter read before waits for its registration (a read
              * one is registered by its reader); the error is answered then. */
             ls_error_copy(&fj->load_err, &err);
-            fj->load_until = t;
+            fj->load_until = k;
             break;
         }
         if (need != LS_AUTOLOAD_READY) load = true;
@@ -121,7 +117,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
 ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
     const ls_forward_req *fr = &fj->fr;
     const bool failed = fj->load_err.code != LS_OK;
-    const int until = failed ? fj->load_until : fr->T;
+    const int until = failed ? fj->load_until : fr->names.n;
     ls_error err;
     ls_error_init(&err);
     ls_status st = LS_OK;
@@ -130,9 +126,9 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
      * read is registered by this request (no other may ever ask for that
      * name, and the loads gauge counts it until then), but nothing more
      * is read or waited for. */
-    for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1)) {
-        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err);
-        else ls_autoload_finish(fj->srv->autoload, fr->names[t], NULL);
+    for (int k = 0; k < until; k++) {
+        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names.names[k], &err);
+        else ls_autoload_finish(fj->srv->autoload, fr->names.names[k], NULL);
     }
     const ls_error *answer = failed ? &fj->load_err : st != LS_OK ? &err : NULL;
     if (answer) ls_reply_error(r, answer);
@@ -186,9 +182,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
          * (429). */
         const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
         const unsigned long long adapters =
-            ls_pool_forward_read_bytes(srv->pool, fj->fr.T, (const char *const *)fj->fr.names, srv->autoload != NULL);
+            ls_pool_forward_read_bytes(srv->pool, &fj->fr.names, srv->autoload != NULL);
         const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
-                                         T * (sizeof(char *) + sizeof(ls_pool_used) + 32) + adapters;
+                                         T * LS_FORWARD_TOKEN_BYTES + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
         unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
         fj->srv = srv;
@@ -205,7 +201,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
     }
     if (st == LS_OK) {
         fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
-        fj->used = calloc((size_t)fj->fr.T, sizeof *fj->used);
+        fj->used = calloc((size_t)(fj->fr.names.n > 0 ? fj->fr.names.n : 1), sizeof *fj->used);
         if (!fj->y || !fj->used) st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fj->fr.T);
     }
     if (st != LS_OK) {
@@ -216,7 +212,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         return NULL;
     }
     fj->job = (ls_batch_job){.layer = fj->fr.layer_index, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
-                             .names = (const char *const *)fj->fr.names, .y = fj->y, .used = fj->used};
+                             .names = &fj->fr.names, .y = fj->y, .used = fj->used};
     ls_error_init(&fj->job.err);
     ls_error_free(&err);
     return fj;
@@ -227,26 +223,16 @@ ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
 static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 
 /* Per-adapter requests and tokens for the metrics. Counted here, per HTTP
- * request, because the pool sees batches, not requests. Tokens are matched
- * to used[] with the previous match tried first (a request's tokens come in
- * runs of one adapter), so the usual cost is one strcmp a token. */
+ * request, because the pool sees batches, not requests. used[k] is the
+ * adapter of the request's names[k], so a token counts by its index. */
 static void ls_forward_count_adapters(ls_server *srv, const ls_forward_job *fj) {
     const ls_batch_job *job = &fj->job;
-    if (!fj->fr.names || job->n_used <= 0) return;
+    const ls_token_names *names = &fj->fr.names;
+    if (!names->of_token || job->n_used <= 0) return;
     uint64_t *tokens = calloc((size_t)job->n_used, sizeof *tokens);
     if (!tokens) return; /* metrics only: out of memory skips them */
-    int last = 0;
-    for (int t = 0; t < fj->fr.T; t++) {
-        const char *name = fj->fr.names[t];
-        if (!name) continue;
-        if (strcmp(job->used[last].name, name) != 0)
-            for (int u = 0; u < job->n_used; u++)
-                if (!strcmp(job->used[u].name, name)) {
-                    last = u;
-                    break;
-                }
-        if (!strcmp(job->used[last].name, name)) tokens[last]++;
-    }
+    for (int t = 0; t < fj->fr.T; t++)
+        if (names->of_token[t] >= 0 && names->of_token[t] < job->n_used) tokens[names->of_token[t]]++;
     ls_pool_count_served(srv->pool, job->used, tokens, job->n_used);
     free(tokens);
 }
@@ -268,14 +254,8 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     }
     ls_metrics_add_tokens(&srv->metrics, (uint64_t)fj->fr.T);
     ls_forward_count_adapters(srv, fj);
-    ls_forward_used *wire = calloc((size_t)(job->n_used ? job->n_used : 1), sizeof *wire);
-    if (!wire) {
-        ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
-        return;
-    }
+    const ls_pool_used *wire = job->used;
     size_t bad;
-    for (int i = 0; i < job->n_used; i++)
-        wire[i] = (ls_forward_used){job->used[i].name, job->used[i].version, job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
         ls_error err;
         ls_error_init(&err);
@@ -299,7 +279,6 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     } else {
         ls_reply_json(r, 200, ls_forward_resp_json(&fj->fr, srv->dims.H, fj->y, wire, job->n_used));
     }
-    free(wire);
 }
 
 /* The blocking form, for a server without the batcher (on a backend

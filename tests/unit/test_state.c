@@ -1060,7 +1060,7 @@ static void *fwd_run(void *arg) {
     fwd_job *j = arg;
     ls_error_init(&j->err);
     pc_fill_inputs(j->T, j->x, j->g, 7);
-    j->st = ls_pool_forward(j->p, 0, j->T, j->x, j->g, j->names, j->y, j->used, &j->n_used, &j->err);
+    j->st = pc_pool_forward(j->p, 0, j->T, j->x, j->g, j->names, j->y, j->used, &j->n_used, &j->err);
     return NULL;
 }
 
