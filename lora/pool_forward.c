@@ -7,7 +7,6 @@
  * through the backend in chunks of at most max_tokens rows. */
 #include "lora/pool_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
