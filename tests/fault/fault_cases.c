@@ -2,6 +2,8 @@
  * start from, the call, its retry and its outputs. */
 #include "tests/fault/fault_cases.h"
 
+#include <string.h>
+
 #include "tests/util/pool_fixture.h"
 #include "tests/util/testutil.h"
 
@@ -219,7 +221,7 @@ static void fc_outputs(void *ctx, fx_blob *out) {
         fx_blob_add(out, c->y, sizeof c->y);
         fx_blob_add(out, &c->n_used, sizeof c->n_used);
         for (int i = 0; i < c->n_used; i++) {
-            fx_blob_add(out, c->used[i].name, sizeof c->used[i].name);
+            fx_blob_add(out, c->used[i].name, strlen(c->used[i].name) + 1);
             fx_blob_add(out, &c->used[i].version, sizeof c->used[i].version);
         }
         break;
