@@ -17,10 +17,7 @@
 void ls_forward_req_free(ls_forward_req *req) {
     free(req->x);
     free(req->gammas);
-    if (req->names) {
-        for (int t = 0; t < req->T; t++) free(req->names[t]);
-        free(req->names);
-    }
+    ls_token_names_free(&req->names);
     memset(req, 0, sizeof *req);
 }
 
@@ -149,25 +146,27 @@ ls_status ls_forward_req_route(ls_forward_req *req, const char *name, const char
     if (!name) return LS_OK;
     ls_status st = ls_adapter_name_check(name, what, err);
     if (st != LS_OK) return st;
-    if (req->names) {
-        /* The body named adapters too: each token's must be this one (or
-         * none, the base model), or the proxy routed on a lie. */
-        for (int t = 0; t < req->T; t++)
-            if (req->names[t] && strcmp(req->names[t], name))
-                return ls_error_set(err, LS_INVALID_REQUEST,
-                                    "name one adapter: the body's must match the query's or the header's",
-                                    "token %d of the body names adapter \"%.140s\", but %s names \"%.140s\"", t,
-                                    req->names[t], what, name);
-        return LS_OK;
+    ls_token_names *tn = &req->names;
+    if (tn->of_token) {
+        /* The body named adapters too: each must be this one (or none,
+         * the base model), or the proxy routed on a lie. Names are in
+         * order of first use, so the first other one is the one the first
+         * token naming another names. */
+        int k = 0;
+        while (k < tn->n && !strcmp(tn->names[k], name)) k++;
+        if (k == tn->n) return LS_OK;
+        int t = 0;
+        while (tn->of_token[t] != k) t++;
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "name one adapter: the body's must match the query's or the header's",
+                            "token %d of the body names adapter \"%.140s\", but %s names \"%.140s\"", t,
+                            tn->names[k], what, name);
     }
-    if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
-        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    for (int t = 0; t < req->T; t++)
-        if (!(req->names[t] = strdup(name))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    if (!ls_token_names_fill(tn, name, req->T)) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     return LS_OK;
 }
 
-static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
+static json_t *ls_forward_used_json(const ls_pool_used *used, int n_used) {
     json_t *arr = json_array();
     for (int i = 0; arr && i < n_used; i++)
         json_array_append_new(arr, json_pack("{s:s, s:I, s:i}", "name", used[i].name, "version",
@@ -175,8 +174,7 @@ static json_t *ls_forward_used_json(const ls_forward_used *used, int n_used) {
     return arr;
 }
 
-char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
-                           int n_used) {
+char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used, int n_used) {
     /* Written as text: y can be megabytes of numbers, and a json_t per
      * value made formatting the dominant cost of a small forward. */
     char *adapters = ls_json_take_text(ls_forward_used_json(used, n_used));
@@ -193,7 +191,7 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
     return ls_buf_take(&b, NULL);
 }
 
-ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
+ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err) {
     ls_tensor_set set;
     ls_tensor_set_init(&set);

@@ -10,6 +10,7 @@
 #include "common/dims.h"
 #include "common/error.h"
 #include "common/text.h" /* ls_adapter_name_valid */
+#include "lora/token_names.h"
 
 typedef struct {
     int layer;       /* the checkpoint's number, as the client gave it (default 0) */
@@ -17,16 +18,12 @@ typedef struct {
     int T;
     float *x;      /* owned [T, H] */
     float *gammas; /* owned [T, n]; NULL = all ones */
-    char **names;  /* owned; NULL = all base; else T entries, NULL = base */
-    bool base64;   /* answer y as a base64 tensor */
+    /* owned, copies: each distinct adapter once and per token its index;
+     * of_token NULL = all base (no name given in the body, the query or
+     * the header) */
+    ls_token_names names;
+    bool base64; /* answer y as a base64 tensor */
 } ls_forward_req;
-
-/* A distinct adapter of the response. */
-typedef struct {
-    const char *name;
-    uint64_t version;
-    int slot;
-} ls_forward_used;
 
 /* Parses a JSON body in one pass, x and gammas straight into floats (peak
  * memory: the body plus 4 bytes a number). max_tokens > 0 caps the rows
@@ -57,18 +54,18 @@ ls_status ls_forward_routed_name(const char *q_adapter, const char *h_adapter, c
                                  ls_error *err);
 
 /* Gives every token of a parsed req the adapter name (NULL: nothing to
- * do). A body that named adapters keeps them when each is name or none;
- * another name is LS_INVALID_REQUEST, as is an invalid name. On failure
- * req is left for the caller to free. */
+ * do). A body that named adapters keeps them when each is name or none
+ * (checked per distinct name, not per token); another name is
+ * LS_INVALID_REQUEST, as is an invalid name. On failure req is left for
+ * the caller to free. */
 ls_status ls_forward_req_route(ls_forward_req *req, const char *name, const char *what, ls_error *err);
 
 /* The JSON response body (malloc'd string, caller frees). */
-char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
-                           int n_used);
+char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used, int n_used);
 
 /* The safetensors response body holding y (malloc'd, caller frees); the
  * adapters used go to __metadata__ "adapters" as JSON text. */
-ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_forward_used *used,
+ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err);
 
 /* The same, as an error: LS_INVALID_REQUEST naming what (the key, flag or

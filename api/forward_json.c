@@ -234,23 +234,24 @@ static bool ls_fj_tensor(ls_jr *r, const char *what, int rows, int cols, int max
 }
 
 /* "adapter": a name or null (single); "adapters": a name or null per
- * token (list; given unless absent or null). */
+ * token (list; given unless absent or null), each distinct name kept
+ * once with an index per token. */
 typedef struct {
     bool given;
-    char *single;   /* owned */
-    char **list;    /* owned, n entries (NULL = base) */
-    int n, cap;
+    char *single;        /* owned */
+    ls_token_names list; /* owned, copies */
 } ls_fj_names;
 
 static void ls_fj_names_free(ls_fj_names *nm) {
     free(nm->single);
-    for (int i = 0; i < nm->n; i++) free(nm->list[i]);
-    free(nm->list);
+    ls_token_names_free(&nm->list);
 }
 
-/* One name or null into *out (NULL for null). */
-static bool ls_fj_name(ls_jr *r, const char *what, char **out, ls_fj_problem *pb) {
-    *out = NULL;
+/* One name or null: into buf (len bytes; "" for null, *is_null set).
+ * A problem with the name is noted. */
+static bool ls_fj_name(ls_jr *r, const char *what, char *buf, size_t len, bool *is_null, ls_fj_problem *pb) {
+    buf[0] = '\0';
+    *is_null = true;
     char c = ls_jr_peek(r);
     if (c == 'n') {
         char w;
@@ -260,20 +261,25 @@ static bool ls_fj_name(ls_jr *r, const char *what, char **out, ls_fj_problem *pb
         ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "%s must be a string or null", what);
         return ls_jr_skip(r);
     }
-    char buf[256];
-    size_t len;
-    if (!ls_jr_string(r, buf, sizeof buf, &len)) return false;
-    if (len >= sizeof buf || strlen(buf) != len) buf[0] = '\0'; /* too long, or cut: not a valid name */
+    size_t got;
+    if (!ls_jr_string(r, buf, len, &got)) return false;
+    if (got >= len || strlen(buf) != got) buf[0] = '\0'; /* too long, or cut: not a valid name */
     ls_error err;
     ls_error_init(&err);
     if (ls_adapter_name_check(buf, what, &err) != LS_OK) ls_fj_note(pb, err.code, err.hint, "%s", err.message);
-    else if (!(*out = strdup(buf))) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+    else *is_null = false;
     ls_error_free(&err);
     return true;
 }
 
 static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem *pb) {
-    if (!list) return ls_fj_name(r, "adapter", &nm->single, pb);
+    char buf[256];
+    bool is_null;
+    if (!list) {
+        if (!ls_fj_name(r, "adapter", buf, sizeof buf, &is_null, pb)) return false;
+        if (!is_null && !(nm->single = strdup(buf))) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+        return true;
+    }
     if (ls_jr_peek(r) == 'n') {
         char w;
         return ls_jr_literal(r, &w); /* "adapters": null is no list */
@@ -287,20 +293,14 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
     if (ls_jr_peek(r) == ']') return ls_jr_punct(r, ']');
     r->depth++;
     do {
-        char what[32], *name;
-        snprintf(what, sizeof what, "adapters[%d]", nm->n);
-        if (!ls_fj_name(r, what, &name, pb)) return false;
-        if (nm->n == nm->cap) {
-            int cap = nm->cap ? nm->cap * 2 : 64;
-            char **l = realloc(nm->list, (size_t)cap * sizeof *l);
-            if (!l) { /* the rest of the list is still read, for its syntax */
-                free(name);
-                ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
-                continue;
-            }
-            nm->list = l, nm->cap = cap;
-        }
-        nm->list[nm->n++] = name;
+        char what[32];
+        snprintf(what, sizeof what, "adapters[%d]", nm->list.T);
+        if (!ls_fj_name(r, what, buf, sizeof buf, &is_null, pb)) return false;
+        /* After a problem the rest of the list is still read, for its
+         * syntax, and counted, but no longer kept. */
+        const int k = is_null || pb->st != LS_OK ? -1 : ls_token_names_index(&nm->list, buf);
+        if (!is_null && pb->st == LS_OK && k < 0) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+        if (!ls_token_names_push(&nm->list, k)) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
     } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
     r->depth--;
     return ls_jr_punct(r, ']');
@@ -460,16 +460,14 @@ static ls_status ls_fj_take(ls_fj_parse *ps, ls_error *err) {
     req->x = ps->x.v, ps->x.v = NULL;
     if (ps->have_g) req->gammas = ps->g.v, ps->g.v = NULL;
     if (ps->per_token.given) {
-        if (ps->per_token.n != req->T)
+        if (ps->per_token.list.T != req->T)
             st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
-                              "\"adapters\" has %d entries for %d tokens", ps->per_token.n, req->T);
+                              "\"adapters\" has %d entries for %d tokens", ps->per_token.list.T, req->T);
         else
-            req->names = ps->per_token.list, ps->per_token.list = NULL, ps->per_token.n = 0;
+            req->names = ps->per_token.list, memset(&ps->per_token.list, 0, sizeof ps->per_token.list);
     } else if (ps->one.single) {
-        if (!(req->names = calloc((size_t)req->T, sizeof *req->names)))
+        if (!ls_token_names_fill(&req->names, ps->one.single, req->T))
             st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        for (int t = 0; st == LS_OK && t < req->T; t++)
-            if (!(req->names[t] = strdup(ps->one.single))) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
     return st;
 }

@@ -1,12 +1,14 @@
 /* Lookups into the status table of status.h. */
 #include "common/status.h"
 
+typedef enum { LS_KIND_NONE, LS_KIND_INPUT, LS_KIND_CONTENT } ls_status_kind;
+
 static const struct {
     const char *code;
-    int http;
+    ls_status_kind kind;
     const char *hint;
 } ls_status_table[LS_STATUS_COUNT] = {
-#define LS_X_ROW(e, code, http, hint) [LS_##e] = {code, http, hint},
+#define LS_X_ROW(e, code, kind, hint) [LS_##e] = {code, LS_KIND_##kind, hint},
     LS_STATUS_LIST(LS_X_ROW)
 #undef LS_X_ROW
 };
@@ -15,18 +17,13 @@ const char *ls_status_code(ls_status s) {
     return (unsigned)s < LS_STATUS_COUNT ? ls_status_table[s].code : "internal";
 }
 
-int ls_status_table_http(ls_status s) {
-    return (unsigned)s < LS_STATUS_COUNT ? ls_status_table[s].http : 500;
+static ls_status_kind ls_status_kind_of(ls_status s) {
+    return (unsigned)s < LS_STATUS_COUNT ? ls_status_table[s].kind : LS_KIND_NONE;
 }
 
-/* The classes are the table's own: a client error of content (422), size
- * (413) or form (400). */
-bool ls_status_is_input(ls_status s) {
-    const int h = ls_status_table_http(s);
-    return h == 400 || h == 413 || h == 422;
-}
+bool ls_status_is_input(ls_status s) { return ls_status_kind_of(s) != LS_KIND_NONE; }
 
-bool ls_status_is_validation(ls_status s) { return ls_status_table_http(s) == 422; }
+bool ls_status_is_validation(ls_status s) { return ls_status_kind_of(s) == LS_KIND_CONTENT; }
 
 const char *ls_status_hint(ls_status s) {
     return (unsigned)s < LS_STATUS_COUNT ? ls_status_table[s].hint : "";

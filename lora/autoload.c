@@ -208,9 +208,9 @@ static void ls_autoload_end(ls_autoload *al, ls_autoload_entry *e, ls_status st,
     if (st != LS_OK) {
         ls_error_copy(&e->err, mine);
         /* Only what the file itself got wrong is remembered (its content,
-         * 422; its size, 413; its path, 400); a full pool, a device error
-         * or a server short of descriptors (500, 503) may pass, so the
-         * next request tries again. */
+         * its size, its path: ls_status_is_input); a full pool, a device
+         * error or a server short of descriptors may pass, so the next
+         * request tries again. */
         e->remembered = ls_status_is_input(st);
         ls_log_warn("auto-load: adapter %s from %s failed: %s", e->name, e->origin.path, mine->message);
     }

@@ -301,13 +301,13 @@ static ls_status ls_loader_read(const ls_loader *ld, ls_loader_files *f, ls_adap
 }
 
 /* Whether a failure is the file's own, to be answered again without
- * reading the file until it changes: what it holds (422), its size
- * (413) or what it is (400), and only when its files were the same
+ * reading the file until it changes: what it holds, its size or what
+ * it is (ls_status_is_input), and only when its files were the same
  * after the read as before it and had not changed for a while. A file
  * written now (as cp writes over one) may be read half written, and a
  * write within the clock tick of the last one leaves its times as they
  * were: that failure is not the file's. A server short of memory or
- * descriptors (500) may pass. */
+ * descriptors may pass. */
 static bool ls_loader_memorable(const ls_loader *ld, const ls_loader_files *f, ls_status st) {
     if (!ls_status_is_input(st)) return false;
     ls_loader_print after;

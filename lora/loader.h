@@ -78,7 +78,7 @@ typedef struct {
  * safetensors file over max_file_bytes LS_PAYLOAD_TOO_LARGE, from its
  * size before any read; a bad file or adapter the status of what is
  * wrong (every violation in err), its header checked before its data is
- * read. A failure of the file itself (400, 413, 422) is remembered once
+ * read. A failure of the file itself (ls_status_is_input) is remembered once
  * the file has not changed for memo_settle_ms: the same path with the
  * same parameters, while its files keep their identity (device, inode,
  * size, times), gets the same error without a read. On failure out is

@@ -34,7 +34,7 @@
  *   by waiting requests (which get made resident again, same version, when
  *   they run). A deleted or replaced version that requests still hold is
  *   such a held adapter too, as long as it keeps its host copy: refusing
- *   its slot would answer 503 under replace churn although the pool could
+ *   its slot would answer pool_exhausted under replace churn although the pool could
  *   serve (without a host copy it stays, since its file may have changed).
  *   When nothing qualifies: LS_POOL_EXHAUSTED (the server adds
  *   Retry-After). LRU follows a logical clock stamped at load and at every
@@ -218,7 +218,7 @@ static ls_status ls_pool_load_claim(ls_pool *p, const char *name, const ls_pool_
     if (old && !opts->replace)
         return ls_error_set(err, LS_ADAPTER_EXISTS, NULL, "adapter '%s' already exists (version %" PRIu64 ")", name,
                             old->version);
-    /* Not 503: waiting does not help, only the client's own change. */
+    /* Not pool_exhausted: waiting does not help, only the client's own change. */
     if (e->pinned && pins >= p->S - 1)
         return ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
                             pins);

@@ -16,6 +16,7 @@
 #include "gpu/backend.h"
 #include "lora/adapter.h"
 #include "lora/state.h"
+#include "lora/token_names.h"
 
 typedef struct ls_pool ls_pool;
 
@@ -141,20 +142,14 @@ typedef struct {
 /* Snapshot of every slot (*out malloc'd, S entries) and the counters. */
 ls_status ls_pool_snapshot(ls_pool *p, ls_slot_info **out, ls_pool_stats *stats, ls_error *err);
 
-/* One distinct adapter a forward used. */
-typedef struct {
-    char name[129];
-    uint64_t version;
-    int slot;
-} ls_pool_used;
-
 /* Counts one answered forward request: for each of the n adapters it
  * used, one request and tokens[i] tokens on the live version of used[i]'s
  * name (a name deleted meanwhile is skipped). Both arrays borrowed. */
 void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *tokens, int n);
 
-/* y[T, H] for tokens whose adapter is names[t] (NULL = base). names
- * itself NULL = all base. Resolves every name first (LS_ADAPTER_NOT_FOUND
+/* y[T, H] for tokens whose adapter is names->names[names->of_token[t]]
+ * (-1 = base). names NULL, or its of_token NULL, = all base; else it has
+ * T tokens. Resolves each distinct name once, first (LS_ADAPTER_NOT_FOUND
  * for an unknown one, nothing run) and holds each version until its
  * tokens have run; makes them resident (evicting as docs/math.md says), in
  * groups when they do not fit at once, and runs the backend forward per
@@ -162,21 +157,21 @@ void ls_pool_count_served(ls_pool *p, const ls_pool_used *used, const uint64_t *
  * just before it runs, at most ls_pool_read_budget at a time, and the
  * tier is shrunk to its size after each group: however many adapters a
  * forward names, it holds no more than that many copies beyond the
- * tier's size. used receives one entry per distinct adapter (capacity T
- * entries; *n_used set). */
+ * tier's size. used receives entry k for names->names[k] (capacity
+ * names->n entries; *n_used set to n). */
 ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
-                          const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err);
+                          const ls_token_names *names, float *y, ls_pool_used *used, int *n_used, ls_error *err);
 
 /* The host copies a forward reads back at most at once: --host-cache,
  * no more than the slots a group can use, at least 1. */
 int ls_pool_read_budget(const ls_pool *p);
 
-/* What a forward over names[T] may hold, now, in host copies it reads:
+/* What a forward over names may hold, now, in host copies it reads:
  * for each distinct name neither resident nor in the host tier, its
  * bytes, and with unregistered (--auto-load may read them) for a name not
  * registered the largest adapter the pool takes; at most
  * ls_pool_read_budget of them (each counted at the largest). 0 when
- * names is NULL. */
-size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered);
+ * names is NULL or names none. */
+size_t ls_pool_forward_read_bytes(ls_pool *p, const ls_token_names *names, bool unregistered);
 
 #endif

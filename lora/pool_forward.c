@@ -1,12 +1,12 @@
-/* ls_pool_forward: a forward over any mix of adapters. Names are resolved
- * and held in one critical section, the distinct adapters are served in
+/* ls_pool_forward: a forward over any mix of adapters. The distinct names
+ * are resolved (one lookup each) and held in one critical section, tokens
+ * keep their index into them, the distinct adapters are served in
  * groups that fit into the slots and into the host tier (read, serve,
  * drop: a group's host copies are read back just before it runs, and its
  * adapters are let go once it has run), and each group's tokens go
  * through the backend in chunks of at most max_tokens rows. */
 #include "lora/pool_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@ enum { LS_FWD_PENDING, LS_FWD_IN_GROUP, LS_FWD_DONE };
 /* One forward call's view of its distinct adapters, local to the call. */
 typedef struct {
     int T, D;
-    const int *tok;      /* [T] distinct index per token, -1 = base */
+    const int *tok;      /* [T] distinct index per token (the request's own), -1 = base */
     ls_pool_entry **ent; /* [D] held entries; NULL once let go (DONE) */
     int *state;          /* [D] LS_FWD_* */
     int *slot;           /* [D] the slot each ran in */
@@ -149,40 +149,23 @@ static ls_status ls_fwd_load(ls_pool *p, ls_fwd *f, ls_error *err) {
     return st;
 }
 
-/* Resolves every name and takes one reference per distinct adapter, all
- * under mu. On an unknown name nothing stays held. */
-static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, int *tok, const char *const *names, bool *any_base,
-                                ls_error *err) {
+/* Resolves each distinct name (one lookup each, in order of first use,
+ * so an unknown one is the first a token names) and takes one reference
+ * per adapter, all under mu. Distinct names are distinct entries. On an
+ * unknown name nothing stays held. */
+static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, const ls_token_names *names, ls_error *err) {
     const char *unknown = NULL;
-    *any_base = false;
     pthread_mutex_lock(&p->mu);
-    uint64_t call = ++p->marks;
-    for (int t = 0; t < f->T && !unknown; t++) {
-        tok[t] = -1;
-        if (!names || !names[t]) {
-            *any_base = true;
-            continue;
-        }
-        ls_pool_entry *e = ls_registry_find(p, names[t]);
-        if (!e) {
-            unknown = names[t];
-            break;
-        }
-        if (e->mark != call) {
-            e->mark = call;
-            e->mark_index = f->D;
-            f->ent[f->D++] = e;
-        }
-        tok[t] = e->mark_index;
+    for (int d = 0; d < names->n && !unknown; d++) {
+        f->ent[d] = ls_registry_find(p, names->names[d]);
+        if (!f->ent[d]) unknown = names->names[d];
     }
-    if (!unknown)
+    if (!unknown) {
+        f->D = names->n;
         for (int d = 0; d < f->D; d++) f->ent[d]->refs++;
-    pthread_mutex_unlock(&p->mu);
-    if (unknown) {
-        f->D = 0;
-        return ls_pool_not_found(p, unknown, err);
     }
-    return LS_OK;
+    pthread_mutex_unlock(&p->mu);
+    return unknown ? ls_pool_not_found(p, unknown, err) : LS_OK;
 }
 
 int ls_pool_read_budget(const ls_pool *p) {
@@ -212,17 +195,14 @@ static ls_status ls_fwd_read_ahead(ls_pool *p, ls_fwd *f, int budget, ls_pool_en
 }
 
 /* Under mu: lets go of the adapters of the group that has run (they
- * are DONE; used, when given, gets their entries), then shrinks the host
- * tier to its size: what this call read back for them may go now. */
-static void ls_fwd_release_group(ls_pool *p, ls_fwd *f, ls_pool_used *used) {
+ * are DONE; used, when given, gets their entries, named by the request's
+ * own strings), then shrinks the host tier to its size: what this call
+ * read back for them may go now. */
+static void ls_fwd_release_group(ls_pool *p, ls_fwd *f, const ls_token_names *names, ls_pool_used *used) {
     for (int d = 0; d < f->D; d++) {
         if (f->state[d] != LS_FWD_IN_GROUP) continue;
         f->state[d] = LS_FWD_DONE;
-        if (used) {
-            snprintf(used[d].name, sizeof used[d].name, "%s", f->ent[d]->name);
-            used[d].version = f->ent[d]->version;
-            used[d].slot = f->slot[d];
-        }
+        if (used) used[d] = (ls_pool_used){names->names[d], f->ent[d]->version, f->slot[d]};
         ls_registry_release(p, f->ent[d]);
         f->ent[d] = NULL;
     }
@@ -258,31 +238,39 @@ static ls_status ls_fwd_group(ls_pool *p, ls_fwd *f, int layer, const float *x, 
 
 /* See pool.h. x, gammas, names borrowed; y and used written by the call. */
 ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *gammas,
-                          const char *const *names, float *y, ls_pool_used *used, int *n_used, ls_error *err) {
+                          const ls_token_names *names, float *y, ls_pool_used *used, int *n_used, ls_error *err) {
     if (n_used) *n_used = 0;
     if (layer < 0 || layer >= p->dims.L)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "layer %d is out of range 0..%d", layer, p->dims.L - 1);
     if (T < 0 || (T > 0 && (!x || !y)))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "forward needs T >= 0 tokens and x, y buffers");
+    const ls_token_names none = {.T = T};
+    if (!names || !names->of_token) names = &none;
+    if (names->of_token && names->T != T)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "forward of %d tokens with adapter names for %d", T,
+                            names->T);
     if (T == 0) return LS_OK;
 
-    const int budget = ls_pool_read_budget(p);
+    /* Per distinct adapter, not per token; base tokens index -1 (a row
+     * of -1 stands in when no token names one). */
+    const int budget = ls_pool_read_budget(p), D = names->n > 0 ? names->n : 1;
     ls_fwd f = {.T = T};
-    int *tok = malloc((size_t)T * sizeof *tok);
-    f.ent = malloc((size_t)T * sizeof *f.ent);
-    f.state = calloc((size_t)T, sizeof *f.state);
-    f.slot = malloc((size_t)T * sizeof *f.slot);
-    f.hit = malloc((size_t)T);
-    f.load = malloc((size_t)T);
-    f.read = calloc((size_t)T, 1);
+    int *base = names->of_token ? NULL : malloc((size_t)T * sizeof *base);
+    f.ent = malloc((size_t)D * sizeof *f.ent);
+    f.state = calloc((size_t)D, sizeof *f.state);
+    f.slot = malloc((size_t)D * sizeof *f.slot);
+    f.hit = malloc((size_t)D);
+    f.load = malloc((size_t)D);
+    f.read = calloc((size_t)D, 1);
     ls_pool_entry **list = malloc((size_t)budget * sizeof *list);
-    f.tok = tok;
+    for (int t = 0; base && t < T; t++) base[t] = -1;
+    f.tok = base ? base : names->of_token;
     ls_status st = LS_OK;
-    bool base_pending = false;
-    if (!tok || !f.ent || !f.state || !f.slot || !f.hit || !f.load || !f.read || !list)
+    bool base_pending = ls_token_names_any_base(names);
+    if ((!names->of_token && !base) || !f.ent || !f.state || !f.slot || !f.hit || !f.load || !f.read || !list)
         st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory for a forward of %d tokens", T);
     else
-        st = ls_fwd_resolve(p, &f, tok, names, &base_pending, err);
+        st = ls_fwd_resolve(p, &f, names, err);
 
     int pending = f.D;
     while (st == LS_OK && (pending > 0 || base_pending)) {
@@ -293,7 +281,7 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
         if (st == LS_OK) st = ls_fwd_group(p, &f, layer, x, gammas, base_pending, y, &size, err);
         base_pending = false;
         pthread_mutex_lock(&p->mu);
-        ls_fwd_release_group(p, &f, used);
+        ls_fwd_release_group(p, &f, names, used);
         pthread_mutex_unlock(&p->mu);
         pending -= size;
     }
@@ -304,7 +292,7 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
         if (f.ent[d]) ls_registry_release(p, f.ent[d]);
     ls_policy_trim_host(p, NULL);
     pthread_mutex_unlock(&p->mu);
-    free(tok);
+    free(base);
     free(f.ent);
     free(f.state);
     free(f.slot);
@@ -321,14 +309,13 @@ static size_t ls_fwd_max_adapter_bytes(const ls_pool *p) {
     return (size_t)p->dims.L * (ls_pool_layout(&p->dims, &p->pd).total * sizeof(float) + sizeof(bool));
 }
 
-size_t ls_pool_forward_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered) {
+size_t ls_pool_forward_read_bytes(ls_pool *p, const ls_token_names *names, bool unregistered) {
     if (!names) return 0;
     size_t largest = 0;
     int count = 0;
     pthread_mutex_lock(&p->mu);
-    for (int t = 0; t < T; t++) {
-        if (!names[t] || (t > 0 && names[t - 1] && !strcmp(names[t], names[t - 1]))) continue;
-        const ls_pool_entry *e = ls_registry_find(p, names[t]);
+    for (int d = 0; d < names->n; d++) {
+        const ls_pool_entry *e = ls_registry_find(p, names->names[d]);
         if ((e && (e->host_data || e->slot >= 0)) || (!e && !unregistered)) continue;
         const size_t bytes = e ? e->meta.bytes : ls_fwd_max_adapter_bytes(p);
         if (bytes > largest) largest = bytes;

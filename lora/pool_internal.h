@@ -33,8 +33,7 @@ typedef struct ls_pool_entry {
     int64_t last_used_ms;
     uint64_t hits;
     uint64_t requests, tokens, loads, evictions; /* the name's, carried over at replace */
-    uint64_t mark;  /* id of the forward call or group that last marked it */
-    int mark_index; /* that call's index for it (distinct adapters) */
+    uint64_t mark;  /* id of the forward group that last marked it */
 
     struct ls_pool_entry *hnext;      /* name-table chain (live entries only) */
     struct ls_pool_entry *prev, *next; /* every entry, live or still referenced */

@@ -28,7 +28,9 @@ struct ls_batcher {
     pthread_t worker;
     /* scratch for one merged call, allocated once (max_tokens rows) */
     float *x, *gammas, *y;
-    const char **names;
+    ls_token_names names; /* borrows the jobs' names */
+    int *map;             /* per job, its names' indices in names, jobs one after another */
+    int *map_at;          /* [job] where its indices start in map */
     ls_pool_used *used;
     ls_batch_job **batch;
 };
@@ -47,23 +49,42 @@ static void ls_batcher_run_alone(ls_batcher *b, ls_batch_job *job) {
     ls_batcher_finish(job, st);
 }
 
-/* The entries of the merged call's used[] that job named, in the order
- * its tokens first name them (as a call of its own would list them). */
-static void ls_batcher_used_of(const ls_batch_job *job, const ls_pool_used *used, int n_used, ls_batch_job *out) {
-    out->n_used = 0;
-    if (!job->names) return;
-    for (int t = 0; t < job->T; t++) {
-        const char *name = job->names[t];
-        if (!name) continue;
-        bool have = false;
-        for (int k = 0; k < out->n_used && !have; k++) have = !strcmp(out->used[k].name, name);
-        for (int u = 0; u < n_used && !have; u++) {
-            if (!strcmp(used[u].name, name)) {
-                out->used[out->n_used++] = used[u];
-                have = true;
-            }
-        }
+/* Whether a job's tokens name adapters. */
+static bool ls_batcher_named(const ls_batch_job *job) { return job->names && job->names->of_token; }
+
+/* The merged call's names: each job's distinct names once (borrowed from
+ * the jobs), its tokens' indices mapped into them; a name is hashed once
+ * a job, never compared per token. False when out of memory. */
+static bool ls_batcher_merge_names(ls_batcher *b, ls_batch_job **jobs, int count) {
+    ls_token_names *m = &b->names;
+    ls_token_names_reset(m);
+    int at = 0;
+    for (int j = 0; j < count; j++) {
+        const ls_token_names *tn = jobs[j]->names;
+        const bool named = ls_batcher_named(jobs[j]);
+        int *map = b->map + at;
+        b->map_at[j] = at;
+        for (int k = 0; named && k < tn->n; k++)
+            if ((map[k] = ls_token_names_index(m, tn->names[k])) < 0) return false;
+        for (int t = 0; t < jobs[j]->T; t++)
+            if (!ls_token_names_push(m, named && tn->of_token[t] >= 0 ? map[tn->of_token[t]] : -1)) return false;
+        at += named ? tn->n : 0;
     }
+    return true;
+}
+
+/* Job j's entries of the merged call's used[]: its names' own, in their
+ * order (as a call of its own would list them), named by its own strings
+ * (another job's may be freed first). */
+static void ls_batcher_used_of(const ls_batcher *b, int j, ls_batch_job *job) {
+    job->n_used = 0;
+    if (!ls_batcher_named(job)) return;
+    const int *map = b->map + b->map_at[j];
+    for (int k = 0; k < job->names->n; k++) {
+        job->used[k] = b->used[map[k]];
+        job->used[k].name = job->names->names[k];
+    }
+    job->n_used = job->names->n;
 }
 
 static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count) {
@@ -71,7 +92,7 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
     int T = 0;
     bool any_names = false, any_gammas = false;
     for (int j = 0; j < count; j++) {
-        any_names |= jobs[j]->names != NULL;
+        any_names |= ls_batcher_named(jobs[j]);
         any_gammas |= jobs[j]->gammas != NULL;
     }
     for (int j = 0; j < count; j++) {
@@ -82,19 +103,21 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
             else
                 for (size_t i = 0; i < (size_t)job->T * n; i++) b->gammas[(size_t)T * n + i] = 1.0f;
         }
-        for (int t = 0; t < job->T; t++) b->names[T + t] = job->names ? job->names[t] : NULL;
         T += job->T;
     }
     ls_error err;
     ls_error_init(&err);
     int n_used = 0;
-    ls_status st = ls_pool_forward(b->pool, jobs[0]->layer, T, b->x, any_gammas ? b->gammas : NULL,
-                                   any_names ? b->names : NULL, b->y, b->used, &n_used, &err);
+    ls_status st = any_names && !ls_batcher_merge_names(b, jobs, count)
+                       ? ls_error_set(&err, LS_INTERNAL, NULL, "out of memory merging adapter names")
+                       : ls_pool_forward(b->pool, jobs[0]->layer, T, b->x, any_gammas ? b->gammas : NULL,
+                                         any_names ? &b->names : NULL, b->y, b->used, &n_used, &err);
     if (st != LS_OK) {
         /* A merged call fails for one job's sake as often as for all of
          * them (an adapter gone, one that cannot be read back, a group
          * that finds no slot): serve each alone, so a job answers with
-         * its own outcome and never with another's error. */
+         * its own outcome and never with another's error (and a merge
+         * short of memory costs only the merge). */
         ls_error_free(&err);
         for (int j = 0; j < count; j++) ls_batcher_run_alone(b, jobs[j]);
         return;
@@ -104,7 +127,7 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
     for (int j = 0; j < count; j++) {
         ls_batch_job *job = jobs[j];
         memcpy(job->y, b->y + (size_t)off * H, sizeof(float) * (size_t)job->T * H);
-        ls_batcher_used_of(job, b->used, n_used, job);
+        ls_batcher_used_of(b, j, job);
         off += job->T;
         ls_batcher_finish(job, st);
     }
@@ -219,15 +242,20 @@ ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, const ls_dims *d
     b->x = malloc(sizeof(float) * T * (size_t)b->H);
     b->y = malloc(sizeof(float) * T * (size_t)b->H);
     b->gammas = malloc(sizeof(float) * T * (size_t)b->n);
-    b->names = malloc(sizeof(char *) * T);
+    ls_token_names_init(&b->names, true);
+    b->names.of_token = malloc(sizeof(int) * T);
+    b->names.tokens_cap = max_batch_tokens;
+    b->map = malloc(sizeof(int) * T);
+    b->map_at = malloc(sizeof(int) * T);
     b->used = malloc(sizeof(ls_pool_used) * T);
     b->batch = malloc(sizeof(ls_batch_job *) * T);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
-    if (!b->x || !b->y || !b->gammas || !b->names || !b->used || !b->batch ||
+    if (!b->x || !b->y || !b->gammas || !b->names.of_token || !b->map || !b->map_at || !b->used || !b->batch ||
         pthread_create(&b->worker, NULL, ls_batcher_main, b)) {
         b->stop = true; /* no worker to join */
-        free(b->x), free(b->y), free(b->gammas), free(b->names), free(b->used), free(b->batch);
+        free(b->x), free(b->y), free(b->gammas), free(b->map), free(b->map_at), free(b->used), free(b->batch);
+        ls_token_names_free(&b->names);
         pthread_mutex_destroy(&b->lock);
         pthread_cond_destroy(&b->cond);
         free(b);
@@ -247,7 +275,9 @@ void ls_batcher_free(ls_batcher *b) {
     free(b->x);
     free(b->y);
     free(b->gammas);
-    free(b->names);
+    ls_token_names_free(&b->names);
+    free(b->map);
+    free(b->map_at);
     free(b->used);
     free(b->batch);
     pthread_mutex_destroy(&b->lock);

@@ -22,9 +22,9 @@ typedef struct ls_batch_job {
     int layer, T;
     const float *x;            /* [T, H] */
     const float *gammas;       /* [T, n] or NULL */
-    const char *const *names;  /* T entries or NULL */
+    const ls_token_names *names; /* T tokens' adapters, or NULL (all base) */
     float *y;                  /* [T, H], filled */
-    ls_pool_used *used;        /* capacity T, filled */
+    ls_pool_used *used;        /* capacity names->n, filled: entry k for names->names[k] */
     int n_used;
     ls_status status; /* the outcome, set before done() */
     ls_error err;     /* initialised by submit; the caller frees it */

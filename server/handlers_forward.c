@@ -16,6 +16,13 @@
 #include "server/jobs.h"
 #include "server/tenant_routes.h"
 
+/* What a forward's adapter bookkeeping counts against --max-queue-mb per
+ * token: the unit it had when names were a string per token (a pointer, a
+ * 152-byte used record and 32 bytes of name), kept so that the budget
+ * refuses what it refused; the table now holds less (an index a token,
+ * the rest per distinct name). */
+enum { LS_FORWARD_TOKEN_BYTES = 192 };
+
 struct ls_forward_job {
     ls_forward_req fr;
     ls_body_kind kind;
@@ -25,7 +32,7 @@ struct ls_forward_job {
     ls_server *srv;
     unsigned long long held; /* bytes counted in srv->held_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
-    int load_until;    /* with load_err: the token whose adapter failed */
+    int load_until;    /* with load_err: the index (in fr.names) of the adapter that failed */
     ls_principal who;  /* the caller: its names are mapped in and out (server/tenant.h) */
 };
 
@@ -58,17 +65,6 @@ static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at)
     return false;
 }
 
-/* The first token of each run of one adapter's tokens (a request's
- * tokens come in such runs, so each run is checked once), from t on;
- * fr->T when none is left. */
-static int ls_forward_next_run(const ls_forward_req *fr, int t) {
-    for (; t < fr->T; t++) {
-        const char *name = fr->names[t];
-        if (name && !(t > 0 && fr->names[t - 1] && !strcmp(name, fr->names[t - 1]))) return t;
-    }
-    return fr->T;
-}
-
 /* --auto-load, the look an HTTP thread may take: the adapters the
  * forward names that are not registered, what is left to do for them
  * (the largest step of all), and the answers that come at once: no such
@@ -78,11 +74,11 @@ static int ls_forward_next_run(const ls_forward_req *fr, int t) {
 static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *who, const ls_forward_req *fr,
                                            ls_forward_step *next, ls_error *err) {
     *next = LS_FORWARD_BATCH;
-    if (!fr->names) return LS_OK;
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T; t = ls_forward_next_run(fr, t + 1)) {
+    for (int k = 0; k < fr->names.n; k++) {
         ls_autoload_need need;
-        ls_status st = ls_autoload_check(srv->autoload, fr->names[t], &need, err);
-        if (st == LS_OK && need != LS_AUTOLOAD_READY) st = ls_tenant_admit_load(srv, who, fr->names[t], false, false, err);
+        ls_status st = ls_autoload_check(srv->autoload, fr->names.names[k], &need, err);
+        if (st == LS_OK && need != LS_AUTOLOAD_READY)
+            st = ls_tenant_admit_load(srv, who, fr->names.names[k], false, false, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;
@@ -91,7 +87,8 @@ static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *w
 }
 
 /* Reads (and validates) the files of the adapters the forward names
- * that are to be loaded, at most ls_pool_read_budget of them: each
+ * (each distinct name once, in order of first use) that are to be
+ * loaded, at most ls_pool_read_budget of them: each
  * waits, normalised in memory, until the load step registers it, so a
  * forward naming hundreds must not hold them all at once. The load step
  * reads the rest one at a time as it registers them. */
@@ -102,9 +99,9 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
     int staged = 0;
     ls_error err;
     ls_error_init(&err);
-    for (int t = ls_forward_next_run(fr, 0); t < fr->T && staged < budget; t = ls_forward_next_run(fr, t + 1)) {
+    for (int k = 0; k < fr->names.n && staged < budget; k++) {
         ls_autoload_need need;
-        if (ls_autoload_read(fj->srv->autoload, fr->names[t], &need, &err) != LS_OK) {
+        if (ls_autoload_read(fj->srv->autoload, fr->names.names[k], &need, &err) != LS_OK) {
             if (!read) { /* nothing this request read waits to be registered: answer now */
                 ls_reply_error(r, &err);
                 ls_error_free(&err);
@@ -113,7 +110,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
             /* An adapter read before waits for its registration (a read
              * one is registered by its reader); the error is answered then. */
             ls_error_copy(&fj->load_err, &err);
-            fj->load_until = t;
+            fj->load_until = k;
             break;
         }
         if (need != LS_AUTOLOAD_READY) load = true;
@@ -126,7 +123,7 @@ ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r) {
 ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
     const ls_forward_req *fr = &fj->fr;
     const bool failed = fj->load_err.code != LS_OK;
-    const int until = failed ? fj->load_until : fr->T;
+    const int until = failed ? fj->load_until : fr->names.n;
     ls_error err;
     ls_error_init(&err);
     ls_status st = LS_OK;
@@ -135,9 +132,9 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
      * read is registered by this request (no other may ever ask for that
      * name, and the loads gauge counts it until then), but nothing more
      * is read or waited for. */
-    for (int t = ls_forward_next_run(fr, 0); t < until; t = ls_forward_next_run(fr, t + 1)) {
-        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names[t], &err);
-        else ls_autoload_finish(fj->srv->autoload, fr->names[t], NULL);
+    for (int k = 0; k < until; k++) {
+        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names.names[k], &err);
+        else ls_autoload_finish(fj->srv->autoload, fr->names.names[k], NULL);
     }
     const ls_error *answer = failed ? &fj->load_err : st != LS_OK ? &err : NULL;
     if (answer) ls_reply_error(r, answer);
@@ -178,7 +175,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         }
         if (st == LS_OK) st = ls_forward_req_route(&fj->fr, routed, what, &err);
         /* From here on the names are the pool's. */
-        if (st == LS_OK) st = ls_tenant_forward_names(req->who, fj->fr.names, fj->fr.T, &err);
+        if (st == LS_OK) st = ls_tenant_forward_names(req->who, &fj->fr.names, &err);
         if (st == LS_OK) fj->who = *req->who;
         /* Before the batch: a load must not hold up other requests'
          * batch, nor the thread that prepares. */
@@ -194,9 +191,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
          * (429). */
         const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
         const unsigned long long adapters =
-            ls_pool_forward_read_bytes(srv->pool, fj->fr.T, (const char *const *)fj->fr.names, srv->autoload != NULL);
+            ls_pool_forward_read_bytes(srv->pool, &fj->fr.names, srv->autoload != NULL);
         const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
-                                         T * (sizeof(char *) + sizeof(ls_pool_used) + 32) + adapters;
+                                         T * LS_FORWARD_TOKEN_BYTES + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
         unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
         fj->srv = srv;
@@ -213,7 +210,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
     }
     if (st == LS_OK) {
         fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
-        fj->used = calloc((size_t)fj->fr.T, sizeof *fj->used);
+        fj->used = calloc((size_t)(fj->fr.names.n > 0 ? fj->fr.names.n : 1), sizeof *fj->used);
         if (!fj->y || !fj->used) st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fj->fr.T);
     }
     if (st != LS_OK) {
@@ -224,7 +221,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         return NULL;
     }
     fj->job = (ls_batch_job){.layer = fj->fr.layer_index, .T = fj->fr.T, .x = fj->fr.x, .gammas = fj->fr.gammas,
-                             .names = (const char *const *)fj->fr.names, .y = fj->y, .used = fj->used};
+                             .names = &fj->fr.names, .y = fj->y, .used = fj->used};
     ls_error_init(&fj->job.err);
     ls_error_free(&err);
     return fj;
@@ -235,26 +232,16 @@ ls_batch_job *ls_forward_batch_job(ls_forward_job *fj) { return &fj->job; }
 static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 
 /* Per-adapter requests and tokens for the metrics. Counted here, per HTTP
- * request, because the pool sees batches, not requests. Tokens are matched
- * to used[] with the previous match tried first (a request's tokens come in
- * runs of one adapter), so the usual cost is one strcmp a token. */
+ * request, because the pool sees batches, not requests. used[k] is the
+ * adapter of the request's names[k], so a token counts by its index. */
 static void ls_forward_count_adapters(ls_server *srv, const ls_forward_job *fj) {
     const ls_batch_job *job = &fj->job;
-    if (!fj->fr.names || job->n_used <= 0) return;
+    const ls_token_names *names = &fj->fr.names;
+    if (!names->of_token || job->n_used <= 0) return;
     uint64_t *tokens = calloc((size_t)job->n_used, sizeof *tokens);
     if (!tokens) return; /* metrics only: out of memory skips them */
-    int last = 0;
-    for (int t = 0; t < fj->fr.T; t++) {
-        const char *name = fj->fr.names[t];
-        if (!name) continue;
-        if (strcmp(job->used[last].name, name) != 0)
-            for (int u = 0; u < job->n_used; u++)
-                if (!strcmp(job->used[u].name, name)) {
-                    last = u;
-                    break;
-                }
-        if (!strcmp(job->used[last].name, name)) tokens[last]++;
-    }
+    for (int t = 0; t < fj->fr.T; t++)
+        if (names->of_token[t] >= 0 && names->of_token[t] < job->n_used) tokens[names->of_token[t]]++;
     ls_pool_count_served(srv->pool, job->used, tokens, job->n_used);
     free(tokens);
 }
@@ -276,15 +263,16 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     }
     ls_metrics_add_tokens(&srv->metrics, (uint64_t)fj->fr.T);
     ls_forward_count_adapters(srv, fj);
-    ls_forward_used *wire = calloc((size_t)(job->n_used ? job->n_used : 1), sizeof *wire);
+    /* The caller's names: a tenant's without its prefix. */
+    ls_pool_used *wire = calloc((size_t)(job->n_used ? job->n_used : 1), sizeof *wire);
     if (!wire) {
         ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
         return;
     }
     size_t bad;
     for (int i = 0; i < job->n_used; i++)
-        wire[i] = (ls_forward_used){ls_tenant_name_out(&fj->who, job->used[i].name), job->used[i].version,
-                                    job->used[i].slot};
+        wire[i] = (ls_pool_used){ls_tenant_name_out(&fj->who, job->used[i].name), job->used[i].version,
+                                 job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
         ls_error err;
         ls_error_init(&err);

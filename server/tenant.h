@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "config/api_keys.h"
+#include "lora/token_names.h"
 
 /* How often the key file is looked at for a change (mtime, size, inode). */
 #define LS_TENANTS_POLL_MS 500
@@ -72,9 +73,10 @@ void ls_tenant_of(const char *internal, char *out, size_t len);
  * path (len bytes of room) becomes TENANT/PATH in place; an absolute
  * path or a '..' component is 400. An admin's path is left as it is. */
 ls_status ls_tenant_path_in(const ls_principal *who, char *path, size_t len, ls_error *err);
-/* Rewrites the T names of a forward (owned, NULL = base) to pool names in
- * place; on a bad name fills err (nothing is then changed). */
-ls_status ls_tenant_forward_names(const ls_principal *who, char **names, int T, ls_error *err);
+/* Rewrites a forward's table of names to pool names (the table then
+ * holds copies; each token keeps its index); on a bad name fills err
+ * and changes nothing. */
+ls_status ls_tenant_forward_names(const ls_principal *who, ls_token_names *names, ls_error *err);
 
 /* Removes "TENANT/" of a scoped caller from an error body's text (len
  * bytes, in place; returns the new length), so that messages and hints

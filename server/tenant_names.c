@@ -48,27 +48,43 @@ const char *ls_tenant_name_out(const ls_principal *who, const char *internal) {
     return internal + tl + 1;
 }
 
-ls_status ls_tenant_forward_names(const ls_principal *who, char **names, int T, ls_error *err) {
-    if (!names || !ls_principal_scoped(who)) {
+/* The first token that names names[k] (for a message). */
+static int ls_tenant_first_token(const ls_token_names *tn, int k) {
+    for (int t = 0; tn->of_token && t < tn->T; t++)
+        if (tn->of_token[t] == k) return t;
+    return 0;
+}
+
+ls_status ls_tenant_forward_names(const ls_principal *who, ls_token_names *tn, ls_error *err) {
+    char one[130];
+    if (!ls_principal_scoped(who)) {
         /* An admin's names were read by the forward's own rule; a pool
          * name with a tenant is checked here. */
-        for (int t = 0; names && t < T; t++)
-            if (names[t] && !ls_adapter_pool_name_valid(names[t]))
-                return ls_error_set(err, LS_INVALID_REQUEST, NULL, "adapter name of token %d is not valid", t);
+        for (int k = 0; k < tn->n; k++)
+            if (!ls_adapter_pool_name_valid(tn->names[k]))
+                return ls_error_set(err, LS_INVALID_REQUEST, NULL, "adapter name of token %d is not valid",
+                                    ls_tenant_first_token(tn, k));
         return LS_OK;
     }
+    if (!tn->n) return LS_OK;
     /* Checked whole first, so that a bad name changes nothing. */
-    char one[130];
-    for (int t = 0; t < T; t++)
-        if (names[t] && ls_tenant_name_in(who, names[t], one, sizeof one, err) != LS_OK) return err->code;
-    for (int t = 0; t < T; t++) {
-        if (!names[t]) continue;
-        ls_tenant_name_in(who, names[t], one, sizeof one, err);
-        char *q = strdup(one);
-        if (!q) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-        free(names[t]);
-        names[t] = q;
+    for (int k = 0; k < tn->n; k++)
+        if (ls_tenant_name_in(who, tn->names[k], one, sizeof one, err) != LS_OK) return err->code;
+    /* A tenant's prefix maps names one to one: the same indices. */
+    ls_token_names mapped;
+    ls_token_names_init(&mapped, false);
+    bool ok = true;
+    for (int k = 0; k < tn->n && ok; k++) {
+        ls_tenant_name_in(who, tn->names[k], one, sizeof one, err);
+        ok = ls_token_names_index(&mapped, one) == k;
     }
+    for (int t = 0; t < tn->T && ok; t++) ok = ls_token_names_push(&mapped, tn->of_token[t]);
+    if (!ok) {
+        ls_token_names_free(&mapped);
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    }
+    ls_token_names_free(tn);
+    *tn = mapped;
     return LS_OK;
 }
 

@@ -2,12 +2,18 @@
  * start from, the call, its retry and its outputs. */
 #include "tests/fault/fault_cases.h"
 
+#include <string.h>
+
 #include "tests/util/pool_fixture.h"
 #include "tests/util/testutil.h"
 
 /* Tokens of the forward and the names they ask for (NULL: base only). */
 #define FC_T 7
-static const char *const fc_names[FC_T] = {"B", "A", NULL, "C", "B", "D", "A"};
+/* The tokens' adapters B, A, base, C, B, D, A as the request parser
+ * builds them: each distinct name once, an index per token. */
+static const char *fc_adapters[] = {"B", "A", "C", "D"};
+static int fc_of_token[FC_T] = {0, 1, -1, 2, 0, 3, 1};
+static const ls_token_names fc_names = {.T = FC_T, .n = 4, .names = fc_adapters, .of_token = fc_of_token, .borrow = true};
 
 static char *fc_adapter_dir;  /* peft1/ and bare.safetensors */
 static char *fc_restore_tmpl; /* the state directory every restore starts from */
@@ -167,7 +173,7 @@ static ls_status fc_op_run(void *ctx, ls_error *err) {
     case FC_DELETE:
         return ls_pool_delete(p, "A", err);
     case FC_FORWARD:
-        return ls_pool_forward(p, 0, FC_T, c->x, c->g, fc_names, c->y, c->used, &c->n_used, err);
+        return ls_pool_forward(p, 0, FC_T, c->x, c->g, &fc_names, c->y, c->used, &c->n_used, err);
     case FC_RESTORE:
         return ls_pool_restore(p, &c->restored, err);
     }
@@ -215,7 +221,7 @@ static void fc_outputs(void *ctx, fx_blob *out) {
         fx_blob_add(out, c->y, sizeof c->y);
         fx_blob_add(out, &c->n_used, sizeof c->n_used);
         for (int i = 0; i < c->n_used; i++) {
-            fx_blob_add(out, c->used[i].name, sizeof c->used[i].name);
+            fx_blob_add(out, c->used[i].name, strlen(c->used[i].name) + 1);
             fx_blob_add(out, &c->used[i].version, sizeof c->used[i].version);
         }
         break;

@@ -49,8 +49,11 @@ static void fw_outputs(void *ctx, fx_blob *out) {
     fx_blob_add(out, &r->base64, sizeof r->base64);
     fx_blob_add(out, r->x, (size_t)r->T * (size_t)fx_dims.H * sizeof(float));
     if (r->gammas) fx_blob_add(out, r->gammas, (size_t)r->T * (size_t)fx_dims.n * sizeof(float));
-    for (int t = 0; r->names && t < r->T; t++)
-        fx_blob_add(out, r->names[t] ? r->names[t] : "", r->names[t] ? strlen(r->names[t]) + 1 : 1);
+    const ls_token_names *tn = &r->names;
+    for (int t = 0; tn->of_token && t < r->T; t++) {
+        const char *name = tn->of_token[t] >= 0 ? tn->names[tn->of_token[t]] : "";
+        fx_blob_add(out, name, strlen(name) + 1);
+    }
 }
 
 static void fw_sweep(const char *what, int body) {

@@ -72,6 +72,33 @@ static void check_y(const json_t *y, const float *v, int rows, int cols) {
     ls_error_free(&err);
 }
 
+/* Token t's adapter name, NULL for the base model. */
+static const char *token_name(const ls_forward_req *req, int t) {
+    const ls_token_names *tn = &req->names;
+    return tn->of_token && tn->of_token[t] >= 0 ? tn->names[tn->of_token[t]] : NULL;
+}
+
+/* The table's rule: valid names, each once, each first named by a token
+ * in the order of the table (so every one is named). */
+static void check_names(const ls_forward_req *req) {
+    const ls_token_names *tn = &req->names;
+    FUZZ_CHECK(tn->n >= 0 && tn->n <= req->T && (tn->n == 0 || tn->of_token));
+    if (!tn->of_token) return;
+    FUZZ_CHECK(tn->T == req->T);
+    check_alloc(tn->of_token, (size_t)req->T * sizeof *tn->of_token);
+    for (int k = 0; k < tn->n; k++) {
+        FUZZ_CHECK(ls_adapter_pool_name_valid(tn->names[k]));
+        for (int j = 0; j < k; j++) FUZZ_CHECK(strcmp(tn->names[j], tn->names[k]));
+    }
+    int seen = 0;
+    for (int t = 0; t < req->T; t++) {
+        const int k = tn->of_token[t];
+        FUZZ_CHECK(k >= -1 && k < tn->n && k <= seen);
+        if (k == seen) seen++;
+    }
+    FUZZ_CHECK(seen == tn->n);
+}
+
 static void check_accepted(const ls_forward_req *req, const json_t *doc) {
     const int T = req->T, H = DIMS.H, n = DIMS.n;
     FUZZ_CHECK(T >= 1 && T <= MAX_TOKENS && req->layer >= 0 && req->layer < DIMS.L);
@@ -81,10 +108,7 @@ static void check_accepted(const ls_forward_req *req, const json_t *doc) {
         check_alloc(req->gammas, (size_t)T * n * sizeof(float));
         for (size_t i = 0; i < (size_t)T * n; i++) FUZZ_CHECK(isfinite(req->gammas[i]));
     }
-    if (req->names) {
-        check_alloc(req->names, (size_t)T * sizeof *req->names);
-        for (int t = 0; t < T; t++) FUZZ_CHECK(!req->names[t] || ls_adapter_pool_name_valid(req->names[t]));
-    }
+    check_names(req);
 
     /* jansson's reading of the same body says the same. */
     FUZZ_CHECK(json_is_object(doc));
@@ -97,20 +121,20 @@ static void check_accepted(const ls_forward_req *req, const json_t *doc) {
     FUZZ_CHECK(!req->gammas == (!g || json_is_null(g)));
     if (req->gammas) check_tensor(g, req->gammas, T, n);
     if (json_is_array(list)) {
-        FUZZ_CHECK(req->names && json_array_size(list) == (size_t)T);
+        FUZZ_CHECK(req->names.of_token && json_array_size(list) == (size_t)T);
         for (int t = 0; t < T; t++) {
             const json_t *e = json_array_get(list, (size_t)t);
-            FUZZ_CHECK(json_is_null(e) ? !req->names[t] : !strcmp(json_string_value(e), req->names[t]));
+            FUZZ_CHECK(json_is_null(e) ? !token_name(req, t) : !strcmp(json_string_value(e), token_name(req, t)));
         }
     } else if (json_is_string(one)) {
-        FUZZ_CHECK(req->names);
-        for (int t = 0; t < T; t++) FUZZ_CHECK(req->names[t] && !strcmp(req->names[t], json_string_value(one)));
+        FUZZ_CHECK(req->names.of_token && req->names.n == 1);
+        for (int t = 0; t < T; t++) FUZZ_CHECK(token_name(req, t) && !strcmp(token_name(req, t), json_string_value(one)));
     } else {
-        FUZZ_CHECK(!req->names);
+        FUZZ_CHECK(!req->names.of_token);
     }
 
     /* The responses carry x (as y) back unchanged. */
-    const ls_forward_used used[] = {{"a", 1, 0}, {"b.c-d_e", UINT64_MAX, 7}};
+    const ls_pool_used used[] = {{"a", 1, 0}, {"b.c-d_e", UINT64_MAX, 7}};
     char *text = ls_forward_resp_json(req, H, req->x, used, 2);
     FUZZ_CHECK(text);
     json_error_t je;

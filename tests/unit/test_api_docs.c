@@ -1,8 +1,8 @@
 /* The API reference against the status table: docs/api.md names every
  * wire code (as `code`), and docs/openapi.json's ErrorCode enum is exactly
  * the table's codes, with each ErrorNNN response listing exactly the codes
- * of status NNN. So a code added to common/status.h fails here until both
- * documents say what it is. */
+ * of status NNN (server/http_status.c). So a code added to common/status.h
+ * fails here until both documents say what it is. */
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "common/status.h"
+#include "server/http_status.h"
 
 #ifndef LS_SOURCE_DIR
 #error "LS_SOURCE_DIR must name the source tree (tests/CMakeLists.txt sets it)"
@@ -76,7 +76,7 @@ static void test_api_md_names_every_code(void **state) {
         char quoted[96];
         snprintf(quoted, sizeof quoted, "`%s`", ls_status_code((ls_status)s));
         if (!strstr(md, quoted)) {
-            fprintf(stderr, "docs/api.md does not name %s (HTTP %d)\n", quoted, ls_status_table_http((ls_status)s));
+            fprintf(stderr, "docs/api.md does not name %s (HTTP %d)\n", quoted, ls_http_status((ls_status)s));
             missing++;
         }
     }
@@ -117,7 +117,7 @@ static void test_openapi_error_responses_follow_the_table(void **state) {
     for (int s = 0; s < LS_STATUS_COUNT; s++) {
         if (s == LS_OK) continue;
         char key[16];
-        snprintf(key, sizeof key, "Error%d", ls_status_table_http((ls_status)s));
+        snprintf(key, sizeof key, "Error%d", ls_http_status((ls_status)s));
         const json_t *codes = response_codes(json_object_get(responses, key));
         if (!json_is_array(codes) || !enum_has(codes, ls_status_code((ls_status)s))) {
             fprintf(stderr, "%s does not list %s\n", key, ls_status_code((ls_status)s));
@@ -136,7 +136,7 @@ static void test_openapi_error_responses_follow_the_table(void **state) {
         json_array_foreach(codes, i, v) {
             bool found = false;
             for (int s = 1; s < LS_STATUS_COUNT && !found; s++)
-                found = !strcmp(json_string_value(v), ls_status_code((ls_status)s)) && ls_status_table_http((ls_status)s) == http;
+                found = !strcmp(json_string_value(v), ls_status_code((ls_status)s)) && ls_http_status((ls_status)s) == http;
             if (!found) {
                 fprintf(stderr, "%s lists %s, which is not a code of HTTP %d\n", key, json_string_value(v), http);
                 bad++;

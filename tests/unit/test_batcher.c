@@ -5,6 +5,7 @@
  * exactly once per accepted job, and freeing the batcher runs what is
  * queued and refuses what comes after. On a model with a shared-expert
  * gate, jobs that send gammas and jobs that do not never share a call. */
+#include "tests/util/pool_cases.h"
 #include "tests/util/pool_fixture.h"
 
 #include "server/batcher.h"
@@ -29,7 +30,8 @@ typedef struct {
     bt_tracker *tr;
     atomic_int done_calls;
     float *x, *g, *y;
-    const char **names;
+    const char **names;   /* a string per token, or NULL */
+    ls_token_names table; /* names as the job carries them */
     ls_pool_used *used;
 } bt_job;
 
@@ -73,11 +75,12 @@ static void bt_job_init(bt_job *j, bt_tracker *tr, int layer, int T, const char 
     for (int i = 0; i < T * D.H; i++) j->x[i] = pt_uniform(&seed, 1.0f);
     for (int i = 0; with_gammas && i < T * D.n; i++) j->g[i] = 1.0f + pt_uniform(&seed, 0.5f);
     for (int t = 0; n_names && t < T; t++) j->names[t] = names[t % n_names];
+    pc_names(&j->table, T, j->names);
     j->job = (ls_batch_job){.layer = layer,
                             .T = T,
                             .x = j->x,
                             .gammas = j->g,
-                            .names = j->names,
+                            .names = j->names ? &j->table : NULL,
                             .y = j->y,
                             .used = j->used,
                             .done = bt_done,
@@ -90,6 +93,7 @@ static void bt_job_free(bt_job *j) {
     free(j->y);
     free(j->g);
     free(j->names);
+    ls_token_names_free(&j->table);
     free(j->used);
 }
 
@@ -113,7 +117,7 @@ static void bt_expect_alone(ls_pool *p, const bt_job *j) {
     int n_used = -1;
     ls_error err;
     ls_error_init(&err);
-    if (ls_pool_forward(p, job->layer, job->T, job->x, job->gammas, job->names, y, used, &n_used, &err) != LS_OK)
+    if (pc_pool_forward(p, job->layer, job->T, job->x, job->gammas, j->names, y, used, &n_used, &err) != LS_OK)
         fail_msg("alone: %s", err.message);
     assert_memory_equal(y, job->y, sizeof(float) * (size_t)job->T * D.H);
     assert_int_equal(n_used, job->n_used);
@@ -124,7 +128,7 @@ static void bt_expect_alone(ls_pool *p, const bt_job *j) {
     /* and the fake's formula, token by token */
     for (int t = 0; t < job->T; t++) {
         ls_adapter a, *ap = NULL;
-        const char *name = job->names ? job->names[t] : NULL;
+        const char *name = j->names ? j->names[t] : NULL;
         if (name) {
             pt_adapter(&D, BT_RANK, ls_fnv1a64(name), &a);
             ap = &a;
@@ -357,7 +361,7 @@ static void test_failed_batch_isolates_the_job(void **state) {
     float x[4 * 6] = {0}, y[4 * 6];
     ls_pool_used used[4];
     int n_used;
-    assert_int_equal(ls_pool_forward(f.p, 0, 4, x, NULL, others, y, used, &n_used, &err), LS_OK);
+    assert_int_equal(pc_pool_forward(f.p, 0, 4, x, NULL, others, y, used, &n_used, &err), LS_OK);
     assert_int_equal(bt_slot_of(f.p, "e"), -1);
     pt_fake_gate(f.fk, true);
     assert_int_equal(bt_submit(f.b, &blocker), LS_OK);

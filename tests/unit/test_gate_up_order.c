@@ -6,6 +6,7 @@
  * gate_up do not. The reference takes gate and up rows from the test's
  * own arrays, never from the normalised adapter. */
 #include "tests/util/adapter_fixture.h"
+#include "tests/util/pool_cases.h"
 #include "tests/util/pool_fixture.h"
 
 #include "lora/adapter_config.h"
@@ -98,7 +99,7 @@ static double run_case(ls_gate_up_order written, const char *declared) {
     const char *names[T] = {"a", NULL, "a", "a", NULL};
     ls_pool_used used[T];
     int n_used = 0;
-    if (ls_pool_forward(p, 0, T, x, g, names, y, used, &n_used, &err) != LS_OK) fail_msg("forward: %s", err.message);
+    if (pc_pool_forward(p, 0, T, x, g, names, y, used, &n_used, &err) != LS_OK) fail_msg("forward: %s", err.message);
 
     ref_factors rf;
     factors_ref(&f, 6.0 / R, &rf);

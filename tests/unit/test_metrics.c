@@ -441,7 +441,7 @@ static void test_pool_families(void **state) {
     float x[3 * 6] = {0}, y[3 * 6];
     ls_pool_used used[3];
     int n_used;
-    assert_int_equal(ls_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK);
+    assert_int_equal(pc_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK);
     text = ls_metrics_render(&m, p, NULL);
     assert_true(mt_value(text, "lorasink_pool_hits_total") == 2);
     free(text);
@@ -543,7 +543,7 @@ static void test_adapter_series(void **state) {
     float x[3 * 6] = {0}, y[3 * 6];
     ls_pool_used used[3];
     int n_used;
-    assert_int_equal(ls_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK); /* loads a again */
+    assert_int_equal(pc_pool_forward(p, 0, 3, x, NULL, names, y, used, &n_used, &err), LS_OK); /* loads a again */
     assert_int_equal(n_used, 1);
     const uint64_t tokens[] = {2};
     ls_pool_count_served(p, used, tokens, 1);

@@ -6,6 +6,7 @@
  * every token, exactly the result of the version it reports in used[]
  * run alone. Built to run clean under TSan and ASan+UBSan. */
 #include "common/text.h"
+#include "tests/util/pool_cases.h"
 #include "tests/util/pool_fixture.h"
 
 #include <inttypes.h>
@@ -115,7 +116,7 @@ static void *forward_worker(void *arg) {
         for (int i = 0; i < T * D.n; i++) g[i] = 1.0f + pt_uniform(&w->rng, 0.5f);
         int n_used = -1;
         ls_error_clear(&err);
-        ls_status st = ls_pool_forward(w->p, layer, T, x, g, names, y, used, &n_used, &err);
+        ls_status st = pc_pool_forward(w->p, layer, T, x, g, names, y, used, &n_used, &err);
         if (st == LS_ADAPTER_NOT_FOUND) {
             w->not_found++;
             continue;
@@ -373,7 +374,7 @@ static void *rr_deleter(void *arg) {
         ls_pool_used used[4];
         int n_used = 0;
         ls_error_clear(&err);
-        ls_status st = ls_pool_forward(w->p, 0, 4, x, g, names, y, used, &n_used, &err);
+        ls_status st = pc_pool_forward(w->p, 0, 4, x, g, names, y, used, &n_used, &err);
         W_REQUIRE(st == LS_OK || st == LS_ADAPTER_NOT_FOUND, "forward rr: %s", err.message);
         if (st == LS_OK) {
             W_REQUIRE(n_used == 1 && !strcmp(used[0].name, "rr"), "used");

@@ -6,6 +6,7 @@
  * versions, which slot each resident adapter is in, LRU order, pins, the
  * host tier), and every forward's y must equal the reference forward of
  * the versions it reports. */
+#include "tests/util/pool_cases.h"
 #include "tests/util/pool_fixture.h"
 
 #include <inttypes.h>
@@ -355,7 +356,7 @@ static void run(const run_cfg *rc) {
             ls_pool_used used[TMAX];
             int n_used = -1, distinct[TMAX], n_distinct = 0, slot_of[TMAX];
             ls_status want = m_forward(&m, T, tok, distinct, &n_distinct, slot_of);
-            ls_status got = ls_pool_forward(p, layer, T, x, g, names, y, used, &n_used, &err);
+            ls_status got = pc_pool_forward(p, layer, T, x, g, names, y, used, &n_used, &err);
             if (got != want) fail_msg("op %ld forward: got %s (%s), model %s", op, ls_status_code(got), err.message,
                                       ls_status_code(want));
             if (got == LS_OK) {

@@ -85,18 +85,34 @@ static void test_paths_and_forward(void **state) {
     snprintf(path, sizeof path, "/abs");
     assert_int_equal(ls_tenant_path_in(&admin, path, sizeof path, &err), LS_OK);
     assert_string_equal(path, "/abs");
-    /* A bad name among the tokens changes none of them. */
-    char *names[3] = {strdup("a"), NULL, strdup("b/c")};
+    /* A bad name among the tokens changes none of them; good ones keep
+     * each token's index (a, base, b, a). */
+    ls_token_names tn;
+    ls_token_names_init(&tn, false);
+    const int of[4] = {0, -1, 1, 0};
+    assert_int_equal(ls_token_names_index(&tn, "a"), 0);
+    assert_int_equal(ls_token_names_index(&tn, "b/c"), 1);
+    for (int t = 0; t < 4; t++) assert_true(ls_token_names_push(&tn, of[t]));
     ls_error_clear(&err);
-    assert_int_equal(ls_tenant_forward_names(&acme, names, 3, &err), LS_INVALID_REQUEST);
-    assert_string_equal(names[0], "a");
-    free(names[2]);
-    names[2] = strdup("b");
-    assert_int_equal(ls_tenant_forward_names(&acme, names, 3, &err), LS_OK);
-    assert_string_equal(names[0], "acme/a");
-    assert_null(names[1]);
-    assert_string_equal(names[2], "acme/b");
-    for (int i = 0; i < 3; i++) free(names[i]);
+    assert_int_equal(ls_tenant_forward_names(&acme, &tn, &err), LS_INVALID_REQUEST);
+    assert_string_equal(tn.names[0], "a");
+    assert_string_equal(tn.names[1], "b/c");
+    ls_token_names_free(&tn);
+    ls_token_names_init(&tn, false);
+    assert_int_equal(ls_token_names_index(&tn, "a"), 0);
+    assert_int_equal(ls_token_names_index(&tn, "b"), 1);
+    for (int t = 0; t < 4; t++) assert_true(ls_token_names_push(&tn, of[t]));
+    ls_error_clear(&err);
+    assert_int_equal(ls_tenant_forward_names(&acme, &tn, &err), LS_OK);
+    assert_int_equal(tn.n, 2);
+    assert_int_equal(tn.T, 4);
+    assert_string_equal(tn.names[0], "acme/a");
+    assert_string_equal(tn.names[1], "acme/b");
+    for (int t = 0; t < 4; t++) assert_int_equal(tn.of_token[t], of[t]);
+    /* An admin's names pass as they are when they are pool names. */
+    assert_int_equal(ls_tenant_forward_names(&admin, &tn, &err), LS_OK);
+    assert_string_equal(tn.names[0], "acme/a");
+    ls_token_names_free(&tn);
     ls_error_free(&err);
 }
 

@@ -75,6 +75,32 @@ void pc_fill_inputs(int T, float *x, float *g, uint64_t seed) {
     for (long i = 0; i < (long)T * pc_dims.n; i++) g[i] = 1.0f + pt_uniform(&seed, 0.5f);
 }
 
+void pc_names(ls_token_names *tn, int T, const char *const *names) {
+    ls_token_names_init(tn, true);
+    for (int t = 0; names && t < T; t++) {
+        int k = names[t] ? ls_token_names_index(tn, names[t]) : -1;
+        assert_true(!names[t] || k >= 0);
+        assert_true(ls_token_names_push(tn, k));
+    }
+}
+
+ls_status pc_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *g, const char *const *names,
+                          float *y, ls_pool_used *used, int *n_used, ls_error *err) {
+    ls_token_names tn;
+    pc_names(&tn, T, names);
+    ls_status st = ls_pool_forward(p, layer, T, x, g, &tn, y, used, n_used, err);
+    ls_token_names_free(&tn);
+    return st;
+}
+
+size_t pc_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered) {
+    ls_token_names tn;
+    pc_names(&tn, T, names);
+    size_t bytes = ls_pool_forward_read_bytes(p, &tn, unregistered);
+    ls_token_names_free(&tn);
+    return bytes;
+}
+
 /* Allocates and frees its own inputs and outputs. */
 ls_status pc_fwd(ls_pool *p, int layer, int T, const char *const *names, ls_pool_used *used, int *n_used,
                  float *y_out, ls_error *err) {
@@ -86,7 +112,7 @@ ls_status pc_fwd(ls_pool *p, int layer, int T, const char *const *names, ls_pool
     int n_local = 0;
     if (!used) used = local, n_used = &n_local;
     pc_fill_inputs(T, x, g, 99 + (uint64_t)T);
-    ls_status st = ls_pool_forward(p, layer, T, x, g, names, y, used, n_used, err);
+    ls_status st = pc_pool_forward(p, layer, T, x, g, names, y, used, n_used, err);
     for (int t = 0; st == LS_OK && t < T; t++) {
         const char *name = names ? names[t] : NULL;
         ls_adapter a, *ap = NULL;

@@ -44,6 +44,16 @@ ls_adapter_info pc_describe(ls_pool *p, const char *name);
 /* Deterministic x [T, H] and gammas [T, n] from seed. */
 void pc_fill_inputs(int T, float *x, float *g, uint64_t seed);
 
+/* The table of a string per token (NULL = base; names NULL = none, as
+ * a request that names no adapter), borrowing the strings: free it with
+ * ls_token_names_free. Fails the test when out of memory. */
+void pc_names(ls_token_names *tn, int T, const char *const *names);
+/* ls_pool_forward and ls_pool_forward_read_bytes with a string per token,
+ * as the tests write forwards (used[].name points into names). */
+ls_status pc_pool_forward(ls_pool *p, int layer, int T, const float *x, const float *g, const char *const *names,
+                          float *y, ls_pool_used *used, int *n_used, ls_error *err);
+size_t pc_read_bytes(ls_pool *p, int T, const char *const *names, bool unregistered);
+
 /* Runs a forward on deterministic inputs. On success checks every token's
  * y bit for bit against the fake's formula for the version used[] names.
  * used and n_used may be NULL (then a local list is used); y_out (T*H
