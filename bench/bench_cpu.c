@@ -428,6 +428,19 @@ static ls_backend *ls_bench_backend(const ls_bench_opts *o, const ls_row_kind *k
 
 static const char *ls_compute_name(ls_cpu_compute c) { return c == LS_CPU_COMPUTE_BF16 ? "bf16" : "f32"; }
 
+/* bf16 compute's distance from f32 compute on the same batch. */
+static void ls_bench_accuracy(float *const *acc_y, size_t count) {
+    if (acc_y[2] && acc_y[1])
+        printf("accuracy: bf16 compute vs f32 compute (bf16 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[2], acc_y[1], count));
+    if (acc_y[2] && acc_y[0])
+        printf("accuracy: bf16 compute vs f32 compute (f32 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[2], acc_y[0], count));
+    if (acc_y[1] && acc_y[0])
+        printf("accuracy: f32 compute, bf16 weights vs f32 weights, T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[1], acc_y[0], count));
+}
+
 /* The table and the ratio lines of every row measured (ms > 0). */
 static void ls_bench_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], const double *floor_ms,
                             double sgemm_gf[NROWS][NT][NA], double lora_ms, const char *const *isa_name,
@@ -507,43 +520,32 @@ static void ls_bench_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], co
                         printf("peer: %s/%s T=%d adapters=%d ours %.3f ms / %s %.3f ms = %.2f\n",
                                ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), Ts[ti], As[ai],
                                ms[di][ti][ai], peers[p].label, peers[p].ms[ti][ai], ms[di][ti][ai] / peers[p].ms[ti][ai]);
-    const size_t count = (size_t)ACC_T * H;
-    if (acc_y[2] && acc_y[1])
-        printf("accuracy: bf16 compute vs f32 compute (bf16 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
-               ACC_A, ls_rel_l2(acc_y[2], acc_y[1], count));
-    if (acc_y[2] && acc_y[0])
-        printf("accuracy: bf16 compute vs f32 compute (f32 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
-               ACC_A, ls_rel_l2(acc_y[2], acc_y[0], count));
-    if (acc_y[1] && acc_y[0])
-        printf("accuracy: f32 compute, bf16 weights vs f32 weights, T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
-               ACC_A, ls_rel_l2(acc_y[1], acc_y[0], count));
+    ls_bench_accuracy(acc_y, (size_t)ACC_T * H);
 }
 
-int main(int argc, char **argv) {
-    ls_bench_opts o = {.H = 2048, .F = 1024, .n = 2, .rank = 16, .threads = 2, .L = 4, .S = 8, .maxT = 2048,
-                       .isa = LS_CPU_ISA_AUTO};
-    int peer = 1, npy = 0, which = 2; /* 0 f32, 1 bf16, 2 both */
-    bool peak_only = false;
-    const char *python[MAX_PEERS];
+/* Reads the command line into o and the rest; false (usage printed) on
+ * anything it does not know. */
+static bool ls_bench_args(int argc, char **argv, ls_bench_opts *o, int *peer, int *which, bool *peak_only,
+                          const char **python, int *npy) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hidden") && i + 1 < argc) o.H = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) o.F = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) o.n = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) o.rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) o.max_rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--factors") && i + 1 < argc) o.bf16_factors = !strcmp(argv[++i], "bf16");
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o.threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) o.L = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
-        else if (!strcmp(argv[i], "--no-peer")) peer = 0;
-        else if (!strcmp(argv[i], "--fma-peak")) peak_only = true;
+        if (!strcmp(argv[i], "--hidden") && i + 1 < argc) o->H = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) o->F = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) o->n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) o->rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) o->max_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--factors") && i + 1 < argc) o->bf16_factors = !strcmp(argv[++i], "bf16");
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o->threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) o->L = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc && *npy < MAX_PEERS) python[(*npy)++] = argv[++i];
+        else if (!strcmp(argv[i], "--no-peer")) *peer = 0;
+        else if (!strcmp(argv[i], "--fma-peak")) *peak_only = true;
         else if (!strcmp(argv[i], "--compute") && i + 1 < argc) {
             const char *v = argv[++i];
-            which = !strcmp(v, "f32") ? 0 : !strcmp(v, "bf16") ? 1 : !strcmp(v, "both") ? 2 : -1;
-            if (which < 0) return 2;
+            *which = !strcmp(v, "f32") ? 0 : !strcmp(v, "bf16") ? 1 : !strcmp(v, "both") ? 2 : -1;
+            if (*which < 0) return false;
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *v = argv[++i];
-            o.isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
+            o->isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
                     : !strcmp(v, "avx2") ? LS_CPU_ISA_AVX2
                     : !strcmp(v, "generic") ? LS_CPU_ISA_GENERIC
                                             : LS_CPU_ISA_AUTO;
@@ -553,9 +555,19 @@ int main(int argc, char **argv) {
                             "[--compute f32|bf16|both] [--python PATH]... [--no-peer]\n"
                             "       %s --fma-peak [--threads N] [--isa ...]\n",
                     argv[0], argv[0]);
-            return 2;
+            return false;
         }
     }
+    return true;
+}
+
+int main(int argc, char **argv) {
+    ls_bench_opts o = {.H = 2048, .F = 1024, .n = 2, .rank = 16, .threads = 2, .L = 4, .S = 8, .maxT = 2048,
+                       .isa = LS_CPU_ISA_AUTO};
+    int peer = 1, npy = 0, which = 2; /* 0 f32, 1 bf16, 2 both */
+    bool peak_only = false;
+    const char *python[MAX_PEERS];
+    if (!ls_bench_args(argc, argv, &o, &peer, &which, &peak_only, python, &npy)) return 2;
     if (o.max_rank == 0) o.max_rank = o.rank;
     if (o.L < 1 || o.threads < 1 || o.rank < 1 || o.max_rank < o.rank) return 2;
     if (peak_only) {
