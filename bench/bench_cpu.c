@@ -20,9 +20,19 @@
  * full fp32 values).
  * --fma-peak prints only that FMA peak, in GFLOP/s, and exits
  * (bench/bench_http.sh bounds what batching can gain with it).
+ * --compute f32|bf16|both (default both) picks the engine's arithmetic:
+ * rows of f32 compute on f32 and bf16 weights, and of bf16 compute (the
+ * weights packed in bf16 whatever they were). The bf16 rows' compute
+ * floor is the VDPBF16PS peak where the CPU has AVX512-BF16, measured as
+ * the FMA peak is; elsewhere bf16 compute is emulated with FMAs and its
+ * floor is the FMA peak (said in the output). PyTorch runs once in fp32
+ * and once with bf16 tensors, as a user writes either. The accuracy of
+ * bf16 compute is printed too: the relative L2 distance of its outputs
+ * from f32 compute's on the same inputs.
  *   bench_cpu [--hidden H] [--intermediate F] [--experts n] [--rank r]
  *             [--max-rank R] [--factors f32|bf16] [--threads N] [--layers L]
- *             [--isa auto|avx512|avx2|generic] [--python PATH]... [--no-peer]
+ *             [--isa auto|avx512|avx2|generic] [--compute f32|bf16|both]
+ *             [--python PATH]... [--no-peer]
  *   bench_cpu --fma-peak [--threads N] [--isa auto|avx512|avx2|generic] */
 #include <cblas.h>
 #include <immintrin.h>
@@ -37,6 +47,19 @@
 #include "gpu/cpu/kernels.h"
 
 #define MAX_PEERS 4
+
+/* The rows: weight storage and the engine's arithmetic. */
+typedef struct {
+    ls_dtype dt;
+    ls_cpu_compute compute;
+} ls_row_kind;
+static const ls_row_kind ROWS[] = {{LS_DTYPE_F32, LS_CPU_COMPUTE_F32},
+                                   {LS_DTYPE_BF16, LS_CPU_COMPUTE_F32},
+                                   {LS_DTYPE_BF16, LS_CPU_COMPUTE_BF16}};
+#define NROWS 3
+/* The batch whose outputs bf16 compute's accuracy is measured on. */
+#define ACC_T 256
+#define ACC_A 8
 
 static const int Ts[] = {1, 16, 256, 2048}, As[] = {1, 8};
 #define NT 4
@@ -120,6 +143,8 @@ static void *ls_copy_run(void *p) {
 }
 
 /* Best of 5 copies of 256 MiB, in bytes per second (bytes copied / time). */
+static double ls_bw_last; /* the last bandwidth measured, for the report */
+
 static double ls_memcpy_bandwidth(int threads) {
     const size_t bytes = (size_t)256 << 20;
     char *src = ls_xmalloc(bytes), *dst = ls_xmalloc(bytes);
@@ -143,6 +168,7 @@ static double ls_memcpy_bandwidth(int threads) {
     }
     free(src);
     free(dst);
+    ls_bw_last = best;
     return best;
 }
 
@@ -183,6 +209,21 @@ __attribute__((target("avx2,fma"))) static float ls_peak_avx2(void) {
     }
     return s;
 }
+/* VDPBF16PS: 12 independent accumulators, each instruction 2 multiply-
+ * adds a lane (32 FLOPs a 16-lane instruction). */
+__attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl"))) static float ls_peak_avx512bf16(void) {
+    __m512 acc[12];
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F), c = (__m512bh)_mm512_set1_epi32(0x3A833A83);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < LS_PEAK_ITERS; n++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbf16_ps(acc[i], b, c);
+    float s = 0;
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
+    return s;
+}
 static float ls_peak_generic(void) {
     float acc[12];
     for (int i = 0; i < 12; i++) acc[i] = (float)i;
@@ -195,13 +236,16 @@ static float ls_peak_generic(void) {
 }
 
 typedef struct {
-    int lanes; /* 16, 8 or 1 */
+    int lanes; /* 16, 8 or 1; 32: VDPBF16PS (16 lanes, 2 multiply-adds each) */
     float sink;
 } ls_peak_job;
 
 static void *ls_peak_run(void *p) {
     ls_peak_job *j = p;
-    j->sink = j->lanes == 16 ? ls_peak_avx512() : j->lanes == 8 ? ls_peak_avx2() : ls_peak_generic();
+    j->sink = j->lanes == 32   ? ls_peak_avx512bf16()
+              : j->lanes == 16 ? ls_peak_avx512()
+              : j->lanes == 8  ? ls_peak_avx2()
+                               : ls_peak_generic();
     return NULL;
 }
 
@@ -209,7 +253,8 @@ static void *ls_peak_run(void *p) {
  * "generic"). */
 static int ls_isa_lanes(const char *name) { return !strcmp(name, "avx512") ? 16 : !strcmp(name, "avx2") ? 8 : 1; }
 
-/* FLOP/s of `threads` threads doing nothing but FMAs `lanes` wide, best of 3. */
+/* FLOP/s of `threads` threads doing nothing but FMAs `lanes` wide (32:
+ * VDPBF16PS, as 32 multiply-adds an instruction), best of 3. */
 static double ls_fma_peak(int threads, int lanes) {
     pthread_t tid[64];
     ls_peak_job job[64];
@@ -288,13 +333,14 @@ typedef struct {
 
 /* Runs torch_cpu.py under python; false (with the reason printed) when it
  * gave no timings. */
-static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int threads, ls_peer *out) {
+static bool ls_peer_run(const char *python, const char *dtype, int H, int F, int n, int rank, int threads,
+                        ls_peer *out) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "'%s' '%s/torch_cpu.py' --hidden %d --intermediate %d --experts %d --rank %d --threads %d 2>&1", python,
-             LS_BENCH_DIR, H, F, n, rank, threads);
+             "'%s' '%s/torch_cpu.py' --hidden %d --intermediate %d --experts %d --rank %d --threads %d --dtype %s 2>&1",
+             python, LS_BENCH_DIR, H, F, n, rank, threads, dtype);
     memset(out, 0, sizeof *out);
-    snprintf(out->label, sizeof out->label, "%s", python);
+    snprintf(out->label, sizeof out->label, "%s, %s", python, dtype);
     FILE *p = popen(cmd, "r");
     char line[512];
     int got = 0;
@@ -307,7 +353,7 @@ static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int t
                 for (int ai = 0; ai < NA; ai++)
                     if (Ts[ti] == T && As[ai] == A) out->ms[ti][ai] = ms, got++;
         } else if (sscanf(line, "{\"torch\": \"%63[^\"]\"}", version) == 1) {
-            snprintf(out->label, sizeof out->label, "pytorch %s (%s)", version, python);
+            snprintf(out->label, sizeof out->label, "pytorch %s %s (%s)", version, dtype, python);
         } else {
             printf("peer %s: %s", python, line);
         }
@@ -317,53 +363,227 @@ static bool ls_peer_run(const char *python, int H, int F, int n, int rank, int t
     return got > 0;
 }
 
-int main(int argc, char **argv) {
-    int H = 2048, F = 1024, n = 2, rank = 16, max_rank = 0, threads = 2, L = 4, peer = 1, npy = 0;
-    bool bf16_factors = false, peak_only = false;
-    const char *python[MAX_PEERS];
-    ls_cpu_isa isa = LS_CPU_ISA_AUTO;
+/* Relative L2 distance of y from ref (count values). */
+static double ls_rel_l2(const float *y, const float *ref, size_t count) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < count; i++) {
+        double e = (double)y[i] - ref[i];
+        d += e * e, r += (double)ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+typedef struct {
+    int H, F, n, rank, max_rank, threads, L, S, maxT;
+    bool bf16_factors;
+    ls_cpu_isa isa;
+} ls_bench_opts;
+
+/* One row kind's backend: the base weights uploaded to every layer and S
+ * adapters of the given rank (padded to max_rank, the same in every row)
+ * written; NULL (said)
+ * when the backend refuses the configuration. */
+static ls_backend *ls_bench_backend(const ls_bench_opts *o, const ls_row_kind *k, ls_bench_ctx *c,
+                                    double *lora_bytes) {
+    /* The same adapters in every row, so the rows' outputs compare. */
+    unsigned seed_state = 777, *seed = &seed_state;
+    ls_backend_config cfg = {.dims = {.n = o->n, .H = o->H, .F = o->F, .L = o->L, .w13_layout = LS_W13_INTERLEAVED},
+                             .pool = {.slots = o->S, .max_rank = o->max_rank, .layout = LS_LORA_SHARED,
+                                      .max_tokens = o->maxT},
+                             .dtype = k->dt,
+                             .threads = o->threads,
+                             .cpu_isa = o->isa,
+                             .cpu_compute = k->compute};
+    ls_error err;
+    ls_error_init(&err);
+    ls_backend *be = NULL;
+    if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
+        printf("cpu backend (%s weights, %s compute): %s\n", ls_dtype_name(k->dt),
+               k->compute == LS_CPU_COMPUTE_BF16 ? "bf16" : "f32", err.message);
+        ls_error_free(&err);
+        return NULL;
+    }
+    for (int l = 0; l < o->L; l++) {
+        const ls_base_layer bl = ls_base_layer_f32(c->w13, c->w2);
+        if (ls_backend_upload_base(be, l, &bl, &err) != LS_OK) exit(1);
+    }
+    size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
+           lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
+    float *fa = ls_xmalloc(la * 4), *fb = ls_xmalloc(lb * 4), *fc = ls_xmalloc(lc * 4), *fd = ls_xmalloc(ld * 4);
+    for (int s = 0; s < o->S; s++)
+        for (int l = 0; l < o->L; l++) {
+            ls_fill(fa, la, seed, 0.05f), ls_fill(fb, lb, seed, 0.05f), ls_fill(fc, lc, seed, 0.05f),
+                ls_fill(fd, ld, seed, 0.05f);
+            ls_pad_rank(fa, fb, fc, fd, o->n, o->H, o->F, o->max_rank, o->rank);
+            if (o->bf16_factors) ls_round_bf16(fa, la), ls_round_bf16(fb, lb), ls_round_bf16(fc, lc), ls_round_bf16(fd, ld);
+            ls_slot_factors f = {fa, fb, fc, fd};
+            if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) exit(1);
+        }
+    free(fa), free(fb), free(fc), free(fd);
+    /* Each factor has one rank axis: the slot keeps rank of max_rank. */
+    *lora_bytes = (double)(la + lb + lc + ld) / o->max_rank * o->rank * (o->bf16_factors ? 2 : 4);
+    ls_error_free(&err);
+    return be;
+}
+
+static const char *ls_compute_name(ls_cpu_compute c) { return c == LS_CPU_COMPUTE_BF16 ? "bf16" : "f32"; }
+
+/* bf16 compute's distance from f32 compute on the same batch. */
+static void ls_bench_accuracy(float *const *acc_y, size_t count) {
+    if (acc_y[2] && acc_y[1])
+        printf("accuracy: bf16 compute vs f32 compute (bf16 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[2], acc_y[1], count));
+    if (acc_y[2] && acc_y[0])
+        printf("accuracy: bf16 compute vs f32 compute (f32 weights), T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[2], acc_y[0], count));
+    if (acc_y[1] && acc_y[0])
+        printf("accuracy: f32 compute, bf16 weights vs f32 weights, T=%d, %d adapters: relative L2 %.3g\n", ACC_T,
+               ACC_A, ls_rel_l2(acc_y[1], acc_y[0], count));
+}
+
+/* The table and the ratio lines of every row measured (ms > 0). */
+static void ls_bench_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], const double *floor_ms,
+                            double sgemm_gf[NROWS][NT][NA], double lora_ms, const char *const *isa_name,
+                            float *const *acc_y, const ls_peer *peers, int np) {
+    const int n = o->n, H = o->H, F = o->F, rank = o->rank, threads = o->threads;
+    const char *f32_isa = isa_name[0] ? isa_name[0] : isa_name[1] ? isa_name[1] : "generic";
+    const double peak = ls_fma_peak(threads, ls_isa_lanes(f32_isa));
+    /* bf16 compute's floor: VDPBF16PS's own peak, or the FMAs that emulate it. */
+    const bool native = isa_name[2] && !strcmp(isa_name[2], "avx512bf16");
+    const double bf16_peak = !isa_name[2] ? 0 : native ? ls_fma_peak(threads, 32) : ls_fma_peak(threads, ls_isa_lanes(isa_name[2]));
+    double row_peak[NROWS] = {peak, peak, bf16_peak};
+    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d, %s factors), %d threads, %s kernels "
+           "(f32 compute), %s (bf16 compute), %d layers in turn\n",
+           n, H, F, rank, o->max_rank, o->bf16_factors ? "bf16" : "f32", threads, f32_isa,
+           isa_name[2] ? isa_name[2] : "not run", o->L);
+    printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", ls_bw_last / 1e9,
+           threads);
+    printf("# fma peak %.1f GFLOP/s (%d threads, %d lanes); compute floor = the forward's FLOPs / that peak\n",
+           peak / 1e9, threads, ls_isa_lanes(f32_isa));
+    if (isa_name[2])
+        printf("# bf16 peak %.1f GFLOP/s (%d threads): %s\n", bf16_peak / 1e9, threads,
+               native ? "VDPBF16PS, 2 multiply-adds a lane an instruction; the bf16 rows' compute floor"
+                      : "this CPU has no AVX512-BF16, so bf16 compute is emulated with FMAs and its floor is the "
+                        "FMA peak; the VDPBF16PS peak is not measurable here");
+    printf("| weights | compute | T | adapters | ours ms | floor ms | ours/floor | compute ms | ours/compute | ours "
+           "GFLOP/s | sgemm GFLOP/s | ours/sgemm |");
+    for (int p = 0; p < np; p++) printf(" torch%d ms | ours/torch%d |", p + 1, p + 1);
+    printf("\n|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (int p = 0; p < np; p++) printf("---|---|");
+    printf("\n");
+    for (int di = 0; di < NROWS; di++)
+        for (int ti = 0; ti < NT; ti++)
+            for (int ai = 0; ai < NA; ai++) {
+                if (ms[di][ti][ai] <= 0) continue;
+                int T = Ts[ti];
+                double flops = ls_forward_flops(T, n, H, F, rank);
+                double gf = flops / (ms[di][ti][ai] / 1e3) / 1e9;
+                double compute_ms = flops / row_peak[di] * 1e3;
+                printf("| %s | %s | %d | %d | %.3f | %.3f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f |",
+                       ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), T, As[ai], ms[di][ti][ai],
+                       floor_ms[di], ms[di][ti][ai] / floor_ms[di], compute_ms, ms[di][ti][ai] / compute_ms, gf,
+                       sgemm_gf[di][ti][ai], gf / sgemm_gf[di][ti][ai]);
+                for (int p = 0; p < np; p++) {
+                    double pm = peers[p].ms[ti][ai];
+                    if (pm > 0) printf(" %.3f | %.2f |", pm, ms[di][ti][ai] / pm);
+                    else printf(" | |");
+                }
+                printf("\n");
+            }
+    for (int p = 0; p < np; p++) printf("torch%d: %s, %d threads\n", p + 1, peers[p].label, threads);
+    for (int di = 0; di < NROWS; di++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int ai = 0; ai < NA; ai++)
+                if (ms[di][ti][ai] > 0) {
+                    const int T = Ts[ti];
+                    double compute_ms = ls_forward_flops(T, n, H, F, rank) / row_peak[di] * 1e3;
+                    const double with_lora = floor_ms[di] + As[ai] * lora_ms;
+                    printf("floor: %s/%s T=%d adapters=%d ours/floor time ratio %.2f (compute floor %.3f ms = %.2f "
+                           "of the memory floor; ours/compute %.2f; with the adapters' factors the memory floor is "
+                           "%.3f ms, ours/that %.2f)\n",
+                           ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), T, As[ai],
+                           ms[di][ti][ai] / floor_ms[di], compute_ms, compute_ms / floor_ms[di],
+                           ms[di][ti][ai] / compute_ms, with_lora, ms[di][ti][ai] / with_lora);
+                }
+    for (int di = 0; di < NROWS; di++)
+        for (int ti = 2; ti < NT; ti++)
+            for (int ai = 0; ai < NA; ai++)
+                if (ms[di][ti][ai] > 0)
+                    printf("engine: %s/%s T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", ls_dtype_name(ROWS[di].dt),
+                           ls_compute_name(ROWS[di].compute), Ts[ti], As[ai],
+                           ls_forward_flops(Ts[ti], n, H, F, rank) / (ms[di][ti][ai] / 1e3) / 1e9 / sgemm_gf[di][ti][ai]);
+    for (int p = 0; p < np; p++)
+        for (int di = 0; di < NROWS; di++)
+            for (int ti = 0; ti < NT; ti++)
+                for (int ai = 0; ai < NA; ai++)
+                    if (ms[di][ti][ai] > 0 && peers[p].ms[ti][ai] > 0)
+                        printf("peer: %s/%s T=%d adapters=%d ours %.3f ms / %s %.3f ms = %.2f\n",
+                               ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), Ts[ti], As[ai],
+                               ms[di][ti][ai], peers[p].label, peers[p].ms[ti][ai], ms[di][ti][ai] / peers[p].ms[ti][ai]);
+    ls_bench_accuracy(acc_y, (size_t)ACC_T * H);
+}
+
+/* Reads the command line into o and the rest; false (usage printed) on
+ * anything it does not know. */
+static bool ls_bench_args(int argc, char **argv, ls_bench_opts *o, int *peer, int *which, bool *peak_only,
+                          const char **python, int *npy) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hidden") && i + 1 < argc) H = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) F = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) n = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) max_rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--factors") && i + 1 < argc) bf16_factors = !strcmp(argv[++i], "bf16");
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc && npy < MAX_PEERS) python[npy++] = argv[++i];
-        else if (!strcmp(argv[i], "--no-peer")) peer = 0;
-        else if (!strcmp(argv[i], "--fma-peak")) peak_only = true;
-        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--hidden") && i + 1 < argc) o->H = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--intermediate") && i + 1 < argc) o->F = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) o->n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) o->rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-rank") && i + 1 < argc) o->max_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--factors") && i + 1 < argc) o->bf16_factors = !strcmp(argv[++i], "bf16");
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o->threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) o->L = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc && *npy < MAX_PEERS) python[(*npy)++] = argv[++i];
+        else if (!strcmp(argv[i], "--no-peer")) *peer = 0;
+        else if (!strcmp(argv[i], "--fma-peak")) *peak_only = true;
+        else if (!strcmp(argv[i], "--compute") && i + 1 < argc) {
             const char *v = argv[++i];
-            isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
-                  : !strcmp(v, "avx2") ? LS_CPU_ISA_AVX2
-                  : !strcmp(v, "generic") ? LS_CPU_ISA_GENERIC
-                                          : LS_CPU_ISA_AUTO;
+            *which = !strcmp(v, "f32") ? 0 : !strcmp(v, "bf16") ? 1 : !strcmp(v, "both") ? 2 : -1;
+            if (*which < 0) return false;
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *v = argv[++i];
+            o->isa = !strcmp(v, "avx512") ? LS_CPU_ISA_AVX512
+                    : !strcmp(v, "avx2") ? LS_CPU_ISA_AVX2
+                    : !strcmp(v, "generic") ? LS_CPU_ISA_GENERIC
+                                            : LS_CPU_ISA_AUTO;
         } else {
             fprintf(stderr, "usage: %s [--hidden H] [--intermediate F] [--experts n] [--rank r] [--max-rank R] "
                             "[--factors f32|bf16] [--threads N] [--layers L] [--isa auto|avx512|avx2|generic] "
-                            "[--python PATH]... [--no-peer]\n       %s --fma-peak [--threads N] [--isa ...]\n",
+                            "[--compute f32|bf16|both] [--python PATH]... [--no-peer]\n"
+                            "       %s --fma-peak [--threads N] [--isa ...]\n",
                     argv[0], argv[0]);
-            return 2;
+            return false;
         }
     }
-    if (max_rank == 0) max_rank = rank;
-    if (L < 1 || threads < 1 || rank < 1 || max_rank < rank) return 2;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    ls_bench_opts o = {.H = 2048, .F = 1024, .n = 2, .rank = 16, .threads = 2, .L = 4, .S = 8, .maxT = 2048,
+                       .isa = LS_CPU_ISA_AUTO};
+    int peer = 1, npy = 0, which = 2; /* 0 f32, 1 bf16, 2 both */
+    bool peak_only = false;
+    const char *python[MAX_PEERS];
+    if (!ls_bench_args(argc, argv, &o, &peer, &which, &peak_only, python, &npy)) return 2;
+    if (o.max_rank == 0) o.max_rank = o.rank;
+    if (o.L < 1 || o.threads < 1 || o.rank < 1 || o.max_rank < o.rank) return 2;
     if (peak_only) {
-        const ls_cpu_kernels *k = ls_cpu_kernels_for(isa); /* what the engine would run */
+        const ls_cpu_kernels *k = ls_cpu_kernels_for(o.isa); /* what the engine would run */
         if (!k) return 2;
-        printf("%.1f\n", ls_fma_peak(threads, ls_isa_lanes(k->name)) / 1e9);
+        printf("%.1f\n", ls_fma_peak(o.threads, ls_isa_lanes(k->name)) / 1e9);
         return 0;
     }
     if (npy == 0) python[npy++] = "/usr/bin/python3";
-    openblas_set_num_threads(threads);
-    const int maxT = 2048, S = 8;
+    openblas_set_num_threads(o.threads);
+    const int n = o.n, H = o.H, F = o.F, maxT = o.maxT, threads = o.threads, rank = o.rank;
     const double bw = ls_memcpy_bandwidth(threads);
 
     unsigned seed = 12345;
     size_t n13 = (size_t)n * 2 * F * H, n2 = (size_t)n * H * F;
-    ls_bench_ctx c = {.n = n, .H = H, .F = F, .L = L};
+    ls_bench_ctx c = {.n = n, .H = H, .F = F, .L = o.L};
     c.w13 = ls_xmalloc(n13 * 4);
     c.w2 = ls_xmalloc(n2 * 4);
     c.x = ls_xmalloc((size_t)maxT * H * 4);
@@ -378,52 +598,29 @@ int main(int argc, char **argv) {
     ls_fill(c.g, (size_t)maxT * n, &seed, 1.0f);
     ls_fill(c.a, (size_t)maxT * n * F, &seed, 1.0f);
 
-    ls_peer peers[MAX_PEERS];
+    /* PyTorch in fp32 and with bf16 tensors, each python in turn. */
+    ls_peer peers[2 * MAX_PEERS];
     int np = 0;
     for (int i = 0; peer && i < npy; i++)
-        if (ls_peer_run(python[i], H, F, n, rank, threads, &peers[np])) np++;
+        for (int d = 0; d < 2; d++)
+            if (ls_peer_run(python[i], d ? "bfloat16" : "float32", H, F, n, rank, threads, &peers[np])) np++;
 
-    const ls_dtype dts[] = {LS_DTYPE_F32, LS_DTYPE_BF16};
     /* sgemm GFLOP/s measured in turn with each of our rows */
-    double ms[2][NT][NA] = {{{0}}}, floor_ms[2] = {0}, sgemm_gf[2][NT][NA] = {{{0}}};
+    double ms[NROWS][NT][NA] = {{{0}}}, floor_ms[NROWS] = {0}, sgemm_gf[NROWS][NT][NA] = {{{0}}};
     double lora_ms = 0; /* one adapter's factors of one layer, streamed at bw */
-    const char *isa_name = "?";
-    for (int di = 0; di < 2; di++) {
-        ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
-                                 .pool = {.slots = S, .max_rank = max_rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
-                                 .dtype = dts[di],
-                                 .threads = threads,
-                                 .cpu_isa = isa};
-        ls_error err;
-        ls_error_init(&err);
-        ls_backend *be = NULL;
-        if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
-            fprintf(stderr, "cpu backend: %s\n", err.message);
-            return 1;
-        }
-        isa_name = ls_backend_isa(be);
+    const char *isa_name[NROWS] = {0};
+    float *acc_y[NROWS] = {0}; /* the ACC_T x ACC_A batch's outputs, for bf16's accuracy */
+    for (int di = 0; di < NROWS; di++) {
+        if ((which == 0 && ROWS[di].compute == LS_CPU_COMPUTE_BF16) ||
+            (which == 1 && ROWS[di].compute == LS_CPU_COMPUTE_F32 && ROWS[di].dt == LS_DTYPE_F32))
+            continue; /* --compute bf16 keeps the bf16-weight f32 row: its accuracy's reference */
+        double lora_bytes = 0;
+        ls_backend *be = ls_bench_backend(&o, &ROWS[di], &c, &lora_bytes);
+        if (!be) continue;
+        isa_name[di] = ls_backend_isa(be);
         c.be = be;
-        for (int l = 0; l < L; l++)
-            {
-                const ls_base_layer bl = ls_base_layer_f32(c.w13, c.w2);
-                if (ls_backend_upload_base(be, l, &bl, &err) != LS_OK) return 1;
-            }
-        size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
-               lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
-        float *fa = ls_xmalloc(la * 4), *fb = ls_xmalloc(lb * 4), *fc = ls_xmalloc(lc * 4), *fd = ls_xmalloc(ld * 4);
-        for (int s = 0; s < S; s++)
-            for (int l = 0; l < L; l++) {
-                ls_fill(fa, la, &seed, 0.05f), ls_fill(fb, lb, &seed, 0.05f), ls_fill(fc, lc, &seed, 0.05f),
-                    ls_fill(fd, ld, &seed, 0.05f);
-                ls_pad_rank(fa, fb, fc, fd, n, H, F, max_rank, rank);
-                if (bf16_factors) ls_round_bf16(fa, la), ls_round_bf16(fb, lb), ls_round_bf16(fc, lc), ls_round_bf16(fd, ld);
-                ls_slot_factors f = {fa, fb, fc, fd};
-                if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) return 1;
-            }
-        free(fa), free(fb), free(fc), free(fd);
-        floor_ms[di] = (double)(n13 + n2) * ls_dtype_size(dts[di]) / bw * 1e3;
-        /* Each factor has one rank axis: the slot keeps rank of max_rank. */
-        lora_ms = (double)(la + lb + lc + ld) / max_rank * rank * (bf16_factors ? 2 : 4) / bw * 1e3;
+        floor_ms[di] = (double)(n13 + n2) * ls_dtype_size(ROWS[di].dt) / bw * 1e3;
+        lora_ms = lora_bytes / bw * 1e3;
         for (int ti = 0; ti < NT; ti++)
             for (int ai = 0; ai < NA; ai++) {
                 if (As[ai] > Ts[ti]) continue; /* T tokens cannot use more adapters */
@@ -434,74 +631,15 @@ int main(int argc, char **argv) {
                 ms[di][ti][ai] = ours_s * 1e3;
                 sgemm_gf[di][ti][ai] = 2.0 * c.T * ((double)n * 2 * F * H + (double)n * H * F) / sgemm_s / 1e9;
             }
+        c.T = ACC_T, c.call = 0;
+        for (int t = 0; t < c.T; t++) c.slots[t] = t % ACC_A;
+        ls_bench_forward(&c);
+        acc_y[di] = ls_xmalloc((size_t)ACC_T * H * 4);
+        memcpy(acc_y[di], c.y, (size_t)ACC_T * H * 4);
         ls_backend_free(be);
-        ls_error_free(&err);
     }
-
-    const int lanes = ls_isa_lanes(isa_name);
-    const double peak = ls_fma_peak(threads, lanes);
-    printf("# lorasink CPU engine: n=%d H=%d F=%d rank=%d (pool max rank %d, %s factors), %d threads, %s kernels, %d "
-           "layers in turn\n",
-           n, H, F, rank, max_rank, bf16_factors ? "bf16" : "f32", threads, isa_name, L);
-    printf("# memcpy %.1f GB/s (256 MiB, %d threads); floor = one layer's weight bytes / that bandwidth\n", bw / 1e9,
-           threads);
-    printf("# fma peak %.1f GFLOP/s (%d threads, %d lanes); compute floor = the forward's FLOPs / that peak\n",
-           peak / 1e9, threads, lanes);
-    printf("| weights | T | adapters | ours ms | floor ms | ours/floor | compute ms | ours/compute | ours GFLOP/s | "
-           "sgemm GFLOP/s | ours/sgemm |");
-    for (int p = 0; p < np; p++) printf(" torch%d ms | ours/torch%d |", p + 1, p + 1);
-    printf("\n|---|---|---|---|---|---|---|---|---|---|---|");
-    for (int p = 0; p < np; p++) printf("---|---|");
-    printf("\n");
-    for (int di = 0; di < 2; di++)
-        for (int ti = 0; ti < NT; ti++)
-            for (int ai = 0; ai < NA; ai++) {
-                if (ms[di][ti][ai] <= 0) continue;
-                int T = Ts[ti];
-                double flops = ls_forward_flops(T, n, H, F, rank);
-                double gf = flops / (ms[di][ti][ai] / 1e3) / 1e9;
-                double compute_ms = flops / peak * 1e3;
-                printf("| %s | %d | %d | %.3f | %.3f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f |",
-                       ls_dtype_name(dts[di]), T, As[ai], ms[di][ti][ai], floor_ms[di], ms[di][ti][ai] / floor_ms[di],
-                       compute_ms, ms[di][ti][ai] / compute_ms, gf, sgemm_gf[di][ti][ai], gf / sgemm_gf[di][ti][ai]);
-                for (int p = 0; p < np; p++) {
-                    double pm = peers[p].ms[ti][ai];
-                    if (pm > 0) printf(" %.3f | %.2f |", pm, ms[di][ti][ai] / pm);
-                    else printf(" | |");
-                }
-                printf("\n");
-            }
-    for (int p = 0; p < np; p++) printf("torch%d: %s, fp32, %d threads\n", p + 1, peers[p].label, threads);
-    for (int di = 0; di < 2; di++)
-        for (int ti = 0; ti < 2; ti++)
-            for (int ai = 0; ai < NA; ai++)
-                if (ms[di][ti][ai] > 0) {
-                    const int T = Ts[ti];
-                    double compute_ms = ls_forward_flops(T, n, H, F, rank) / peak * 1e3;
-                    const double with_lora = floor_ms[di] + As[ai] * lora_ms;
-                    printf("floor: %s T=%d adapters=%d ours/floor time ratio %.2f (compute floor %.3f ms = %.2f of "
-                           "the memory floor; ours/compute %.2f; with the adapters' factors the memory floor is "
-                           "%.3f ms, ours/that %.2f)\n",
-                           ls_dtype_name(dts[di]), T, As[ai], ms[di][ti][ai] / floor_ms[di], compute_ms,
-                           compute_ms / floor_ms[di], ms[di][ti][ai] / compute_ms, with_lora,
-                           ms[di][ti][ai] / with_lora);
-                }
-    for (int ti = 2; ti < NT; ti++)
-        for (int ai = 0; ai < NA; ai++) {
-            int T = Ts[ti];
-            double flops = ls_forward_flops(T, n, H, F, rank);
-            for (int di = 0; di < 2; di++)
-                printf("engine: %s T=%d adapters=%d ours/sgemm GFLOP/s ratio %.2f\n", ls_dtype_name(dts[di]), T, As[ai],
-                       flops / (ms[di][ti][ai] / 1e3) / 1e9 / sgemm_gf[di][ti][ai]);
-        }
-    for (int p = 0; p < np; p++)
-        for (int di = 0; di < 2; di++)
-            for (int ti = 0; ti < NT; ti++)
-                for (int ai = 0; ai < NA; ai++)
-                    if (ms[di][ti][ai] > 0 && peers[p].ms[ti][ai] > 0)
-                        printf("peer: %s T=%d adapters=%d ours %.3f ms / %s %.3f ms = %.2f\n", ls_dtype_name(dts[di]),
-                               Ts[ti], As[ai], ms[di][ti][ai], peers[p].label, peers[p].ms[ti][ai],
-                               ms[di][ti][ai] / peers[p].ms[ti][ai]);
+    ls_bench_report(&o, ms, floor_ms, sgemm_gf, lora_ms, isa_name, acc_y, peers, np);
+    for (int di = 0; di < NROWS; di++) free(acc_y[di]);
     free(c.w13), free(c.w2), free(c.x), free(c.g), free(c.y), free(c.z), free(c.a), free(c.slots);
     return 0;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The lorasink forward (docs/math.md) in PyTorch on the CPU, fp32, written
-as a user would: the base GEMMs for all tokens, then the LoRA per adapter
+"""The lorasink forward (docs/math.md) in PyTorch on the CPU, in fp32 or
+with bf16 tensors (--dtype bfloat16: weights, factors and inputs made
+bf16 as a user serving in bf16 writes it; PyTorch's CPU kernels (oneDNN)
+accumulate in fp32), written as a user would: the base GEMMs for all tokens, then the LoRA per adapter
 group. Same shapes and token mix as bench_cpu; prints one JSON line per
 configuration: {"T", "adapters", "ms"} (median), after one line
-{"torch": version}. Install PyTorch with `apt-get install python3-torch`
+{"torch": version, "dtype": dtype}. Install PyTorch with `apt-get install python3-torch`
 (Debian 12) and run with /usr/bin/python3, or into a venv from PyPI.
 """
 import argparse
@@ -36,9 +38,11 @@ def main():
     ap.add_argument("--experts", type=int, default=2)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    print(json.dumps({"torch": torch.__version__}), flush=True)
+    dt = getattr(torch, a.dtype)
+    print(json.dumps({"torch": torch.__version__, "dtype": a.dtype}), flush=True)
     H, F, n, r, S = a.hidden, a.intermediate, a.experts, a.rank, 8
     g = torch.Generator().manual_seed(0)
     w13 = torch.randn(n, 2 * F, H, generator=g) / H ** 0.5   # interleaved rows
@@ -47,6 +51,7 @@ def main():
     B_gu = torch.randn(S, n, 2 * F, r, generator=g) * 0.05
     A_d = torch.randn(S, n, r, F, generator=g) * 0.05
     B_d = torch.randn(S, H, r, generator=g) * 0.05
+    w13, w2, A_gu, B_gu, A_d, B_d = (t.to(dt) for t in (w13, w2, A_gu, B_gu, A_d, B_d))
     w13_all = w13.reshape(n * 2 * F, H)
 
     def forward(x, gam, slot):
@@ -71,8 +76,8 @@ def main():
             for A in (1, 8):
                 if A > T:
                     continue
-                x = torch.randn(T, H, generator=g)
-                gam = torch.rand(T, n, generator=g)
+                x = torch.randn(T, H, generator=g).to(dt)
+                gam = torch.rand(T, n, generator=g).to(dt)
                 slot = torch.arange(T) % A
                 ms = median_ms(lambda: forward(x, gam, slot))
                 print(json.dumps({"T": T, "adapters": A, "ms": round(ms, 4)}), flush=True)

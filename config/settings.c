@@ -18,6 +18,7 @@ static const char *const dtype_names[] = {"auto", "bf16", "f16", "f32", NULL};
 static const char *const w13_names[] = {"interleaved", "contiguous", NULL};
 static const char *const lora_names[] = {"shared", "per-expert", NULL};
 static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
+static const char *const compute_names[] = {"f32", "bf16", NULL};
 
 #define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
 #define INT(g, n, f, lo, hi, d, h)                                                                 \
@@ -85,6 +86,9 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_MODEL, "threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
     ENUM(LS_GROUP_MODEL, "cpu-isa", cpu_isa, cpu_isa_names, "auto",
          "CPU kernels: auto = the widest this CPU runs; every choice gives the same bits"),
+    ENUM(LS_GROUP_MODEL, "compute", compute, compute_names, "f32",
+         "CPU arithmetic: f32, or bf16 operands with fp32 sums (VDPBF16PS where the CPU has AVX512-BF16, emulated "
+         "bit for bit elsewhere; docs/math.md); the CUDA backend ignores it"),
     STR(LS_GROUP_MODEL, "weights", weights, 0, "", "PATH",
         "base weights: a Hugging Face checkpoint directory (config.json and model.safetensors or the "
         "model.safetensors.index.json of its shards), that index, or the fused safetensors file; turns --demo off"),
@@ -174,6 +178,10 @@ const char *ls_device_kind_name(ls_device_kind d) {
 
 const char *ls_cpu_isa_choice_name(ls_cpu_isa_choice c) {
     return (unsigned)c <= (unsigned)LS_CPUISA_GENERIC ? cpu_isa_names[c] : "unknown";
+}
+
+const char *ls_compute_choice_name(ls_compute_choice c) {
+    return (unsigned)c <= (unsigned)LS_COMPUTE_BF16 ? compute_names[c] : "unknown";
 }
 
 const char *ls_weight_dtype_name(ls_weight_dtype d) {

@@ -80,12 +80,17 @@ const char *ls_cpu_isa_name(ls_cpu_isa isa);
 /* True when this CPU (and OS) runs the path; AUTO and GENERIC always. */
 bool ls_cpu_isa_supported(ls_cpu_isa isa);
 
+/* The CPU backend's arithmetic (--compute): fp32 throughout, or bf16
+ * operands with fp32 sums (docs/math.md, "bf16 compute"). */
+typedef enum { LS_CPU_COMPUTE_F32, LS_CPU_COMPUTE_BF16 } ls_cpu_compute;
+
 typedef struct {
     ls_dims dims;
     ls_pool_dims pool;
     ls_dtype dtype;     /* base weight storage: the backends keep this dtype */
     int threads;        /* CPU engine threads; 0 = every CPU the process may run on */
     ls_cpu_isa cpu_isa; /* CPU kernel path */
+    ls_cpu_compute cpu_compute; /* CPU arithmetic; the CUDA backend ignores it */
     int device_id;      /* CUDA device ordinal */
 } ls_backend_config;
 

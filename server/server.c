@@ -25,6 +25,14 @@ static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
     }
 }
 
+/* What the log adds about bf16 compute: whether this CPU runs it natively. */
+static const char *ls_server_compute_note(const ls_backend *be, const ls_config *cfg) {
+    if (cfg->compute != LS_COMPUTE_BF16) return "";
+    return strcmp(ls_backend_isa(be), "avx512bf16") == 0 ? " (VDPBF16PS)"
+                                                          : " (emulated: this CPU has no AVX512-BF16; the same bits, "
+                                                            "not faster than f32)";
+}
+
 static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
     switch (d) {
     case LS_WDTYPE_BF16: return LS_DTYPE_BF16;
@@ -151,7 +159,9 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, bool us
     srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
                                     .max_tokens = cfg->max_batch_tokens};
     ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype),
-                            .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa), .device_id = 0};
+                            .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa),
+                            .cpu_compute = cfg->compute == LS_COMPUTE_BF16 ? LS_CPU_COMPUTE_BF16 : LS_CPU_COMPUTE_F32,
+                            .device_id = 0};
     ls_status st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, err)
                             : ls_backend_cpu_create(&bc, &srv->backend, err);
     if (st != LS_OK) {
@@ -159,8 +169,9 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, bool us
         return false;
     }
     if (ls_backend_isa(srv->backend))
-        ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", ls_backend_isa(srv->backend),
-                    ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
+        ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads, compute %s%s", ls_backend_isa(srv->backend),
+                    ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend),
+                    ls_compute_choice_name(cfg->compute), ls_server_compute_note(srv->backend, cfg));
     if ((st = ls_model_upload(model, srv->backend, err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err->message);
         return false;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpu/backend_impl.h"
 #include "gpu/cpu/gemm.h"
@@ -25,6 +26,13 @@ typedef struct {
     ls_w13_layout w13_layout;
     ls_dtype dtype;
     const ls_cpu_kernels *kr;
+    /* bf16 compute (--compute bf16, docs/math.md): the base weights are
+     * packed once in bf16 pair panels instead of at dtype, each slot's
+     * factors get pair-packed copies in dpool beside the exact ones in
+     * pool (which slot_read gives back), and every GEMM but the gate's
+     * runs on kb's pairs tiles. */
+    bool bf16;
+    const ls_cpu_kernels *kb;
     ls_cpu_threads *threads;
 
     /* Base weights, packed once at upload_base at their storage dtype (no
@@ -65,6 +73,9 @@ typedef struct {
      * and the forward skips the slot. slot_write packs from the
      * docs/math.md layout and slot_read unpacks back to it. */
     float *pool;
+    uint16_t *dpool;                             /* [S * L][dslot_len], bf16 compute only */
+    size_t dgu_a_len, dgu_b_len, dd_a_len, dd_b_len; /* one pairs operand each at rank R */
+    size_t doff_gu_b, doff_d_a, doff_d_b, dslot_len;
     ls_cpu_form *form;                           /* [S * L] */
     float *gather;                               /* [O*2R*H] slot_write/slot_read's staging of gu_a */
     size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R in fp32 (the room) */
@@ -95,6 +106,11 @@ ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half);
 ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e);
 ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o);
+
+/* The kernels that multiply by m: kb for pairs, kr otherwise. */
+static inline const ls_cpu_kernels *ls_cpu_kernels_of(const ls_cpu *c, const ls_cpu_mat *m) {
+    return m->pairs ? c->kb : c->kr;
+}
 
 ls_status ls_cpu_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                          const int *slot_of_token, float *y, ls_error *err);

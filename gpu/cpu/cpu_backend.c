@@ -32,18 +32,23 @@ static void *ls_cpu_alloc(size_t a, size_t b, size_t c, size_t size) {
 
 static size_t ls_cpu_wbytes(ls_dtype dt) { return dt == LS_DTYPE_F32 ? 4 : 2; }
 
+/* The dtype the base weights are packed at: bf16 pairs under bf16 compute. */
+static ls_dtype ls_cpu_wdtype(const ls_cpu *c) { return c->bf16 ? LS_DTYPE_BF16 : c->dtype; }
+
 ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer) {
     size_t at = (size_t)layer * c->w13_len;
-    return (ls_cpu_mat){(const char *)c->w13 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->H, c->zw};
+    return (ls_cpu_mat){(const char *)c->w13 + at * ls_cpu_wbytes(ls_cpu_wdtype(c)), ls_cpu_wdtype(c), c->H, c->zw,
+                        c->bf16};
 }
 
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer) {
     size_t at = (size_t)layer * c->w2_len;
-    return (ls_cpu_mat){(const char *)c->w2 + at * ls_cpu_wbytes(c->dtype), c->dtype, c->n * c->F, c->H};
+    return (ls_cpu_mat){(const char *)c->w2 + at * ls_cpu_wbytes(ls_cpu_wdtype(c)), ls_cpu_wdtype(c), c->n * c->F,
+                        c->H, c->bf16};
 }
 
 ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer) {
-    return (ls_cpu_mat){c->gate + (size_t)layer * c->gate_len, LS_DTYPE_F32, c->H, 1};
+    return (ls_cpu_mat){c->gate + (size_t)layer * c->gate_len, LS_DTYPE_F32, c->H, 1, false};
 }
 
 static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
@@ -59,28 +64,55 @@ int ls_cpu_rank(const ls_cpu *c, int slot, int layer) { return ls_cpu_form_of(c,
 /* The four factors' indices in ls_cpu_form.dt. */
 enum { LS_CPU_GU_A, LS_CPU_GU_B, LS_CPU_D_A, LS_CPU_D_B };
 
-ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer) {
-    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
-    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), f->dt[LS_CPU_GU_A], c->H, c->O * 2 * f->rank};
+/* A slot's pair-packed copies (bf16 compute): the block of dslot_len
+ * values of slot and layer in dpool. */
+static uint16_t *ls_cpu_dslot_base(const ls_cpu *c, int slot, int layer) {
+    return c->dpool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->dslot_len;
 }
 
-ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half) {
+/* The exact factors (the forward's under f32 compute, slot_read's
+ * always) and, with pairs, the bf16 copies the forward reads under bf16
+ * compute. */
+static ls_cpu_mat ls_cpu_gu_a_of(const ls_cpu *c, int slot, int layer, bool pairs) {
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
-    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + (size_t)(2 * e + half) * c->gu_b_len;
-    return (ls_cpu_mat){p, f->dt[LS_CPU_GU_B], f->rank, c->F};
+    if (pairs) return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer), LS_DTYPE_BF16, c->H, c->O * 2 * f->rank, true};
+    return (ls_cpu_mat){ls_cpu_slot_base(c, slot, layer), f->dt[LS_CPU_GU_A], c->H, c->O * 2 * f->rank, false};
 }
 
-ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e) {
+static ls_cpu_mat ls_cpu_gu_b_of(const ls_cpu *c, int slot, int layer, int e, int half, bool pairs) {
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
+    const size_t i = (size_t)(2 * e + half);
+    if (pairs)
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_gu_b + i * c->dgu_b_len, LS_DTYPE_BF16,
+                            f->rank, c->F, true};
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + i * c->gu_b_len;
+    return (ls_cpu_mat){p, f->dt[LS_CPU_GU_B], f->rank, c->F, false};
+}
+
+static ls_cpu_mat ls_cpu_d_a_of(const ls_cpu *c, int slot, int layer, int e, bool pairs) {
+    const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
+    if (pairs)
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_d_a + (size_t)e * c->dd_a_len, LS_DTYPE_BF16,
+                            c->F, f->rank, true};
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_a + (size_t)e * c->d_a_len;
-    return (ls_cpu_mat){p, f->dt[LS_CPU_D_A], c->F, f->rank};
+    return (ls_cpu_mat){p, f->dt[LS_CPU_D_A], c->F, f->rank, false};
 }
 
-ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) {
+static ls_cpu_mat ls_cpu_d_b_of(const ls_cpu *c, int slot, int layer, int o, bool pairs) {
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
+    if (pairs)
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_d_b + (size_t)o * c->dd_b_len, LS_DTYPE_BF16,
+                            f->rank, c->H, true};
     const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_b + (size_t)o * c->d_b_len;
-    return (ls_cpu_mat){p, f->dt[LS_CPU_D_B], f->rank, c->H};
+    return (ls_cpu_mat){p, f->dt[LS_CPU_D_B], f->rank, c->H, false};
 }
+
+ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer) { return ls_cpu_gu_a_of(c, slot, layer, c->bf16); }
+ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half) {
+    return ls_cpu_gu_b_of(c, slot, layer, e, half, c->bf16);
+}
+ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e) { return ls_cpu_d_a_of(c, slot, layer, e, c->bf16); }
+ls_cpu_mat ls_cpu_d_b(const ls_cpu *c, int slot, int layer, int o) { return ls_cpu_d_b_of(c, slot, layer, o, c->bf16); }
 
 /* Frees the context (whatever part of it create made); backend.c frees
  * the rest. */
@@ -93,6 +125,7 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->gate);
         free(c->gs);
         free(c->pool);
+        free(c->dpool);
         free(c->form);
         free(c->gather);
         free(c->order);
@@ -146,19 +179,29 @@ static ls_status ls_cpu_memory(ls_backend *be, size_t *free_bytes, size_t *total
 static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    const size_t H = (size_t)c->H, F = (size_t)c->F, wb = ls_cpu_wbytes(c->dtype);
+    const size_t H = (size_t)c->H, F = (size_t)c->F, wb = ls_cpu_wbytes(ls_cpu_wdtype(c));
     const size_t b13 = ls_dtype_size(w->w13.dtype), b2 = ls_dtype_size(w->w2.dtype);
     const bool inter = c->w13_layout == LS_W13_INTERLEAVED;
     ls_cpu_mat m13 = ls_cpu_w13(c, layer), m2 = ls_cpu_w2(c, layer);
+    /* Values of one panel of w13: H rows, or H's pairs. */
+    const size_t panel = c->bf16 ? ls_cpu_pairs_len(c->H, 1) : H * LS_CPU_NR;
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++) {
             const size_t row0 = (size_t)e * 2 * F * H + (inter ? (size_t)half * H : (size_t)half * F * H);
-            char *first = (char *)m13.p + (size_t)(2 * e + half) * H * LS_CPU_NR * wb;
-            ls_cpu_pack_b_typed(first, c->dtype, c->H, 0, 2 * c->n, (const char *)w->w13.data + row0 * b13,
-                                w->w13.dtype, 1, inter ? 2 * H : H, c->H, c->F);
+            char *first = (char *)m13.p + (size_t)(2 * e + half) * panel * wb;
+            const void *src = (const char *)w->w13.data + row0 * b13;
+            if (c->bf16)
+                ls_cpu_pack_pairs_typed((uint16_t *)first, c->H, 0, 2 * c->n, src, w->w13.dtype, 1, inter ? 2 * H : H,
+                                        c->H, c->F);
+            else
+                ls_cpu_pack_b_typed(first, c->dtype, c->H, 0, 2 * c->n, src, w->w13.dtype, 1, inter ? 2 * H : H, c->H,
+                                    c->F);
         }
-        ls_cpu_pack_b_typed((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1,
-                            (const char *)w->w2.data + (size_t)e * H * F * b2, w->w2.dtype, 1, F, c->F, c->H);
+        const void *src2 = (const char *)w->w2.data + (size_t)e * H * F * b2;
+        if (c->bf16)
+            ls_cpu_pack_pairs_typed((uint16_t *)m2.p, c->n * c->F, e * c->F, 1, src2, w->w2.dtype, 1, F, c->F, c->H);
+        else
+            ls_cpu_pack_b_typed((void *)m2.p, c->dtype, c->n * c->F, e * c->F, 1, src2, w->w2.dtype, 1, F, c->F, c->H);
     }
     if (c->gated) {
         ls_cpu_mat g = ls_cpu_gate(c, layer);
@@ -219,6 +262,28 @@ static ls_dtype ls_cpu_exact_dtype(const float *v, size_t count) {
     return bf16 ? LS_DTYPE_BF16 : f16 ? LS_DTYPE_F16 : LS_DTYPE_F32;
 }
 
+/* bf16 compute's copies of a slot's factors at its rank r (already in
+ * form), from the same layout as slot_write's, gu_a from c->gather (its
+ * shrinks r apart, as slot_write left them). */
+static void ls_cpu_slot_write_pairs(ls_cpu *c, int slot, int layer, const ls_slot_factors *f) {
+    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
+    ls_cpu_mat m = ls_cpu_gu_a_of(c, slot, layer, true);
+    ls_cpu_pack_pairs((uint16_t *)m.p, m.k, 0, 1, c->gather, 1, H, m.k, m.n);
+    for (int e = 0; e < c->n; e++) {
+        for (int half = 0; half < 2; half++) {
+            m = ls_cpu_gu_b_of(c, slot, layer, e, half, true);
+            ls_cpu_pack_pairs((uint16_t *)m.p, m.k, 0, 1, f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R,
+                              m.k, m.n);
+        }
+        m = ls_cpu_d_a_of(c, slot, layer, e, true);
+        ls_cpu_pack_pairs((uint16_t *)m.p, m.k, 0, 1, f->d_a + (size_t)e * R * F, 1, F, m.k, m.n);
+    }
+    for (int o = 0; o < c->O; o++) {
+        m = ls_cpu_d_b_of(c, slot, layer, o, true);
+        ls_cpu_pack_pairs((uint16_t *)m.p, m.k, 0, 1, f->d_b + (size_t)o * H * R, 1, R, m.k, m.n);
+    }
+}
+
 /* Packs the four R-padded factors from the docs/math.md layout, cut to
  * the slot's rank r, each at its exact dtype (cpu.h): gu_a [O, 2R, H]
  * (value (h, o*2r + k) of the shrink is gu_a[o][k][h], value
@@ -243,21 +308,22 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
      * layout: gather their rows first, so one pack lays whole panels. */
     for (size_t b = 0; b < 2 * O; b++)
         memcpy(c->gather + b * (size_t)r * H, f->gu_a + b * R * H, (size_t)r * H * sizeof(float));
-    ls_cpu_mat m = ls_cpu_gu_a(c, slot, layer);
+    ls_cpu_mat m = ls_cpu_gu_a_of(c, slot, layer, false);
     ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, c->gather, 1, H, m.k, m.n);
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; half < 2; half++) {
-            m = ls_cpu_gu_b(c, slot, layer, e, half);
+            m = ls_cpu_gu_b_of(c, slot, layer, e, half, false);
             ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, m.k,
                           m.n);
         }
-        m = ls_cpu_d_a(c, slot, layer, e);
+        m = ls_cpu_d_a_of(c, slot, layer, e, false);
         ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->d_a + (size_t)e * R * F, 1, F, m.k, m.n);
     }
     for (int o = 0; o < c->O; o++) {
-        m = ls_cpu_d_b(c, slot, layer, o);
+        m = ls_cpu_d_b_of(c, slot, layer, o, false);
         ls_cpu_pack_b((void *)m.p, m.dt, m.k, 0, 1, f->d_b + (size_t)o * H * R, 1, R, m.k, m.n);
     }
+    if (c->bf16) ls_cpu_slot_write_pairs(c, slot, layer, f);
     return LS_OK;
 }
 
@@ -284,23 +350,23 @@ static ls_status ls_cpu_slot_read(ls_backend *be, int slot, int layer, float *gu
     if (r == 0) return LS_OK;
     ls_cpu_mat m;
     if (gu_a) {
-        m = ls_cpu_gu_a(c, slot, layer);
+        m = ls_cpu_gu_a_of(c, slot, layer, false);
         ls_cpu_unpack_b(m.p, m.dt, m.k, 0, c->gather, 1, H, m.k, m.n);
         for (size_t b = 0; b < 2 * O; b++)
             memcpy(gu_a + b * R * H, c->gather + b * (size_t)r * H, (size_t)r * H * sizeof(float));
     }
     for (int e = 0; e < c->n; e++) {
         for (int half = 0; gu_b && half < 2; half++) {
-            m = ls_cpu_gu_b(c, slot, layer, e, half);
+            m = ls_cpu_gu_b_of(c, slot, layer, e, half, false);
             ls_cpu_unpack_b(m.p, m.dt, m.k, 0, gu_b + ((size_t)e * 2 * F + (size_t)half * F) * R, 1, R, m.k, m.n);
         }
         if (d_a) {
-            m = ls_cpu_d_a(c, slot, layer, e);
+            m = ls_cpu_d_a_of(c, slot, layer, e, false);
             ls_cpu_unpack_b(m.p, m.dt, m.k, 0, d_a + (size_t)e * R * F, 1, F, m.k, m.n);
         }
     }
     for (int o = 0; d_b && o < c->O; o++) {
-        m = ls_cpu_d_b(c, slot, layer, o);
+        m = ls_cpu_d_b_of(c, slot, layer, o, false);
         ls_cpu_unpack_b(m.p, m.dt, m.k, 0, d_b + (size_t)o * H * R, 1, R, m.k, m.n);
     }
     return LS_OK;
@@ -331,6 +397,16 @@ static const ls_backend_ops ls_cpu_ops = {
 static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err) {
     if (cfg->cpu_isa < LS_CPU_ISA_AUTO || cfg->cpu_isa > LS_CPU_ISA_GENERIC)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cfg->cpu_isa);
+    if (cfg->cpu_compute != LS_CPU_COMPUTE_F32 && cfg->cpu_compute != LS_CPU_COMPUTE_BF16)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown compute mode %d", (int)cfg->cpu_compute);
+    /* Under bf16 compute avx512 means the VDPBF16PS tiles, which need
+     * AVX512-BF16 (AVX-512F alone lacks it): nothing here fakes them. */
+    if (cfg->cpu_compute == LS_CPU_COMPUTE_BF16 && cfg->cpu_isa == LS_CPU_ISA_AVX512 && !ls_cpu_has_avx512bf16())
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "use --cpu-isa auto (the fastest bf16 tiles this CPU runs), or --compute f32",
+                            "cpu backend: this CPU has no AVX512-BF16, which --compute bf16 on the %s kernels "
+                            "needs (VDPBF16PS)",
+                            ls_cpu_isa_name(cfg->cpu_isa));
     if (!ls_cpu_isa_supported(cfg->cpu_isa))
         return ls_error_set(err, LS_INVALID_REQUEST, "use --cpu-isa auto, or a path this CPU has",
                             "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cfg->cpu_isa));
@@ -355,10 +431,22 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
     c->w13_layout = d->w13_layout;
     c->dtype = cfg->dtype;
     c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
+    c->bf16 = cfg->cpu_compute == LS_CPU_COMPUTE_BF16;
+    c->kb = c->bf16 ? ls_cpu_kernels_bf16_for(cfg->cpu_isa) : NULL;
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
-    c->w13_len = ls_cpu_packed_len(H, c->zw);
-    c->w2_len = ls_cpu_packed_len(n * F, H);
+    c->w13_len = c->bf16 ? ls_cpu_pairs_len(H, c->zw) : ls_cpu_packed_len(H, c->zw);
+    c->w2_len = c->bf16 ? ls_cpu_pairs_len(n * F, H) : ls_cpu_packed_len(n * F, H);
+    if (c->bf16) {
+        c->dgu_a_len = ls_cpu_pairs_len(H, O * 2 * R);
+        c->dgu_b_len = ls_cpu_pairs_len(R, F);
+        c->dd_a_len = ls_cpu_pairs_len(F, R);
+        c->dd_b_len = ls_cpu_pairs_len(R, H);
+        c->doff_gu_b = c->dgu_a_len;
+        c->doff_d_a = c->doff_gu_b + (size_t)2 * n * c->dgu_b_len;
+        c->doff_d_b = c->doff_d_a + (size_t)n * c->dd_a_len;
+        c->dslot_len = c->doff_d_b + (size_t)O * c->dd_b_len;
+    }
     c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
     c->gu_b_len = ls_cpu_packed_len(R, F);
     c->d_a_len = ls_cpu_packed_len(F, R);
@@ -387,7 +475,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     be->ctx = c;
 
     ls_cpu_layout(c, cfg);
-    be->isa = c->kr->name;
+    be->isa = c->bf16 ? c->kb->name : c->kr->name;
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
@@ -399,7 +487,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     int kmax = H > n * F ? H : n * F;
     if (R > kmax) kmax = R;
     c->apack_len = ls_cpu_apack_len(kmax);
-    const size_t wb = ls_cpu_wbytes(c->dtype);
+    const size_t wb = ls_cpu_wbytes(ls_cpu_wdtype(c));
     c->w13 = ls_cpu_alloc(L, 1, c->w13_len, wb);
     c->w2 = ls_cpu_alloc(L, 1, c->w2_len, wb);
     c->gated = d->gate;
@@ -408,6 +496,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->gs = ls_cpu_alloc(c->gated ? T : 0, 1, 1, sizeof(float));
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
+    c->dpool = ls_cpu_alloc(c->bf16 ? S : 0, L, c->dslot_len, sizeof *c->dpool);
     c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
     c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
     c->order = malloc(T * sizeof *c->order);
@@ -419,7 +508,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->dpool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

@@ -56,7 +56,7 @@ static void ls_cpu_shrink_gate_up(const ls_cpu_job *j, int slot, int r, int m, i
     const ls_cpu *c = j->c;
     const int SW = c->O * 2 * c->R;
     ls_cpu_mat b = ls_cpu_gu_a(c, slot, j->layer);
-    ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, j->xs + (size_t)r * c->H, (size_t)c->H, &b, 0,
+    ls_cpu_gemm(ls_cpu_kernels_of(c, &b), ls_cpu_apack_of(c, index), m, j->xs + (size_t)r * c->H, (size_t)c->H, &b, 0,
                 ls_cpu_panel_count(b.n), c->st + (size_t)r * SW, (size_t)SW, LS_CPU_NR, false);
 }
 
@@ -69,7 +69,7 @@ static void ls_cpu_shrink_down(const ls_cpu_job *j, int slot, int r, int m, int 
     for (int e = 0; e < c->n; e++) {
         ls_cpu_mat b = ls_cpu_d_a(c, slot, j->layer, e);
         float *dst = c->pt + (size_t)r * PW + (c->O == 1 ? 0 : (size_t)e * rank);
-        ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), m, c->as + (size_t)r * AW + (size_t)e * c->F, (size_t)AW, &b,
+        ls_cpu_gemm(ls_cpu_kernels_of(c, &b), ls_cpu_apack_of(c, index), m, c->as + (size_t)r * AW + (size_t)e * c->F, (size_t)AW, &b,
                     0, ls_cpu_panel_count(b.n), dst, (size_t)PW, LS_CPU_NR, c->O == 1 && e > 0);
     }
 }
@@ -105,7 +105,7 @@ static void ls_cpu_job_b(void *p, int index, int count) {
     if (q0 == q1) return;
     float *ap = ls_cpu_apack_of(c, index);
     ls_cpu_mat w13 = ls_cpu_w13(c, j->layer);
-    ls_cpu_gemm(c->kr, ap, j->T, j->xs, (size_t)H, &w13, q0 * 2 * n, q1 * 2 * n, c->zs, (size_t)ZW, LS_CPU_NR, false);
+    ls_cpu_gemm(ls_cpu_kernels_of(c, &w13), ap, j->T, j->xs, (size_t)H, &w13, q0 * 2 * n, q1 * 2 * n, c->zs, (size_t)ZW, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
         const int r = c->group[s + 1], m = c->group[s + 2] - r, rank = ls_cpu_rank(c, s, j->layer);
         if (m == 0 || rank == 0) continue;
@@ -115,7 +115,7 @@ static void ls_cpu_job_b(void *p, int index, int count) {
                 const float *a =
                     c->st + (size_t)r * SW + (size_t)(c->O == 1 ? 0 : e) * 2 * rank + (size_t)half * rank;
                 float *z = c->zs + (size_t)r * ZW + (size_t)(2 * e + half) * LS_CPU_NR;
-                ls_cpu_gemm(c->kr, ap, m, a, (size_t)SW, &b, q0, q1, z, (size_t)ZW, step, true);
+                ls_cpu_gemm(ls_cpu_kernels_of(c, &b), ap, m, a, (size_t)SW, &b, q0, q1, z, (size_t)ZW, step, true);
             }
     }
     for (int i = 0; i < j->T; i++) {
@@ -150,12 +150,12 @@ static void ls_cpu_job_d(void *p, int index, int count) {
     if (q0 == q1) return;
     float *ap = ls_cpu_apack_of(c, index);
     ls_cpu_mat w2 = ls_cpu_w2(c, j->layer);
-    ls_cpu_gemm(c->kr, ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, LS_CPU_NR, false);
+    ls_cpu_gemm(ls_cpu_kernels_of(c, &w2), ap, j->T, c->as, (size_t)AW, &w2, q0, q1, j->ys, (size_t)H, LS_CPU_NR, false);
     for (int s = 0; s < c->S; s++) {
         const int r = c->group[s + 1], m = c->group[s + 2] - r, rank = ls_cpu_rank(c, s, j->layer);
         for (int o = 0; m > 0 && rank > 0 && o < c->O; o++) {
             ls_cpu_mat b = ls_cpu_d_b(c, s, j->layer, o);
-            ls_cpu_gemm(c->kr, ap, m, c->pt + (size_t)r * PW + (size_t)o * rank, (size_t)PW, &b, q0, q1,
+            ls_cpu_gemm(ls_cpu_kernels_of(c, &b), ap, m, c->pt + (size_t)r * PW + (size_t)o * rank, (size_t)PW, &b, q0, q1,
                         j->ys + (size_t)r * H, (size_t)H, LS_CPU_NR, true);
         }
     }

@@ -39,6 +39,35 @@ void ls_cpu_pack_b(void *dst, ls_dtype dt, int kdst, int k0, int pstep, const fl
     ls_cpu_pack_b_typed(dst, dt, kdst, k0, pstep, src, LS_DTYPE_F32, ld_k, ld_n, k, n);
 }
 
+uint16_t ls_cpu_bf16_operand(float v) {
+    uint16_t h = ls_f32_to_bf16(v);
+    return (h & 0x7F80u) == 0 ? (uint16_t)(h & 0x8000u) : h;
+}
+
+void ls_cpu_pack_pairs_typed(uint16_t *dst, int kdst, int k0, int pstep, const void *src, ls_dtype sdt, size_t ld_k,
+                             size_t ld_n, int k, int n) {
+    const int panels = ls_cpu_panel_count(n), rows = (kdst + 1) / 2;
+    const bool pad = (kdst & 1) && k0 + k == kdst; /* this call reaches the padding row */
+    for (int p = 0; p < panels; p++) {
+        uint16_t *panel = dst + (size_t)p * (size_t)pstep * rows * 2 * LS_CPU_NR;
+        for (int kk = 0; kk < k + (pad ? 1 : 0); kk++) {
+            const int row = k0 + kk;
+            uint16_t *at = panel + (size_t)(row / 2) * 2 * LS_CPU_NR + (row & 1);
+            for (int l = 0; l < LS_CPU_NR; l++) {
+                int j = p * LS_CPU_NR + l;
+                bool real = j < n && kk < k;
+                at[2 * l] = real ? ls_cpu_bf16_operand(ls_cpu_src_value(src, sdt, (size_t)kk * ld_k + (size_t)j * ld_n))
+                                 : 0;
+            }
+        }
+    }
+}
+
+void ls_cpu_pack_pairs(uint16_t *dst, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n, int k,
+                       int n) {
+    ls_cpu_pack_pairs_typed(dst, kdst, k0, pstep, src, LS_DTYPE_F32, ld_k, ld_n, k, n);
+}
+
 void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst, size_t ld_k, size_t ld_n, int k,
                      int n) {
     for (int j = 0; j < n; j++) {
@@ -68,9 +97,43 @@ static void ls_cpu_pack_a(float *ap, int as, int h, const float *a, size_t lda, 
     }
 }
 
-/* Row k of panel p of b: the first B value a tile of that panel block reads. */
+/* bf16 compute's A: rows [i0, i0 + mc) and k steps (pairs) [s0, s0 + sc)
+ * of A, each value through ls_cpu_bf16_operand, k past K zero. As fp32
+ * values (pairs false: value (i, kk) of group g at ap[g * 2sc * as +
+ * kk * as + i], kk counted from 2s0) or as pair dwords (value (i, p) at
+ * ap[g * sc * as + p * as + i]). */
+static void ls_cpu_pack_a_bf16(float *ap, bool pairs, int as, int h, const float *a, size_t lda, int K, int i0, int mc,
+                               int s0, int sc) {
+    for (int g = 0; g * h < mc; g++) {
+        int rows = mc - g * h < h ? mc - g * h : h;
+        float *dst = ap + (size_t)g * sc * (pairs ? 1 : 2) * as;
+        for (int i = 0; i < rows; i++) {
+            const float *src = a + (size_t)(i0 + g * h + i) * lda;
+            for (int p = 0; p < sc; p++) {
+                const int k = 2 * (s0 + p);
+                uint16_t lo = ls_cpu_bf16_operand(src[k]), hi = k + 1 < K ? ls_cpu_bf16_operand(src[k + 1]) : 0;
+                if (pairs) {
+                    uint32_t d = (uint32_t)lo | (uint32_t)hi << 16;
+                    memcpy(&dst[(size_t)p * as + i], &d, 4);
+                } else {
+                    dst[(size_t)(2 * p) * as + i] = ls_bf16_to_f32(lo);
+                    dst[(size_t)(2 * p + 1) * as + i] = ls_bf16_to_f32(hi);
+                }
+            }
+        }
+    }
+}
+
+/* k steps of b: K, or K's pairs. */
+static int ls_cpu_steps(const ls_cpu_mat *b) { return b->pairs ? (b->k + 1) / 2 : b->k; }
+/* Bytes of one panel's k step: 16 values, or 16 pairs. */
+static size_t ls_cpu_step_bytes(const ls_cpu_mat *b) {
+    return LS_CPU_NR * (b->pairs ? 4 : ls_cpu_dtype_bytes(b->dt));
+}
+
+/* Step k of panel p of b: the first B value a tile of that panel block reads. */
 static const char *ls_cpu_panel_row(const ls_cpu_mat *b, int p, int k) {
-    return (const char *)b->p + ((size_t)p * b->k + (size_t)k) * LS_CPU_NR * ls_cpu_dtype_bytes(b->dt);
+    return (const char *)b->p + ((size_t)p * ls_cpu_steps(b) + (size_t)k) * ls_cpu_step_bytes(b);
 }
 
 /* The first B value of the block the tiles after this panel block's will
@@ -78,7 +141,7 @@ static const char *ls_cpu_panel_row(const ls_cpu_mat *b, int p, int k) {
  * the next K block; NULL after the last. */
 static const char *ls_cpu_next_block(const ls_cpu_mat *b, int p, int np, int p0, int p1, int k0, int kc) {
     if (p + np < p1) return ls_cpu_panel_row(b, p + np, k0);
-    if (k0 + kc < b->k) return ls_cpu_panel_row(b, p0, k0 + kc);
+    if (k0 + kc < ls_cpu_steps(b)) return ls_cpu_panel_row(b, p0, k0 + kc);
     return NULL;
 }
 
@@ -106,13 +169,14 @@ static void ls_cpu_prefetch_plan(ls_cpu_tile *t, size_t esz, int groups, int g, 
     t->pf_step = (bytes + (size_t)kc - 1) / (size_t)kc;
 }
 
-static ls_cpu_tile_fn ls_cpu_tile_for(const ls_cpu_kernels *kr, ls_dtype dt) {
-    return dt == LS_DTYPE_F32 ? kr->tile_f32 : dt == LS_DTYPE_BF16 ? kr->tile_bf16 : kr->tile_f16;
+static ls_cpu_tile_fn ls_cpu_tile_for(const ls_cpu_kernels *kr, const ls_cpu_mat *b) {
+    if (b->pairs) return kr->tile_pairs;
+    return b->dt == LS_DTYPE_F32 ? kr->tile_f32 : b->dt == LS_DTYPE_BF16 ? kr->tile_bf16 : kr->tile_f16;
 }
 
 void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
                  int p0, int p1, float *c, size_t ldc, size_t cstride, bool acc) {
-    const int mr = kr->mr, K = b->k;
+    const int mr = kr->mr, K = ls_cpu_steps(b);
     if (m <= 0 || p1 <= p0) return;
     if (K == 0) {
         /* An empty sum: C = C or 0. */
@@ -123,11 +187,13 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
             }
         return;
     }
-    const ls_cpu_tile_fn tile = ls_cpu_tile_for(kr, b->dt);
-    const size_t esz = ls_cpu_dtype_bytes(b->dt), pstride = (size_t)K * LS_CPU_NR;
+    const ls_cpu_tile_fn tile = ls_cpu_tile_for(kr, b);
+    const size_t esz = ls_cpu_step_bytes(b) / LS_CPU_NR, pstride = (size_t)K * LS_CPU_NR;
+    /* fp32 A values a k step of a pairs tile takes: its pair's two. */
+    const int aw = b->pairs && !kr->a_pairs ? 2 : 1;
     /* With a single row group nothing reuses a B block, so K is not cut:
      * each panel streams from memory once, start to end. */
-    const int kc_max = m <= mr ? K : LS_CPU_KC;
+    const int kc_max = m <= mr ? K : b->pairs ? LS_CPU_KC / 2 : LS_CPU_KC;
     for (int i0 = 0; i0 < m; i0 += LS_CPU_MC) {
         const int mc = m - i0 < LS_CPU_MC ? m - i0 : LS_CPU_MC;
         /* One group of up to mr rows, or the block's rows in as few
@@ -140,7 +206,8 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
         const int as = ls_cpu_a_stride(mr, kr->mr_reuse, h);
         for (int k0 = 0; k0 < K; k0 += kc_max) {
             const int kc = K - k0 < kc_max ? K - k0 : kc_max;
-            ls_cpu_pack_a(apack, as, h, a, lda, i0, mc, k0, kc);
+            if (b->pairs) ls_cpu_pack_a_bf16(apack, kr->a_pairs, as, h, a, lda, b->k, i0, mc, k0, kc);
+            else ls_cpu_pack_a(apack, as, h, a, lda, i0, mc, k0, kc);
             for (int p = p0; p < p1; p += np) {
                 ls_cpu_tile t;
                 t.np = p1 - p < np ? p1 - p : np;
@@ -155,7 +222,7 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
                 const char *next = ls_cpu_next_block(b, p, np, p0, p1, k0, kc);
                 for (int i = 0; i < mc; i += h) {
                     t.m = mc - i < h ? mc - i : h;
-                    t.a = apack + (size_t)(i / h) * kc * as;
+                    t.a = apack + (size_t)(i / h) * kc * aw * as;
                     t.c = c + (size_t)(i0 + i) * ldc + (size_t)p * cstride;
                     ls_cpu_prefetch_plan(&t, esz, groups, i / h, next, kc);
                     tile(&t);

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpu/cpu/kernels.h"
 
@@ -17,11 +18,17 @@
 #define LS_CPU_MC 96
 #define LS_CPU_KC 384
 
-/* A packed B operand [k, n]: ceil(n / 16) panels of k x 16 values. */
+/* A packed B operand [k, n]: ceil(n / 16) panels of k x 16 values; or,
+ * with pairs (bf16 compute), ceil(n / 16) panels of ceil(k / 2) rows of
+ * 16 pairs: value (kk, j) of panel j / 16 at uint16 index
+ * (kk / 2) * 32 + (j % 16) * 2 + kk % 2, a padding k row zero. This is
+ * the layout VDPBF16PS reads: one 64-byte row is 16 lanes of (k = 2p,
+ * k = 2p + 1). */
 typedef struct {
     const void *p;
-    ls_dtype dt; /* F32, BF16 or F16 */
+    ls_dtype dt; /* F32, BF16 or F16; BF16 with pairs */
     int k, n;
+    bool pairs;
 } ls_cpu_mat;
 
 static inline int ls_cpu_panel_count(int n) { return (n + LS_CPU_NR - 1) / LS_CPU_NR; }
@@ -29,6 +36,22 @@ static inline int ls_cpu_panel_count(int n) { return (n + LS_CPU_NR - 1) / LS_CP
 static inline size_t ls_cpu_packed_len(int k, int n) {
     return (size_t)ls_cpu_panel_count(n) * LS_CPU_NR * (size_t)k;
 }
+
+/* uint16 values of a pair-packed [k, n] operand. */
+static inline size_t ls_cpu_pairs_len(int k, int n) {
+    return (size_t)ls_cpu_panel_count(n) * LS_CPU_NR * 2 * (size_t)((k + 1) / 2);
+}
+
+/* Writes rows [k0, k0 + k) of a pair-packed operand of kdst rows
+ * (ls_cpu_mat pairs), panel q at panel q * pstep of dst, from fp32 src
+ * (value (kk, j) at src[kk * ld_k + j * ld_n]) through
+ * ls_cpu_bf16_operand. Padding columns are zeroed, and so is the padding
+ * row of an odd kdst when the rows reach it. */
+void ls_cpu_pack_pairs(uint16_t *dst, int kdst, int k0, int pstep, const float *src, size_t ld_k, size_t ld_n, int k,
+                       int n);
+/* The same from a source of any float dtype sdt. */
+void ls_cpu_pack_pairs_typed(uint16_t *dst, int kdst, int k0, int pstep, const void *src, ls_dtype sdt, size_t ld_k,
+                             size_t ld_n, int k, int n);
 
 /* Writes rows [k0, k0 + k) of the ceil(n / 16) panels of height kdst at
  * dt, panel q being panel q * pstep of dst (pstep > 1 interleaves several
@@ -49,7 +72,8 @@ void ls_cpu_unpack_b(const void *src, ls_dtype dt, int ksrc, int k0, float *dst,
 /* Floats of packed-A scratch one thread needs for GEMMs with K <= kmax
  * (a lone row group packs all of K at once). */
 static inline size_t ls_cpu_apack_len(int kmax) {
-    size_t whole = (size_t)LS_CPU_MR_MAX * (size_t)kmax, block = (size_t)LS_CPU_MC * LS_CPU_KC;
+    /* + 1: bf16 compute pads K to whole pairs. */
+    size_t whole = (size_t)LS_CPU_MR_MAX * ((size_t)kmax + 1), block = (size_t)LS_CPU_MC * LS_CPU_KC;
     return whole > block ? whole : block;
 }
 
@@ -58,6 +82,8 @@ static inline size_t ls_cpu_apack_len(int kmax) {
  * row i are at c + i * ldc + p * cstride (cstride 16: C's columns in
  * B's order). apack is ls_cpu_apack_len(b->k) floats of the calling
  * thread's scratch. */
+/* A pairs operand b needs kernels with tile_pairs; A's values are then
+ * rounded by ls_cpu_bf16_operand as they are packed (docs/math.md). */
 void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, size_t lda, const ls_cpu_mat *b,
                  int p0, int p1, float *c, size_t ldc, size_t cstride, bool acc);
 

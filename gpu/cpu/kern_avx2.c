@@ -87,6 +87,101 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
     }
 }
 
+/* v with its denormal lanes made zeros of their sign (kernels.h's ftz). */
+INLINE __m256 ls_avx2_ftz(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), tiny = _mm256_set1_ps(0x1p-126f);
+    __m256 keep = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), tiny, _CMP_GE_OQ);
+    return _mm256_and_ps(v, _mm256_or_ps(keep, sign));
+}
+
+/* bf16 compute, VDPBF16PS emulated (kernels.h): B's 64-byte step rows
+ * hold 16 (even, odd) pairs; a dword's high half is the odd value as an
+ * fp32 (mask the low half off), its low half shifted up the even one. A
+ * is fp32 values, even k at a[2p * MR + i], odd at a[(2p + 1) * MR + i].
+ * A bf16 x bf16 product is exact in fp32, so one FMA is the step's
+ * multiply-add; what is left is the flush of denormal results. FLUSH
+ * does it after every step (exact, and slow); without FLUSH the chain is
+ * plain FMAs, which equal the flushed chain exactly when no step made a
+ * denormal, and the caller checks that from MXCSR's flags. */
+INLINE bool ls_avx2_pairs(const int M, const int NP, const bool FLUSH, const ls_cpu_tile *t) {
+    __m256 acc[MR][8];
+    const char *bp[4];
+    const int V = 2 * NP;
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * 4;
+    const bool whole = t->ncols == NP * LS_CPU_NR;
+    const __m256i m0 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR);
+    const __m256i m1 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR + 8);
+    const __m256 hi = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
+            if (!t->acc) acc[i][v] = _mm256_setzero_ps();
+            else if (v < V - 2 || whole) acc[i][v] = ls_avx2_ftz(_mm256_loadu_ps(at));
+            else acc[i][v] = ls_avx2_ftz(_mm256_maskload_ps(at, v == V - 2 ? m0 : m1));
+        }
+    }
+    /* MXCSR's denormal-operand and underflow flags, cleared here and read
+     * at the end; the empty asm keeps the FMAs between the two. */
+    const unsigned flags = 0x12u, csr = FLUSH ? 0 : _mm_getcsr();
+    if (!FLUSH) _mm_setcsr(csr & ~flags);
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) __asm__ volatile("" : "+x"(acc[i][v]));
+    const float *a = t->a;
+    for (int k = 0; k < t->k; k++, a += 2 * MR) {
+        __m256 b[8];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            _mm_prefetch(ls_cpu_ahead(t->pf, (size_t)p * t->bstride * 4 + (size_t)k * t->pf_step), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            b[v] = _mm256_loadu_ps((const float *)bp[v / 2] + (size_t)k * LS_CPU_NR + (size_t)(v % 2) * 8);
+            __m256 odd = _mm256_and_ps(b[v], hi);
+#pragma GCC unroll 6
+            for (int i = 0; i < M; i++) {
+                acc[i][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + MR + i), odd, acc[i][v]);
+                if (FLUSH) acc[i][v] = ls_avx2_ftz(acc[i][v]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(b[v]), 16));
+#pragma GCC unroll 6
+            for (int i = 0; i < M; i++) {
+                acc[i][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + i), even, acc[i][v]);
+                if (FLUSH) acc[i][v] = ls_avx2_ftz(acc[i][v]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) __asm__ volatile("" : "+x"(acc[i][v]));
+    if (!FLUSH) {
+        const unsigned seen = _mm_getcsr();
+        _mm_setcsr(csr);
+        if (seen & flags) return false; /* a denormal appeared: the caller reruns with FLUSH */
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            /* The last step's denormal raised no flag if it was exact. */
+            __m256 r = FLUSH ? acc[i][v] : ls_avx2_ftz(acc[i][v]);
+            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
+            if (v < V - 2 || whole) _mm256_storeu_ps(at, r);
+            else _mm256_maskstore_ps(at, v == V - 2 ? m0 : m1, r);
+        }
+    }
+    return true;
+}
+
 #define LS_AVX2_SHAPES(X)                                                                                  \
     X(1, 1) X(1, 2) X(1, 3) X(1, 4)                                                                        \
     X(2, 1) X(2, 2) X(2, 3)                                                                                \
@@ -108,7 +203,13 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
 #define LS_AVX2_CASE_f16(M, NP)                                                                            \
     case M * 16 + NP: ls_avx2_tile(M, NP, LS_DTYPE_F16, t); return;
 
+#define LS_AVX2_CASE_pairs(M, NP)                                                                          \
+    case M * 16 + NP:                                                                                      \
+        if (!ls_avx2_pairs(M, NP, false, t)) ls_avx2_pairs(M, NP, true, t);                                \
+        return;
+
 LS_AVX2_DEFINE(f32)
+LS_AVX2_DEFINE(pairs)
 LS_AVX2_DEFINE(bf16)
 LS_AVX2_DEFINE(f16)
 
@@ -121,4 +222,6 @@ const ls_cpu_kernels ls_cpu_kernels_avx2 = {
     /* .tile_f32  = */ ls_avx2_tile_f32,
     /* .tile_bf16 = */ ls_avx2_tile_bf16,
     /* .tile_f16  = */ ls_avx2_tile_f16,
+    /* .tile_pairs = */ ls_avx2_tile_pairs,
+    /* .a_pairs   = */ false,
 };

@@ -2,7 +2,8 @@
  * for the baseline x86-64 (fmaf is the C library's, exact on every CPU).
  * This is the definition the vector paths must match bit for bit: each
  * output element starts from +0 (or C) and takes a[i,k] * b[k,j] for
- * k = 0, 1, ... K-1 in one fused multiply-add each. */
+ * k = 0, 1, ... K-1 in one fused multiply-add each; and, for bf16
+ * compute, the VDPBF16PS steps of kernels.h. */
 #include <math.h>
 #include <stdint.h>
 
@@ -40,6 +41,31 @@ static inline void ls_generic_tile(const ls_cpu_tile *t, ls_dtype dt) {
         for (int j = 0; j < nc; j++) t->c[ls_generic_c_at(t, i, j)] = acc[i][j];
 }
 
+/* bf16 compute's definition (kernels.h): per k pair p, the odd element
+ * first, each step one fmaf then the flush; C read in with its denormals
+ * as zero. A holds fp32 values (bf16 numbers) at a[k * MR + i]; B's step
+ * p of panel q is 16 pairs of uint16. */
+static void ls_generic_tile_pairs(const ls_cpu_tile *t) {
+    float acc[MR][NP * LS_CPU_NR];
+    const int m = t->m, nc = t->ncols;
+    const uint16_t *b = t->b;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < nc; j++) acc[i][j] = t->acc ? ls_cpu_ftz(t->c[ls_generic_c_at(t, i, j)]) : 0.0f;
+    const float *a = t->a;
+    for (int p = 0; p < t->k; p++, a += 2 * MR) {
+        for (int j = 0; j < nc; j++) {
+            size_t at = (size_t)(j / LS_CPU_NR) * t->bstride * 2 + (size_t)p * 2 * LS_CPU_NR + (size_t)(j % LS_CPU_NR) * 2;
+            float even = ls_bf16_to_f32(b[at]), odd = ls_bf16_to_f32(b[at + 1]);
+            for (int i = 0; i < m; i++) {
+                float v = ls_cpu_ftz(fmaf(a[MR + i], odd, acc[i][j]));
+                acc[i][j] = ls_cpu_ftz(fmaf(a[i], even, v));
+            }
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < nc; j++) t->c[ls_generic_c_at(t, i, j)] = acc[i][j];
+}
+
 static void ls_generic_tile_f32(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_F32); }
 static void ls_generic_tile_bf16(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_BF16); }
 static void ls_generic_tile_f16(const ls_cpu_tile *t) { ls_generic_tile(t, LS_DTYPE_F16); }
@@ -53,4 +79,6 @@ const ls_cpu_kernels ls_cpu_kernels_generic = {
     /* .tile_f32  = */ ls_generic_tile_f32,
     /* .tile_bf16 = */ ls_generic_tile_bf16,
     /* .tile_f16  = */ ls_generic_tile_f16,
+    /* .tile_pairs = */ ls_generic_tile_pairs,
+    /* .a_pairs   = */ false,
 };

@@ -66,7 +66,30 @@ typedef struct {
     ls_cpu_tile_fn tile_f32;        /* B panels of float */
     ls_cpu_tile_fn tile_bf16;       /* B panels of bf16, widened in registers */
     ls_cpu_tile_fn tile_f16;        /* B panels of f16, widened in registers */
+    /* bf16 compute (--compute bf16, docs/math.md): B in pair panels of
+     * bf16, each element's chain a sequence of vdpbf16ps steps (below);
+     * t->k counts k pairs, and A is packed per a_pairs. NULL when the path
+     * has no bf16 tiles. */
+    ls_cpu_tile_fn tile_pairs;
+    /* A of a pairs tile: true, one dword per row and k pair (bf16 of k =
+     * 2p in its low half, 2p + 1 in its high half) at a[p * s + i];
+     * false, fp32 values (bf16 numbers) at a[k * s + i] as for tile_f32. */
+    bool a_pairs;
 } ls_cpu_kernels;
+
+/* The bf16 compute step, the definition every pairs tile matches bit for
+ * bit (the Intel SDM's VDPBF16PS: an fp32 fused multiply-add rounding to
+ * nearest even, inputs that are denormal read as zero, a denormal result
+ * flushed to a zero of its sign, the odd element of a pair before the
+ * even). Operands are bf16 numbers with denormals already flushed. */
+static inline float ls_cpu_ftz(float v) {
+    const float tiny = 0x1p-126f;
+    return (v < tiny && v > -tiny) ? __builtin_copysignf(0.0f, v) : v;
+}
+/* A value rounded to a bf16 number as the bf16 operands are: nearest
+ * even, then a denormal flushed to a zero of its sign (what VDPBF16PS's
+ * DAZ would read it as). */
+uint16_t ls_cpu_bf16_operand(float v);
 
 /* Floats between one k's rows of a packed A block of tiles of up to m
  * rows: mr_reuse when they fit it, else mr. */
@@ -77,9 +100,17 @@ static inline int ls_cpu_a_stride(int mr, int mr_reuse, int m) { return m <= mr_
 extern const ls_cpu_kernels ls_cpu_kernels_avx512;
 extern const ls_cpu_kernels ls_cpu_kernels_avx2;
 extern const ls_cpu_kernels ls_cpu_kernels_generic;
+/* VDPBF16PS tiles (pairs only), built for AVX512-BF16 with a target
+ * attribute: call only where ls_cpu_has_avx512bf16. */
+extern const ls_cpu_kernels ls_cpu_kernels_avx512bf16;
+bool ls_cpu_has_avx512bf16(void);
 
 /* The kernels for isa (AUTO: the widest supported), or NULL when the CPU
  * does not run it. */
 const ls_cpu_kernels *ls_cpu_kernels_for(ls_cpu_isa isa);
+/* The kernels of bf16 compute for isa: avx512 is the VDPBF16PS tiles
+ * (NULL on a CPU without AVX512-BF16), avx2 and generic their own; AUTO
+ * the fastest this CPU runs. NULL when the CPU does not run it. */
+const ls_cpu_kernels *ls_cpu_kernels_bf16_for(ls_cpu_isa isa);
 
 #endif

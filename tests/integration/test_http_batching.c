@@ -22,6 +22,7 @@
 #include "common/tensor.h"
 #include "format/safetensors.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/kernels.h"
 #include "tests/util/testutil.h"
 #include "tests/util/server_driver.h"
 
@@ -235,11 +236,13 @@ static void test_batched_equals_alone(void **state) {
         printf("no CUDA device: batching on the cuda backend not tested here\n");
 }
 
-/* Starts a server on one kernel path with the two adapters loaded. */
-static void start_on(const char *isa, bool batching) {
+/* Starts a server on one kernel path and compute mode with the two
+ * adapters loaded. */
+static void start_on(const char *isa, const char *compute, bool batching) {
     const char *args[] = {"--experts", "2", "--hidden", "48", "--intermediate", "16", "--layers", "1", "--slots", "3",
                           "--max-rank", "8", "--batch-wait-us", "300000", "--http-threads", "2", "--device", "cpu",
-                          "--cpu-isa", isa, batching ? "--batching=true" : "--batching=false", NULL};
+                          "--cpu-isa", isa, "--compute", compute, batching ? "--batching=true" : "--batching=false",
+                          NULL};
     srv = ls_test_server_start(args);
     assert_non_null(srv);
     json_decref(post("/adapters", adapter_body("a", 1), 201));
@@ -247,27 +250,30 @@ static void start_on(const char *isa, bool batching) {
 }
 
 /* On every path: each request alone (batching off), then all of them at
- * once (batched), must give the bits the first path gave alone. */
-static void test_paths_over_http(void **state) {
-    (void)state;
+ * once (batched), must give the bits the first path gave alone; *want
+ * receives those. Under bf16 compute avx512 is the VDPBF16PS tiles,
+ * which need AVX512-BF16. */
+static void paths_over_http(const char *compute, json_t **want) {
     const ls_cpu_isa paths[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
-    json_t *want[NREQ] = {0};
+    const bool bf16 = !strcmp(compute, "bf16");
     int tested = 0;
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         const char *isa = ls_cpu_isa_name(paths[pi]);
-        if (!ls_cpu_isa_supported(paths[pi])) {
-            printf("this CPU has no %s path: not tested here\n", isa);
+        const ls_cpu_kernels *kb = bf16 ? ls_cpu_kernels_bf16_for(paths[pi]) : NULL;
+        if (bf16 ? !kb : !ls_cpu_isa_supported(paths[pi])) {
+            printf("this CPU has no %s path%s: not tested here\n", isa, bf16 ? " for bf16 compute" : "");
             continue;
         }
-        start_on(isa, false);
+        start_on(isa, compute, false);
         json_t *ready = get_json("/ready");
-        assert_string_equal(json_string_value(json_object_get(ready, "isa")), isa);
+        assert_string_equal(json_string_value(json_object_get(ready, "isa")), bf16 ? kb->name : isa);
+        assert_string_equal(json_string_value(json_object_get(ready, "compute")), compute);
         json_decref(ready);
         json_t *alone[NREQ];
         send_alone(alone);
         assert_int_equal(ls_test_server_stop(srv), 0);
 
-        start_on(isa, true);
+        start_on(isa, compute, true);
         worker_arg w[NREQ];
         send_together(w);
         for (int i = 0; i < NREQ; i++) {
@@ -275,7 +281,8 @@ static void test_paths_over_http(void **state) {
             if (!want[i]) want[i] = json_incref(alone[i]);
             const json_t *y = json_object_get(alone[i], "y");
             if (!json_equal(y, json_object_get(want[i], "y")) || !json_equal(y, json_object_get(w[i].result, "y"))) {
-                fprintf(stderr, "%s: request %d differs from the first path alone or from itself batched\n", isa, i);
+                fprintf(stderr, "%s, compute %s: request %d differs from the first path alone or from itself batched\n",
+                        isa, compute, i);
                 fail();
             }
             json_decref(w[i].result);
@@ -285,7 +292,27 @@ static void test_paths_over_http(void **state) {
         tested++;
     }
     assert_true(tested >= 1);
-    for (int i = 0; i < NREQ; i++) json_decref(want[i]);
+}
+
+/* Both compute modes; bf16 is other numbers (so the flag took effect)
+ * within the bf16 tolerance of f32's. */
+static void test_paths_over_http(void **state) {
+    (void)state;
+    json_t *f32[NREQ] = {0}, *bf16[NREQ] = {0};
+    paths_over_http("f32", f32);
+    paths_over_http("bf16", bf16);
+    int differ = 0;
+    double worst = 0;
+    for (int i = 0; i < NREQ; i++) {
+        const json_t *a = json_object_get(bf16[i], "y"), *b = json_object_get(f32[i], "y");
+        differ += !json_equal(a, b);
+        double e = rel_l2(a, b);
+        worst = e > worst ? e : worst;
+        json_decref(f32[i]), json_decref(bf16[i]);
+    }
+    printf("bf16 compute: %d of %d requests differ from f32, largest relative L2 distance %.2g\n", differ, NREQ, worst);
+    assert_true(differ > 0);
+    assert_true(worst <= 1e-2);
 }
 
 static void test_queue_full_is_429(void **state) {
@@ -762,7 +789,7 @@ static void test_stop_finishes_owed_replies(void **state) {
 static void test_queue_and_compute_seconds(void **state) {
     (void)state;
     for (int batching = 1; batching >= 0; batching--) {
-        start_on("generic", batching);
+        start_on("generic", "f32", batching);
         const int K = 5;
         for (int i = 0; i < K; i++) {
             char *body = request_body(i);

@@ -34,10 +34,20 @@ typedef struct {
     ls_lora_layout layout;
     int R;
     ls_dtype dtype;
+    ls_cpu_compute compute;
 } model_spec;
 
 static const ls_cpu_isa PATHS[] = {LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC};
 #define N_PATHS (sizeof PATHS / sizeof PATHS[0])
+
+/* Whether this CPU runs path under compute, and the name it goes by:
+ * bf16 compute on avx512 is the VDPBF16PS tiles (avx512bf16). */
+static bool path_runs(ls_cpu_isa isa, ls_cpu_compute compute) {
+    return compute == LS_CPU_COMPUTE_BF16 ? ls_cpu_kernels_bf16_for(isa) != NULL : ls_cpu_isa_supported(isa);
+}
+static const char *path_name(ls_cpu_isa isa, ls_cpu_compute compute) {
+    return compute == LS_CPU_COMPUTE_BF16 ? ls_cpu_kernels_bf16_for(isa)->name : ls_cpu_isa_name(isa);
+}
 
 /* v rounded to bf16 (to_bf16) or f16 numbers, as a 16-bit adapter's
  * factors arrive. */
@@ -56,12 +66,13 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
                              .pool = {.slots = SLOTS, .max_rank = m->R, .layout = m->layout, .max_tokens = MAX_T},
                              .dtype = m->dtype,
                              .threads = threads,
-                             .cpu_isa = isa};
+                             .cpu_isa = isa,
+                             .cpu_compute = m->compute};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
-    assert_string_equal(ls_backend_isa(be), ls_cpu_isa_name(isa));
+    assert_string_equal(ls_backend_isa(be), path_name(isa, m->compute));
     const ls_dims *d = &m->d;
     const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
     const int R = m->R;
@@ -219,11 +230,12 @@ static ls_dtype dtype_of(int combo) {
 /* generic_max_t caps T on the portable path, whose fmaf calls are ~100x
  * slower than the vector paths (its blocking is the same code). */
 static void run_invariance(int n, int H, int F, int R, int trials, int generic_max_t, bool gate,
-                           unsigned long long seed) {
+                           unsigned long long seed, ls_cpu_compute compute) {
     int paths_run = 0;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
-        if (!ls_cpu_isa_supported(PATHS[pi])) {
-            fprintf(stderr, "note: this CPU has no %s path; not tested here\n", ls_cpu_isa_name(PATHS[pi]));
+        if (!path_runs(PATHS[pi], compute)) {
+            fprintf(stderr, "note: this CPU has no %s path%s; not tested here\n", ls_cpu_isa_name(PATHS[pi]),
+                    compute == LS_CPU_COMPUTE_BF16 ? " for bf16 compute (VDPBF16PS needs AVX512-BF16)" : "");
             continue;
         }
         paths_run++;
@@ -235,7 +247,8 @@ static void run_invariance(int n, int H, int F, int R, int trials, int generic_m
                                       .w13_layout = w ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED, .gate = gate},
                                 .layout = pl ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
                                 .R = R,
-                                .dtype = dtype_of(combo)};
+                                .dtype = dtype_of(combo),
+                                .compute = compute};
                 ls_backend *be = setup(&m, PATHS[pi], threads, seed + (unsigned long long)combo);
                 unsigned long long st = seed * 31 + (unsigned long long)(threads * 4 + combo);
                 int adapted = 0;
@@ -258,7 +271,7 @@ static void run_invariance(int n, int H, int F, int R, int trials, int generic_m
 /* Odd sizes: no dimension is a multiple of a vector width or a panel. */
 static void test_invariance_small(void **state) {
     (void)state;
-    run_invariance(3, 40, 24, 8, 6, MAX_T, false, 1000);
+    run_invariance(3, 40, 24, 8, 6, MAX_T, false, 1000, LS_CPU_COMPUTE_F32);
 }
 
 /* K past one K block (H and n*F above LS_CPU_KC), N and K not multiples
@@ -267,28 +280,28 @@ static void test_invariance_small(void **state) {
 static void test_invariance_blocked(void **state) {
     (void)state;
     assert_true(520 > LS_CPU_KC && 2 * 200 > LS_CPU_KC && 120 > LS_CPU_MC);
-    run_invariance(2, 520, 200, 24, 3, 120, false, 2000);
+    run_invariance(2, 520, 200, 24, 3, 120, false, 2000, LS_CPU_COMPUTE_F32);
 }
 
 /* The gate (half the trials send no gammas): one expert, as Qwen2-MoE
  * has, with K past one block; and two experts sharing it. */
 static void test_invariance_gated(void **state) {
     (void)state;
-    run_invariance(1, 520, 136, 8, 4, 60, true, 3000);
-    run_invariance(2, 40, 24, 8, 4, MAX_T, true, 3100);
+    run_invariance(1, 520, 136, 8, 4, 60, true, 3000, LS_CPU_COMPUTE_F32);
+    run_invariance(2, 40, 24, 8, 4, MAX_T, true, 3100, LS_CPU_COMPUTE_F32);
 }
 
 /* The same batch on every path this CPU has, and on 1 and 3 threads:
  * the outputs must be the same bytes as the portable path's. */
-static void test_paths_agree(void **state) {
-    (void)state;
+static void paths_agree(ls_cpu_compute compute) {
     for (int combo = 0; combo < 6; combo++) {
         const bool gated = combo >= 4; /* gated, and without gammas */
         model_spec m = {.d = {.n = gated ? 1 : 2, .H = 520, .F = 200, .L = 1,
                               .w13_layout = combo & 1 ? LS_W13_CONTIGUOUS : LS_W13_INTERLEAVED, .gate = gated},
                         .layout = combo & 2 ? LS_LORA_PER_EXPERT : LS_LORA_SHARED,
                         .R = 24,
-                        .dtype = dtype_of(combo)};
+                        .dtype = dtype_of(combo),
+                        .compute = compute};
         unsigned long long st = 77 + (unsigned long long)combo;
         batch b = batch_make(&m.d, 230, SLOTS, &st);
         const size_t len = (size_t)b.T * m.d.H;
@@ -297,7 +310,7 @@ static void test_paths_agree(void **state) {
         run(be, &b, !gated, want);
         ls_backend_free(be);
         for (size_t pi = 0; pi < N_PATHS; pi++) {
-            if (!ls_cpu_isa_supported(PATHS[pi])) continue;
+            if (!path_runs(PATHS[pi], compute)) continue;
             for (int threads = 1; threads <= 3; threads += 2) {
                 be = setup(&m, PATHS[pi], threads, 5000 + (unsigned long long)combo);
                 run(be, &b, !gated, got);
@@ -316,6 +329,33 @@ static void test_paths_agree(void **state) {
         free(want), free(got);
         batch_free(&b);
     }
+}
+
+static void test_paths_agree(void **state) {
+    (void)state;
+    paths_agree(LS_CPU_COMPUTE_F32);
+}
+
+/* bf16 compute: the same invariance and agreement, each path against the
+ * portable definition (the VDPBF16PS tiles where the CPU has them). */
+static void test_invariance_small_bf16(void **state) {
+    (void)state;
+    run_invariance(3, 40, 24, 8, 4, 120, false, 1500, LS_CPU_COMPUTE_BF16);
+}
+
+static void test_invariance_blocked_bf16(void **state) {
+    (void)state;
+    run_invariance(2, 520, 200, 24, 2, 40, false, 2500, LS_CPU_COMPUTE_BF16);
+}
+
+static void test_invariance_gated_bf16(void **state) {
+    (void)state;
+    run_invariance(1, 520, 136, 8, 3, 30, true, 3500, LS_CPU_COMPUTE_BF16);
+}
+
+static void test_paths_agree_bf16(void **state) {
+    (void)state;
+    paths_agree(LS_CPU_COMPUTE_BF16);
 }
 
 /* auto takes the widest path the CPU runs; a path it lacks is refused. */
@@ -344,6 +384,22 @@ static void test_auto_and_refusal(void **state) {
         assert_non_null(strstr(err.message, ls_cpu_isa_name(PATHS[pi])));
         ls_error_clear(&err);
     }
+    /* bf16 compute: auto names the bf16 tiles it took; avx512 without
+     * AVX512-BF16 is refused, saying what is missing. */
+    cfg.cpu_isa = LS_CPU_ISA_AUTO;
+    cfg.cpu_compute = LS_CPU_COMPUTE_BF16;
+    be = NULL;
+    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_string_equal(ls_backend_isa(be), ls_cpu_kernels_bf16_for(LS_CPU_ISA_AUTO)->name);
+    ls_backend_free(be);
+    if (!ls_cpu_has_avx512bf16()) {
+        cfg.cpu_isa = LS_CPU_ISA_AVX512;
+        be = NULL;
+        assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_INVALID_REQUEST);
+        assert_null(be);
+        assert_non_null(strstr(err.message, "AVX512-BF16"));
+        ls_error_clear(&err);
+    }
     ls_error_free(&err);
 }
 
@@ -353,6 +409,10 @@ int main(void) {
         cmocka_unit_test(test_invariance_blocked),
         cmocka_unit_test(test_invariance_gated),
         cmocka_unit_test(test_paths_agree),
+        cmocka_unit_test(test_invariance_small_bf16),
+        cmocka_unit_test(test_invariance_blocked_bf16),
+        cmocka_unit_test(test_invariance_gated_bf16),
+        cmocka_unit_test(test_paths_agree_bf16),
         cmocka_unit_test(test_auto_and_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,7 +51,7 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
     ls_ref_fill_uniform_f(c0, (size_t)m * ldc, 1.0, st);
     float *rb;
     void *pb = pack(b, k, n, dt, &rb);
-    ls_cpu_mat bm = {pb, dt, k, n};
+    ls_cpu_mat bm = {pb, dt, k, n, false};
     float *ap = ls_test_calloc(ls_cpu_apack_len(k), 4);
     float *want = NULL;
     const ls_cpu_kernels *first = NULL;
@@ -97,7 +97,7 @@ static void check_case(int m, int k, int n, ls_dtype dt, bool acc, int p0, int p
     if (dt != LS_DTYPE_F32) {
         float *same;
         void *pf = pack(rb, k, n, LS_DTYPE_F32, &same);
-        ls_cpu_mat fm = {pf, LS_DTYPE_F32, k, n};
+        ls_cpu_mat fm = {pf, LS_DTYPE_F32, k, n, false};
         float *c = ls_test_calloc((size_t)m * ldc, 4);
         memcpy(c, c0, (size_t)m * ldc * 4);
         ls_cpu_gemm(first, ap, m, a, (size_t)k, &fm, p0, p1, c, (size_t)ldc, LS_CPU_NR, acc);
@@ -138,7 +138,7 @@ static void test_gemm_strided_c(void **state) {
     ls_ref_fill_uniform_f(b, (size_t)k * n, 1.0, &st);
     float *rb;
     void *pb = pack(b, k, n, LS_DTYPE_BF16, &rb);
-    ls_cpu_mat bm = {pb, LS_DTYPE_BF16, k, n};
+    ls_cpu_mat bm = {pb, LS_DTYPE_BF16, k, n, false};
     float *ap = ls_test_calloc(ls_cpu_apack_len(k), 4);
     const int ldc = panels * step;
     for (size_t pi = 0; pi < N_PATHS; pi++) {
