@@ -95,8 +95,6 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->pool);
         free(c->form);
         free(c->gather);
-        free(c->order);
-        free(c->group);
         free(c->xs);
         free(c->zs);
         free(c->as);
@@ -409,8 +407,6 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
     c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
     c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
-    c->order = malloc(T * sizeof *c->order);
-    c->group = malloc((S + 2) * sizeof *c->group);
     c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
     c->zs = ls_cpu_alloc(T, (size_t)c->zw, 1, sizeof(float));
     c->as = ls_cpu_alloc(T, (size_t)n, (size_t)F, sizeof(float));
@@ -418,7 +414,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->form || !c->gather || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

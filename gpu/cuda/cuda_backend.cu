@@ -51,8 +51,6 @@ static void cuda_free(ls_backend *be) {
         if (c->h_slot) cudaFreeHost(c->h_slot);
         if (c->h_chunk) cudaFreeHost(c->h_chunk);
         (void)cudaGetLastError();
-        free(c->perm);
-        free(c->counts);
         free(c);
     }
     be->ctx = NULL;
@@ -197,9 +195,6 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
     LS_TRY(pinned((void **)&c->h_slot, c->canon_len * sizeof(float), err));
     LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
-    c->perm = (int *)malloc(Tm * sizeof(int));
-    c->counts = (int *)malloc(2 * (S + 1) * sizeof(int));
-    if (!c->perm || !c->counts) return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
 
     be->pool_bytes = pool;

@@ -161,9 +161,10 @@ static ls_status pt_fake_read(ls_backend *be, int slot, int layer, float *gu_a, 
     return LS_OK;
 }
 
-static ls_status pt_fake_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                                 const int *slot_of_token, float *y, ls_error *err) {
+static ls_status pt_fake_forward(ls_backend *be, int layer, const float *x, const float *gammas,
+                                 const ls_token_plan *plan, float *y, ls_error *err) {
     pt_fake *f = be->ctx;
+    const int T = plan->T, *slot_of_token = plan->slot_of_token;
     const ls_dims *d = &be->dims;
     const int R = be->pool.max_rank, S = be->pool.slots;
     (void)err;
