@@ -391,13 +391,12 @@ int main(int argc, char **argv) {
     for (int di = 0; di < 2; di++) {
         ls_backend_config cfg = {.dims = {.n = n, .H = H, .F = F, .L = L, .w13_layout = LS_W13_INTERLEAVED},
                                  .pool = {.slots = S, .max_rank = max_rank, .layout = LS_LORA_SHARED, .max_tokens = maxT},
-                                 .dtype = dts[di],
-                                 .threads = threads,
-                                 .cpu_isa = isa};
+                                 .dtype = dts[di]};
+        const ls_cpu_settings cpu = {.threads = threads, .isa = isa};
         ls_error err;
         ls_error_init(&err);
         ls_backend *be = NULL;
-        if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
+        if (ls_backend_cpu_create(&cfg, &cpu, &be, &err) != LS_OK) {
             fprintf(stderr, "cpu backend: %s\n", err.message);
             return 1;
         }

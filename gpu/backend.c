@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "gpu/backend_impl.h"
+#include "gpu/cuda/cuda_backend.h"
 
 ls_status ls_backend_new(const ls_backend_ops *ops, const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
     *out = NULL;
@@ -162,8 +163,9 @@ ls_status ls_backend_synchronize(ls_backend *be, ls_error *err) { return be->ops
 #ifndef LS_HAVE_CUDA
 
 /* Always fails: *out stays NULL and err says how to get a CUDA build. */
-ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
-    (void)cfg;
+ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_settings *cuda, ls_backend **out,
+                                 ls_error *err) {
+    (void)cfg, (void)cuda;
     *out = NULL;
     return ls_error_set(err, LS_DEVICE_ERROR, NULL,
                         "this build has no CUDA backend (rebuild with nvcc and -DLORASINK_CUDA=ON)");

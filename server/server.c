@@ -8,20 +8,13 @@
 #include "api/error_body.h"
 #include "api/forward.h"
 #include "common/log.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "lora/autoload.h"
 #include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
-
-static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
-    switch (c) {
-    case LS_CPUISA_AVX512: return LS_CPU_ISA_AVX512;
-    case LS_CPUISA_AVX2: return LS_CPU_ISA_AVX2;
-    case LS_CPUISA_GENERIC: return LS_CPU_ISA_GENERIC;
-    default: return LS_CPU_ISA_AUTO;
-    }
-}
 
 static ls_dtype ls_server_dtype(ls_weight_dtype d, ls_dtype file_dtype) {
     switch (d) {
@@ -148,17 +141,18 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, bool us
     srv->dims = model->dims;
     srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
                                     .max_tokens = cfg->max_batch_tokens};
-    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype),
-                            .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa), .device_id = 0};
-    ls_status st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, err)
-                            : ls_backend_cpu_create(&bc, &srv->backend, err);
+    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype)};
+    const ls_cpu_settings cpu = {.threads = cfg->threads, .isa = cfg->cpu_isa};
+    const ls_cuda_settings cuda = {.device_id = 0};
+    ls_status st = use_cuda ? ls_backend_cuda_create(&bc, &cuda, &srv->backend, err)
+                            : ls_backend_cpu_create(&bc, &cpu, &srv->backend, err);
     if (st != LS_OK) {
         ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err->message);
         return false;
     }
     if (ls_backend_isa(srv->backend))
         ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads", ls_backend_isa(srv->backend),
-                    ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
+                    ls_cpu_isa_name(cfg->cpu_isa), ls_backend_threads(srv->backend));
     if ((st = ls_model_upload(model, srv->backend, err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err->message);
         return false;

@@ -325,12 +325,12 @@ static const ls_backend_ops ls_cpu_ops = {
 };
 
 /* What only the CPU backend checks (backend.c checks the rest). */
-static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err) {
-    if (cfg->cpu_isa < LS_CPU_ISA_AUTO || cfg->cpu_isa > LS_CPU_ISA_GENERIC)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cfg->cpu_isa);
-    if (!ls_cpu_isa_supported(cfg->cpu_isa))
+static ls_status ls_cpu_check_settings(const ls_cpu_settings *cpu, ls_error *err) {
+    if (cpu->isa < LS_CPU_ISA_AUTO || cpu->isa > LS_CPU_ISA_GENERIC)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cpu->isa);
+    if (!ls_cpu_isa_supported(cpu->isa))
         return ls_error_set(err, LS_INVALID_REQUEST, "use --cpu-isa auto, or a path this CPU has",
-                            "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cfg->cpu_isa));
+                            "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cpu->isa));
     return LS_OK;
 }
 
@@ -342,8 +342,9 @@ static int ls_cpu_online(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* The shapes and the packed layout of c's weights and slots, from cfg. */
-static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
+/* The shapes and the packed layout of c's weights and slots, from cfg;
+ * the kernels of cpu's path. */
+static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg, const ls_cpu_settings *cpu) {
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
     c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
@@ -351,7 +352,7 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
     c->max_tokens = p->max_tokens;
     c->w13_layout = d->w13_layout;
     c->dtype = cfg->dtype;
-    c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
+    c->kr = ls_cpu_kernels_for(cpu->isa);
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
     c->w13_len = ls_cpu_packed_len(H, c->zw);
@@ -370,10 +371,13 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
  * packed base weights (zero until upload_base), the forward's scratch,
  * and starts the engine's threads. On success *out belongs to the caller
  * (ls_backend_free). */
-ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
+ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_settings *cpu, ls_backend **out,
+                                ls_error *err) {
+    static const ls_cpu_settings defaults = {0};
+    if (!cpu) cpu = &defaults;
     *out = NULL;
     ls_backend *be = NULL;
-    ls_status st = ls_cpu_check_config(cfg, err);
+    ls_status st = ls_cpu_check_settings(cpu, err);
     if (st == LS_OK) st = ls_backend_new(&ls_cpu_ops, cfg, &be, err);
     if (st != LS_OK) return st;
     ls_cpu *c = calloc(1, sizeof *c);
@@ -383,14 +387,14 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     }
     be->ctx = c;
 
-    ls_cpu_layout(c, cfg);
+    ls_cpu_layout(c, cfg, cpu);
     be->isa = c->kr->name;
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     const size_t L = (size_t)c->L, S = (size_t)c->S, T = (size_t)c->max_tokens;
 
-    const int cpus = ls_cpu_online(), threads = cfg->threads > 0 ? cfg->threads : cpus;
+    const int cpus = ls_cpu_online(), threads = cpu->threads > 0 ? cpu->threads : cpus;
     /* K of every GEMM: H (w13, gate/up shrink), n*F (w2), F (down
      * shrink) or at most R (the expands). */
     int kmax = H > n * F ? H : n * F;
