@@ -390,14 +390,12 @@ static ls_backend *ls_bench_backend(const ls_bench_opts *o, const ls_row_kind *k
     ls_backend_config cfg = {.dims = {.n = o->n, .H = o->H, .F = o->F, .L = o->L, .w13_layout = LS_W13_INTERLEAVED},
                              .pool = {.slots = o->S, .max_rank = o->max_rank, .layout = LS_LORA_SHARED,
                                       .max_tokens = o->maxT},
-                             .dtype = k->dt,
-                             .threads = o->threads,
-                             .cpu_isa = o->isa,
-                             .cpu_compute = k->compute};
+                             .dtype = k->dt};
+    const ls_cpu_settings cpu = {.threads = o->threads, .isa = o->isa, .compute = k->compute};
     ls_error err;
     ls_error_init(&err);
     ls_backend *be = NULL;
-    if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) {
+    if (ls_backend_cpu_create(&cfg, &cpu, &be, &err) != LS_OK) {
         printf("cpu backend (%s weights, %s compute): %s\n", ls_dtype_name(k->dt),
                k->compute == LS_CPU_COMPUTE_BF16 ? "bf16" : "f32", err.message);
         ls_error_free(&err);

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
                                  .pool = {SLOTS, R, LS_LORA_SHARED, Tmax},
                                  .dtype = LS_DTYPE_BF16};
         ls_backend *be = NULL;
-        if (ls_backend_cuda_create(&cfg, &be, &err) != LS_OK) die("create", &err);
+        if (ls_backend_cuda_create(&cfg, NULL, &be, &err) != LS_OK) die("create", &err);
         const ls_base_layer bl = ls_base_layer_f32(w13, w2);
         if (ls_backend_upload_base(be, 0, &bl, &err) != LS_OK) die("upload_base", &err);
         const size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),

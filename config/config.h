@@ -13,6 +13,7 @@
 #include "common/dims.h"
 #include "common/log.h"
 #include "common/tensor.h"
+#include "gpu/cpu/cpu_backend.h" /* ls_cpu_isa, ls_cpu_compute: the CPU backend's own enums */
 
 /* The version is project(VERSION) in CMakeLists.txt, the only place it is
  * written. */
@@ -25,12 +26,6 @@
 
 typedef enum { LS_DEVICE_AUTO, LS_DEVICE_CPU, LS_DEVICE_CUDA } ls_device_kind;
 
-/* --cpu-isa: the CPU backend's kernel path (gpu/ maps it to its own enum). */
-typedef enum { LS_CPUISA_AUTO, LS_CPUISA_AVX512, LS_CPUISA_AVX2, LS_CPUISA_GENERIC } ls_cpu_isa_choice;
-
-/* --compute: the CPU backend's arithmetic (gpu/ maps it to its own enum). */
-typedef enum { LS_COMPUTE_F32, LS_COMPUTE_BF16 } ls_compute_choice;
-
 /* dtype "auto": the weights file's dtype, bf16 for the demo model. */
 typedef enum { LS_WDTYPE_AUTO, LS_WDTYPE_BF16, LS_WDTYPE_F16, LS_WDTYPE_F32 } ls_weight_dtype;
 
@@ -40,8 +35,8 @@ typedef struct {
     int port; /* 0 = ephemeral */
     ls_device_kind device;
     int threads; /* CPU engine threads; 0 = every CPU the process may use */
-    ls_cpu_isa_choice cpu_isa;
-    ls_compute_choice compute;
+    ls_cpu_isa cpu_isa;         /* CPU kernel path, as the CPU backend takes it */
+    ls_cpu_compute compute;     /* CPU arithmetic, as the CPU backend takes it */
 
     char weights[LS_CONFIG_PATH_MAX]; /* "" = demo model */
     bool demo;
@@ -115,7 +110,5 @@ bool ls_config_adapter_next(const char **cursor, ls_config_adapter *out);
 
 const char *ls_device_kind_name(ls_device_kind d);
 const char *ls_weight_dtype_name(ls_weight_dtype d);
-const char *ls_cpu_isa_choice_name(ls_cpu_isa_choice c);
-const char *ls_compute_choice_name(ls_compute_choice c);
 
 #endif

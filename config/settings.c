@@ -17,8 +17,6 @@ static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const dtype_names[] = {"auto", "bf16", "f16", "f32", NULL};
 static const char *const w13_names[] = {"interleaved", "contiguous", NULL};
 static const char *const lora_names[] = {"shared", "per-expert", NULL};
-static const char *const cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
-static const char *const compute_names[] = {"f32", "bf16", NULL};
 
 #define FIELD(f) .offset = offsetof(ls_config, f), .size = sizeof(((ls_config *)0)->f)
 #define INT(g, n, f, lo, hi, d, h)                                                                 \
@@ -84,9 +82,9 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_HTTP, "port", port, 0, 65535, "8080", "TCP port; 0 binds an ephemeral port and prints it"),
     ENUM(LS_GROUP_MODEL, "device", device, device_names, "auto", "backend: auto takes CUDA when a device is present"),
     INT(LS_GROUP_MODEL, "threads", threads, 0, 1024, "0", "CPU engine threads; 0 = every CPU the process may use"),
-    ENUM(LS_GROUP_MODEL, "cpu-isa", cpu_isa, cpu_isa_names, "auto",
+    ENUM(LS_GROUP_MODEL, "cpu-isa", cpu_isa, ls_cpu_isa_names, "auto",
          "CPU kernels: auto = the widest this CPU runs; every choice gives the same bits"),
-    ENUM(LS_GROUP_MODEL, "compute", compute, compute_names, "f32",
+    ENUM(LS_GROUP_MODEL, "compute", compute, ls_cpu_compute_names, "f32",
          "CPU arithmetic: f32, or bf16 operands with fp32 sums (VDPBF16PS where the CPU has AVX512-BF16, emulated "
          "bit for bit elsewhere; docs/math.md); the CUDA backend ignores it"),
     STR(LS_GROUP_MODEL, "weights", weights, 0, "", "PATH",
@@ -174,14 +172,6 @@ _Static_assert(sizeof ls_settings / sizeof ls_settings[0] <= LS_SETTINGS_MAX, "r
 /* Static strings, never freed. */
 const char *ls_device_kind_name(ls_device_kind d) {
     return (unsigned)d <= (unsigned)LS_DEVICE_CUDA ? device_names[d] : "unknown";
-}
-
-const char *ls_cpu_isa_choice_name(ls_cpu_isa_choice c) {
-    return (unsigned)c <= (unsigned)LS_CPUISA_GENERIC ? cpu_isa_names[c] : "unknown";
-}
-
-const char *ls_compute_choice_name(ls_compute_choice c) {
-    return (unsigned)c <= (unsigned)LS_COMPUTE_BF16 ? compute_names[c] : "unknown";
 }
 
 const char *ls_weight_dtype_name(ls_weight_dtype d) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "gpu/backend_impl.h"
+#include "gpu/cuda/cuda_backend.h"
 
 ls_status ls_backend_new(const ls_backend_ops *ops, const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
     *out = NULL;
@@ -36,7 +37,8 @@ ls_status ls_backend_new(const ls_backend_ops *ops, const ls_backend_config *cfg
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s backend: n*2F, n*2R, H*R or a count is too large", who);
     ls_backend *be = calloc(1, sizeof *be);
     bool *uploaded = calloc((size_t)d->L, sizeof *uploaded);
-    if (!be || !uploaded) {
+    if (!be || !uploaded || !ls_token_plan_init(&be->plan, p->slots, p->max_tokens)) {
+        if (be) ls_token_plan_free(&be->plan);
         free(be);
         free(uploaded);
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "%s backend: out of host memory", who);
@@ -53,6 +55,7 @@ ls_status ls_backend_new(const ls_backend_ops *ops, const ls_backend_config *cfg
 void ls_backend_free(ls_backend *be) {
     if (!be) return;
     be->ops->free(be);
+    ls_token_plan_free(&be->plan);
     free(be->uploaded);
     free(be);
 }
@@ -149,12 +152,14 @@ ls_status ls_backend_check_forward(const ls_backend *be, int layer, int T, const
     return LS_OK;
 }
 
-/* Checks everything first so a rejected call writes nothing into y. */
+/* Checks everything first so a rejected call writes nothing into y, then
+ * groups the tokens once for whichever backend runs them. */
 ls_status ls_backend_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                              const int *slot_of_token, float *y, ls_error *err) {
     ls_status st = ls_backend_check_forward(be, layer, T, x, slot_of_token, y, err);
     if (st != LS_OK || T == 0) return st;
-    return be->ops->forward(be, layer, T, x, gammas, slot_of_token, y, err);
+    ls_token_plan_build(&be->plan, T, slot_of_token);
+    return be->ops->forward(be, layer, x, gammas, &be->plan, y, err);
 }
 
 ls_status ls_backend_synchronize(ls_backend *be, ls_error *err) { return be->ops->synchronize(be, err); }
@@ -162,8 +167,9 @@ ls_status ls_backend_synchronize(ls_backend *be, ls_error *err) { return be->ops
 #ifndef LS_HAVE_CUDA
 
 /* Always fails: *out stays NULL and err says how to get a CUDA build. */
-ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
-    (void)cfg;
+ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_settings *cuda, ls_backend **out,
+                                 ls_error *err) {
+    (void)cfg, (void)cuda;
     *out = NULL;
     return ls_error_set(err, LS_DEVICE_ERROR, NULL,
                         "this build has no CUDA backend (rebuild with nvcc and -DLORASINK_CUDA=ON)");

@@ -71,39 +71,16 @@ static inline ls_base_layer ls_base_layer_f32(const float *w13, const float *w2)
 
 typedef struct ls_backend ls_backend;
 
-/* The CPU backend's kernel paths (--cpu-isa). Every path gives the same
- * bits; AUTO takes the widest the CPU runs. */
-typedef enum { LS_CPU_ISA_AUTO, LS_CPU_ISA_AVX512, LS_CPU_ISA_AVX2, LS_CPU_ISA_GENERIC } ls_cpu_isa;
-
-/* "auto", "avx512", "avx2", "generic". */
-const char *ls_cpu_isa_name(ls_cpu_isa isa);
-/* True when this CPU (and OS) runs the path; AUTO and GENERIC always. */
-bool ls_cpu_isa_supported(ls_cpu_isa isa);
-
-/* The CPU backend's arithmetic (--compute): fp32 throughout, or bf16
- * operands with fp32 sums (docs/math.md, "bf16 compute"). */
-typedef enum { LS_CPU_COMPUTE_F32, LS_CPU_COMPUTE_BF16 } ls_cpu_compute;
-
+/* What every backend is made for. Each backend's own settings and its
+ * constructor are in its own header: gpu/cpu/cpu_backend.h
+ * (ls_backend_cpu_create), gpu/cuda/cuda_backend.h
+ * (ls_backend_cuda_create). */
 typedef struct {
     ls_dims dims;
     ls_pool_dims pool;
-    ls_dtype dtype;     /* base weight storage: the backends keep this dtype */
-    int threads;        /* CPU engine threads; 0 = every CPU the process may run on */
-    ls_cpu_isa cpu_isa; /* CPU kernel path */
-    ls_cpu_compute cpu_compute; /* CPU arithmetic; the CUDA backend ignores it */
-    int device_id;      /* CUDA device ordinal */
+    ls_dtype dtype; /* base weight storage: the backends keep this dtype */
 } ls_backend_config;
 
-/* Creates the CPU backend: allocates the pool buffers and scratch for
- * max_tokens tokens once and starts the engine's threads. A cpu_isa the
- * CPU does not run is LS_INVALID_REQUEST. On success *out is owned by the
- * caller and released with ls_backend_free. */
-ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
-/* Creates the CUDA backend; LS_DEVICE_ERROR when there is no device or
- * the build has no CUDA. */
-ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err);
-/* True when the build has CUDA and a device answers. */
-int ls_backend_cuda_available(void);
 /* Frees the backend and every buffer. NULL is a no-op. */
 void ls_backend_free(ls_backend *be);
 
@@ -114,8 +91,8 @@ const ls_dims *ls_backend_dims(const ls_backend *be);
 const ls_pool_dims *ls_backend_pool_dims(const ls_backend *be);
 ls_dtype ls_backend_dtype(const ls_backend *be); /* storage dtype of the base weights */
 size_t ls_backend_pool_bytes(const ls_backend *be); /* all slots and layers, the layout of docs/math.md */
-const char *ls_backend_isa(const ls_backend *be);   /* the CPU kernel path; NULL elsewhere */
-int ls_backend_threads(const ls_backend *be);       /* CPU engine threads; 0 elsewhere */
+const char *ls_backend_isa(const ls_backend *be);   /* the kernel path it chose (the CPU's); NULL when none */
+int ls_backend_threads(const ls_backend *be);       /* host threads of its engine (the CPU's); 0 when none */
 
 /* False once an error has poisoned the device context for good (illegal
  * address, launch failure): every operation fails from then on and

@@ -7,6 +7,7 @@
 #define LS_GPU_BACKEND_IMPL_H
 
 #include "gpu/backend.h"
+#include "gpu/token_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,9 +26,10 @@ typedef struct {
     ls_status (*slot_clear)(ls_backend *be, int slot, ls_error *err);
     ls_status (*slot_read)(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
                            ls_error *err);
-    /* T >= 1 here; x, y non-NULL; every slot in -1..S-1. */
-    ls_status (*forward)(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                         const int *slot_of_token, float *y, ls_error *err);
+    /* The call's tokens grouped by slot (token_plan.h; plan->T >= 1,
+     * every slot in -1..S-1); x, y non-NULL, in token order. */
+    ls_status (*forward)(ls_backend *be, int layer, const float *x, const float *gammas, const ls_token_plan *plan,
+                         float *y, ls_error *err);
     ls_status (*synchronize)(ls_backend *be, ls_error *err);
     /* Optional (NULL = never): true once the device context is lost. */
     bool (*poisoned)(const ls_backend *be);
@@ -45,6 +47,7 @@ struct ls_backend {
     const char *isa;
     int threads;
     bool *uploaded; /* [L] set by a successful upload_base */
+    ls_token_plan plan; /* the forward's, rebuilt by every ls_backend_forward */
 };
 
 /* The checks every backend needs (positive dimensions, known layouts, a

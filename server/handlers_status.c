@@ -33,7 +33,7 @@ void ls_handle_ready(const ls_request *req, ls_reply *r) {
      * operator comparing machines' speed wants to know which ran. */
     if (j && ls_backend_isa(be)) json_object_set_new(j, "isa", json_string(ls_backend_isa(be)));
     /* The arithmetic, which (unlike the path) changes the numbers. */
-    if (j && ls_backend_isa(be)) json_object_set_new(j, "compute", json_string(ls_compute_choice_name(req->srv->cfg.compute)));
+    if (j && ls_backend_isa(be)) json_object_set_new(j, "compute", json_string(ls_cpu_compute_name(req->srv->cfg.compute)));
     ls_reply_json(r, 200, ls_json_take_text(j));
 }
 

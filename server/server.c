@@ -8,6 +8,8 @@
 #include "api/error_body.h"
 #include "api/forward.h"
 #include "common/log.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "lora/autoload.h"
 #include "server/tenant.h"
@@ -16,18 +18,9 @@
 #include "server/offload.h"
 #include "server/tls.h"
 
-static ls_cpu_isa ls_server_cpu_isa(ls_cpu_isa_choice c) {
-    switch (c) {
-    case LS_CPUISA_AVX512: return LS_CPU_ISA_AVX512;
-    case LS_CPUISA_AVX2: return LS_CPU_ISA_AVX2;
-    case LS_CPUISA_GENERIC: return LS_CPU_ISA_GENERIC;
-    default: return LS_CPU_ISA_AUTO;
-    }
-}
-
 /* What the log adds about bf16 compute: whether this CPU runs it natively. */
 static const char *ls_server_compute_note(const ls_backend *be, const ls_config *cfg) {
-    if (cfg->compute != LS_COMPUTE_BF16) return "";
+    if (cfg->compute != LS_CPU_COMPUTE_BF16) return "";
     return strcmp(ls_backend_isa(be), "avx512bf16") == 0 ? " (VDPBF16PS)"
                                                           : " (emulated: this CPU has no AVX512-BF16; the same bits, "
                                                             "not faster than f32)";
@@ -152,32 +145,61 @@ static bool ls_server_open_model(ls_server *srv, const ls_config *cfg, ls_error 
     return true;
 }
 
-/* The backend, with the base weights uploaded (the host copy then let go). */
-static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, bool use_cuda, ls_error *err) {
-    ls_model *model = &srv->model;
-    srv->dims = model->dims;
-    srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
-                                    .max_tokens = cfg->max_batch_tokens};
-    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype),
-                            .threads = cfg->threads, .cpu_isa = ls_server_cpu_isa(cfg->cpu_isa),
-                            .cpu_compute = cfg->compute == LS_COMPUTE_BF16 ? LS_CPU_COMPUTE_BF16 : LS_CPU_COMPUTE_F32,
-                            .device_id = 0};
-    ls_status st = use_cuda ? ls_backend_cuda_create(&bc, &srv->backend, err)
-                            : ls_backend_cpu_create(&bc, &srv->backend, err);
+/* The backend cfg asks for (--device, --threads, --cpu-isa, --compute), made for bc. */
+static bool ls_server_make_backend(ls_server *srv, const ls_config *cfg, const ls_backend_config *bc, ls_error *err) {
+    const bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
+    const ls_cpu_settings cpu = {.threads = cfg->threads, .isa = cfg->cpu_isa, .compute = cfg->compute};
+    const ls_cuda_settings cuda = {.device_id = 0};
+    ls_status st = use_cuda ? ls_backend_cuda_create(bc, &cuda, &srv->backend, err)
+                            : ls_backend_cpu_create(bc, &cpu, &srv->backend, err);
     if (st != LS_OK) {
         ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err->message);
         return false;
     }
-    if (ls_backend_isa(srv->backend))
+    return true;
+}
+
+/* A backend handed to ls_server_init_with_backend must serve the model's
+ * shapes and hold the pool cfg asks for; its dtype is its own. */
+static bool ls_server_backend_fits(const ls_backend *be, const ls_backend_config *bc) {
+    const ls_dims *d = ls_backend_dims(be), *m = &bc->dims;
+    const ls_pool_dims *p = ls_backend_pool_dims(be), *q = &bc->pool;
+    if (d->n == m->n && d->H == m->H && d->F == m->F && d->L == m->L && d->w13_layout == m->w13_layout &&
+        d->gate == m->gate && p->slots == q->slots && p->max_rank == q->max_rank && p->layout == q->layout &&
+        p->max_tokens == q->max_tokens)
+        return true;
+    ls_log_error("the %s backend handed to the server was made for n=%d H=%d F=%d L=%d (w13 %s%s), %d slots of rank "
+                 "%d (%s), %d tokens; the server serves n=%d H=%d F=%d L=%d (w13 %s%s), %d slots of rank %d (%s), %d "
+                 "tokens",
+                 ls_backend_name(be), d->n, d->H, d->F, d->L, ls_w13_layout_name(d->w13_layout), d->gate ? ", gate" : "",
+                 p->slots, p->max_rank, ls_lora_layout_name(p->layout), p->max_tokens, m->n, m->H, m->F, m->L,
+                 ls_w13_layout_name(m->w13_layout), m->gate ? ", gate" : "", q->slots, q->max_rank,
+                 ls_lora_layout_name(q->layout), q->max_tokens);
+    return false;
+}
+
+/* The backend (srv->backend when one was handed in, else the one cfg asks
+ * for), with the base weights uploaded (the host copy then let go). */
+static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, ls_error *err) {
+    ls_model *model = &srv->model;
+    srv->dims = model->dims;
+    srv->pool_dims = (ls_pool_dims){.slots = cfg->slots, .max_rank = cfg->max_rank, .layout = cfg->lora_layout,
+                                    .max_tokens = cfg->max_batch_tokens};
+    ls_backend_config bc = {.dims = srv->dims, .pool = srv->pool_dims, .dtype = ls_server_dtype(cfg->dtype, model->dtype)};
+    const bool handed = srv->backend != NULL;
+    if (handed ? !ls_server_backend_fits(srv->backend, &bc) : !ls_server_make_backend(srv, cfg, &bc, err))
+        return false;
+    ls_status st;
+    if (ls_backend_isa(srv->backend) && !handed)
         ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads, compute %s%s", ls_backend_isa(srv->backend),
-                    ls_cpu_isa_choice_name(cfg->cpu_isa), ls_backend_threads(srv->backend),
-                    ls_compute_choice_name(cfg->compute), ls_server_compute_note(srv->backend, cfg));
+                    ls_cpu_isa_name(cfg->cpu_isa), ls_backend_threads(srv->backend), ls_cpu_compute_name(cfg->compute),
+                    ls_server_compute_note(srv->backend, cfg));
     if ((st = ls_model_upload(model, srv->backend, err)) != LS_OK) {
         ls_log_error("uploading the base weights: %s", err->message);
         return false;
     }
     ls_model_release(model);
-    ls_server_log_model(model, bc.dtype);
+    ls_server_log_model(model, ls_backend_dtype(srv->backend));
     ls_log_info("pool: %d slots, max rank %d, %s layout, %.1f MiB", cfg->slots, cfg->max_rank,
                 ls_lora_layout_name(cfg->lora_layout), (double)ls_backend_pool_bytes(srv->backend) / (1 << 20));
     return true;
@@ -250,20 +272,26 @@ static bool ls_server_open_workers(ls_server *srv, const ls_config *cfg, ls_erro
     return true;
 }
 
-bool ls_server_init(ls_server *srv, const ls_config *cfg) {
+bool ls_server_init(ls_server *srv, const ls_config *cfg) { return ls_server_init_with_backend(srv, cfg, NULL); }
+
+bool ls_server_init_with_backend(ls_server *srv, const ls_config *cfg, ls_backend *be) {
     memset(srv, 0, sizeof *srv);
     srv->loader.dirfd = -1;
     srv->cfg = *cfg;
+    srv->backend = be; /* taken now: ls_server_free releases it on every path */
     ls_metrics_init(&srv->metrics);
     ls_error err;
     ls_error_init(&err);
     bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
-    ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
-                ls_device_kind_name(cfg->device),
-                cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
+    if (be)
+        ls_log_info("lorasink %s starting on the %s backend (handed in)", LS_VERSION, ls_backend_name(be));
+    else
+        ls_log_info("lorasink %s starting on the %s backend (--device %s%s)", LS_VERSION, use_cuda ? "cuda" : "cpu",
+                    ls_device_kind_name(cfg->device),
+                    cfg->device == LS_DEVICE_AUTO && !use_cuda ? ": no CUDA device found" : "");
     /* The certificate first: a wrong file is told before a model loads. */
     bool ok = (!cfg->tls_cert[0] || (srv->tls = ls_tls_open(cfg))) && ls_server_open_model(srv, cfg, &err) &&
-              ls_server_open_backend(srv, cfg, use_cuda, &err) && ls_server_open_adapters(srv, cfg, &err) &&
+              ls_server_open_backend(srv, cfg, &err) && ls_server_open_adapters(srv, cfg, &err) &&
               ls_server_open_workers(srv, cfg, &err);
     ls_error_free(&err);
     if (!ok) ls_server_free(srv);

@@ -53,6 +53,15 @@ typedef struct ls_server {
 /* Builds the model, backend and pool from cfg (cfg is copied). Errors are
  * logged; returns false and leaves nothing allocated. */
 bool ls_server_init(ls_server *srv, const ls_config *cfg);
+/* The same on a backend the caller made (be NULL: the one cfg asks for,
+ * as ls_server_init): a test double, or a backend of its own. The server
+ * takes be, on failure too (freed with the server), and uploads the
+ * model's base weights into it, so be must be made for the model's
+ * dimensions and for the pool cfg gives (slots, max rank, LoRA layout,
+ * max batch tokens); it keeps its own weight dtype, and cfg's device,
+ * threads and kernel path are not read. A backend made for anything else
+ * stops start-up with a log line naming both. */
+bool ls_server_init_with_backend(ls_server *srv, const ls_config *cfg, ls_backend *be);
 void ls_server_free(ls_server *srv);
 
 /* Starts listening (port 0 = ephemeral; srv->port gets the real one). */

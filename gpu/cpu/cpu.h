@@ -1,6 +1,6 @@
 /* The CPU backend's private state, shared by cpu_backend.c (create, free,
  * packing of the weights and the slots) and cpu_forward.c (the forward of
- * docs/math.md as four jobs on the engine's threads). */
+ * docs/math.md in four stages on the engine's threads). */
 #ifndef LS_GPU_CPU_CPU_H
 #define LS_GPU_CPU_CPU_H
 
@@ -81,15 +81,12 @@ typedef struct {
     size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R in fp32 (the room) */
     size_t off_gu_b, off_d_a, off_d_b, slot_len;
 
-    /* Scratch for max_tokens tokens, allocated once. Rows are in slot
-     * order: order[i] is the token at row i, group[b] the first row of
-     * bucket b (base-only tokens are bucket 0, slot s is bucket s + 1). */
-    int *order;  /* [max_tokens] */
-    int *group;  /* [S + 2] */
-    float *xs;   /* [max_tokens, H] inputs in slot order */
+    /* Scratch for max_tokens tokens, allocated once. Rows are in the
+     * token plan's order (gpu/token_plan.h: by slot, base-only last). */
+    float *xs;   /* [max_tokens, H] inputs in plan order */
     float *zs;   /* [max_tokens, zw] gate/up pre-activations, w13's column order */
     float *as;   /* [max_tokens, n*F] activations */
-    float *ys;   /* [max_tokens, H] outputs in slot order */
+    float *ys;   /* [max_tokens, H] outputs in plan order */
     float *st;   /* [max_tokens, O*2R] gate/up shrink */
     float *pt;   /* [max_tokens, O*R] down shrink */
     float *apack;      /* [threads][apack_len] packed A blocks */
@@ -112,7 +109,7 @@ static inline const ls_cpu_kernels *ls_cpu_kernels_of(const ls_cpu *c, const ls_
     return m->pairs ? c->kb : c->kr;
 }
 
-ls_status ls_cpu_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                         const int *slot_of_token, float *y, ls_error *err);
+ls_status ls_cpu_forward(ls_backend *be, int layer, const float *x, const float *gammas, const ls_token_plan *plan,
+                         float *y, ls_error *err);
 
 #endif

@@ -128,8 +128,6 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->dpool);
         free(c->form);
         free(c->gather);
-        free(c->order);
-        free(c->group);
         free(c->xs);
         free(c->zs);
         free(c->as);
@@ -394,22 +392,22 @@ static const ls_backend_ops ls_cpu_ops = {
 };
 
 /* What only the CPU backend checks (backend.c checks the rest). */
-static ls_status ls_cpu_check_config(const ls_backend_config *cfg, ls_error *err) {
-    if (cfg->cpu_isa < LS_CPU_ISA_AUTO || cfg->cpu_isa > LS_CPU_ISA_GENERIC)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cfg->cpu_isa);
-    if (cfg->cpu_compute != LS_CPU_COMPUTE_F32 && cfg->cpu_compute != LS_CPU_COMPUTE_BF16)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown compute mode %d", (int)cfg->cpu_compute);
+static ls_status ls_cpu_check_settings(const ls_cpu_settings *cpu, ls_error *err) {
+    if (cpu->isa < LS_CPU_ISA_AUTO || cpu->isa > LS_CPU_ISA_GENERIC)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown kernel path %d", (int)cpu->isa);
+    if (cpu->compute != LS_CPU_COMPUTE_F32 && cpu->compute != LS_CPU_COMPUTE_BF16)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "cpu backend: unknown compute mode %d", (int)cpu->compute);
     /* Under bf16 compute avx512 means the VDPBF16PS tiles, which need
      * AVX512-BF16 (AVX-512F alone lacks it): nothing here fakes them. */
-    if (cfg->cpu_compute == LS_CPU_COMPUTE_BF16 && cfg->cpu_isa == LS_CPU_ISA_AVX512 && !ls_cpu_has_avx512bf16())
+    if (cpu->compute == LS_CPU_COMPUTE_BF16 && cpu->isa == LS_CPU_ISA_AVX512 && !ls_cpu_has_avx512bf16())
         return ls_error_set(err, LS_INVALID_REQUEST,
                             "use --cpu-isa auto (the fastest bf16 tiles this CPU runs), or --compute f32",
                             "cpu backend: this CPU has no AVX512-BF16, which --compute bf16 on the %s kernels "
                             "needs (VDPBF16PS)",
-                            ls_cpu_isa_name(cfg->cpu_isa));
-    if (!ls_cpu_isa_supported(cfg->cpu_isa))
+                            ls_cpu_isa_name(cpu->isa));
+    if (!ls_cpu_isa_supported(cpu->isa))
         return ls_error_set(err, LS_INVALID_REQUEST, "use --cpu-isa auto, or a path this CPU has",
-                            "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cfg->cpu_isa));
+                            "cpu backend: this CPU does not run the %s kernels", ls_cpu_isa_name(cpu->isa));
     return LS_OK;
 }
 
@@ -421,8 +419,9 @@ static int ls_cpu_online(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* The shapes and the packed layout of c's weights and slots, from cfg. */
-static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
+/* The shapes and the packed layout of c's weights and slots, from cfg;
+ * the kernels of cpu's path. */
+static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg, const ls_cpu_settings *cpu) {
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
     c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
@@ -430,9 +429,9 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
     c->max_tokens = p->max_tokens;
     c->w13_layout = d->w13_layout;
     c->dtype = cfg->dtype;
-    c->kr = ls_cpu_kernels_for(cfg->cpu_isa);
-    c->bf16 = cfg->cpu_compute == LS_CPU_COMPUTE_BF16;
-    c->kb = c->bf16 ? ls_cpu_kernels_bf16_for(cfg->cpu_isa) : NULL;
+    c->kr = ls_cpu_kernels_for(cpu->isa);
+    c->bf16 = cpu->compute == LS_CPU_COMPUTE_BF16;
+    c->kb = c->bf16 ? ls_cpu_kernels_bf16_for(cpu->isa) : NULL;
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
     c->w13_len = c->bf16 ? ls_cpu_pairs_len(H, c->zw) : ls_cpu_packed_len(H, c->zw);
@@ -461,10 +460,13 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg) {
  * packed base weights (zero until upload_base), the forward's scratch,
  * and starts the engine's threads. On success *out belongs to the caller
  * (ls_backend_free). */
-ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
+ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_settings *cpu, ls_backend **out,
+                                ls_error *err) {
+    static const ls_cpu_settings defaults = {0};
+    if (!cpu) cpu = &defaults;
     *out = NULL;
     ls_backend *be = NULL;
-    ls_status st = ls_cpu_check_config(cfg, err);
+    ls_status st = ls_cpu_check_settings(cpu, err);
     if (st == LS_OK) st = ls_backend_new(&ls_cpu_ops, cfg, &be, err);
     if (st != LS_OK) return st;
     ls_cpu *c = calloc(1, sizeof *c);
@@ -474,14 +476,14 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     }
     be->ctx = c;
 
-    ls_cpu_layout(c, cfg);
+    ls_cpu_layout(c, cfg, cpu);
     be->isa = c->bf16 ? c->kb->name : c->kr->name;
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
     const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O;
     const size_t L = (size_t)c->L, S = (size_t)c->S, T = (size_t)c->max_tokens;
 
-    const int cpus = ls_cpu_online(), threads = cfg->threads > 0 ? cfg->threads : cpus;
+    const int cpus = ls_cpu_online(), threads = cpu->threads > 0 ? cpu->threads : cpus;
     /* K of every GEMM: H (w13, gate/up shrink), n*F (w2), F (down
      * shrink) or at most R (the expands). */
     int kmax = H > n * F ? H : n * F;
@@ -499,8 +501,6 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->dpool = ls_cpu_alloc(c->bf16 ? S : 0, L, c->dslot_len, sizeof *c->dpool);
     c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
     c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
-    c->order = malloc(T * sizeof *c->order);
-    c->group = malloc((S + 2) * sizeof *c->group);
     c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
     c->zs = ls_cpu_alloc(T, (size_t)c->zw, 1, sizeof(float));
     c->as = ls_cpu_alloc(T, (size_t)n, (size_t)F, sizeof(float));
@@ -508,7 +508,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, ls_backend **out, 
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->dpool || !c->form || !c->gather || !c->order || !c->group || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->dpool || !c->form || !c->gather || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",

@@ -8,14 +8,16 @@
 
 #include "gpu/cpu/kernels.h"
 
+const char *const ls_cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
+
 const char *ls_cpu_isa_name(ls_cpu_isa isa) {
-    switch (isa) {
-    case LS_CPU_ISA_AUTO: return "auto";
-    case LS_CPU_ISA_AVX512: return "avx512";
-    case LS_CPU_ISA_AVX2: return "avx2";
-    case LS_CPU_ISA_GENERIC: return "generic";
-    }
-    return "?";
+    return (unsigned)isa <= (unsigned)LS_CPU_ISA_GENERIC ? ls_cpu_isa_names[isa] : "?";
+}
+
+const char *const ls_cpu_compute_names[] = {"f32", "bf16", NULL};
+
+const char *ls_cpu_compute_name(ls_cpu_compute compute) {
+    return (unsigned)compute <= (unsigned)LS_CPU_COMPUTE_BF16 ? ls_cpu_compute_names[compute] : "?";
 }
 
 #if defined(__x86_64__) || defined(__i386__)

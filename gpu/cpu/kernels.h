@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "common/tensor.h"
-#include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
 
 /* Columns of one packed panel: a B operand [K, N] is stored as ceil(N/16)
  * panels, each K rows of 16 values (k-major), columns past N zero. */

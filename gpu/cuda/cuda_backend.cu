@@ -51,8 +51,6 @@ static void cuda_free(ls_backend *be) {
         if (c->h_slot) cudaFreeHost(c->h_slot);
         if (c->h_chunk) cudaFreeHost(c->h_chunk);
         (void)cudaGetLastError();
-        free(c->perm);
-        free(c->counts);
         ls_nvml_close(c->nvml);
         free(c);
     }
@@ -97,7 +95,7 @@ static void cuda_open_nvml(ls_cuda *c) {
  * device calls whose every failure the caller unwinds (ls_backend_free)
  * from whatever was set; the sizes, the cuBLAS set-up and the allocations
  * read in the order the device sees them. */
-static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_error *err) {
+static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     const ls_dims *d = &cfg->dims;
     const ls_pool_dims *p = &cfg->pool;
@@ -108,10 +106,10 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: no CUDA device (%s)",
                             ce != cudaSuccess ? cudaGetErrorString(ce) : "device count is 0");
     }
-    if (cfg->device_id < 0 || cfg->device_id >= count)
+    if (device_id < 0 || device_id >= count)
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: device %d does not exist (%d device(s))",
-                            cfg->device_id, count);
-    c->device = cfg->device_id;
+                            device_id, count);
+    c->device = device_id;
     LS_CUDA_TRY(err, cudaSetDevice(c->device));
     cudaDeviceProp prop;
     LS_CUDA_TRY(err, cudaGetDeviceProperties(&prop, c->device));
@@ -213,9 +211,6 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, ls_erro
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
     LS_TRY(pinned((void **)&c->h_slot, c->canon_len * sizeof(float), err));
     LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
-    c->perm = (int *)malloc(Tm * sizeof(int));
-    c->counts = (int *)malloc(2 * (S + 1) * sizeof(int));
-    if (!c->perm || !c->counts) return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
 
     be->pool_bytes = pool;
@@ -388,8 +383,10 @@ static const ls_backend_ops cuda_ops = {
 /* ---- public entry points ------------------------------------------------------- */
 
 /* On success *out is owned by the caller (ls_backend_free); on failure
- * *out is NULL and everything allocated so far is released. */
-ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out, ls_error *err) {
+ * *out is NULL and everything allocated so far is released. cuda NULL:
+ * device 0. */
+ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_settings *cuda, ls_backend **out,
+                                 ls_error *err) {
     *out = NULL;
     if (ls_cuda_poisoned_flag())
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "CUDA context is unusable after an earlier error: %s",
@@ -402,7 +399,7 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, ls_backend **out,
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     }
     be->ctx = c;
-    ls_status st = cuda_init(be, cfg, err);
+    ls_status st = cuda_init(be, cfg, cuda ? cuda->device_id : 0, err);
     if (st != LS_OK) {
         ls_backend_free(be);
         return st;

@@ -1,7 +1,8 @@
-/* What the CUDA backend offers beyond gpu/backend.h: the poisoned-context
- * flag for /ready, a switch between its LoRA kernels for tests, and the
- * device-only timing entry points the benchmark uses. Only in builds with
- * LS_HAVE_CUDA. */
+/* What the CUDA backend offers beyond gpu/backend.h: its own settings and
+ * its constructor (in every build: without CUDA compiled in, gpu/backend.c
+ * says so plainly), and, only in builds with LS_HAVE_CUDA, the
+ * poisoned-context flag for /ready, a switch between its LoRA kernels for
+ * tests, and the device-only timing entry points the benchmark uses. */
 #ifndef LS_GPU_CUDA_CUDA_BACKEND_H
 #define LS_GPU_CUDA_CUDA_BACKEND_H
 
@@ -12,6 +13,21 @@ extern "C" {
 #endif
 
 #include "gpu/backend.h"
+
+/* The CUDA backend's own settings; all zero is the default. */
+typedef struct {
+    int device_id; /* CUDA device ordinal */
+} ls_cuda_settings;
+
+/* Creates the CUDA backend (cuda NULL: the defaults); LS_DEVICE_ERROR
+ * when there is no device or the build has no CUDA. On success *out is
+ * owned by the caller and released with ls_backend_free. */
+ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_settings *cuda, ls_backend **out,
+                                 ls_error *err);
+/* True when the build has CUDA and a device answers. */
+int ls_backend_cuda_available(void);
+
+/* ---- only with LS_HAVE_CUDA ------------------------------------------------ */
 
 /* Nonzero once a CUDA error that poisons the context (illegal address,
  * launch failure, ...) was seen in this process: every later call of every

@@ -1,58 +1,46 @@
-/* The CUDA forward of docs/math.md: tokens grouped by slot on the host, then on
- * the device two cuBLAS GEMMs for the base (fp32 accumulation), the fused
- * SwiGLU x gamma, and the LoRA shrink/expand pairs: cuBLAS when every
- * adapted token uses one slot, one SGMV launch per stage otherwise. Also
- * the device-only timing entry point of the benchmark. */
+/* The CUDA forward of docs/math.md in the stages every backend names alike
+ * (gpu/backend_impl.h), on the token plan's rows (gpu/token_plan.h: each
+ * slot's tokens contiguous, base-only tokens last): gather on the host
+ * into pinned memory; on the device shrink_gate_up, gate_up (the base
+ * cuBLAS GEMM with fp32 accumulation, the LoRA expand, the fused SwiGLU x
+ * gamma), shrink_down and down (the base GEMM, the LoRA expand); scatter
+ * back on the host. The LoRA GEMMs are cuBLAS when every adapted token
+ * uses one slot, one SGMV launch each otherwise. Also the device-only
+ * timing entry point of the benchmark. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
 
-/* ---- grouping tokens by slot ------------------------------------------------------ */
+/* ---- the plan's SGMV tasks --------------------------------------------------------- */
 
-/* Fills c->perm (grouped position -> token), the SGMV tasks in pinned
- * memory and the plan. Slots run in ascending order, base tokens last. */
-static void plan_tokens(ls_cuda *c, int T, const int *slot_of_token, ls_cuda_plan *p) {
-    const int S = c->S;
-    int *count = c->counts, *cursor = c->counts + (S + 1);
-    memset(count, 0, (size_t)(S + 1) * sizeof(int));
-    for (int t = 0; t < T; t++) {
-        int s = slot_of_token ? slot_of_token[t] : -1; /* in -1..S-1: backend.c checked */
-        count[s < 0 ? S : s]++;
-    }
-    int pos = 0;
-    p->T = T;
-    p->n_slots = 0;
-    p->single_slot = -1;
+/* The CUDA part of the plan: the SGMV tasks (LS_SGMV_BM rows of one slot
+ * each, slots in the token plan's order) in pinned memory. */
+static void plan_tasks(ls_cuda *c, const ls_token_plan *tp, ls_cuda_plan *p) {
+    p->tokens = tp;
+    p->T = tp->T;
+    p->n_lora = tp->n_lora;
+    p->n_slots = tp->n_slots;
+    p->single_slot = tp->single_slot;
     p->ntasks = 0;
-    for (int s = 0; s <= S; s++) {
-        cursor[s] = pos;
-        if (s < S && count[s] > 0) {
-            p->n_slots++;
-            p->single_slot = s;
-            for (int r0 = 0; r0 < count[s]; r0 += LS_SGMV_BM) {
-                int rows = count[s] - r0 < LS_SGMV_BM ? count[s] - r0 : LS_SGMV_BM;
-                c->h_tasks[p->ntasks++] = make_int4(pos + r0, rows, s, 0);
-            }
+    for (int s = 0; s < c->S; s++) {
+        const int pos = tp->start[s], count = tp->start[s + 1] - pos;
+        for (int r0 = 0; r0 < count; r0 += LS_SGMV_BM) {
+            int rows = count - r0 < LS_SGMV_BM ? count - r0 : LS_SGMV_BM;
+            c->h_tasks[p->ntasks++] = make_int4(pos + r0, rows, s, 0);
         }
-        pos += count[s];
-    }
-    p->n_lora = T - count[S];
-    for (int t = 0; t < T; t++) {
-        int s = slot_of_token ? slot_of_token[t] : -1;
-        c->perm[cursor[s < 0 ? S : s]++] = t;
     }
 }
 
-/* Copies x and gammas in grouped order through pinned memory, and the
- * SGMV tasks when more than one slot is used. Asynchronous. */
-static ls_status stage_inputs(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas,
-                              ls_error *err) {
+/* Stage gather: copies x and gammas in plan order through pinned memory,
+ * and the SGMV tasks when more than one slot is used. Asynchronous. */
+static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, ls_error *err) {
     const size_t H = c->H, n = c->n, T = p->T;
-    for (size_t i = 0; i < T; i++) memcpy(c->h_io + i * H, x + (size_t)c->perm[i] * H, H * sizeof(float));
+    const int *order = p->tokens->order;
+    for (size_t i = 0; i < T; i++) memcpy(c->h_io + i * H, x + (size_t)order[i] * H, H * sizeof(float));
     LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     if (gammas) {
-        for (size_t i = 0; i < T; i++) memcpy(c->h_gam + i * n, gammas + (size_t)c->perm[i] * n, n * sizeof(float));
+        for (size_t i = 0; i < T; i++) memcpy(c->h_gam + i * n, gammas + (size_t)order[i] * n, n * sizeof(float));
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gam, c->h_gam, T * n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
     if (p->n_slots > 1)
@@ -110,16 +98,32 @@ static ls_status sgmv(ls_cuda *c, const ls_cuda_plan *p, const void *X, ls_dtype
 
 /* ---- the device part of the forward ------------------------------------------------ */
 
-/* g, u += B13 * (Agu * x) for the adapted rows 0..n_lora-1 of z. */
-static ls_status lora_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
+/* Stage shrink_gate_up: v = Agu * x for the adapted rows 0..n_lora-1
+ * (d_vc through cuBLAS for one slot, d_v32 through SGMV otherwise). */
+static ls_status shrink_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int H = c->H, R = c->R, O = c->O, nL = p->n_lora;
+    const int OR2 = O * 2 * R;
+    const size_t esz = c->esz;
+    if (p->n_slots == 1) {
+        const char *der = ls_cuda_der(c, p->single_slot, layer);
+        LS_TRY(gemm(c, nL, OR2, H, der + c->der_agu * esz, H, 0, c->d_xc, H, 0, c->d_vc, c->cdt, OR2, 0, 1, 0.0f,
+                    err));
+        return LS_OK;
+    }
+    const char *der0 = ls_cuda_der(c, 0, layer);
+    LS_CUDA_TRY(err, cudaMemsetAsync(c->d_v32, 0, (size_t)nL * OR2 * sizeof(float), c->stream));
+    LS_TRY(sgmv(c, p, c->d_xc, c->dt, H, 0, der0 + c->der_agu * esz, H, 0, c->d_v32, OR2, 0, OR2, H, 1, 1, err));
+    return LS_OK;
+}
+
+/* g, u += B13 * v for the adapted rows of z (gate_up's LoRA part). */
+static ls_status expand_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int n = c->n, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
     const int n2F = 2 * n * F, OR2 = O * 2 * R;
     const size_t esz = c->esz;
     const int per_expert = O > 1;
     if (p->n_slots == 1) {
         const char *der = ls_cuda_der(c, p->single_slot, layer);
-        LS_TRY(gemm(c, nL, OR2, H, der + c->der_agu * esz, H, 0, c->d_xc, H, 0, c->d_vc, c->cdt, OR2, 0, 1, 0.0f,
-                    err));
         if (!per_expert)
             LS_TRY(gemm(c, nL, n2F, 2 * R, der + c->der_b13 * esz, 2 * R, 0, c->d_vc, OR2, 0, c->d_z, CUDA_R_32F,
                         n2F, 0, 1, 1.0f, err));
@@ -129,8 +133,6 @@ static ls_status lora_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_e
         return LS_OK;
     }
     const char *der0 = ls_cuda_der(c, 0, layer);
-    LS_CUDA_TRY(err, cudaMemsetAsync(c->d_v32, 0, (size_t)nL * OR2 * sizeof(float), c->stream));
-    LS_TRY(sgmv(c, p, c->d_xc, c->dt, H, 0, der0 + c->der_agu * esz, H, 0, c->d_v32, OR2, 0, OR2, H, 1, 1, err));
     if (!per_expert)
         LS_TRY(sgmv(c, p, c->d_v32, LS_DTYPE_F32, OR2, 0, der0 + c->der_b13 * esz, 2 * R, 0, c->d_z, n2F, 0, n2F,
                     2 * R, 1, 0, err));
@@ -140,10 +142,24 @@ static ls_status lora_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_e
     return LS_OK;
 }
 
-/* y += Bdcat * (Adcat * a) for the adapted rows; with per-expert outer
- * factors each expert's shrink lands in its own R columns of w. */
-static ls_status lora_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int n = c->n, H = c->H, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
+/* Stage gate_up: z = W13 * x (+ the LoRA expand), then a = SiLU(g) * u
+ * * gamma; without gammas a gated model's gamma is its gate, from fp32 x. */
+static ls_status gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int T = p->T, n = c->n, H = c->H, F = c->F, n2F = 2 * n * F;
+    const char *w13 = (const char *)c->d_w13 + (size_t)layer * n2F * H * c->esz;
+    LS_TRY(gemm(c, T, n2F, H, w13, H, 0, c->d_xc, H, 0, c->d_z, CUDA_R_32F, n2F, 0, 1, 0.0f, err));
+    if (p->n_lora > 0) LS_TRY(expand_gate_up(c, layer, p, err));
+    const bool gate = !p->has_gammas && c->gated;
+    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)layer * H, c->d_gam, T, H, n, c->stream));
+    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
+                                    c->w13_layout, c->stream));
+    return LS_OK;
+}
+
+/* Stage shrink_down: w = Adcat * a for the adapted rows; with per-expert
+ * outer factors each expert's shrink lands in its own R columns of w. */
+static ls_status shrink_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int n = c->n, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
     const int nF = n * F, OR = O * R;
     const size_t esz = c->esz;
     const int per_expert = O > 1;
@@ -155,8 +171,6 @@ static ls_status lora_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_erro
         else
             LS_TRY(gemm(c, nL, R, F, der + c->der_ad * esz, nF, F, c->d_a, nF, F, c->d_wc, c->cdt, OR, R, n, 0.0f,
                         err));
-        LS_TRY(gemm(c, nL, H, OR, der + c->der_bd * esz, OR, 0, c->d_wc, OR, 0, c->d_y, CUDA_R_32F, H, 0, 1, 1.0f,
-                    err));
         return LS_OK;
     }
     const char *der0 = ls_cuda_der(c, 0, layer);
@@ -165,54 +179,78 @@ static ls_status lora_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_erro
         LS_TRY(sgmv(c, p, c->d_a, c->dt, nF, 0, der0 + c->der_ad * esz, nF, 0, c->d_w32, OR, 0, R, nF, 1, 1, err));
     else
         LS_TRY(sgmv(c, p, c->d_a, c->dt, nF, F, der0 + c->der_ad * esz, nF, F, c->d_w32, OR, R, R, F, n, 1, err));
+    return LS_OK;
+}
+
+/* y += Bdcat * w for the adapted rows (down's LoRA part). */
+static ls_status expand_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int H = c->H, R = c->R, O = c->O, nL = p->n_lora, OR = O * R;
+    const size_t esz = c->esz;
+    if (p->n_slots == 1) {
+        const char *der = ls_cuda_der(c, p->single_slot, layer);
+        LS_TRY(gemm(c, nL, H, OR, der + c->der_bd * esz, OR, 0, c->d_wc, OR, 0, c->d_y, CUDA_R_32F, H, 0, 1, 1.0f,
+                    err));
+        return LS_OK;
+    }
+    const char *der0 = ls_cuda_der(c, 0, layer);
     LS_TRY(sgmv(c, p, c->d_w32, LS_DTYPE_F32, OR, 0, der0 + c->der_bd * esz, OR, 0, c->d_y, H, 0, H, OR, 1, 0, err));
     return LS_OK;
 }
 
-/* Everything between the copy in (d_x32, d_gam, d_tasks ready) and the
- * copy out (d_y). Enqueues only; no host synchronisation. */
-static ls_status run_device(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int T = p->T, n = c->n, H = c->H, F = c->F;
-    const int n2F = 2 * n * F, nF = n * F;
-    const char *w13 = (const char *)c->d_w13 + (size_t)layer * n2F * H * c->esz;
+/* Stage down: y = W2 * a (+ the LoRA expand). */
+static ls_status down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int T = p->T, H = c->H, nF = c->n * c->F;
     const char *w2 = (const char *)c->d_w2 + (size_t)layer * H * nF * c->esz;
-    if (c->dt != LS_DTYPE_F32) LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)T * H, c->stream));
-    LS_TRY(gemm(c, T, n2F, H, w13, H, 0, c->d_xc, H, 0, c->d_z, CUDA_R_32F, n2F, 0, 1, 0.0f, err));
-    if (p->n_lora > 0) LS_TRY(lora_gate_up(c, layer, p, err));
-    /* Without gammas a gated model's gamma is its gate, from fp32 x. */
-    const bool gate = !p->has_gammas && c->gated;
-    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)layer * H, c->d_gam, T, H, n, c->stream));
-    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
-                                    c->w13_layout, c->stream));
     LS_TRY(gemm(c, T, H, nF, w2, nF, 0, c->d_a, nF, 0, c->d_y, CUDA_R_32F, H, 0, 1, 0.0f, err));
-    if (p->n_lora > 0) LS_TRY(lora_down(c, layer, p, err));
+    if (p->n_lora > 0) LS_TRY(expand_down(c, layer, p, err));
+    return LS_OK;
+}
+
+/* Everything between the copy in (d_x32, d_gam, d_tasks ready) and the
+ * copy out (d_y), the stages in the CPU's order: each shrink is enqueued
+ * before the base GEMM beside it, which neither reads nor writes its
+ * output. Enqueues only; no host synchronisation. */
+static ls_status run_device(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
+    const int T = p->T, H = c->H;
+    if (c->dt != LS_DTYPE_F32) LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)T * H, c->stream));
+    if (p->n_lora > 0) LS_TRY(shrink_gate_up(c, layer, p, err));
+    LS_TRY(gate_up(c, layer, p, err));
+    if (p->n_lora > 0) LS_TRY(shrink_down(c, layer, p, err));
+    LS_TRY(down(c, layer, p, err));
+    return LS_OK;
+}
+
+/* Stage scatter: copies y out through pinned memory and back to token
+ * order; y is complete when this returns. */
+static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *err) {
+    const size_t H = c->H;
+    const int T = p->T, *order = p->tokens->order;
+    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost,
+                                     c->stream));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < T; i++) memcpy(y + (size_t)order[i] * H, c->h_io + (size_t)i * H, H * sizeof(float));
     return LS_OK;
 }
 
 /* ---- entry points ------------------------------------------------------------------- */
 
-static ls_status forward_locked(ls_cuda *c, int layer, int T, const float *x, const float *gammas,
-                                const int *slot_of_token, float *y, ls_error *err) {
+static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const float *gammas,
+                                const ls_token_plan *tp, float *y, ls_error *err) {
     ls_cuda_plan p;
-    plan_tokens(c, T, slot_of_token, &p);
+    plan_tasks(c, tp, &p);
     p.has_gammas = gammas != NULL;
-    LS_TRY(stage_inputs(c, &p, x, gammas, err));
+    LS_TRY(gather(c, &p, x, gammas, err));
     LS_TRY(run_device(c, layer, &p, err));
-    const size_t H = c->H;
-    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost,
-                                     c->stream));
-    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < T; i++) memcpy(y + (size_t)c->perm[i] * H, c->h_io + (size_t)i * H, H * sizeof(float));
-    return LS_OK;
+    return scatter(c, &p, y, err);
 }
 
-/* x, gammas, slot_of_token and y are the caller's host buffers; y is
- * complete when this returns. */
-ls_status ls_cuda_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                          const int *slot_of_token, float *y, ls_error *err) {
+/* x, gammas, plan and y are the caller's (host buffers); y is complete
+ * when this returns. */
+ls_status ls_cuda_forward(ls_backend *be, int layer, const float *x, const float *gammas, const ls_token_plan *plan,
+                          float *y, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return forward_locked(c, layer, T, x, gammas, slot_of_token, y, err);
+    return forward_locked(c, layer, x, gammas, plan, y, err);
 }
 
 /* Captures the device part once as a CUDA graph so the timings hold the
@@ -236,12 +274,12 @@ static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
     return exec;
 }
 
-static ls_status time_locked(ls_cuda *c, int layer, int T, const float *x, const float *gammas,
-                             const int *slot_of_token, int iters, float *ms, ls_error *err) {
+static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
+                             int iters, float *ms, ls_error *err) {
     ls_cuda_plan p;
-    plan_tokens(c, T, slot_of_token, &p);
+    plan_tasks(c, tp, &p);
     p.has_gammas = gammas != NULL;
-    LS_TRY(stage_inputs(c, &p, x, gammas, err));
+    LS_TRY(gather(c, &p, x, gammas, err));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     cudaGraphExec_t exec = capture(c, layer, &p);
     ls_status st = LS_OK;
@@ -269,5 +307,6 @@ ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const f
     LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
     if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "time_forward needs T and iters > 0");
     LS_TRY(ls_cuda_op_begin(c, err));
-    return time_locked(c, layer, T, x, gammas, slot_of_token, iters, ms, err);
+    ls_token_plan_build(&be->plan, T, slot_of_token); /* as ls_backend_forward does */
+    return time_locked(c, layer, x, gammas, &be->plan, iters, ms, err);
 }

@@ -70,15 +70,13 @@ typedef struct {
     void *h_chunk;    /* base weight upload chunks */
     size_t chunk_bytes;
     int max_tasks;
-
-    /* Host scratch for grouping tokens by slot. */
-    int *perm;   /* [max_tokens]: grouped position -> token */
-    int *counts; /* [S + 1] */
 } ls_cuda;
 
-/* How one forward's tokens are grouped: positions 0..n_lora-1 hold the
- * tokens with an adapter, slot by slot; the base-only tokens follow. */
+/* One forward's token plan (gpu/token_plan.h: positions 0..n_lora-1 hold
+ * the tokens with an adapter, slot by slot; the base-only tokens follow),
+ * the facts the stages read from it, and its SGMV tasks (in h_tasks). */
 typedef struct {
+    const ls_token_plan *tokens;
     int T;
     int n_lora;
     int n_slots;     /* distinct slots among the tokens */
@@ -102,7 +100,7 @@ static inline float *ls_cuda_canon(const ls_cuda *c, int slot, int layer) {
  * backend's caller serialises them (gpu/backend.h). */
 ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err);
 
-ls_status ls_cuda_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                          const int *slot_of_token, float *y, ls_error *err);
+ls_status ls_cuda_forward(ls_backend *be, int layer, const float *x, const float *gammas, const ls_token_plan *plan,
+                          float *y, ls_error *err);
 
 #endif

@@ -16,11 +16,10 @@
 #include "common/tensor.h"
 #include "common/text.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "tests/util/reference.h"
 #include "tests/util/testutil.h"
-#ifdef LS_HAVE_CUDA
-#include "gpu/cuda/cuda_backend.h"
-#endif
 
 #define MAX_T 6
 #define MAX_DEV 2
@@ -395,21 +394,22 @@ static void run_case(const pcase *pc, int threads) {
     rn.tol = pc->dtype == LS_DTYPE_F32 ? 1e-5 : 1e-2;
     const long nFH = (long)pc->n * pc->F * pc->H;
     rn.ref_ok = (long)Tmax * nFH <= 60000000L && (long)pc->S * pc->R * nFH <= 60000000L;
-    ls_backend_config cfg = {.dims = rn.dims, .pool = rn.pool, .dtype = pc->dtype, .threads = threads};
+    ls_backend_config cfg = {.dims = rn.dims, .pool = rn.pool, .dtype = pc->dtype};
+    const ls_cpu_settings cpu = {.threads = threads};
     ls_error err;
     ls_error_init(&err);
     printf("== %s: n=%d H=%d F=%d L=%d, %s W13, %s pool, S=%d R=%d, %s, T up to %d\n", pc->name, pc->n, pc->H,
            pc->F, pc->L, ls_w13_layout_name(pc->w13), ls_lora_layout_name(pc->pool), pc->S, pc->R,
            ls_dtype_name(pc->dtype), Tmax);
     fflush(stdout);
-    if (!must(ls_backend_cpu_create(&cfg, &rn.cpu, &err), &err, "cpu create")) goto done;
+    if (!must(ls_backend_cpu_create(&cfg, &cpu, &rn.cpu, &err), &err, "cpu create")) goto done;
 #ifdef LS_HAVE_CUDA
     {
         ls_backend *be = NULL;
-        if (must(ls_backend_cuda_create(&cfg, &be, &err), &err, "cuda create"))
+        if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create"))
             rn.dev[rn.ndev++] = (device){"cuda", be};
         /* f32 runs the fp32 kernels already; 16-bit also checks them. */
-        if (pc->dtype != LS_DTYPE_F32 && must(ls_backend_cuda_create(&cfg, &be, &err), &err, "cuda create")) {
+        if (pc->dtype != LS_DTYPE_F32 && must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
             ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_SIMT);
             rn.dev[rn.ndev++] = (device){"cuda-simt", be};
         }
@@ -541,7 +541,7 @@ static void check_too_large(void) {
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    ls_status st = ls_backend_cuda_create(&cfg, &be, &err);
+    ls_status st = ls_backend_cuda_create(&cfg, NULL, &be, &err);
     printf("   create of 20000 layers: %s: %s\n", ls_status_code(st), err.message);
     expect(st == LS_DEVICE_ERROR && be == NULL && strstr(err.message, "free") && strstr(err.message, "MiB"),
            "an oversized create fails with device_error naming needed and free memory");

@@ -100,12 +100,13 @@ static ls_status fb_slot_read(ls_backend *be, int slot, int layer, float *gu_a, 
     return st != LS_OK ? st : ls_backend_slot_read(fb->inner, slot, layer, gu_a, gu_b, d_a, d_b, err);
 }
 
-static ls_status fb_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                            const int *slot_of_token, float *y, ls_error *err) {
+/* The inner backend plans the call again from the tokens' slots. */
+static ls_status fb_forward(ls_backend *be, int layer, const float *x, const float *gammas, const ls_token_plan *plan,
+                            float *y, ls_error *err) {
     fb_backend *fb = fb_of(be);
     ls_status st = fb_enter(fb, "forward", false, NULL, err);
-    if (st == LS_OK) return ls_backend_forward(fb->inner, layer, T, x, gammas, slot_of_token, y, err);
-    for (size_t i = 0; i < (size_t)T * (size_t)be->dims.H; i++) y[i] = NAN; /* a kernel that died midway */
+    if (st == LS_OK) return ls_backend_forward(fb->inner, layer, plan->T, x, gammas, plan->slot_of_token, y, err);
+    for (size_t i = 0; i < (size_t)plan->T * (size_t)be->dims.H; i++) y[i] = NAN; /* a kernel that died midway */
     return st;
 }
 

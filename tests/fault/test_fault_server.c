@@ -1,9 +1,8 @@
-/* The server over a failing device, end to end over HTTP in-process: a
- * server assembled by hand around the failing backend (ls_server_init
- * only builds its own CPU or CUDA backend, so the fields it would fill
- * are filled here: configuration, dimensions, loader, state directory,
- * pool, metrics, offload workers), served by ls_http_start on an ephemeral port and asked
- * with libcurl. A device error during POST /adapters answers 503
+/* The server over a failing device, end to end over HTTP in-process: the
+ * server ls_server_init_with_backend builds around the failing backend
+ * (its model, loader, state directory, pool, workers), served by
+ * ls_http_start on an ephemeral port and asked with libcurl. A backend
+ * made for other shapes than the server's stops start-up. A device error during POST /adapters answers 503
  * device_error and registers nothing; a passing one leaves /ready at 200
  * and the retry loads; a sticky one turns /ready to 503 for good.
  *
@@ -13,9 +12,9 @@
 #include <curl/curl.h>
 
 #include "config/config.h"
-#include "server/offload.h"
 #include "server/server.h"
 #include "tests/fault/fault_fixture.h"
+#include "tests/util/pool_fixture.h"
 #include "tests/util/testutil.h"
 
 typedef struct {
@@ -76,9 +75,10 @@ static void sv_expect(int port, const char *method, const char *path, const char
 }
 
 typedef struct {
-    char *adapter_dir;
-    fx_world *w;
+    char *adapter_dir, *state_dir;
     ls_server srv;
+    fx_world view; /* the server's pool, state directory and loader, seen as a world (borrowed) */
+    fx_world *w;   /* &view */
 } sv_fx;
 
 /* Enters what the server will make of path in the catalogue, so that the
@@ -95,49 +95,63 @@ static void sv_catalog(fx_world *w, const char *path) {
     ls_error_free(&err);
 }
 
-/* The server ls_server_init would build, around w's failing backend. */
-static void sv_start(sv_fx *f) {
-    f->adapter_dir = ls_test_mkdtemp();
-    assert_non_null(f->adapter_dir);
-    fx_write_adapter_dir(f->adapter_dir);
-    fx_opts o = {.slots = 3, .state = true, .adapter_dir = f->adapter_dir};
-    f->w = fx_world_new(&o);
-    sv_catalog(f->w, "peft1");
-    sv_catalog(f->w, "bare.safetensors");
-
-    ls_config cfg;
+/* The defaults, on 127.0.0.1:0 without a key, serving the demo model of
+ * the fault worlds' shapes (fx_dims) from a pool of theirs. */
+static void sv_config(ls_config *cfg, int slots) {
     char *argv[] = {"lorasink", NULL}, *envp[] = {NULL}, errbuf[256];
     FILE *out = fopen("/dev/null", "w");
     assert_non_null(out);
-    assert_int_equal(ls_config_load(&cfg, 1, argv, envp, out, errbuf, sizeof errbuf), LS_CONFIG_RUN);
+    assert_int_equal(ls_config_load(cfg, 1, argv, envp, out, errbuf, sizeof errbuf), LS_CONFIG_RUN);
     fclose(out);
-    cfg.port = 0;
-    snprintf(cfg.host, sizeof cfg.host, "127.0.0.1");
-    cfg.api_key[0] = '\0';
-    cfg.batching = false; /* every /forward alone: no batcher to build */
+    cfg->port = 0;
+    snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
+    cfg->api_key[0] = '\0';
+    cfg->experts = fx_dims.n, cfg->hidden = fx_dims.H, cfg->intermediate = fx_dims.F, cfg->layers = fx_dims.L;
+    cfg->w13_layout = fx_dims.w13_layout;
+    cfg->slots = slots, cfg->max_rank = FX_RMAX, cfg->max_batch_tokens = FX_TOKENS;
+    cfg->lora_layout = LS_LORA_SHARED;
+}
 
+/* A failing backend over a CPU one, made for slots slots of the worlds'
+ * pool. */
+static fb_backend *sv_backend(int slots) {
+    double *w13, *w2;
+    ls_backend *cpu = pt_cpu_create(fx_dims, slots, FX_RMAX, FX_TOKENS, 7, &w13, &w2);
+    free(w13);
+    free(w2);
+    return fb_wrap(cpu);
+}
+
+/* The server ls_server_init builds, on a failing backend handed to it,
+ * with a state directory and an adapter directory. */
+static void sv_start(sv_fx *f) {
+    f->adapter_dir = ls_test_mkdtemp();
+    f->state_dir = ls_test_mkdtemp();
+    assert_non_null(f->adapter_dir);
+    assert_non_null(f->state_dir);
+    fx_write_adapter_dir(f->adapter_dir);
+    ls_config cfg;
+    sv_config(&cfg, 3);
+    snprintf(cfg.adapter_dir, sizeof cfg.adapter_dir, "%s", f->adapter_dir);
+    snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", f->state_dir);
+    fb_backend *fb = sv_backend(3);
     ls_server *srv = &f->srv;
-    memset(srv, 0, sizeof *srv);
-    srv->cfg = cfg;
-    srv->dims = f->w->d;
-    srv->pool_dims = f->w->pd;
-    srv->backend = fb_be(f->w->fb); /* the world's: freed with it */
-    srv->loader = f->w->ld;         /* a copy: the world closes it */
-    srv->state = f->w->state;
-    srv->pool = f->w->p;
-    ls_metrics_init(&srv->metrics);
-    assert_int_equal(ls_offload_create(2, NULL, &srv->offload, NULL), LS_OK);
-    assert_int_equal(ls_offload_create(2, NULL, &srv->offload_disk, NULL), LS_OK);
+    assert_true(ls_server_init_with_backend(srv, &cfg, fb_be(fb))); /* the server owns fb from here */
+    assert_ptr_equal(srv->backend, fb_be(fb));
+    f->view = (fx_world){.d = fx_dims, .pd = srv->pool_dims, .fb = fb, .p = srv->pool, .state = srv->state,
+                         .state_dir = f->state_dir, .ld = srv->loader};
+    f->w = &f->view;
+    sv_catalog(f->w, "peft1");
+    sv_catalog(f->w, "bare.safetensors");
     assert_true(ls_http_start(srv));
 }
 
 static void sv_stop(sv_fx *f) {
     ls_http_stop(&f->srv);
-    ls_offload_free(f->srv.offload_disk);
-    ls_offload_free(f->srv.offload);
-    ls_metrics_free(&f->srv.metrics);
-    fx_world_free(f->w);
+    ls_server_free(&f->srv); /* and the failing backend with it */
+    ls_test_rmtree(f->state_dir);
     ls_test_rmtree(f->adapter_dir);
+    free(f->state_dir);
     free(f->adapter_dir);
 }
 
@@ -198,10 +212,27 @@ static void test_sticky_device_error_over_http(void **state) {
     sv_stop(&f);
 }
 
+/* A backend made for another pool than the server's (or another model)
+ * stops start-up, and the server frees it with everything else. */
+static void test_handed_backend_must_fit(void **state) {
+    (void)state;
+    ls_config cfg;
+    sv_config(&cfg, 3);
+    ls_server srv;
+    assert_false(ls_server_init_with_backend(&srv, &cfg, fb_be(sv_backend(2))));
+    cfg.hidden = 2 * fx_dims.H;
+    assert_false(ls_server_init_with_backend(&srv, &cfg, fb_be(sv_backend(3))));
+    cfg.hidden = fx_dims.H;
+    assert_true(ls_server_init_with_backend(&srv, &cfg, fb_be(sv_backend(3))));
+    assert_string_equal(ls_backend_name(srv.backend), "fault");
+    ls_server_free(&srv);
+}
+
 int main(void) {
     fx_init();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_handed_backend_must_fit),
         cmocka_unit_test(test_passing_device_error_over_http),
         cmocka_unit_test(test_sticky_device_error_over_http),
     };

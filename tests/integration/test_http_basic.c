@@ -13,6 +13,8 @@
 #include "api/base64.h"
 #include "format/safetensors.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "tests/util/server_driver.h"
 
 #define H 64

@@ -23,6 +23,8 @@
 #include "format/safetensors.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/kernels.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "tests/util/testutil.h"
 #include "tests/util/server_driver.h"
 

@@ -16,6 +16,8 @@
 
 #include "format/safetensors.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "tests/util/reference.h"
 #include "tests/util/server_driver.h"
 

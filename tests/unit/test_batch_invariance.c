@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/gemm.h"
 #include "tests/util/reference.h"
 #include "tests/util/testutil.h"
@@ -64,14 +65,12 @@ static void round_to(float *v, size_t count, bool to_bf16) {
 static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsigned long long seed) {
     ls_backend_config cfg = {.dims = m->d,
                              .pool = {.slots = SLOTS, .max_rank = m->R, .layout = m->layout, .max_tokens = MAX_T},
-                             .dtype = m->dtype,
-                             .threads = threads,
-                             .cpu_isa = isa,
-                             .cpu_compute = m->compute};
+                             .dtype = m->dtype};
+    const ls_cpu_settings cpu = {.threads = threads, .isa = isa, .compute = m->compute};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, &cpu, &be, &err), LS_OK);
     assert_string_equal(ls_backend_isa(be), path_name(isa, m->compute));
     const ls_dims *d = &m->d;
     const size_t n = (size_t)d->n, H = (size_t)d->H, F = (size_t)d->F;
@@ -366,36 +365,35 @@ static void test_auto_and_refusal(void **state) {
                                                                 : LS_CPU_ISA_GENERIC;
     ls_backend_config cfg = {.dims = {.n = 1, .H = 8, .F = 8, .L = 1},
                              .pool = {.slots = 1, .max_rank = 2, .max_tokens = 4},
-                             .dtype = LS_DTYPE_F32,
-                             .threads = 1,
-                             .cpu_isa = LS_CPU_ISA_AUTO};
+                             .dtype = LS_DTYPE_F32};
+    ls_cpu_settings cpu = {.threads = 1, .isa = LS_CPU_ISA_AUTO};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, &cpu, &be, &err), LS_OK);
     assert_string_equal(ls_backend_isa(be), ls_cpu_isa_name(widest));
     ls_backend_free(be);
     for (size_t pi = 0; pi < N_PATHS; pi++) {
         if (ls_cpu_isa_supported(PATHS[pi])) continue;
-        cfg.cpu_isa = PATHS[pi];
+        cpu.isa = PATHS[pi];
         be = NULL;
-        assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_INVALID_REQUEST);
+        assert_int_equal(ls_backend_cpu_create(&cfg, &cpu, &be, &err), LS_INVALID_REQUEST);
         assert_null(be);
         assert_non_null(strstr(err.message, ls_cpu_isa_name(PATHS[pi])));
         ls_error_clear(&err);
     }
     /* bf16 compute: auto names the bf16 tiles it took; avx512 without
      * AVX512-BF16 is refused, saying what is missing. */
-    cfg.cpu_isa = LS_CPU_ISA_AUTO;
-    cfg.cpu_compute = LS_CPU_COMPUTE_BF16;
+    cpu.isa = LS_CPU_ISA_AUTO;
+    cpu.compute = LS_CPU_COMPUTE_BF16;
     be = NULL;
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, &cpu, &be, &err), LS_OK);
     assert_string_equal(ls_backend_isa(be), ls_cpu_kernels_bf16_for(LS_CPU_ISA_AUTO)->name);
     ls_backend_free(be);
     if (!ls_cpu_has_avx512bf16()) {
-        cfg.cpu_isa = LS_CPU_ISA_AVX512;
+        cpu.isa = LS_CPU_ISA_AVX512;
         be = NULL;
-        assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_INVALID_REQUEST);
+        assert_int_equal(ls_backend_cpu_create(&cfg, &cpu, &be, &err), LS_INVALID_REQUEST);
         assert_null(be);
         assert_non_null(strstr(err.message, "AVX512-BF16"));
         ls_error_clear(&err);

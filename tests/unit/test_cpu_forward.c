@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "tests/util/reference.h"
 #include "tests/util/testutil.h"
 
@@ -38,12 +40,12 @@ static ls_backend *make_backend_compute(const ls_dims *d, ls_lora_layout layout,
                                        ls_cpu_compute compute) {
     ls_backend_config cfg = {.dims = *d,
                              .pool = {.slots = S, .max_rank = R, .layout = layout, .max_tokens = max_tokens},
-                             .dtype = LS_DTYPE_F32,
-                             .cpu_compute = compute};
+                             .dtype = LS_DTYPE_F32};
+    const ls_cpu_settings cpu = {.compute = compute};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    ls_status st = ls_backend_cpu_create(&cfg, &be, &err);
+    ls_status st = ls_backend_cpu_create(&cfg, &cpu, &be, &err);
     if (st != LS_OK) fprintf(stderr, "create: %s\n", err.message);
     assert_int_equal(st, LS_OK);
     assert_non_null(be);
@@ -363,7 +365,7 @@ static void test_bf16_storage_rounds(void **state) {
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &be, &err), LS_OK);
     assert_int_equal(ls_backend_dtype(be), LS_DTYPE_BF16);
     unsigned long long st = 5;
     const long c13 = 2 * 2 * 8 * 16, c2 = 2 * 16 * 8;
@@ -452,16 +454,16 @@ static void test_errors(void **state) {
     /* Bad configurations fail cleanly. */
     ls_backend *nb = (ls_backend *)0x1;
     ls_backend_config cfg = {.dims = d, .pool = {.slots = 1, .max_rank = 0, .max_tokens = 4}, .dtype = LS_DTYPE_F32};
-    assert_int_equal(ls_backend_cpu_create(&cfg, &nb, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &nb, &err), LS_INVALID_REQUEST);
     assert_null(nb);
     ls_error_clear(&err);
     cfg.pool.max_rank = 4;
     cfg.dtype = LS_DTYPE_I32;
-    assert_int_equal(ls_backend_cpu_create(&cfg, &nb, &err), LS_INVALID_REQUEST);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &nb, &err), LS_INVALID_REQUEST);
     ls_error_clear(&err);
 
 #ifndef LS_HAVE_CUDA
-    assert_int_equal(ls_backend_cuda_create(&cfg, &nb, &err), LS_DEVICE_ERROR);
+    assert_int_equal(ls_backend_cuda_create(&cfg, NULL, &nb, &err), LS_DEVICE_ERROR);
     assert_non_null(strstr(err.message, "no CUDA backend"));
     assert_false(ls_backend_cuda_available());
 #endif

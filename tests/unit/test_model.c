@@ -18,6 +18,7 @@
 
 #include "common/text.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "tests/util/reference.h"
 
@@ -550,7 +551,7 @@ static void test_demo_deterministic(void **state) {
     /* y stays O(1) for x of unit scale. */
     ls_backend_config cfg = {.dims = d, .pool = {.slots = 1, .max_rank = 4, .max_tokens = 16}, .dtype = LS_DTYPE_F32};
     ls_backend *be = NULL;
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &be, &err), LS_OK);
     assert_int_equal(ls_model_upload(&a, be, &err), LS_OK);
     float x[16 * 64], y[16 * 64];
     double xd[16 * 64];
@@ -596,7 +597,7 @@ static void check_forward(const char *meta_layout) {
     ls_backend_config cfg = {
         .dims = m.dims, .pool = {.slots = 2, .max_rank = 4, .max_tokens = T}, .dtype = m.dtype};
     ls_backend *be = NULL;
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &be, &err), LS_OK);
     assert_int_equal(ls_model_upload(&m, be, &err), LS_OK);
 
     size_t c13 = (size_t)n * 2 * F * H, c2 = (size_t)n * H * F;
@@ -618,7 +619,7 @@ static void check_forward(const char *meta_layout) {
 
     /* A backend of other dimensions is refused. */
     cfg.dims.H = H + 1;
-    assert_int_equal(ls_backend_cpu_create(&cfg, &be, &err), LS_OK);
+    assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &be, &err), LS_OK);
     assert_int_equal(ls_model_upload(&m, be, &err), LS_INTERNAL);
     ls_backend_free(be);
     free(d13);

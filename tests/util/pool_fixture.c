@@ -5,6 +5,7 @@
 
 #include "common/sha256.h"
 #include "gpu/backend_impl.h" /* the fake below is a backend */
+#include "gpu/cpu/cpu_backend.h"
 
 uint64_t pt_mix(uint64_t *s) { return ls_splitmix64(s); }
 /* Uniform in [-scale, scale). */
@@ -161,9 +162,10 @@ static ls_status pt_fake_read(ls_backend *be, int slot, int layer, float *gu_a, 
     return LS_OK;
 }
 
-static ls_status pt_fake_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                                 const int *slot_of_token, float *y, ls_error *err) {
+static ls_status pt_fake_forward(ls_backend *be, int layer, const float *x, const float *gammas,
+                                 const ls_token_plan *plan, float *y, ls_error *err) {
     pt_fake *f = be->ctx;
+    const int T = plan->T, *slot_of_token = plan->slot_of_token;
     const ls_dims *d = &be->dims;
     const int R = be->pool.max_rank, S = be->pool.slots;
     (void)err;
@@ -304,12 +306,12 @@ ls_status pt_load(ls_pool *p, const ls_dims *d, const char *name, int r, uint64_
 ls_backend *pt_cpu_create(ls_dims d, int S, int R, int max_tokens, uint64_t seed, double **w13, double **w2) {
     ls_backend_config cfg = {.dims = d,
                              .pool = {.slots = S, .max_rank = R, .layout = LS_LORA_SHARED, .max_tokens = max_tokens},
-                             .dtype = LS_DTYPE_F32,
-                             .threads = 1};
+                             .dtype = LS_DTYPE_F32};
+    const ls_cpu_settings cpu = {.threads = 1};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    if (ls_backend_cpu_create(&cfg, &be, &err) != LS_OK) fail_msg("cpu backend: %s", err.message);
+    if (ls_backend_cpu_create(&cfg, &cpu, &be, &err) != LS_OK) fail_msg("cpu backend: %s", err.message);
     size_t n13 = (size_t)d.n * 2 * d.F * d.H, n2 = (size_t)d.n * d.H * d.F;
     *w13 = malloc(n13 * (size_t)d.L * sizeof(double));
     *w2 = malloc(n2 * (size_t)d.L * sizeof(double));
