@@ -76,27 +76,10 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
     }
 }
 
-/* Widest tile per row count: at most 24 accumulators, and no more than 8
- * panels streamed at once for a lone row. Rows go up to 16 so that a
- * batch of up to 16 tokens is one row group, which reads each weight
- * panel from memory once (8-row tiles read it twice, the second time
- * from L2). */
-#define LS_AVX512_SHAPES(X)                                                                                \
-    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8)                                        \
-    X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) X(2, 7) X(2, 8)                                        \
-    X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(3, 5) X(3, 6)                                                        \
-    X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(4, 5) X(4, 6)                                                        \
-    X(5, 1) X(5, 2) X(5, 3) X(5, 4)                                                                        \
-    X(6, 1) X(6, 2) X(6, 3) X(6, 4)                                                                        \
-    X(7, 1) X(7, 2) X(7, 3)                                                                                \
-    X(8, 1) X(8, 2) X(8, 3)                                                                                \
-    X(9, 1) X(9, 2) X(10, 1) X(10, 2) X(11, 1) X(11, 2) X(12, 1) X(12, 2)                                  \
-    X(13, 1) X(14, 1) X(15, 1) X(16, 1)
-
 #define LS_AVX512_DEFINE(DTN)                                                                              \
     static void ls_avx512_tile_##DTN(const ls_cpu_tile *t) {                                               \
         switch (t->m * 16 + t->np) {                                                                       \
-            LS_AVX512_SHAPES(LS_AVX512_CASE_##DTN)                                                         \
+            LS_CPU_AVX512_SHAPES(LS_AVX512_CASE_##DTN)                                                     \
         default: __builtin_unreachable();                                                                  \
         }                                                                                                  \
     }

@@ -66,24 +66,12 @@ INLINE void ls_bf16x_tile(const int M, const int NP, const ls_cpu_tile *t) {
     }
 }
 
-#define LS_BF16X_SHAPES(X)                                                                                 \
-    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8)                                        \
-    X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) X(2, 7) X(2, 8)                                        \
-    X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(3, 5) X(3, 6)                                                        \
-    X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(4, 5) X(4, 6)                                                        \
-    X(5, 1) X(5, 2) X(5, 3) X(5, 4)                                                                        \
-    X(6, 1) X(6, 2) X(6, 3) X(6, 4)                                                                        \
-    X(7, 1) X(7, 2) X(7, 3)                                                                                \
-    X(8, 1) X(8, 2) X(8, 3)                                                                                \
-    X(9, 1) X(9, 2) X(10, 1) X(10, 2) X(11, 1) X(11, 2) X(12, 1) X(12, 2)                                  \
-    X(13, 1) X(14, 1) X(15, 1) X(16, 1)
-
 #define LS_BF16X_CASE(M, NP)                                                                               \
     case M * 16 + NP: ls_bf16x_tile(M, NP, t); return;
 
 TARGET static void ls_bf16x_tile_pairs(const ls_cpu_tile *t) {
     switch (t->m * 16 + t->np) {
-        LS_BF16X_SHAPES(LS_BF16X_CASE)
+        LS_CPU_AVX512_SHAPES(LS_BF16X_CASE)
     default: __builtin_unreachable();
     }
 }
