@@ -49,6 +49,7 @@ struct ls_autoload {
     const ls_loader *ld;
     ls_pool *pool;
     ls_autoload_gauge gauge; /* the loads gauge; fn NULL when none */
+    ls_autoload_audit audit; /* fn NULL when none */
     bool strict;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -253,7 +254,7 @@ static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, l
 /* With mu held and e STAGED, now LOADING by this thread: registers the
  * staged adapter (the lock is let go meanwhile, as it may wait for the
  * backend) and ends the load. */
-static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, ls_error *err) {
+static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, const void *actor, ls_error *err) {
     ls_adapter a = e->staged;
     memset(&e->staged, 0, sizeof e->staged);
     const ls_adapter_origin origin = e->origin;
@@ -267,6 +268,7 @@ static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, ls_
         ls_log_info("auto-load: adapter %s v%llu loaded from %s: rank %d, %s", e->name,
                     (unsigned long long)info.version, origin.path, info.meta.rank,
                     ls_adapter_format_name(info.meta.format));
+        if (al->audit.fn) al->audit.fn(al->audit.ctx, actor, e->name, info.version);
     } else {
         ls_adapter_free(&a);
         /* A client registered the name meanwhile: the forward runs on that. */
@@ -281,13 +283,14 @@ static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, ls_
 
 /* Registers name's staged adapter when one is: true with *st its outcome,
  * false (nothing done) when none is staged. */
-static bool ls_autoload_register_staged(ls_autoload *al, const char *name, ls_status *st, ls_error *err) {
+static bool ls_autoload_register_staged(ls_autoload *al, const char *name, const void *actor, ls_status *st,
+                                        ls_error *err) {
     pthread_mutex_lock(&al->mu);
     ls_autoload_entry *e = ls_autoload_entry_find(al, name);
     const bool staged = e && e->state == LS_AUTOLOAD_STAGED;
     if (staged) {
         e->state = LS_AUTOLOAD_LOADING;
-        *st = ls_autoload_register(al, e, err);
+        *st = ls_autoload_register(al, e, actor, err);
         ls_autoload_entry_settle(al, e);
     }
     pthread_mutex_unlock(&al->mu);
@@ -309,8 +312,8 @@ typedef enum {
  * and what each reach does with it are read in one place, under one
  * lock; split, the transitions would hide in helpers that each need the
  * lock held and the entry pinned. */
-static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, ls_autoload_need *need,
-                                  ls_error *err) {
+static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload_reach reach, const void *actor,
+                                  ls_autoload_need *need, ls_error *err) {
     *need = LS_AUTOLOAD_READY;
     /* A staged adapter first, before the pool or the directory is looked
      * at: its reader's forward counts on this call to end that load (the
@@ -319,7 +322,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
      * forever, and once the name was free again a later request
      * registered it in place of the files as they had become. */
     ls_status staged_st;
-    if (reach == LS_AUTOLOAD_ALL && ls_autoload_register_staged(al, name, &staged_st, err)) return staged_st;
+    if (reach == LS_AUTOLOAD_ALL && ls_autoload_register_staged(al, name, actor, &staged_st, err)) return staged_st;
     if (ls_pool_describe(al->pool, name, NULL, NULL) == LS_OK) return LS_OK;
     char path[LS_LOADER_PATH_MAX];
     ls_loader_print print;
@@ -357,7 +360,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
             *need = LS_AUTOLOAD_WAIT; /* read by another request */
             if (reach == LS_AUTOLOAD_ALL) {
                 e->state = LS_AUTOLOAD_LOADING;
-                st = ls_autoload_register(al, e, err);
+                st = ls_autoload_register(al, e, actor, err);
                 *need = LS_AUTOLOAD_READY;
             }
             break;
@@ -378,7 +381,7 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
         if (st != LS_OK) {
             *need = LS_AUTOLOAD_READY;
         } else if (reach == LS_AUTOLOAD_ALL) {
-            st = ls_autoload_register(al, e, err);
+            st = ls_autoload_register(al, e, actor, err);
             *need = LS_AUTOLOAD_READY;
         } else {
             e->state = LS_AUTOLOAD_STAGED;
@@ -394,20 +397,32 @@ static ls_status ls_autoload_step(ls_autoload *al, const char *name, ls_autoload
 }
 
 ls_status ls_autoload_check(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err) {
-    return ls_autoload_step(al, name, LS_AUTOLOAD_LOOK, need, err);
+    return ls_autoload_step(al, name, LS_AUTOLOAD_LOOK, NULL, need, err);
 }
 
 ls_status ls_autoload_read(ls_autoload *al, const char *name, ls_autoload_need *need, ls_error *err) {
-    return ls_autoload_step(al, name, LS_AUTOLOAD_DISK, need, err);
+    return ls_autoload_step(al, name, LS_AUTOLOAD_DISK, NULL, need, err);
+}
+
+ls_status ls_autoload_ensure_by(ls_autoload *al, const char *name, const void *actor, ls_error *err) {
+    ls_autoload_need need;
+    return ls_autoload_step(al, name, LS_AUTOLOAD_ALL, actor, &need, err);
 }
 
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err) {
-    ls_autoload_need need;
-    return ls_autoload_step(al, name, LS_AUTOLOAD_ALL, &need, err);
+    return ls_autoload_ensure_by(al, name, NULL, err);
+}
+
+ls_status ls_autoload_finish_by(ls_autoload *al, const char *name, const void *actor, ls_error *err) {
+    ls_status st = LS_OK;
+    ls_autoload_register_staged(al, name, actor, &st, err);
+    return st;
 }
 
 ls_status ls_autoload_finish(ls_autoload *al, const char *name, ls_error *err) {
-    ls_status st = LS_OK;
-    ls_autoload_register_staged(al, name, &st, err);
-    return st;
+    return ls_autoload_finish_by(al, name, NULL, err);
+}
+
+void ls_autoload_set_audit(ls_autoload *al, const ls_autoload_audit *audit) {
+    al->audit = audit ? *audit : (ls_autoload_audit){0};
 }

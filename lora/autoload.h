@@ -6,6 +6,7 @@
 #define LS_LORA_AUTOLOAD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "lora/loader.h"
@@ -20,11 +21,22 @@ typedef struct {
     void *ctx; /* borrowed */
 } ls_autoload_gauge;
 
+/* Told of every adapter an auto-load registers, on the thread that
+ * registered it, with the actor of the call that did (the one given to
+ * ls_autoload_ensure_by or ls_autoload_finish_by; NULL from the plain
+ * calls): the server's audit line. */
+typedef struct {
+    void (*fn)(void *ctx, const void *actor, const char *name, uint64_t version);
+    void *ctx; /* borrowed */
+} ls_autoload_audit;
+
 /* Over ld and pool (borrowed, outliving it); gauge may be NULL; strict as
  * --strict-adapters. Free with ls_autoload_free. */
 ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, const ls_autoload_gauge *gauge, bool strict,
                              ls_autoload **out, ls_error *err);
 void ls_autoload_free(ls_autoload *al);
+/* Sets the audit hook, before the first load (fn NULL: none). */
+void ls_autoload_set_audit(ls_autoload *al, const ls_autoload_audit *audit);
 
 /* Makes name registered: LS_OK when it is already, or once it was loaded
  * from the adapter directory (by this call or by one it waited for).
@@ -37,6 +49,9 @@ void ls_autoload_free(ls_autoload *al);
  * registered meanwhile keeps the client's adapter). May read the disk,
  * wait for another request's load and wait for the backend. */
 ls_status ls_autoload_ensure(ls_autoload *al, const char *name, ls_error *err);
+/* ls_autoload_ensure on behalf of actor (borrowed; handed to the audit
+ * hook when this call registers the adapter). */
+ls_status ls_autoload_ensure_by(ls_autoload *al, const char *name, const void *actor, ls_error *err);
 
 /* What is left to do before name is registered. */
 typedef enum {
@@ -66,6 +81,8 @@ ls_status ls_autoload_read(ls_autoload *al, const char *name, ls_autoload_need *
  * wait for the backend. A forward that read an adapter calls this or
  * ls_autoload_ensure for it, so none is left read and never registered. */
 ls_status ls_autoload_finish(ls_autoload *al, const char *name, ls_error *err);
+/* ls_autoload_finish on behalf of actor, as ls_autoload_ensure_by. */
+ls_status ls_autoload_finish_by(ls_autoload *al, const char *name, const void *actor, ls_error *err);
 
 /* Loads attempted (files read) since start: what the failure memory saves. */
 unsigned long long ls_autoload_attempts(const ls_autoload *al);

@@ -133,8 +133,8 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
      * name, and the loads gauge counts it until then), but nothing more
      * is read or waited for. */
     for (int k = 0; k < until; k++) {
-        if (st == LS_OK && !failed) st = ls_autoload_ensure(fj->srv->autoload, fr->names.names[k], &err);
-        else ls_autoload_finish(fj->srv->autoload, fr->names.names[k], NULL);
+        if (st == LS_OK && !failed) st = ls_autoload_ensure_by(fj->srv->autoload, fr->names.names[k], &fj->who, &err);
+        else ls_autoload_finish_by(fj->srv->autoload, fr->names.names[k], &fj->who, NULL);
     }
     const ls_error *answer = failed ? &fj->load_err : st != LS_OK ? &err : NULL;
     if (answer) ls_reply_error(r, answer);

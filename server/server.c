@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "lora/autoload.h"
 #include "server/tenant.h"
+#include "server/tenant_routes.h"
 #include "server/http_status.h"
 #include "server/batcher.h"
 #include "server/offload.h"
@@ -205,6 +206,15 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, ls_erro
     return true;
 }
 
+/* The audit line of an adapter an auto-load registered, on behalf of the
+ * forward's caller (actor: its ls_principal; NULL when no request asked,
+ * as in the tests of lora/). */
+static void ls_server_audit_autoload(void *ctx, const void *actor, const char *name, uint64_t version) {
+    (void)ctx;
+    static const ls_principal none = {.role = LS_ROLE_ADMIN, .key_id = "-", .max_adapters = -1, .max_pins = -1};
+    ls_tenant_audit(actor ? actor : &none, "auto-load", name, version);
+}
+
 /* The adapter directory, the pool with the registry restored from the
  * state directory, the start-up adapters and auto-load. */
 static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_error *err) {
@@ -240,6 +250,7 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
             ls_log_error("auto-load: %s", err->message);
             return false;
         }
+        ls_autoload_set_audit(srv->autoload, &(ls_autoload_audit){ls_server_audit_autoload, srv});
         ls_log_info("auto-load on: forwards load unregistered adapters from %s by name", srv->loader.root);
     }
     return true;

@@ -520,6 +520,11 @@ static void test_files_are_the_tenants(void **state) {
     assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "adapters"), 0), "name")),
                         "auto");
     json_decref(j);
+    /* The auto-load is an adapter change too: audited for the forward's key. */
+    char hex[65], line[256];
+    ls_sha256_hex("acme-key", 8, hex);
+    snprintf(line, sizeof line, "audit: tenant=acme key=%.12s role=tenant action=auto-load name=auto version=1", hex);
+    assert_true(ls_test_server_wait_output(ts.srv, line) >= 1);
     char names[256];
     listed(acme_auth, names, sizeof names);
     assert_string_equal(names, "a,acme-secret,auto");
