@@ -1,24 +1,12 @@
 /* Which register tiles this CPU runs: detection (CPUID and the OS's saved
- * register state, through the compiler's cpu model), the names of the
- * paths, and the choice for --cpu-isa. */
+ * register state, through the compiler's cpu model) and the choice for
+ * --cpu-isa (the paths' names are cpu_names.c's). */
 #include <stddef.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
 #include "gpu/cpu/kernels.h"
-
-const char *const ls_cpu_isa_names[] = {"auto", "avx512", "avx2", "generic", NULL};
-
-const char *ls_cpu_isa_name(ls_cpu_isa isa) {
-    return (unsigned)isa <= (unsigned)LS_CPU_ISA_GENERIC ? ls_cpu_isa_names[isa] : "?";
-}
-
-const char *const ls_cpu_compute_names[] = {"f32", "bf16", NULL};
-
-const char *ls_cpu_compute_name(ls_cpu_compute compute) {
-    return (unsigned)compute <= (unsigned)LS_CPU_COMPUTE_BF16 ? ls_cpu_compute_names[compute] : "?";
-}
 
 #if defined(__x86_64__) || defined(__i386__)
 /* F16C from CPUID itself: clang's __builtin_cpu_supports does not know
