@@ -19,6 +19,15 @@ typedef struct {
                      * of that factor is exactly such a number, else F32 */
 } ls_cpu_form;
 
+/* One slot and layer's block of packed operands: the length of one
+ * operand of each factor and where the 2n gu_b, n d_a and O d_b
+ * operands begin (gu_a is first); the same form for the fp32 pool and
+ * the bf16 pairs copies, whose operands pack to other lengths. */
+typedef struct {
+    size_t gu_a, gu_b, d_a, d_b; /* one operand's length each */
+    size_t off_gu_b, off_d_a, off_d_b, len;
+} ls_cpu_slot_layout;
+
 typedef struct {
     int n, H, F, L;
     int S, R, O;
@@ -58,7 +67,7 @@ typedef struct {
     size_t gate_len;
     float *gs;      /* [max_tokens] */
 
-    /* The pool, one block of slot_len floats per slot and layer, room for
+    /* The pool, one block of slot.len floats per slot and layer, room for
      * rank R in fp32. A block holds its factors at the rank r and dtypes
      * of form[slot * L + layer], which change no value: past r every
      * factor value the pool gave was zero, and a factor whose every value
@@ -73,13 +82,11 @@ typedef struct {
      * and the forward skips the slot. slot_write packs from the
      * docs/math.md layout and slot_read unpacks back to it. */
     float *pool;
-    uint16_t *dpool;                             /* [S * L][dslot_len], bf16 compute only */
-    size_t dgu_a_len, dgu_b_len, dd_a_len, dd_b_len; /* one pairs operand each at rank R */
-    size_t doff_gu_b, doff_d_a, doff_d_b, dslot_len;
+    uint16_t *dpool;                             /* [S * L][dslot.len], bf16 compute only */
+    ls_cpu_slot_layout dslot;                    /* dpool's block: pairs operands at rank R */
     ls_cpu_form *form;                           /* [S * L] */
     float *gather;                               /* [O*2R*H] slot_write/slot_read's staging of gu_a */
-    size_t gu_a_len, gu_b_len, d_a_len, d_b_len; /* one operand each, at rank R in fp32 (the room) */
-    size_t off_gu_b, off_d_a, off_d_b, slot_len;
+    ls_cpu_slot_layout slot;                     /* pool's block: operands at rank R in fp32 (the room) */
 
     /* Scratch for max_tokens tokens, allocated once. Rows are in the
      * token plan's order (gpu/token_plan.h: by slot, base-only last). */

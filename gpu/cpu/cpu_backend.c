@@ -52,7 +52,7 @@ ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer) {
 }
 
 static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
-    return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot_len;
+    return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot.len;
 }
 
 static ls_cpu_form *ls_cpu_form_of(const ls_cpu *c, int slot, int layer) {
@@ -64,10 +64,10 @@ int ls_cpu_rank(const ls_cpu *c, int slot, int layer) { return ls_cpu_form_of(c,
 /* The four factors' indices in ls_cpu_form.dt. */
 enum { LS_CPU_GU_A, LS_CPU_GU_B, LS_CPU_D_A, LS_CPU_D_B };
 
-/* A slot's pair-packed copies (bf16 compute): the block of dslot_len
+/* A slot's pair-packed copies (bf16 compute): the block of dslot.len
  * values of slot and layer in dpool. */
 static uint16_t *ls_cpu_dslot_base(const ls_cpu *c, int slot, int layer) {
-    return c->dpool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->dslot_len;
+    return c->dpool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->dslot.len;
 }
 
 /* The exact factors (the forward's under f32 compute, slot_read's
@@ -83,27 +83,27 @@ static ls_cpu_mat ls_cpu_gu_b_of(const ls_cpu *c, int slot, int layer, int e, in
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     const size_t i = (size_t)(2 * e + half);
     if (pairs)
-        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_gu_b + i * c->dgu_b_len, LS_DTYPE_BF16,
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->dslot.off_gu_b + i * c->dslot.gu_b, LS_DTYPE_BF16,
                             f->rank, c->F, true};
-    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_gu_b + i * c->gu_b_len;
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->slot.off_gu_b + i * c->slot.gu_b;
     return (ls_cpu_mat){p, f->dt[LS_CPU_GU_B], f->rank, c->F, false};
 }
 
 static ls_cpu_mat ls_cpu_d_a_of(const ls_cpu *c, int slot, int layer, int e, bool pairs) {
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     if (pairs)
-        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_d_a + (size_t)e * c->dd_a_len, LS_DTYPE_BF16,
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->dslot.off_d_a + (size_t)e * c->dslot.d_a, LS_DTYPE_BF16,
                             c->F, f->rank, true};
-    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_a + (size_t)e * c->d_a_len;
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->slot.off_d_a + (size_t)e * c->slot.d_a;
     return (ls_cpu_mat){p, f->dt[LS_CPU_D_A], c->F, f->rank, false};
 }
 
 static ls_cpu_mat ls_cpu_d_b_of(const ls_cpu *c, int slot, int layer, int o, bool pairs) {
     const ls_cpu_form *f = ls_cpu_form_of(c, slot, layer);
     if (pairs)
-        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->doff_d_b + (size_t)o * c->dd_b_len, LS_DTYPE_BF16,
+        return (ls_cpu_mat){ls_cpu_dslot_base(c, slot, layer) + c->dslot.off_d_b + (size_t)o * c->dslot.d_b, LS_DTYPE_BF16,
                             f->rank, c->H, true};
-    const float *p = ls_cpu_slot_base(c, slot, layer) + c->off_d_b + (size_t)o * c->d_b_len;
+    const float *p = ls_cpu_slot_base(c, slot, layer) + c->slot.off_d_b + (size_t)o * c->slot.d_b;
     return (ls_cpu_mat){p, f->dt[LS_CPU_D_B], f->rank, c->H, false};
 }
 
@@ -328,7 +328,7 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
 static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
-    memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot_len * sizeof(float));
+    memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot.len * sizeof(float));
     for (int l = 0; l < c->L; l++) ls_cpu_form_of(c, slot, l)->rank = 0;
     return LS_OK;
 }
@@ -419,6 +419,17 @@ static int ls_cpu_online(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* A slot and layer's block at rank R, each operand packed to len(k, n)
+ * values (fp32 panels, or bf16 pairs). */
+static ls_cpu_slot_layout ls_cpu_slot_layout_of(size_t (*len)(int k, int n), int n, int H, int F, int R, int O) {
+    ls_cpu_slot_layout l = {.gu_a = len(H, O * 2 * R), .gu_b = len(R, F), .d_a = len(F, R), .d_b = len(R, H)};
+    l.off_gu_b = l.gu_a;
+    l.off_d_a = l.off_gu_b + (size_t)2 * n * l.gu_b;
+    l.off_d_b = l.off_d_a + (size_t)n * l.d_a;
+    l.len = l.off_d_b + (size_t)O * l.d_b;
+    return l;
+}
+
 /* The shapes and the packed layout of c's weights and slots, from cfg;
  * the kernels of cpu's path. */
 static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg, const ls_cpu_settings *cpu) {
@@ -436,24 +447,8 @@ static void ls_cpu_layout(ls_cpu *c, const ls_backend_config *cfg, const ls_cpu_
     c->zw = ls_cpu_panel_count(F) * 2 * n * LS_CPU_NR;
     c->w13_len = c->bf16 ? ls_cpu_pairs_len(H, c->zw) : ls_cpu_packed_len(H, c->zw);
     c->w2_len = c->bf16 ? ls_cpu_pairs_len(n * F, H) : ls_cpu_packed_len(n * F, H);
-    if (c->bf16) {
-        c->dgu_a_len = ls_cpu_pairs_len(H, O * 2 * R);
-        c->dgu_b_len = ls_cpu_pairs_len(R, F);
-        c->dd_a_len = ls_cpu_pairs_len(F, R);
-        c->dd_b_len = ls_cpu_pairs_len(R, H);
-        c->doff_gu_b = c->dgu_a_len;
-        c->doff_d_a = c->doff_gu_b + (size_t)2 * n * c->dgu_b_len;
-        c->doff_d_b = c->doff_d_a + (size_t)n * c->dd_a_len;
-        c->dslot_len = c->doff_d_b + (size_t)O * c->dd_b_len;
-    }
-    c->gu_a_len = ls_cpu_packed_len(H, O * 2 * R);
-    c->gu_b_len = ls_cpu_packed_len(R, F);
-    c->d_a_len = ls_cpu_packed_len(F, R);
-    c->d_b_len = ls_cpu_packed_len(R, H);
-    c->off_gu_b = c->gu_a_len;
-    c->off_d_a = c->off_gu_b + (size_t)2 * n * c->gu_b_len;
-    c->off_d_b = c->off_d_a + (size_t)n * c->d_a_len;
-    c->slot_len = c->off_d_b + (size_t)O * c->d_b_len;
+    c->slot = ls_cpu_slot_layout_of(ls_cpu_packed_len, n, H, F, R, O);
+    if (c->bf16) c->dslot = ls_cpu_slot_layout_of(ls_cpu_pairs_len, n, H, F, R, O);
 }
 
 /* Allocates the pool for every slot and layer, room for every layer's
@@ -497,8 +492,8 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_setti
     c->gate = ls_cpu_alloc(c->gated ? L : 0, 1, c->gate_len, sizeof(float));
     c->gs = ls_cpu_alloc(c->gated ? T : 0, 1, 1, sizeof(float));
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
-    c->pool = ls_cpu_alloc(S, L, c->slot_len, sizeof(float));
-    c->dpool = ls_cpu_alloc(c->bf16 ? S : 0, L, c->dslot_len, sizeof *c->dpool);
+    c->pool = ls_cpu_alloc(S, L, c->slot.len, sizeof(float));
+    c->dpool = ls_cpu_alloc(c->bf16 ? S : 0, L, c->dslot.len, sizeof *c->dpool);
     c->form = ls_cpu_alloc(S, L, 1, sizeof *c->form);
     c->gather = ls_cpu_alloc((size_t)O * 2, (size_t)R, (size_t)H, sizeof(float));
     c->xs = ls_cpu_alloc(T, (size_t)H, 1, sizeof(float));
