@@ -256,3 +256,13 @@ ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const
     *len = n;
     return LS_OK;
 }
+
+ls_file_stamp ls_file_stamp_of(const struct stat *st) {
+    return (ls_file_stamp){st->st_dev, st->st_ino, st->st_size, st->st_mtim, st->st_ctim};
+}
+
+bool ls_file_stamp_same(const ls_file_stamp *a, const ls_file_stamp *b) {
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
+           a->ctime.tv_nsec == b->ctime.tv_nsec;
+}

@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "common/error.h"
 
@@ -37,6 +39,21 @@ ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status 
  * the descriptor, or -1 with errno set (EXDEV: the path leaves the
  * directory; ELOOP: a link the walk refused). */
 int ls_file_open_beneath(int dirfd, const char *rel, int flags);
+
+/* What tells one version of a file from the next without reading it:
+ * changed when the file is replaced, rewritten or touched. No padding,
+ * so a record of it that was zeroed first compares with memcmp. Every
+ * watcher of a file (the loader's memo, auto-load, --api-keys, the TLS
+ * files) keys on it. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} ls_file_stamp;
+
+ls_file_stamp ls_file_stamp_of(const struct stat *st);
+bool ls_file_stamp_same(const ls_file_stamp *a, const ls_file_stamp *b);
 
 /* What a file of this mode is, for a message ("a directory", "a FIFO",
  * ... "not a regular file"); only for modes that are not regular. */

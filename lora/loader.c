@@ -323,7 +323,7 @@ static bool ls_loader_memorable(const ls_loader *ld, const ls_loader_files *f, l
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     for (int i = 0; i < (f->config_fd >= 0 ? 2 : 1); i++) {
-        const struct timespec c = after.f[i].ctime;
+        const struct timespec c = after.f[i].stamp.ctime;
         const long long age_ms = ((long long)now.tv_sec - c.tv_sec) * 1000 + (now.tv_nsec - c.tv_nsec) / 1000000;
         if (age_ms < ld->memo_settle_ms) return false;
     }

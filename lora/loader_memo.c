@@ -51,11 +51,7 @@ unsigned long long ls_loader_memo_reads(const ls_loader_memo *m) {
 }
 
 void ls_loader_print_set(ls_loader_print *p, int i, const struct stat *st) {
-    p->f[i].dev = st->st_dev;
-    p->f[i].ino = st->st_ino;
-    p->f[i].size = st->st_size;
-    p->f[i].mtime = st->st_mtim;
-    p->f[i].ctime = st->st_ctim;
+    p->f[i].stamp = ls_file_stamp_of(st);
 }
 
 /* Field by field: the struct has padding that memcmp would compare. */

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "lora/adapter.h"
 
 /* Failures remembered at most; past it the oldest goes. */
@@ -22,10 +23,7 @@
  * auto-load's lookup (lora/autoload.c) both key on it. */
 typedef struct {
     struct {
-        dev_t dev;
-        ino_t ino;
-        off_t size;
-        struct timespec mtime, ctime;
+        ls_file_stamp stamp;
         int missing; /* auto-load's lookup: the file was not there */
     } f[2];
 } ls_loader_print;

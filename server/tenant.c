@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -25,39 +26,22 @@ typedef struct {
     struct timespec last;
 } ls_bucket;
 
-/* What tells one version of the file from the next without reading it. */
-typedef struct {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
-} ls_file_id;
 
 struct ls_tenants {
     char path[4096];
     pthread_mutex_t mu; /* guards keys, buckets and id */
     ls_api_keys keys;
     ls_bucket *buckets; /* one per key */
-    ls_file_id id;
+    ls_file_stamp id;
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
     bool stop;
     pthread_t thread;
 };
 
-static ls_file_id ls_file_id_of(const struct stat *s) {
-    return (ls_file_id){s->st_dev, s->st_ino, s->st_size, s->st_mtim, s->st_ctim};
-}
-
-static bool ls_file_id_same(const ls_file_id *a, const ls_file_id *b) {
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-           a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
 /* Reads and parses path; *id is the version read. keys is the caller's
  * to free on success; on failure why says what (the file's name first). */
-static bool ls_tenants_read(const char *path, ls_api_keys *keys, ls_file_id *id, char *why, size_t len) {
+static bool ls_tenants_read(const char *path, ls_api_keys *keys, ls_file_stamp *id, char *why, size_t len) {
     memset(keys, 0, sizeof *keys);
     memset(id, 0, sizeof *id);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -85,7 +69,7 @@ static bool ls_tenants_read(const char *path, ls_api_keys *keys, ls_file_id *id,
     if (ok) ok = ls_api_keys_parse(text, got, keys, reason, sizeof reason);
     if (!ok) snprintf(why, len, "--api-keys %s: %s", path, reason);
     free(text);
-    *id = ls_file_id_of(&s);
+    *id = ls_file_stamp_of(&s);
     return ok;
 }
 
@@ -109,13 +93,13 @@ static void ls_tenants_swap(ls_tenants *t, ls_api_keys *keys, ls_bucket *buckets
 static void ls_tenants_poll(ls_tenants *t) {
     struct stat s;
     if (stat(t->path, &s) != 0) return; /* gone for now (a rename in progress): the keys stay */
-    const ls_file_id now = ls_file_id_of(&s);
+    const ls_file_stamp now = ls_file_stamp_of(&s);
     pthread_mutex_lock(&t->mu);
-    const bool same = ls_file_id_same(&now, &t->id);
+    const bool same = ls_file_stamp_same(&now, &t->id);
     pthread_mutex_unlock(&t->mu);
     if (same) return;
     ls_api_keys keys;
-    ls_file_id id;
+    ls_file_stamp id;
     char why[600];
     if (!ls_tenants_read(t->path, &keys, &id, why, sizeof why)) {
         pthread_mutex_lock(&t->mu);

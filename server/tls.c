@@ -17,6 +17,7 @@
 #include <gnutls/x509.h>
 #include <microhttpd.h>
 
+#include "common/file.h"
 #include "common/log.h"
 
 /* A PEM file larger than this is not a certificate chain or a key. */
@@ -34,10 +35,7 @@ typedef struct ls_tls_creds {
 
 /* What a file looked like when it was last read, to notice a change. */
 typedef struct {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
+    ls_file_stamp file;
     int err; /* errno of the stat, 0 when it worked */
 } ls_tls_stamp;
 
@@ -66,14 +64,11 @@ static void ls_tls_stamp_of(const char *path, ls_tls_stamp *st) {
         st->err = errno;
         return;
     }
-    st->dev = sb.st_dev, st->ino = sb.st_ino, st->size = sb.st_size;
-    st->mtime = sb.st_mtim, st->ctime = sb.st_ctim;
+    st->file = ls_file_stamp_of(&sb);
 }
 
 static bool ls_tls_stamp_same(const ls_tls_stamp *a, const ls_tls_stamp *b) {
-    return a->err == b->err && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+    return a->err == b->err && ls_file_stamp_same(&a->file, &b->file);
 }
 
 /* The whole file as a NUL-terminated string into *out (the caller frees);
