@@ -67,21 +67,22 @@ ls_status ls_tenant_forward_names(const ls_principal *who, ls_token_names *tn, l
         return LS_OK;
     }
     if (!tn->n) return LS_OK;
-    /* Checked whole first, so that a bad name changes nothing. */
-    for (int k = 0; k < tn->n; k++)
-        if (ls_tenant_name_in(who, tn->names[k], one, sizeof one, err) != LS_OK) return err->code;
-    /* A tenant's prefix maps names one to one: the same indices. */
+    /* Mapped into a new table that replaces tn only whole, so a bad name
+     * changes nothing; a tenant's prefix maps names one to one, so each
+     * keeps its index. */
     ls_token_names mapped;
     ls_token_names_init(&mapped, false);
-    bool ok = true;
-    for (int k = 0; k < tn->n && ok; k++) {
-        ls_tenant_name_in(who, tn->names[k], one, sizeof one, err);
-        ok = ls_token_names_index(&mapped, one) == k;
+    ls_status st = LS_OK;
+    for (int k = 0; k < tn->n && st == LS_OK; k++) {
+        st = ls_tenant_name_in(who, tn->names[k], one, sizeof one, err);
+        if (st == LS_OK && ls_token_names_index(&mapped, one) != k)
+            st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
-    for (int t = 0; t < tn->T && ok; t++) ok = ls_token_names_push(&mapped, tn->of_token[t]);
-    if (!ok) {
+    for (int t = 0; t < tn->T && st == LS_OK; t++)
+        if (!ls_token_names_push(&mapped, tn->of_token[t])) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    if (st != LS_OK) {
         ls_token_names_free(&mapped);
-        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+        return st;
     }
     ls_token_names_free(tn);
     *tn = mapped;
