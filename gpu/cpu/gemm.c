@@ -97,28 +97,41 @@ static void ls_cpu_pack_a(float *ap, int as, int h, const float *a, size_t lda, 
     }
 }
 
+void ls_cpu_pack_a_pairs(uint32_t *dst, int as, int rows, const float *a, size_t lda, int K, int s0, int sc) {
+    for (int i = 0; i < rows; i++) {
+        const float *src = a + (size_t)i * lda;
+        for (int p = 0; p < sc; p++) {
+            const int k = 2 * (s0 + p);
+            uint16_t lo = ls_cpu_bf16_operand(src[k]), hi = k + 1 < K ? ls_cpu_bf16_operand(src[k + 1]) : 0;
+            dst[(size_t)p * as + i] = (uint32_t)lo | (uint32_t)hi << 16;
+        }
+    }
+}
+
 /* bf16 compute's A: rows [i0, i0 + mc) and k steps (pairs) [s0, s0 + sc)
  * of A, each value through ls_cpu_bf16_operand, k past K zero. As fp32
- * values (pairs false: value (i, kk) of group g at ap[g * 2sc * as +
+ * values (no a_pairs: value (i, kk) of group g at ap[g * 2sc * as +
  * kk * as + i], kk counted from 2s0) or as pair dwords (value (i, p) at
- * ap[g * sc * as + p * as + i]). */
-static void ls_cpu_pack_a_bf16(float *ap, bool pairs, int as, int h, const float *a, size_t lda, int K, int i0, int mc,
-                               int s0, int sc) {
+ * ap[g * sc * as + p * as + i], by the path's own packer where it has
+ * one). */
+static void ls_cpu_pack_a_bf16(const ls_cpu_kernels *kr, float *ap, int as, int h, const float *a, size_t lda, int K,
+                               int i0, int mc, int s0, int sc) {
+    const bool pairs = kr->a_pairs;
     for (int g = 0; g * h < mc; g++) {
         int rows = mc - g * h < h ? mc - g * h : h;
         float *dst = ap + (size_t)g * sc * (pairs ? 1 : 2) * as;
-        for (int i = 0; i < rows; i++) {
-            const float *src = a + (size_t)(i0 + g * h + i) * lda;
+        const float *src = a + (size_t)(i0 + g * h) * lda;
+        if (pairs) {
+            (kr->pack_a_pairs ? kr->pack_a_pairs : ls_cpu_pack_a_pairs)((uint32_t *)(void *)dst, as, rows, src, lda, K,
+                                                                        s0, sc);
+            continue;
+        }
+        for (int i = 0; i < rows; i++, src += lda) {
             for (int p = 0; p < sc; p++) {
                 const int k = 2 * (s0 + p);
                 uint16_t lo = ls_cpu_bf16_operand(src[k]), hi = k + 1 < K ? ls_cpu_bf16_operand(src[k + 1]) : 0;
-                if (pairs) {
-                    uint32_t d = (uint32_t)lo | (uint32_t)hi << 16;
-                    memcpy(&dst[(size_t)p * as + i], &d, 4);
-                } else {
-                    dst[(size_t)(2 * p) * as + i] = ls_bf16_to_f32(lo);
-                    dst[(size_t)(2 * p + 1) * as + i] = ls_bf16_to_f32(hi);
-                }
+                dst[(size_t)(2 * p) * as + i] = ls_bf16_to_f32(lo);
+                dst[(size_t)(2 * p + 1) * as + i] = ls_bf16_to_f32(hi);
             }
         }
     }
@@ -206,7 +219,7 @@ void ls_cpu_gemm(const ls_cpu_kernels *kr, float *apack, int m, const float *a, 
         const int as = ls_cpu_a_stride(mr, kr->mr_reuse, h);
         for (int k0 = 0; k0 < K; k0 += kc_max) {
             const int kc = K - k0 < kc_max ? K - k0 : kc_max;
-            if (b->pairs) ls_cpu_pack_a_bf16(apack, kr->a_pairs, as, h, a, lda, b->k, i0, mc, k0, kc);
+            if (b->pairs) ls_cpu_pack_a_bf16(kr, apack, as, h, a, lda, b->k, i0, mc, k0, kc);
             else ls_cpu_pack_a(apack, as, h, a, lda, i0, mc, k0, kc);
             for (int p = p0; p < p1; p += np) {
                 ls_cpu_tile t;

@@ -77,6 +77,13 @@ static inline size_t ls_cpu_apack_len(int kmax) {
     return whole > block ? whole : block;
 }
 
+/* bf16 compute's A for a_pairs tiles, the definition every path's
+ * pack_a_pairs matches bit for bit: k pairs [s0, s0 + sc) of `rows` rows
+ * of a (row i at a + i * lda, K values), pair p of row i at dst[p * as +
+ * i] as one dword (k = 2p through ls_cpu_bf16_operand in the low half,
+ * k = 2p + 1 in the high half, zero past K). */
+void ls_cpu_pack_a_pairs(uint32_t *dst, int as, int rows, const float *a, size_t lda, int K, int s0, int sc);
+
 /* C[0:m, cols] = (acc ? C : 0) + A[0:m, 0:b->k] · B[:, cols] for the
  * columns of panels [p0, p1) (clipped to b->n). Panel p's 16 columns of
  * row i are at c + i * ldc + p * cstride (cstride 16: C's columns in

@@ -224,4 +224,5 @@ const ls_cpu_kernels ls_cpu_kernels_avx2 = {
     /* .tile_f16  = */ ls_avx2_tile_f16,
     /* .tile_pairs = */ ls_avx2_tile_pairs,
     /* .a_pairs   = */ false,
+    /* .pack_a_pairs = */ NULL,
 };

@@ -106,4 +106,5 @@ const ls_cpu_kernels ls_cpu_kernels_avx512 = {
     /* .tile_f16  = */ ls_avx512_tile_f16,
     /* .tile_pairs = */ NULL, /* bf16 compute on AVX-512 is kern_avx512bf16.c */
     /* .a_pairs   = */ false,
+    /* .pack_a_pairs = */ NULL,
 };

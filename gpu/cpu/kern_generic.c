@@ -81,4 +81,5 @@ const ls_cpu_kernels ls_cpu_kernels_generic = {
     /* .tile_f16  = */ ls_generic_tile_f16,
     /* .tile_pairs = */ ls_generic_tile_pairs,
     /* .a_pairs   = */ false,
+    /* .pack_a_pairs = */ NULL,
 };

@@ -75,6 +75,9 @@ typedef struct {
      * 2p in its low half, 2p + 1 in its high half) at a[p * s + i];
      * false, fp32 values (bf16 numbers) at a[k * s + i] as for tile_f32. */
     bool a_pairs;
+    /* With a_pairs, the path's packer of one row group's A (the bits of
+     * gemm.h's ls_cpu_pack_a_pairs); NULL: that portable one. */
+    void (*pack_a_pairs)(uint32_t *dst, int as, int rows, const float *a, size_t lda, int K, int s0, int sc);
 } ls_cpu_kernels;
 
 /* The bf16 compute step, the definition every pairs tile matches bit for
