@@ -329,6 +329,7 @@ static double ls_forward_flops(int T, int n, int H, int F, int rank) {
 typedef struct {
     char label[128];
     double ms[NT][NA];
+    double gemms_ms[NT]; /* the two base GEMMs alone, all tokens at once */
 } ls_peer;
 
 /* Runs torch_cpu.py under python; false (with the reason printed) when it
@@ -348,7 +349,10 @@ static bool ls_peer_run(const char *python, const char *dtype, int H, int F, int
         int T, A;
         double ms;
         char version[64];
-        if (sscanf(line, "{\"T\": %d, \"adapters\": %d, \"ms\": %lf}", &T, &A, &ms) == 3) {
+        if (sscanf(line, "{\"T\": %d, \"gemms_ms\": %lf}", &T, &ms) == 2) {
+            for (int ti = 0; ti < NT; ti++)
+                if (Ts[ti] == T) out->gemms_ms[ti] = ms;
+        } else if (sscanf(line, "{\"T\": %d, \"adapters\": %d, \"ms\": %lf}", &T, &A, &ms) == 3) {
             for (int ti = 0; ti < NT; ti++)
                 for (int ai = 0; ai < NA; ai++)
                     if (Ts[ti] == T && As[ai] == A) out->ms[ti][ai] = ms, got++;
@@ -440,6 +444,27 @@ static void ls_bench_accuracy(float *const *acc_y, size_t count) {
 }
 
 /* The table and the ratio lines of every row measured (ms > 0). */
+/* Our whole forward against each peer's two base GEMMs alone: the time of
+ * its GEMM library with nothing around it, which a forward can only
+ * approach (ours also does the LoRA, SiLU and the token order). Only
+ * T >= 256, where both are bound by compute: below, the peer's one layer
+ * of weights stays in cache while ours come from memory (4 layers in
+ * turn), so the ratio would compare the cache with memory. */
+static void ls_bench_gemms_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], const ls_peer *peers, int np) {
+    const double base_flops = 2.0 * ((double)o->n * 2 * o->F * o->H + (double)o->n * o->H * o->F);
+    for (int p = 0; p < np; p++)
+        for (int di = 0; di < NROWS; di++)
+            for (int ti = 2; ti < NT; ti++)
+                for (int ai = 0; ai < NA; ai++)
+                    if (ms[di][ti][ai] > 0 && peers[p].gemms_ms[ti] > 0)
+                        printf("gemms: %s/%s T=%d adapters=%d ours (whole forward) %.3f ms / %s base GEMMs alone "
+                               "%.3f ms (%.1f GFLOP/s) = %.2f\n",
+                               ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), Ts[ti], As[ai],
+                               ms[di][ti][ai], peers[p].label, peers[p].gemms_ms[ti],
+                               base_flops * Ts[ti] / (peers[p].gemms_ms[ti] / 1e3) / 1e9,
+                               ms[di][ti][ai] / peers[p].gemms_ms[ti]);
+}
+
 static void ls_bench_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], const double *floor_ms,
                             double sgemm_gf[NROWS][NT][NA], double lora_ms, const char *const *isa_name,
                             float *const *acc_y, const ls_peer *peers, int np) {
@@ -518,6 +543,7 @@ static void ls_bench_report(const ls_bench_opts *o, double ms[NROWS][NT][NA], co
                         printf("peer: %s/%s T=%d adapters=%d ours %.3f ms / %s %.3f ms = %.2f\n",
                                ls_dtype_name(ROWS[di].dt), ls_compute_name(ROWS[di].compute), Ts[ti], As[ai],
                                ms[di][ti][ai], peers[p].label, peers[p].ms[ti][ai], ms[di][ti][ai] / peers[p].ms[ti][ai]);
+    ls_bench_gemms_report(o, ms, peers, np);
     ls_bench_accuracy(acc_y, (size_t)ACC_T * H);
 }
 

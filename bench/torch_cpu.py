@@ -5,7 +5,10 @@ bf16 as a user serving in bf16 writes it; PyTorch's CPU kernels (oneDNN)
 accumulate in fp32), written as a user would: the base GEMMs for all tokens, then the LoRA per adapter
 group. Same shapes and token mix as bench_cpu; prints one JSON line per
 configuration: {"T", "adapters", "ms"} (median), after one line
-{"torch": version, "dtype": dtype}. Install PyTorch with `apt-get install python3-torch`
+{"torch": version, "dtype": dtype}; and per T one line {"T", "gemms_ms"}:
+the block's two base GEMMs alone (x @ W13^T and a @ W2^T, every expert in
+one call), which is what PyTorch's GEMM library (oneDNN for bf16) does at
+its best, with no LoRA, SiLU or indexing around it. Install PyTorch with `apt-get install python3-torch`
 (Debian 12) and run with /usr/bin/python3, or into a venv from PyPI.
 """
 import argparse
@@ -71,8 +74,14 @@ def main():
             y[idx] += d @ B_d[s].T
         return y
 
+    w2_all = w2.permute(1, 0, 2).reshape(H, n * F)  # y = a[T, n*F] @ w2_all.T
+
     with torch.no_grad():
         for T in (1, 16, 256, 2048):
+            x = torch.randn(T, H, generator=g).to(dt)
+            act = torch.randn(T, n * F, generator=g).to(dt)
+            ms = median_ms(lambda: (x @ w13_all.T, act @ w2_all.T))
+            print(json.dumps({"T": T, "gemms_ms": round(ms, 4)}), flush=True)
             for A in (1, 8):
                 if A > T:
                     continue
