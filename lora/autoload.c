@@ -49,7 +49,7 @@ struct ls_autoload {
     const ls_loader *ld;
     ls_pool *pool;
     ls_autoload_gauge gauge; /* the loads gauge; fn NULL when none */
-    ls_autoload_audit audit; /* fn NULL when none */
+    ls_autoload_registrar registrar; /* fn NULL when none */
     bool strict;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -263,12 +263,12 @@ static ls_status ls_autoload_register(ls_autoload *al, ls_autoload_entry *e, con
     ls_adapter_info info;
     ls_error mine;
     ls_error_init(&mine);
-    ls_status st = ls_pool_load(al->pool, e->name, &a, &opts, &info, &mine);
+    ls_status st = al->registrar.fn ? al->registrar.fn(al->registrar.ctx, actor, e->name, &a, &opts, &info, &mine)
+                                    : ls_pool_load(al->pool, e->name, &a, &opts, &info, &mine);
     if (st == LS_OK) {
         ls_log_info("auto-load: adapter %s v%llu loaded from %s: rank %d, %s", e->name,
                     (unsigned long long)info.version, origin.path, info.meta.rank,
                     ls_adapter_format_name(info.meta.format));
-        if (al->audit.fn) al->audit.fn(al->audit.ctx, actor, e->name, info.version);
     } else {
         ls_adapter_free(&a);
         /* A client registered the name meanwhile: the forward runs on that. */
@@ -423,6 +423,6 @@ ls_status ls_autoload_finish(ls_autoload *al, const char *name, ls_error *err) {
     return ls_autoload_finish_by(al, name, NULL, err);
 }
 
-void ls_autoload_set_audit(ls_autoload *al, const ls_autoload_audit *audit) {
-    al->audit = audit ? *audit : (ls_autoload_audit){0};
+void ls_autoload_set_registrar(ls_autoload *al, const ls_autoload_registrar *registrar) {
+    al->registrar = registrar ? *registrar : (ls_autoload_registrar){0};
 }

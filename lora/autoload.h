@@ -21,22 +21,25 @@ typedef struct {
     void *ctx; /* borrowed */
 } ls_autoload_gauge;
 
-/* Told of every adapter an auto-load registers, on the thread that
- * registered it, with the actor of the call that did (the one given to
+/* How an auto-load registers the adapter it read, on the thread that
+ * registers it, for the actor of the call that does (the one given to
  * ls_autoload_ensure_by or ls_autoload_finish_by; NULL from the plain
- * calls): the server's audit line. */
+ * calls): the server's quota check, registration and audit line in one
+ * step, so that a quota is checked where the place is taken. Takes *a
+ * and fills info as ls_pool_load does. fn NULL: ls_pool_load itself. */
 typedef struct {
-    void (*fn)(void *ctx, const void *actor, const char *name, uint64_t version);
+    ls_status (*fn)(void *ctx, const void *actor, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
+                    ls_adapter_info *info, ls_error *err);
     void *ctx; /* borrowed */
-} ls_autoload_audit;
+} ls_autoload_registrar;
 
 /* Over ld and pool (borrowed, outliving it); gauge may be NULL; strict as
  * --strict-adapters. Free with ls_autoload_free. */
 ls_status ls_autoload_create(const ls_loader *ld, ls_pool *pool, const ls_autoload_gauge *gauge, bool strict,
                              ls_autoload **out, ls_error *err);
 void ls_autoload_free(ls_autoload *al);
-/* Sets the audit hook, before the first load (fn NULL: none). */
-void ls_autoload_set_audit(ls_autoload *al, const ls_autoload_audit *audit);
+/* Sets the registrar, before the first load (NULL or fn NULL: none). */
+void ls_autoload_set_registrar(ls_autoload *al, const ls_autoload_registrar *registrar);
 
 /* Makes name registered: LS_OK when it is already, or once it was loaded
  * from the adapter directory (by this call or by one it waited for).

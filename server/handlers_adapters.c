@@ -137,14 +137,11 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
                               .source_path = j->origin.path[0] ? j->origin.path : NULL,
                               .params = j->origin.params};
     ls_adapter_info info;
-    ls_tenant_load_lock(&j->who);
     ls_error scratch;
     ls_error_init(&scratch);
     const bool existed = ls_pool_describe(srv->pool, j->up.name, NULL, &scratch) == LS_OK;
     ls_error_free(&scratch);
-    ls_status st = ls_tenant_admit_load(srv, &j->who, j->up.name, opts.pinned, opts.keep_pin && opts.replace, &err);
-    if (st == LS_OK) st = ls_pool_load(srv->pool, j->up.name, &j->a, &opts, &info, &err);
-    ls_tenant_load_unlock(&j->who);
+    ls_status st = ls_tenant_register(srv, &j->who, j->up.name, &j->a, &opts, &info, &err);
     if (st == LS_OK) {
         ls_tenant_audit(&j->who, existed ? "replace" : "load", info.name, info.version);
         json_t *d = ls_tenant_describe(srv, &j->who, &info);

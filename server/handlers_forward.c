@@ -70,15 +70,17 @@ static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at)
  * (the largest step of all), and the answers that come at once: no such
  * file, or a file that failed as it is now (a typo is answered at once,
  * not after the loads queued ahead of it). A tenant's adapter to be
- * loaded must fit its quota (checked here, not again at registration). */
+ * loaded must fit its quota with the others the forward loads (an early
+ * answer: the registration checks again, under the tenants' lock). */
 static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *who, const ls_forward_req *fr,
                                            ls_forward_step *next, ls_error *err) {
     *next = LS_FORWARD_BATCH;
+    size_t loads = 0; /* the names before k to be loaded: one request's loads fit the quota together */
     for (int k = 0; k < fr->names.n; k++) {
         ls_autoload_need need;
         ls_status st = ls_autoload_check(srv->autoload, fr->names.names[k], &need, err);
         if (st == LS_OK && need != LS_AUTOLOAD_READY)
-            st = ls_tenant_admit_load(srv, who, fr->names.names[k], false, false, err);
+            st = ls_tenant_admit_load(srv, who, fr->names.names[k], false, false, loads++, err);
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;

@@ -209,10 +209,13 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, ls_erro
 /* The audit line of an adapter an auto-load registered, on behalf of the
  * forward's caller (actor: its ls_principal; NULL when no request asked,
  * as in the tests of lora/). */
-static void ls_server_audit_autoload(void *ctx, const void *actor, const char *name, uint64_t version) {
-    (void)ctx;
+static ls_status ls_server_register_autoload(void *ctx, const void *actor, const char *name, ls_adapter *a,
+                                             const ls_pool_load_opts *opts, ls_adapter_info *info, ls_error *err) {
     static const ls_principal none = {.role = LS_ROLE_ADMIN, .key_id = "-", .max_adapters = -1, .max_pins = -1};
-    ls_tenant_audit(actor ? actor : &none, "auto-load", name, version);
+    const ls_principal *who = actor ? actor : &none;
+    ls_status st = ls_tenant_register(ctx, who, name, a, opts, info, err);
+    if (st == LS_OK) ls_tenant_audit(who, "auto-load", name, info->version);
+    return st;
 }
 
 /* The adapter directory, the pool with the registry restored from the
@@ -250,7 +253,7 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
             ls_log_error("auto-load: %s", err->message);
             return false;
         }
-        ls_autoload_set_audit(srv->autoload, &(ls_autoload_audit){ls_server_audit_autoload, srv});
+        ls_autoload_set_registrar(srv->autoload, &(ls_autoload_registrar){ls_server_register_autoload, srv});
         ls_log_info("auto-load on: forwards load unregistered adapters from %s by name", srv->loader.root);
     }
     return true;

@@ -26,11 +26,11 @@ json_t *ls_tenant_describe(ls_server *srv, const ls_principal *who, const ls_ada
 
 static pthread_mutex_t ls_tenant_load_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void ls_tenant_load_lock(const ls_principal *who) {
+static void ls_tenant_load_lock(const ls_principal *who) {
     if (ls_principal_scoped(who)) pthread_mutex_lock(&ls_tenant_load_mu);
 }
 
-void ls_tenant_load_unlock(const ls_principal *who) {
+static void ls_tenant_load_unlock(const ls_principal *who) {
     if (ls_principal_scoped(who)) pthread_mutex_unlock(&ls_tenant_load_mu);
 }
 
@@ -129,12 +129,13 @@ static ls_status ls_tenant_holds(ls_server *srv, const char *tenant, const char 
 }
 
 ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const char *name, bool pinned, bool keep_pin,
-                               ls_error *err) {
+                               size_t also, ls_error *err) {
     if (!ls_principal_scoped(who)) return LS_OK;
     size_t count, pins;
     bool has, was_pinned;
     ls_status st = ls_tenant_holds(srv, who->tenant, name, &count, &pins, &has, &was_pinned, err);
     if (st != LS_OK) return st;
+    count += also;
     if (!has && who->max_adapters >= 0 && (long long)count >= who->max_adapters)
         return ls_error_set(err, LS_ADAPTER_QUOTA, NULL,
                             "tenant %s holds %zu adapters: its quota is %lld (max_adapters of key %s)", who->tenant,
@@ -145,6 +146,15 @@ ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const ch
                             "tenant %s holds %zu pinned adapters: its cap is %d (max_pins of key %s)", who->tenant,
                             pins, who->max_pins, who->key_id);
     return LS_OK;
+}
+
+ls_status ls_tenant_register(ls_server *srv, const ls_principal *who, const char *name, ls_adapter *a,
+                             const ls_pool_load_opts *opts, ls_adapter_info *info, ls_error *err) {
+    ls_tenant_load_lock(who);
+    ls_status st = ls_tenant_admit_load(srv, who, name, opts->pinned, opts->keep_pin && opts->replace, 0, err);
+    if (st == LS_OK) st = ls_pool_load(srv->pool, name, a, opts, info, err);
+    ls_tenant_load_unlock(who);
+    return st;
 }
 
 void ls_tenant_audit(const ls_principal *who, const char *action, const char *name, uint64_t version) {

@@ -18,14 +18,17 @@ void ls_tenant_pool_view(const ls_principal *who, json_t *pool);
  * (malloc'd; NULL when out of memory). */
 char *ls_tenant_metrics_view(const ls_principal *who, char *text);
 /* The quotas of loading pool name name (pinned as asked, or as the
- * version it replaces with keep_pin): 403 adapter_quota past max_adapters
- * for a new name, 409 tenant_pin_limit past max_pins. */
+ * version it replaces with keep_pin), with `also` other new names of the
+ * same request counted as held: 403 adapter_quota past max_adapters for
+ * a new name, 409 tenant_pin_limit past max_pins. An early answer only:
+ * ls_tenant_register checks again where the place is taken. */
 ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const char *name, bool pinned, bool keep_pin,
-                               ls_error *err);
-/* Held from a scoped caller's quota check to its registration, so that
- * two loads of one tenant cannot both take its last place. */
-void ls_tenant_load_lock(const ls_principal *who);
-void ls_tenant_load_unlock(const ls_principal *who);
+                               size_t also, ls_error *err);
+/* ls_pool_load of name for who (ownership of *a as there), its quotas
+ * checked under one lock with the registration, so that two loads of
+ * one tenant (uploads or auto-loads) cannot both take its last place. */
+ls_status ls_tenant_register(ls_server *srv, const ls_principal *who, const char *name, ls_adapter *a,
+                             const ls_pool_load_opts *opts, ls_adapter_info *info, ls_error *err);
 /* The audit line of a change to pool name name (action: "load",
  * "replace", "delete"). */
 void ls_tenant_audit(const ls_principal *who, const char *action, const char *name, uint64_t version);

@@ -6,6 +6,7 @@
  * only reads; the quotas (max_adapters, max_pins, rate); the audit line;
  * the key file re-read when it changes, a bad one kept out; the durable
  * registry keeping each adapter's tenant across a restart. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -498,6 +499,41 @@ static void test_bad_key_file_at_start(void **state) {
     assert_non_null(strstr(out, "absent.json"));
 }
 
+typedef struct {
+    const char *name;
+    long status;
+} race_forward_arg;
+
+static void *race_forward(void *p) {
+    race_forward_arg *a = p;
+    char *body = ls_test_forward_json(1, 4, "0.5", "[0.5, 0.5]", a->name);
+    ls_test_response r;
+    memset(&r, 0, sizeof r);
+    a->status = ls_test_http(ts.srv, "POST", "/forward", NULL, body, strlen(body), acme_auth, &r) == 0 ? r.status : -1;
+    ls_test_response_free(&r);
+    free(body);
+    return NULL;
+}
+
+/* Two forwards at once, each auto-loading a new adapter, and one place
+ * left: both pass the early check while neither has registered, so the
+ * registration itself must refuse one (403) and let the other in. */
+static void forwards_race_for_the_last_place(void) {
+    race_forward_arg arg[2] = {{"auto", 0}, {"auto2", 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, race_forward, &arg[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    assert_true((arg[0].status == 200 && arg[1].status == 403) || (arg[0].status == 403 && arg[1].status == 200));
+    const char *won = arg[0].status == 200 ? "auto" : "auto2";
+    char names[256], want[64];
+    listed(acme_auth, names, sizeof names);
+    snprintf(want, sizeof want, "a,acme-secret,%s", won);
+    assert_string_equal(names, want);
+    char path[64];
+    snprintf(path, sizeof path, "/adapters/%s", won);
+    assert_int_equal(req("DELETE", path, acme_auth, NULL, NULL), 200);
+}
+
 /* A tenant's files are its directory's: loads by path and --auto-load
  * look beneath --adapter-dir/TENANT/, and an auto-load counts against
  * the tenant's quota. */
@@ -541,6 +577,21 @@ static void test_files_are_the_tenants(void **state) {
     ls_test_response_free(&r);
     json_decref(forward_a(acme_auth, "auto", 403)); /* the quota again, now on the auto-load */
     assert_int_equal(req("DELETE", "/adapters/p", acme_auth, NULL, NULL), 200);
+    /* One place left and a forward naming two new adapters: refused whole
+     * before either loads (each alone would fit). */
+    tiny_write_peft_dir(&ts, "acme/auto2", "{\"r\": 2, \"lora_alpha\": 4}");
+    assert_int_equal(req("POST", "/forward", acme_auth,
+                         "{\"x\": [[0.5,0.5,0.5,0.5],[0.5,0.5,0.5,0.5]], \"gammas\": [[0.5,0.5],[0.5,0.5]], "
+                         "\"adapters\": [\"auto\", \"auto2\"]}",
+                         &r),
+                     403);
+    j = ls_test_response_json(&r);
+    assert_string_equal(ls_test_error_code(j), "adapter_quota");
+    json_decref(j);
+    ls_test_response_free(&r);
+    listed(acme_auth, names, sizeof names);
+    assert_string_equal(names, "a,acme-secret");
+    forwards_race_for_the_last_place();
 }
 
 /* The durable registry keeps each adapter's tenant. */
