@@ -17,6 +17,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/ticker.h"
 #include "common/sha256.h"
 
 /* A token bucket: rate a second, holding at most one second's worth (and
@@ -33,10 +34,7 @@ struct ls_tenants {
     ls_api_keys keys;
     ls_bucket *buckets; /* one per key */
     ls_file_stamp id;
-    pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;
-    bool stop;
-    pthread_t thread;
+    ls_ticker *watcher;
 };
 
 /* Reads and parses path; *id is the version read. keys is the caller's
@@ -89,8 +87,10 @@ static void ls_tenants_swap(ls_tenants *t, ls_api_keys *keys, ls_bucket *buckets
     t->buckets = buckets;
 }
 
-/* One look at the file: re-read when it changed. */
-static void ls_tenants_poll(ls_tenants *t) {
+/* One look at the file, every LS_TENANTS_POLL_MS on the watcher's thread:
+ * re-read when it changed. */
+static void ls_tenants_poll(void *arg) {
+    ls_tenants *t = arg;
     struct stat s;
     if (stat(t->path, &s) != 0) return; /* gone for now (a rename in progress): the keys stay */
     const ls_file_stamp now = ls_file_stamp_of(&s);
@@ -121,25 +121,6 @@ static void ls_tenants_poll(ls_tenants *t) {
     ls_log_info("--api-keys %s: read %zu keys", t->path, keys.n);
 }
 
-static void *ls_tenants_watch(void *arg) {
-    ls_tenants *t = arg;
-    pthread_mutex_lock(&t->stop_mu);
-    while (!t->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)LS_TENANTS_POLL_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&t->stop_cv, &t->stop_mu, &until);
-        if (t->stop) break;
-        pthread_mutex_unlock(&t->stop_mu);
-        ls_tenants_poll(t);
-        pthread_mutex_lock(&t->stop_mu);
-    }
-    pthread_mutex_unlock(&t->stop_mu);
-    return NULL;
-}
-
 /* Owns nothing on failure. */
 bool ls_tenants_open(const char *path, ls_tenants **out, char *why, size_t len) {
     *out = NULL;
@@ -160,15 +141,8 @@ bool ls_tenants_open(const char *path, ls_tenants **out, char *why, size_t len) 
     }
     ls_tenants_swap(t, &keys, b);
     pthread_mutex_init(&t->mu, NULL);
-    pthread_mutex_init(&t->stop_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (pthread_create(&t->thread, NULL, ls_tenants_watch, t) != 0) {
+    if (!(t->watcher = ls_ticker_start(LS_TENANTS_POLL_MS, ls_tenants_poll, t))) {
         snprintf(why, len, "--api-keys: could not start the thread that watches the file");
-        t->thread = 0;
         ls_tenants_free(t);
         return false;
     }
@@ -179,15 +153,7 @@ bool ls_tenants_open(const char *path, ls_tenants **out, char *why, size_t len) 
 
 void ls_tenants_free(ls_tenants *t) {
     if (!t) return;
-    if (t->thread) {
-        pthread_mutex_lock(&t->stop_mu);
-        t->stop = true;
-        pthread_cond_signal(&t->stop_cv);
-        pthread_mutex_unlock(&t->stop_mu);
-        pthread_join(t->thread, NULL);
-    }
-    pthread_cond_destroy(&t->stop_cv);
-    pthread_mutex_destroy(&t->stop_mu);
+    ls_ticker_stop(t->watcher);
     pthread_mutex_destroy(&t->mu);
     ls_api_keys_free(&t->keys);
     free(t->buckets);

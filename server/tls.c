@@ -19,6 +19,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/ticker.h"
 
 /* A PEM file larger than this is not a certificate chain or a key. */
 #define LS_TLS_FILE_MAX (1 << 20)
@@ -47,12 +48,9 @@ struct ls_tls {
     char *pem[LS_TLS_FILES]; /* the first load's text, for libmicrohttpd's own credentials */
     ls_tls_stamp stamps[LS_TLS_FILES];
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     ls_tls_creds *current; /* under mu */
     ls_tls_creds *all;     /* every live generation, current first; under mu */
-    bool stop;             /* under mu */
-    bool watching;
-    pthread_t watcher;
+    ls_ticker *watcher;
 };
 
 /* ---- reading and checking the files ------------------------------------------ */
@@ -257,34 +255,20 @@ static void ls_tls_reload(ls_tls *tls) {
     ls_log_info("tls: certificate files re-read; new connections use them");
 }
 
-/* Looks at the files every LS_TLS_WATCH_MS and re-reads them once any
- * changed (a rename onto it, a rewrite, a Kubernetes secret's link swap). */
-static void *ls_tls_watch(void *arg) {
+/* Every LS_TLS_WATCH_MS, on the watcher's thread: re-reads the files once
+ * any changed (a rename onto it, a rewrite, a Kubernetes secret's link
+ * swap). */
+static void ls_tls_watch(void *arg) {
     ls_tls *tls = arg;
-    pthread_mutex_lock(&tls->mu);
-    while (!tls->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += LS_TLS_WATCH_MS / 1000;
-        until.tv_nsec += (long)(LS_TLS_WATCH_MS % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        while (!tls->stop && pthread_cond_timedwait(&tls->cv, &tls->mu, &until) != ETIMEDOUT) {
-        }
-        if (tls->stop) break;
-        pthread_mutex_unlock(&tls->mu);
-        bool changed = false;
-        for (int i = 0; i < LS_TLS_FILES; i++) {
-            if (!tls->paths[i][0]) continue;
-            ls_tls_stamp now;
-            ls_tls_stamp_of(tls->paths[i], &now);
-            if (!ls_tls_stamp_same(&now, &tls->stamps[i])) changed = true;
-            tls->stamps[i] = now; /* the watcher's alone */
-        }
-        if (changed) ls_tls_reload(tls);
-        pthread_mutex_lock(&tls->mu);
+    bool changed = false;
+    for (int i = 0; i < LS_TLS_FILES; i++) {
+        if (!tls->paths[i][0]) continue;
+        ls_tls_stamp now;
+        ls_tls_stamp_of(tls->paths[i], &now);
+        if (!ls_tls_stamp_same(&now, &tls->stamps[i])) changed = true;
+        tls->stamps[i] = now; /* the watcher's alone */
     }
-    pthread_mutex_unlock(&tls->mu);
-    return NULL;
+    if (changed) ls_tls_reload(tls);
 }
 
 /* ---- the interface ------------------------------------------------------------- */
@@ -307,11 +291,6 @@ ls_tls *ls_tls_open(const ls_config *cfg) {
     for (int i = 0; i < LS_TLS_FILES; i++)
         if (tls->paths[i][0]) ls_tls_stamp_of(tls->paths[i], &tls->stamps[i]);
     pthread_mutex_init(&tls->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&tls->cv, &ca);
-    pthread_condattr_destroy(&ca);
     char why[LS_TLS_WHY_MAX];
     tls->current = tls->all = ls_tls_load(tls, tls->pem, why, sizeof why);
     if (!tls->current) {
@@ -319,27 +298,19 @@ ls_tls *ls_tls_open(const ls_config *cfg) {
         ls_tls_free(tls);
         return NULL;
     }
-    if (pthread_create(&tls->watcher, NULL, ls_tls_watch, tls)) {
+    if (!(tls->watcher = ls_ticker_start(LS_TLS_WATCH_MS, ls_tls_watch, tls))) {
         ls_log_error("tls: cannot start the thread that watches the certificate files");
         ls_tls_free(tls);
         return NULL;
     }
-    tls->watching = true;
     return tls;
 }
 
 void ls_tls_free(ls_tls *tls) {
     if (!tls) return;
-    if (tls->watching) {
-        pthread_mutex_lock(&tls->mu);
-        tls->stop = true;
-        pthread_cond_signal(&tls->cv);
-        pthread_mutex_unlock(&tls->mu);
-        pthread_join(tls->watcher, NULL);
-    }
+    ls_ticker_stop(tls->watcher);
     while (tls->all) ls_tls_creds_drop(tls, tls->all);
     for (int i = 0; i < LS_TLS_FILES; i++) free(tls->pem[i]);
-    pthread_cond_destroy(&tls->cv);
     pthread_mutex_destroy(&tls->mu);
     free(tls);
 }
