@@ -171,6 +171,31 @@ static void test_operand_rounding(void **state) {
     assert_true(z == 0.0f && signbit(z));
 }
 
+/* The two points where the SDM's words admit two readings, on one k pair
+ * (A = [a_even, a_odd], B the same, C accumulated), every path against
+ * the definition: the flush judges the rounded result (2^-126 - 2^-151
+ * rounds to the least normal, which stays), and the odd element goes
+ * first (two ties that round differently in the other order). On a CPU
+ * with AVX512-BF16 this compares the instruction itself. */
+static void test_flush_after_rounding_and_odd_first(void **state) {
+    (void)state;
+    static const struct {
+        float c, ae, be, ao, bo, want;
+    } cases[] = {
+        {0x1p-126f, 0x1p-75f, -0x1p-76f, 0, 0, 0x1p-126f},                    /* rounds up to normal: kept */
+        {0x1p-126f, 0x1p-75f, -0x1p-74f, 0, 0, 0.0f},                         /* a denormal: flushed */
+        {1.0f, 1.0f, 0x1p-24f, 1.0f, 0x1.8p-24f, 0x1.000004p+0f},             /* odd first: 1 + 1.5u, then + u */
+        {1.0f, 1.0f, 0x1.8p-24f, 1.0f, 0x1p-24f, 0x1.000002p+0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const float a[2] = {cases[i].ae, cases[i].ao}, b[2] = {cases[i].be, cases[i].bo};
+        float c0[6] = {cases[i].c}, want[6];
+        definition(1, 2, 1, a, b, c0, 6, true, 0, 1, true, want);
+        assert_memory_equal(&want[0], &cases[i].want, 4);
+        assert_true(check_case(1, 2, 1, true, 0, 1, 1.0, a, b, c0) >= 1);
+    }
+}
+
 /* Every path's own A packer (pack_a_pairs) against gemm.h's definition,
  * dword for dword, on values that stress the rounding (ties either way,
  * carries into the exponent, the largest finite value rounding to
@@ -236,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_paths_equal_definition),
         cmocka_unit_test(test_denormal_results_flushed),
         cmocka_unit_test(test_pack_a_equals_definition),
+        cmocka_unit_test(test_flush_after_rounding_and_odd_first),
         cmocka_unit_test(test_avx512bf16_here),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
