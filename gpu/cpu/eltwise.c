@@ -39,22 +39,53 @@ static inline float ls_cpu_exp_body(float in) {
 
 float ls_cpu_expf(float x) { return ls_cpu_exp_body(x); }
 
-/* One clone for AVX-512 CPUs, chosen at load time: 16 lanes instead of
- * SSE's 4 for the same operations (the file allows no fused multiply-add,
- * so every clone gives the same bits). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LS_ELTWISE_CLONES __attribute__((target_clones("avx512f", "default")))
-#else
-#define LS_ELTWISE_CLONES
-#endif
-
-LS_ELTWISE_CLONES void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int count) {
+/* The loops, inlined into a portable copy and an AVX-512 one: 16 lanes
+ * instead of SSE's 4 for the same operations (the file allows no fused
+ * multiply-add, so both give the same bits). Chosen per call by CPUID
+ * rather than by target_clones, whose load-time resolver runs before
+ * ThreadSanitizer's runtime and crashed every TSan binary. */
+static inline __attribute__((always_inline)) void ls_cpu_swiglu_body(const float *g, const float *u, float gamma,
+                                                                     float *a, int count) {
     for (int j = 0; j < count; j++) {
         float v = g[j];
         a[j] = gamma * (v / (1.0f + ls_cpu_exp_body(-v))) * u[j];
     }
 }
 
-LS_ELTWISE_CLONES void ls_cpu_sigmoid(float *v, int count) {
+static inline __attribute__((always_inline)) void ls_cpu_sigmoid_body(float *v, int count) {
     for (int i = 0; i < count; i++) v[i] = 1.0f / (1.0f + ls_cpu_exp_body(-v[i]));
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define LS_ELTWISE_AVX512 1
+__attribute__((target("avx512f"))) static void ls_cpu_swiglu_avx512(const float *g, const float *u, float gamma,
+                                                                      float *a, int count) {
+    ls_cpu_swiglu_body(g, u, gamma, a, count);
+}
+
+__attribute__((target("avx512f"))) static void ls_cpu_sigmoid_avx512(float *v, int count) {
+    ls_cpu_sigmoid_body(v, count);
+}
+#else
+#define LS_ELTWISE_AVX512 0
+#endif
+
+void ls_cpu_swiglu(const float *g, const float *u, float gamma, float *a, int count) {
+#if LS_ELTWISE_AVX512
+    if (__builtin_cpu_supports("avx512f")) {
+        ls_cpu_swiglu_avx512(g, u, gamma, a, count);
+        return;
+    }
+#endif
+    ls_cpu_swiglu_body(g, u, gamma, a, count);
+}
+
+void ls_cpu_sigmoid(float *v, int count) {
+#if LS_ELTWISE_AVX512
+    if (__builtin_cpu_supports("avx512f")) {
+        ls_cpu_sigmoid_avx512(v, count);
+        return;
+    }
+#endif
+    ls_cpu_sigmoid_body(v, count);
 }
