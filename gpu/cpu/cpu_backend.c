@@ -516,10 +516,13 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_setti
         return st;
     }
     be->threads = threads;
+    /* The four fp32 buffers of every slot and layer, and under bf16
+     * compute the pair copies its tiles read beside them. */
     be->pool_bytes = S * L *
-                     (ls_pool_gu_a_len(d, p) + ls_pool_gu_b_len(d, p) + ls_pool_d_a_len(d, p) +
-                      ls_pool_d_b_len(d, p)) *
-                     sizeof(float);
+                     ((ls_pool_gu_a_len(d, p) + ls_pool_gu_b_len(d, p) + ls_pool_d_a_len(d, p) +
+                       ls_pool_d_b_len(d, p)) *
+                          sizeof(float) +
+                      (c->bf16 ? c->dslot.len * sizeof *c->dpool : 0));
     *out = be;
     return LS_OK;
 }

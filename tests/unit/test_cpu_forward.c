@@ -449,7 +449,17 @@ static void test_errors(void **state) {
     assert_int_equal(ls_backend_memory(be, &fr, &tot, &err), LS_OK);
     assert_true(tot > 0 && fr <= tot);
     /* pool_bytes covers S * L * (gu_a + gu_b + d_a + d_b) floats. */
-    assert_int_equal(ls_backend_pool_bytes(be), 2 * 2 * (2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 4 + 8 * 4) * sizeof(float));
+    const size_t f32_bytes = 2 * 2 * (2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 4 + 8 * 4) * sizeof(float);
+    assert_int_equal(ls_backend_pool_bytes(be), f32_bytes);
+    /* Under bf16 compute, and the bf16 pair copies beside them: at least
+     * half as many bytes again (2-byte values, padded to whole panels). */
+    ls_backend *b16 = NULL;
+    const ls_cpu_settings bf16 = {.compute = LS_CPU_COMPUTE_BF16};
+    ls_backend_config c16 = {.dims = *ls_backend_dims(be), .pool = {.slots = 2, .max_rank = 4, .max_tokens = 16},
+                             .dtype = LS_DTYPE_F32};
+    assert_int_equal(ls_backend_cpu_create(&c16, &bf16, &b16, &err), LS_OK);
+    assert_true(ls_backend_pool_bytes(b16) >= f32_bytes + f32_bytes / 2);
+    ls_backend_free(b16);
 
     /* Bad configurations fail cleanly. */
     ls_backend *nb = (ls_backend *)0x1;
