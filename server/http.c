@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/text.h"
 #include "api/forward.h"
 #include "server/batcher.h"
@@ -575,6 +576,7 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
         while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
         uint8_t *b = realloc(st->body, cap);
         if (!b) return MHD_NO;
+        ls_mem_advise_large(b, cap);
         st->body = b;
         st->cap = cap;
     }
