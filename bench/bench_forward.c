@@ -3,9 +3,12 @@
  * ls_server_init (no HTTP started), and the call the batcher makes for a
  * lone request (ls_pool_forward), timed on buffers allocated once.
  *   bench_forward SERVER-ARGS...
- * then one command a line on stdin: "T NAME REPS" (NAME "-": the base
- * model), answered with one line of REPS times in milliseconds; x is
- * the same values the HTTP client sends. A line "quit" (or EOF) ends. */
+ * then one command a line on stdin: "T NAME REPS [GAP_US]" (NAME "-":
+ * the base model), answered with one line of REPS times in milliseconds;
+ * x is the same values the HTTP client sends. GAP_US > 0 sleeps that
+ * long before each forward, as the gap between requests leaves the
+ * engine's threads idle (asleep past their spin). A line "quit" (or EOF)
+ * ends. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,7 @@ static double ls_now_ms(void) {
 
 /* Runs reps forwards of T tokens of name (NULL: base) and prints their
  * times; false when a forward fails. */
-static bool ls_bench_run(ls_server *srv, int T, const char *name, int reps, float *x, float *y) {
+static bool ls_bench_run(ls_server *srv, int T, const char *name, int reps, int gap_us, float *x, float *y) {
     ls_token_names names;
     ls_token_names_init(&names, true);
     if (name && !ls_token_names_fill(&names, name, T)) return false;
@@ -34,6 +37,7 @@ static bool ls_bench_run(ls_server *srv, int T, const char *name, int reps, floa
         ls_error err;
         ls_error_init(&err);
         int n_used = 0;
+        if (gap_us > 0) nanosleep(&(struct timespec){gap_us / 1000000, (long)(gap_us % 1000000) * 1000}, NULL);
         double t0 = ls_now_ms();
         ok = ls_pool_forward(srv->pool, 0, T, x, NULL, name ? &names : NULL, y, used, &n_used, &err) == LS_OK;
         double ms = ls_now_ms() - t0;
@@ -64,14 +68,15 @@ int main(int argc, char **argv) {
     printf("ready\n");
     fflush(stdout);
     char line[256], name[160];
-    int T, reps, rc = 0;
+    int T, reps, gap_us, rc = 0;
     while (fgets(line, sizeof line, stdin) && strncmp(line, "quit", 4)) {
-        if (sscanf(line, "%d %159s %d", &T, name, &reps) != 3 || T < 1 || (size_t)T * srv.dims.H > cap) {
+        gap_us = 0;
+        if (sscanf(line, "%d %159s %d %d", &T, name, &reps, &gap_us) < 3 || T < 1 || (size_t)T * srv.dims.H > cap) {
             fprintf(stderr, "bench_forward: bad command %s", line);
             rc = 2;
             break;
         }
-        if (!ls_bench_run(&srv, T, strcmp(name, "-") ? name : NULL, reps, x, y)) {
+        if (!ls_bench_run(&srv, T, strcmp(name, "-") ? name : NULL, reps, gap_us, x, y)) {
             rc = 1;
             break;
         }
