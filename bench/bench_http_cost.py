@@ -8,9 +8,13 @@ The server is the Release build's lorasink, started here on a free port
 --threads 2, access log off). The in-process time is bench_forward (the
 same build): the server's model, backend and pool made by ls_server_init
 from the same command line, timing ls_pool_forward, the call the batcher
-makes for a lone request, on buffers allocated once. Both stay up; each
-round runs the in-process forwards and the HTTP ones back to back (the
-order alternating), so a neighbour's load falls on both.
+makes for a lone request, on buffers allocated once, back to back as
+bench_cpu calls it (the first of each block untimed, so the engine's
+threads are awake as in a run of calls). Both stay up; each round runs a
+block of in-process forwards and a block of HTTP ones back to back (the
+order alternating), and the ratio given is the median over rounds of
+each round's median over median, with the rounds' range: on shared
+cores a neighbour's load falls on both sides of a round.
 
 The client is a raw socket (one kept-alive connection, TCP_NODELAY, the
 request head and the body written with sendall, the reply read with
@@ -19,11 +23,11 @@ recv_into into a buffer allocated once): http.client's reads copy the
 last byte received.
 
 With --python PATH, bench/torch_cpu.py --dtype bfloat16 runs with that
-interpreter before and after the rounds, and the bf16 one-adapter rows
+interpreter before, between and after the servers' rounds, and the bf16 one-adapter rows
 are also given over PyTorch's (its forward with one rank-16 adapter and
 gammas, the adapter here rank 16 too).
 
-    bench/bench_http_cost.py [--build build-release] [--rounds 7] [--python PATH]
+    bench/bench_http_cost.py [--build build-release] [--rounds 9] [--python PATH] [--compute f32,bf16]
 """
 import argparse
 import json
@@ -42,7 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "system"))
 import lsys  # noqa: E402
 
 H, F, N, RANK = 2048, 1024, 2, 16
-SIZES = ((16, 40), (2048, 4))  # (T, forwards a round of each side)
+SIZES = ((16, 30), (2048, 3))  # (T, forwards a round of each side)
 
 
 def server_args(compute, adapter_dir):
@@ -120,9 +124,10 @@ class InProcess:
             raise RuntimeError("bench_forward did not start: %r" % line)
 
     def times(self, T, name, reps):
-        self.proc.stdin.write("%d %s %d\n" % (T, name or "-", reps))
+        """reps timed forwards after one untimed."""
+        self.proc.stdin.write("%d %s %d\n" % (T, name or "-", reps + 1))
         self.proc.stdin.flush()
-        return [float(v) / 1e3 for v in self.proc.stdout.readline().split()]
+        return [float(v) / 1e3 for v in self.proc.stdout.readline().split()][1:]
 
     def close(self):
         self.proc.stdin.write("quit\n")
@@ -183,7 +188,7 @@ def ms(v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build-release"))
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--python", help="an interpreter with PyTorch, for the bf16 rows over PyTorch's")
     ap.add_argument("--compute", default="f32,bf16")
     a = ap.parse_args()
@@ -195,7 +200,9 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory() as adir:
         write_adapter(adir)
-        for compute in a.compute.split(","):
+        for k, compute in enumerate(a.compute.split(",")):
+            if k and a.python:
+                torch_runs.append(torch_bf16(a.python))
             results[compute] = measure(a.build, compute, adir, a.rounds)
     if a.python:
         torch_runs.append(torch_bf16(a.python))
@@ -206,7 +213,7 @@ def main():
                   % (compute, what, ms(statistics.median(h)), ms(min(h)), ms(max(h)), ms(statistics.median(p)),
                      ms(min(p)), ms(max(p)), len(h)))
             print("http: %s %s over HTTP / in-process = %.3f (rounds %.3f-%.3f)"
-                  % (compute, what, statistics.median(h) / statistics.median(p), min(ratios), max(ratios)))
+                  % (compute, what, statistics.median(ratios), min(ratios), max(ratios)))
             if compute == "bf16" and name:
                 if not torch_runs:
                     print("http: bf16 %s over HTTP / PyTorch bf16 in-process: skipped (no --python)" % what)
