@@ -14,7 +14,9 @@ threads are awake as in a run of calls). Both stay up; each round runs a
 block of in-process forwards and a block of HTTP ones back to back (the
 order alternating), and the ratio given is the median over rounds of
 each round's median over median, with the rounds' range: on shared
-cores a neighbour's load falls on both sides of a round.
+cores a neighbour's load falls on both sides of a round. The fastest of
+each side over the other's is given too: the least disturbed of many
+calls, closest to what an idle machine gives.
 
 The client is a raw socket (one kept-alive connection, TCP_NODELAY, the
 request head and the body written with sendall, the reply read with
@@ -28,6 +30,7 @@ are also given over PyTorch's (its forward with one rank-16 adapter and
 gammas, the adapter here rank 16 too).
 
     bench/bench_http_cost.py [--build build-release] [--rounds 9] [--python PATH] [--compute f32,bf16]
+                             [--tokens 16,2048]
 """
 import argparse
 import json
@@ -148,7 +151,7 @@ def torch_bf16(python):
     return res
 
 
-def measure(build, compute, adir, rounds):
+def measure(build, compute, adir, rounds, sizes):
     """{(T, name): (http seconds, in-process seconds, per-round ratios)}."""
     args = server_args(compute, adir)
     srv = lsys.Server(os.path.join(build, "lorasink"), args, os.path.join(adir, "server-%s.log" % compute)).start()
@@ -156,8 +159,8 @@ def measure(build, compute, adir, rounds):
     cli = RawClient(srv.port)
     res = {}
     try:
-        bodies = {T: x_body(T) for T, _ in SIZES}
-        cases = [(T, reps, name) for T, reps in SIZES for name in (None, "a1")]
+        bodies = {T: x_body(T) for T, _ in sizes}
+        cases = [(T, reps, name) for T, reps in sizes for name in (None, "a1")]
         for T, reps, name in cases:  # warm-up
             cli.forward("/forward" + ("?adapter=" + name if name else ""), bodies[T], T * H * 4)
             inp.times(T, name, 1)
@@ -191,6 +194,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--python", help="an interpreter with PyTorch, for the bf16 rows over PyTorch's")
     ap.add_argument("--compute", default="f32,bf16")
+    ap.add_argument("--tokens", default="16,2048", help="T of the forwards, from 16 and 2048")
     a = ap.parse_args()
     print("http: client: raw socket, one kept-alive connection, safetensors bodies; in-process: bench_forward "
           "(ls_pool_forward on the server's own pool); %d rounds, each side interleaved" % a.rounds)
@@ -203,7 +207,8 @@ def main():
         for k, compute in enumerate(a.compute.split(",")):
             if k and a.python:
                 torch_runs.append(torch_bf16(a.python))
-            results[compute] = measure(a.build, compute, adir, a.rounds)
+            sizes = [(T, reps) for T, reps in SIZES if str(T) in a.tokens.split(",")]
+            results[compute] = measure(a.build, compute, adir, a.rounds, sizes)
     if a.python:
         torch_runs.append(torch_bf16(a.python))
     for compute, res in results.items():
@@ -214,6 +219,7 @@ def main():
                      ms(min(p)), ms(max(p)), len(h)))
             print("http: %s %s over HTTP / in-process = %.3f (rounds %.3f-%.3f)"
                   % (compute, what, statistics.median(ratios), min(ratios), max(ratios)))
+            print("http: %s %s over HTTP / in-process, fastest over fastest = %.3f" % (compute, what, min(h) / min(p)))
             if compute == "bf16" and name:
                 if not torch_runs:
                     print("http: bf16 %s over HTTP / PyTorch bf16 in-process: skipped (no --python)" % what)
