@@ -14,9 +14,7 @@ threads are awake as in a run of calls). Both stay up; each round runs a
 block of in-process forwards and a block of HTTP ones back to back (the
 order alternating), and the ratio given is the median over rounds of
 each round's median over median, with the rounds' range: on shared
-cores a neighbour's load falls on both sides of a round. The fastest of
-each side over the other's is given too: the least disturbed of many
-calls, closest to what an idle machine gives.
+cores a neighbour's load falls on both sides of a round.
 
 The client is a raw socket (one kept-alive connection, TCP_NODELAY, the
 request head and the body written with sendall, the reply read with
@@ -219,7 +217,6 @@ def main():
                      ms(min(p)), ms(max(p)), len(h)))
             print("http: %s %s over HTTP / in-process = %.3f (rounds %.3f-%.3f)"
                   % (compute, what, statistics.median(ratios), min(ratios), max(ratios)))
-            print("http: %s %s over HTTP / in-process, fastest over fastest = %.3f" % (compute, what, min(h) / min(p)))
             if compute == "bf16" and name:
                 if not torch_runs:
                     print("http: bf16 %s over HTTP / PyTorch bf16 in-process: skipped (no --python)" % what)
