@@ -43,12 +43,25 @@ static ls_status ls_forward_check_matrix(const ls_tensor *t, const char *what, i
     return LS_OK;
 }
 
-/* LS_OK when every value of v is finite. */
+/* LS_OK when every value of v is finite. Scanned in blocks with no
+ * branch per value, which the compiler vectorises (a T=2048 body holds
+ * 4 Mi values, and a branch each took some 5 ms of the HTTP thread);
+ * only a block holding a bad value is searched for the first. */
 static ls_status ls_forward_check_finite(const float *v, size_t count, const char *what, int cols, ls_error *err) {
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(v[i]))
-            return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
-                                i / (size_t)cols, i % (size_t)cols);
+    enum { BLOCK = 4096 };
+    for (size_t at = 0; at < count; at += BLOCK) {
+        const size_t n = count - at < BLOCK ? count - at : BLOCK;
+        uint32_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &v[at + i], sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u; /* exponent all ones: Inf or NaN */
+        }
+        for (size_t i = at; bad && i < at + n; i++)
+            if (!isfinite(v[i]))
+                return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
+                                    i / (size_t)cols, i % (size_t)cols);
+    }
     return LS_OK;
 }
 

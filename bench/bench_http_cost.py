@@ -149,8 +149,28 @@ def torch_bf16(python):
     return res
 
 
+def server_cost(pid):
+    """(minor page faults of the process, ns on the CPU of its HTTP
+    threads, libmicrohttpd's "MHD-" ones), from /proc: counts that a
+    neighbour's load does not change, as it changes times."""
+    with open("/proc/%d/stat" % pid) as f:
+        faults = int(f.read().rsplit(")", 1)[1].split()[7])
+    ns = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith("MHD-"):
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                ns += int(f.read().split()[0])
+        except OSError:
+            continue
+    return faults, ns
+
+
 def measure(build, compute, adir, rounds, sizes):
-    """{(T, name): (http seconds, in-process seconds, per-round ratios)}."""
+    """{(T, name): (http seconds, in-process seconds, per-round ratios,
+    [page faults, HTTP threads' ns, requests])}."""
     args = server_args(compute, adir)
     srv = lsys.Server(os.path.join(build, "lorasink"), args, os.path.join(adir, "server-%s.log" % compute)).start()
     inp = InProcess(os.path.join(build, "bench", "bench_forward"), args)
@@ -165,9 +185,15 @@ def measure(build, compute, adir, rounds, sizes):
         for r in range(rounds):
             for T, reps, name in cases:
                 path = "/forward" + ("?adapter=" + name if name else "")
-                h, p = res.setdefault((T, name), ([], [], []))[:2]
+                h, p, _, cost = res.setdefault((T, name), ([], [], [], [0, 0, 0]))
                 def http_side():
-                    return [cli.forward(path, bodies[T], T * H * 4) for _ in range(reps)]
+                    c0 = server_cost(srv.proc.pid)
+                    out = [cli.forward(path, bodies[T], T * H * 4) for _ in range(reps)]
+                    c1 = server_cost(srv.proc.pid)
+                    cost[0] += c1[0] - c0[0]
+                    cost[1] += c1[1] - c0[1]
+                    cost[2] += reps
+                    return out
                 def inproc_side():
                     return inp.times(T, name, reps)
                 first, second = (http_side, inproc_side) if r % 2 == 0 else (inproc_side, http_side)
@@ -210,13 +236,15 @@ def main():
     if a.python:
         torch_runs.append(torch_bf16(a.python))
     for compute, res in results.items():
-        for (T, name), (h, p, ratios) in sorted(res.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        for (T, name), (h, p, ratios, cost) in sorted(res.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
             what = "T=%d %s" % (T, "adapter a1" if name else "base")
             print("http: %s %s: over HTTP median %s ms (%s-%s), in-process median %s ms (%s-%s), %d each"
                   % (compute, what, ms(statistics.median(h)), ms(min(h)), ms(max(h)), ms(statistics.median(p)),
                      ms(min(p)), ms(max(p)), len(h)))
             print("http: %s %s over HTTP / in-process = %.3f (rounds %.3f-%.3f)"
                   % (compute, what, statistics.median(ratios), min(ratios), max(ratios)))
+            print("http: %s %s: per request %.0f page faults, %.2f ms on the HTTP threads' CPU"
+                  % (compute, what, cost[0] / cost[2], cost[1] / cost[2] / 1e6))
             if compute == "bf16" and name:
                 if not torch_runs:
                     print("http: bf16 %s over HTTP / PyTorch bf16 in-process: skipped (no --python)" % what)
