@@ -219,8 +219,9 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
     }
     if (st == LS_OK) {
         const size_t room = fj->kind == LS_BODY_SAFETENSORS ? LS_FORWARD_REPLY_ROOM : 0;
-        fj->ybuf = malloc(room + (size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
-        ls_mem_advise_large(fj->ybuf, room + (size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
+        const size_t ybytes = room + (size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y;
+        fj->ybuf = malloc(ybytes);
+        ls_mem_advise_large(fj->ybuf, ybytes);
         fj->y = fj->ybuf ? (float *)(void *)(fj->ybuf + room) : NULL;
         fj->used = calloc((size_t)(fj->fr.names.n > 0 ? fj->fr.names.n : 1), sizeof *fj->used);
         if (!fj->y || !fj->used) st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fj->fr.T);
