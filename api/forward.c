@@ -15,15 +15,16 @@
 #include "format/safetensors.h"
 
 void ls_forward_req_free(ls_forward_req *req) {
-    free(req->x);
+    if (!req->x_borrowed) free(req->x);
     free(req->gammas);
     ls_token_names_free(&req->names);
     memset(req, 0, sizeof *req);
 }
 
-/* Takes a parsed tensor as [rows, cols] fp32 into *dst (owned). */
-ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, int want_cols, float **dst,
-                                        int *rows_out, ls_error *err) {
+/* Whether t is a [rows, cols] float tensor as a forward takes it
+ * (want_rows < 0: any rows from 1). */
+static ls_status ls_forward_check_matrix(const ls_tensor *t, const char *what, int want_rows, int want_cols,
+                                         ls_error *err) {
     if (t->ndim != 2 || t->shape[0] < 1 || (want_rows >= 0 && t->shape[0] != want_rows) || t->shape[1] != want_cols) {
         char buf[96];
         if (want_rows >= 0)
@@ -39,19 +40,63 @@ ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, 
     if (!ls_dtype_is_float(t->dtype))
         return ls_error_set(err, LS_INVALID_REQUEST, "send f32, f16 or bf16", "%s has dtype %s", what,
                             ls_dtype_name(t->dtype));
+    return LS_OK;
+}
+
+/* LS_OK when every value of v is finite. Scanned in blocks with no
+ * branch per value, which the compiler vectorises (a T=2048 body holds
+ * 4 Mi values, and a branch each took some 5 ms of the HTTP thread);
+ * only a block holding a bad value is searched for the first. */
+static ls_status ls_forward_check_finite(const float *v, size_t count, const char *what, int cols, ls_error *err) {
+    enum { BLOCK = 4096 };
+    for (size_t at = 0; at < count; at += BLOCK) {
+        const size_t n = count - at < BLOCK ? count - at : BLOCK;
+        uint32_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &v[at + i], sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u; /* exponent all ones: Inf or NaN */
+        }
+        for (size_t i = at; bad && i < at + n; i++)
+            if (!isfinite(v[i]))
+                return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
+                                    i / (size_t)cols, i % (size_t)cols);
+    }
+    return LS_OK;
+}
+
+/* Takes a parsed tensor as [rows, cols] fp32 into *dst (owned). */
+ls_status ls_forward_take_matrix(ls_tensor *t, const char *what, int want_rows, int want_cols, float **dst,
+                                        int *rows_out, ls_error *err) {
+    ls_status st = ls_forward_check_matrix(t, what, want_rows, want_cols, err);
+    if (st != LS_OK) return st;
     size_t count = (size_t)t->shape[0] * (size_t)want_cols;
     float *v = malloc(count * sizeof *v);
     if (!v) return ls_error_set(err, LS_INTERNAL, NULL, "%s: out of memory", what);
     ls_tensor_to_f32(t, v);
-    for (size_t i = 0; i < count; i++) {
-        if (!isfinite(v[i])) {
-            free(v);
-            return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
-                                i / (size_t)want_cols, i % (size_t)want_cols);
-        }
+    if ((st = ls_forward_check_finite(v, count, what, want_cols, err)) != LS_OK) {
+        free(v);
+        return st;
     }
     *dst = v;
     *rows_out = (int)t->shape[0];
+    return LS_OK;
+}
+
+/* x as the body holds it, when that is already what the engine reads
+ * (little-endian F32, aligned): *x then points into the body (whose
+ * owner keeps it for the request's life), saving a copy as large as the
+ * body. Otherwise the copy ls_forward_take_matrix makes. */
+static ls_status ls_forward_take_x(ls_tensor *t, int H, ls_forward_req *req, ls_error *err) {
+    const bool little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+    if (!little || t->dtype != LS_DTYPE_F32 || (uintptr_t)t->data % _Alignof(float))
+        return ls_forward_take_matrix(t, "x", -1, H, &req->x, &req->T, err);
+    ls_status st = ls_forward_check_matrix(t, "x", -1, H, err);
+    if (st == LS_OK) st = ls_forward_check_finite(t->data, (size_t)t->shape[0] * (size_t)H, "x", H, err);
+    if (st != LS_OK) return st;
+    req->x = t->data;
+    req->x_borrowed = true;
+    req->T = (int)t->shape[0];
     return LS_OK;
 }
 
@@ -120,7 +165,7 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
                           "send fewer tokens per request or restart with a larger --max-request-tokens",
                           "x has %lld rows, more than the %d one request may carry", (long long)tx->shape[0],
                           max_tokens);
-    if (st == LS_OK) st = ls_forward_take_matrix(tx, "x", -1, dims->H, &req->x, &req->T, err);
+    if (st == LS_OK) st = ls_forward_take_x(tx, dims->H, req, err);
     int rows;
     if (st == LS_OK && tg) st = ls_forward_take_matrix(tg, "gammas", req->T, dims->n, &req->gammas, &rows, err);
     ls_tensor_set_free(&set);
@@ -191,20 +236,39 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
     return ls_buf_take(&b, NULL);
 }
 
+/* The reply's tensor set: y and the metadata (meta owned by the caller). */
+static ls_status ls_forward_resp_set(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used,
+                                     int n_used, ls_tensor_set *set, char **meta, ls_error *err) {
+    ls_tensor_set_init(set);
+    ls_tensor t = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {req->T, H}, .data = (void *)y,
+                   .nbytes = (size_t)req->T * (size_t)H * 4, .owned = false};
+    *meta = ls_json_take_text(ls_forward_used_json(used, n_used));
+    char layer[16];
+    snprintf(layer, sizeof layer, "%d", req->layer);
+    if (!*meta || !ls_tensor_set_add(set, "y", &t) || !ls_tensor_set_add_meta(set, "adapters", *meta) ||
+        !ls_tensor_set_add_meta(set, "layer", layer))
+        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    return LS_OK;
+}
+
 ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err) {
     ls_tensor_set set;
-    ls_tensor_set_init(&set);
-    ls_tensor t = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {req->T, H}, .data = (void *)y,
-                   .nbytes = (size_t)req->T * (size_t)H * 4, .owned = false};
-    char *meta = ls_json_take_text(ls_forward_used_json(used, n_used));
-    char layer[16];
-    snprintf(layer, sizeof layer, "%d", req->layer);
-    ls_status st = LS_OK;
-    if (!meta || !ls_tensor_set_add(&set, "y", &t) || !ls_tensor_set_add_meta(&set, "adapters", meta) ||
-        !ls_tensor_set_add_meta(&set, "layer", layer))
-        st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    char *meta = NULL;
+    ls_status st = ls_forward_resp_set(req, H, y, used, n_used, &set, &meta, err);
     if (st == LS_OK) st = ls_safetensors_write(&set, out, len, err);
+    free(meta);
+    ls_tensor_set_free(&set);
+    return st;
+}
+
+ls_status ls_forward_resp_safetensors_before(const ls_forward_req *req, int H, uint8_t *buf, size_t room,
+                                             const ls_pool_used *used, int n_used, size_t *start, size_t *len,
+                                             ls_error *err) {
+    ls_tensor_set set;
+    char *meta = NULL;
+    ls_status st = ls_forward_resp_set(req, H, (const float *)(buf + room), used, n_used, &set, &meta, err);
+    if (st == LS_OK) st = ls_safetensors_write_before(&set, buf, room, start, len, err);
     free(meta);
     ls_tensor_set_free(&set);
     return st;

@@ -16,7 +16,8 @@ typedef struct {
     int layer;       /* the checkpoint's number, as the client gave it (default 0) */
     int layer_index; /* the served layer it is (0..L-1), for the pool and the backend */
     int T;
-    float *x;      /* owned [T, H] */
+    float *x;      /* owned [T, H], unless x_borrowed */
+    bool x_borrowed; /* x points into the safetensors body parsed (its owner keeps it) */
     float *gammas; /* owned [T, n]; NULL = all ones */
     /* owned, copies: each distinct adapter once and per token its index;
      * of_token NULL = all base (no name given in the body, the query or
@@ -36,7 +37,8 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
 /* Parses a safetensors body holding x [T, H] (and optionally gammas
  * [T, n]); layer and adapter come from the query (NULL = absent; an
  * empty adapter is refused, never the base model). max_tokens > 0 caps T
- * (payload_too_large past it). */
+ * (payload_too_large past it). An F32 x that is aligned in body is
+ * borrowed, not copied (x_borrowed): body must outlive req. */
 ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,
                                            const char *q_adapter, const ls_dims *dims, int max_tokens,
                                            ls_forward_req *req, ls_error *err);
@@ -67,6 +69,13 @@ char *ls_forward_resp_json(const ls_forward_req *req, int H, const float *y, con
  * adapters used go to __metadata__ "adapters" as JSON text. */
 ls_status ls_forward_resp_safetensors(const ls_forward_req *req, int H, const float *y, const ls_pool_used *used,
                                       int n_used, uint8_t **out, size_t *len, ls_error *err);
+/* The same body without copying y: y [T, H] lies at buf + room and the
+ * head is written just before it (ls_safetensors_write_before); the body
+ * is *len bytes from buf + *start. LS_INTERNAL when the head does not fit
+ * in room (then the copy above is the way). */
+ls_status ls_forward_resp_safetensors_before(const ls_forward_req *req, int H, uint8_t *buf, size_t room,
+                                             const ls_pool_used *used, int n_used, size_t *start, size_t *len,
+                                             ls_error *err);
 
 /* The same, as an error: LS_INVALID_REQUEST naming what (the key, flag or
  * header the name came in) and the rule. */

@@ -291,44 +291,62 @@ fail:
 
 /* See safetensors.h. *out is malloc'd and owned by the caller; on failure
  * it is NULL and *len 0. */
-ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *len, ls_error *err) {
-    *out = NULL;
-    *len = 0;
-    uint64_t data_len = 0;
-    json_t *root = ls_st_build_header(s, &data_len, err);
+/* The header text of s (owned, *h) unpadded (*hlen), its padded length
+ * (*padded) and the data's (*data_len); LS_INTERNAL with err set when it
+ * cannot be made. */
+static ls_status ls_st_header_text(const ls_tensor_set *s, char **h, size_t *hlen, size_t *padded, uint64_t *data_len,
+                                   ls_error *err) {
+    *h = NULL;
+    json_t *root = ls_st_build_header(s, data_len, err);
     if (!root) return LS_INTERNAL;
-    char *h = json_dumps(root, JSON_COMPACT);
+    char *text = json_dumps(root, JSON_COMPACT);
     /* jansson 2.14's json_dumps drops an object key whose bytes it cannot
      * append when memory runs out and still returns the text
      * (akheron/jansson#655): a header is only written once it reads back
      * as the one built. */
-    json_t *back = h ? json_loads(h, 0, NULL) : NULL;
+    json_t *back = text ? json_loads(text, 0, NULL) : NULL;
     const bool same = back && json_equal(root, back);
     json_decref(back);
     json_decref(root);
     if (!same) {
-        free(h);
+        free(text);
         return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: cannot serialise the header (out of memory)");
     }
-
     /* Spaces pad the header so the data section starts 8-byte aligned,
      * as the safetensors library does. */
-    size_t hlen = strlen(h);
-    size_t padded = (hlen + 7) & ~(size_t)7;
-    if (padded > LS_SAFETENSORS_MAX_HEADER || data_len > SIZE_MAX - LS_ST_LEN_FIELD - padded) {
-        free(h);
+    *hlen = strlen(text);
+    *padded = (*hlen + 7) & ~(size_t)7;
+    if (*padded > LS_SAFETENSORS_MAX_HEADER || *data_len > SIZE_MAX - LS_ST_LEN_FIELD - *padded) {
+        free(text);
         return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: the header or data is too large");
     }
+    *h = text;
+    return LS_OK;
+}
+
+/* The length field and the padded header into b; frees h. */
+static void ls_st_put_header(uint8_t *b, char *h, size_t hlen, size_t padded) {
+    for (int i = 0; i < LS_ST_LEN_FIELD; i++) b[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(b + LS_ST_LEN_FIELD, h, hlen);
+    memset(b + LS_ST_LEN_FIELD + hlen, ' ', padded - hlen);
+    free(h);
+}
+
+ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *len, ls_error *err) {
+    *out = NULL;
+    *len = 0;
+    uint64_t data_len = 0;
+    char *h;
+    size_t hlen, padded;
+    ls_status st = ls_st_header_text(s, &h, &hlen, &padded, &data_len, err);
+    if (st != LS_OK) return st;
     size_t total = LS_ST_LEN_FIELD + padded + (size_t)data_len;
     uint8_t *b = malloc(total);
     if (!b) {
         free(h);
         return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: out of memory for %zu bytes", total);
     }
-    for (int i = 0; i < LS_ST_LEN_FIELD; i++) b[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    memcpy(b + LS_ST_LEN_FIELD, h, hlen);
-    memset(b + LS_ST_LEN_FIELD + hlen, ' ', padded - hlen);
-    free(h);
+    ls_st_put_header(b, h, hlen, padded);
     size_t at = LS_ST_LEN_FIELD + padded;
     for (size_t i = 0; i < s->n; i++) {
         const ls_tensor *t = &s->items[i].t;
@@ -337,5 +355,30 @@ ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *le
     }
     *out = b;
     *len = total;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_write_before(const ls_tensor_set *s, uint8_t *buf, size_t room, size_t *start, size_t *len,
+                                      ls_error *err) {
+    size_t at = room;
+    for (size_t i = 0; i < s->n; i++) {
+        if ((const uint8_t *)s->items[i].t.data != buf + at)
+            return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: tensor \"%.96s\" is not where the data "
+                                                        "section holds it", s->items[i].name);
+        at += s->items[i].t.nbytes;
+    }
+    uint64_t data_len = 0;
+    char *h;
+    size_t hlen, padded;
+    ls_status st = ls_st_header_text(s, &h, &hlen, &padded, &data_len, err);
+    if (st != LS_OK) return st;
+    if (LS_ST_LEN_FIELD + padded > room) {
+        free(h);
+        return ls_error_set(err, LS_INTERNAL, NULL, "safetensors write: a %zu-byte header does not fit in %zu bytes",
+                            padded, room);
+    }
+    *start = room - LS_ST_LEN_FIELD - padded;
+    ls_st_put_header(buf + *start, h, hlen, padded);
+    *len = LS_ST_LEN_FIELD + padded + (size_t)data_len;
     return LS_OK;
 }

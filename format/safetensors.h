@@ -74,5 +74,13 @@ ls_status ls_safetensors_read_range(int fd, const char *what, const ls_st_info *
 /* Serialises s (its tensors in order, its metadata as __metadata__) into a
  * new buffer *out of *len bytes, owned by the caller (free()). */
 ls_status ls_safetensors_write(const ls_tensor_set *s, uint8_t **out, size_t *len, ls_error *err);
+/* The same file without copying the data: the tensors' bytes already lie
+ * back to back, in s's order, from buf + room; the length field and the
+ * header (the bytes ls_safetensors_write gives) are written just before,
+ * ending at buf + room. The file is *len bytes from buf + *start.
+ * LS_INTERNAL when the tensors do not lie there or the header does not
+ * fit in room (nothing written), or out of memory. */
+ls_status ls_safetensors_write_before(const ls_tensor_set *s, uint8_t *buf, size_t room, size_t *start, size_t *len,
+                                      ls_error *err);
 
 #endif

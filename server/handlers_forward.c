@@ -10,6 +10,7 @@
 
 #include "api/forward.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "lora/autoload.h"
 #include "server/batcher.h"
 #include "server/handlers.h"
@@ -23,10 +24,17 @@
  * the rest per distinct name). */
 enum { LS_FORWARD_TOKEN_BYTES = 192 };
 
+/* Bytes kept in front of y for a safetensors reply's length field and
+ * header, so the reply is sent from y's own buffer instead of a copy as
+ * large as y. A forward's header (one adapter at most) takes some
+ * hundreds; one that does not fit is copied as before. */
+enum { LS_FORWARD_REPLY_ROOM = 4096 };
+
 struct ls_forward_job {
     ls_forward_req fr;
     ls_body_kind kind;
-    float *y;
+    float *y;       /* [T, H], in ybuf */
+    uint8_t *ybuf;  /* owned: y's allocation, y at LS_FORWARD_REPLY_ROOM for a safetensors reply (else 0) */
     ls_pool_used *used;
     ls_batch_job job;
     ls_server *srv;
@@ -42,8 +50,9 @@ static void ls_forward_job_release(ls_forward_job *fj) {
     if (fj->held) atomic_fetch_sub(&fj->srv->held_bytes, fj->held);
     fj->held = 0;
     ls_forward_req_free(&fj->fr);
-    free(fj->y);
+    free(fj->ybuf);
     free(fj->used);
+    fj->ybuf = NULL;
     fj->y = NULL;
     fj->used = NULL;
 }
@@ -211,7 +220,11 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         }
     }
     if (st == LS_OK) {
-        fj->y = malloc((size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y);
+        const size_t room = fj->kind == LS_BODY_SAFETENSORS ? LS_FORWARD_REPLY_ROOM : 0;
+        const size_t ybytes = room + (size_t)fj->fr.T * (size_t)srv->dims.H * sizeof *fj->y;
+        fj->ybuf = malloc(ybytes);
+        ls_mem_advise_large(fj->ybuf, ybytes);
+        fj->y = fj->ybuf ? (float *)(void *)(fj->ybuf + room) : NULL;
         fj->used = calloc((size_t)(fj->fr.names.n > 0 ? fj->fr.names.n : 1), sizeof *fj->used);
         if (!fj->y || !fj->used) st = ls_error_set(&err, LS_INTERNAL, NULL, "out of memory for %d tokens", fj->fr.T);
     }
@@ -256,6 +269,37 @@ void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     ls_forward_job_release(fj);
 }
 
+/* The safetensors reply, its head written in front of y: the reply takes
+ * y's buffer (r->skip past the room left unused). A head that does not
+ * fit there is the copy ls_forward_resp_safetensors makes. */
+static void ls_forward_reply_safetensors(ls_server *srv, ls_forward_job *fj, const ls_pool_used *wire, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    size_t start = 0, len = 0;
+    uint8_t *out = NULL;
+    if (ls_forward_resp_safetensors_before(&fj->fr, srv->dims.H, fj->ybuf, LS_FORWARD_REPLY_ROOM, wire,
+                                           fj->job.n_used, &start, &len, &err) == LS_OK) {
+        out = fj->ybuf;
+        fj->ybuf = NULL;
+        fj->y = NULL;
+    } else {
+        ls_error_free(&err);
+        ls_error_init(&err);
+        if (ls_forward_resp_safetensors(&fj->fr, srv->dims.H, fj->y, wire, fj->job.n_used, &out, &len, &err) != LS_OK)
+            out = NULL;
+    }
+    if (out) {
+        r->status = 200;
+        r->body = (char *)out;
+        r->skip = start;
+        r->len = len;
+        r->content_type = "application/octet-stream";
+    } else {
+        ls_reply_error(r, &err);
+    }
+    ls_error_free(&err);
+}
+
 static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     ls_batch_job *job = &fj->job;
     ls_status st = job->status;
@@ -276,19 +320,7 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
         wire[i] = (ls_pool_used){ls_tenant_name_out(&fj->who, job->used[i].name), job->used[i].version,
                                  job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
-        ls_error err;
-        ls_error_init(&err);
-        uint8_t *out = NULL;
-        size_t len = 0;
-        if (ls_forward_resp_safetensors(&fj->fr, srv->dims.H, fj->y, wire, job->n_used, &out, &len, &err) == LS_OK) {
-            r->status = 200;
-            r->body = (char *)out;
-            r->len = len;
-            r->content_type = "application/octet-stream";
-        } else {
-            ls_reply_error(r, &err);
-        }
-        ls_error_free(&err);
+        ls_forward_reply_safetensors(srv, fj, wire, r);
     } else if (!fj->fr.base64 && ls_forward_first_nonfinite(fj->y, (size_t)fj->fr.T * (size_t)srv->dims.H, &bad)) {
         /* JSON numbers cannot carry Inf or NaN; a 200 without y would be a
          * silent wrong answer. */

@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/text.h"
 #include "api/forward.h"
 #include "server/batcher.h"
@@ -131,6 +132,14 @@ static void ls_http_log_fields_of(const ls_conn_state *st, ls_http_log_fields *f
     ls_text_log_field(st->url, false, f->path, sizeof f->path);
 }
 
+/* The response of r's body, which it takes (freed with the response):
+ * sent from where it lies, r->skip bytes into its buffer, never copied. */
+static struct MHD_Response *ls_http_response(ls_reply *r) {
+    if (!r->body) return MHD_create_response_from_buffer(r->len, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r->skip) return MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+    return MHD_create_response_from_buffer_with_free_callback_cls(r->len, r->body + r->skip, free, r->body);
+}
+
 /* Creates, decorates, queues and destroys the response; frees r->body. */
 static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv, ls_conn_state *st, ls_reply *r) {
     /* The guard's reaper may have answered 408 on the socket already. */
@@ -153,9 +162,7 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     }
     /* A tenant's errors name its adapters as it does (server/tenant.h). */
     if (r->status >= 400 && r->body) r->len = ls_tenant_strip_body(&st->who, r->body, r->len);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
-                                                                                          : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = ls_http_response(r);
     if (!resp) {
         free(r->body);
         return MHD_NO;
@@ -569,6 +576,7 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
         while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
         uint8_t *b = realloc(st->body, cap);
         if (!b) return MHD_NO;
+        ls_mem_advise_large(b, cap);
         st->body = b;
         st->cap = cap;
     }

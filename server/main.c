@@ -32,10 +32,14 @@ int main(int argc, char **argv) {
 #ifdef M_MMAP_THRESHOLD
     /* A request's large buffers (bodies, tensors, adapters) are mapped
      * and unmapped whole, so RSS goes back down after a large request.
-     * This is glibc's default threshold, held: glibc raises it after the
-     * first large free (up to 32 MiB), and the worker threads' arenas
-     * then kept the peak of past requests resident. */
-    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+     * The threshold is held: glibc raises it after the first large free
+     * (up to 32 MiB), and the worker threads' arenas then kept the peak
+     * of past requests resident. It is 1 MiB, not glibc's 128 KiB: a
+     * small forward's body and y (T=16 of H=2048: 128 KiB and a header)
+     * are then reused from the arenas instead of mapped and faulted in
+     * anew by every request, which cost a T=16 forward some 6% over HTTP
+     * (docs/perf.md, "HTTP against in-process"). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
     static ls_config cfg;
     char errbuf[512];

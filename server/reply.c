@@ -103,6 +103,7 @@ void ls_reply_json(ls_reply *r, int status, char *text) {
     }
     r->status = status;
     r->body = text;
+    r->skip = 0;
     r->len = len;
     r->content_type = "application/json";
     r->code = LS_OK;
@@ -118,6 +119,7 @@ void ls_reply_copy(ls_reply *r, int status, const void *bytes, size_t len, const
     body[len] = '\0';
     r->status = status;
     r->body = body;
+    r->skip = 0;
     r->len = len;
     r->content_type = content_type;
     r->code = LS_OK;
@@ -127,6 +129,7 @@ void ls_reply_error(ls_reply *r, const ls_error *err) {
     ls_status code = err->code == LS_OK ? LS_INTERNAL : err->code;
     free(r->body);
     r->body = ls_error_body_text(err, ls_http_status(code));
+    r->skip = 0;
     r->len = 0;
     if (r->body) r->body = ls_reply_newline(r->body, &r->len);
     if (!r->body) r->len = 0;

@@ -37,6 +37,7 @@ typedef struct {
 typedef struct {
     int status;
     char *body; /* owned (malloc) */
+    size_t skip; /* the reply is len bytes from body + skip (a buffer with room in front) */
     size_t len;
     const char *content_type; /* static */
     int retry_after;          /* seconds; 0 = no header */

@@ -3,6 +3,7 @@
  * more than the body holds, base64 payloads that disagree with their
  * shape (alone and inside a /forward body), and adapter paths too long to
  * join. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -426,8 +427,55 @@ static void test_forward_base64_object(void **state) {
     free(data);
 }
 
+/* A safetensors /forward body of x [2, 4] F32 (with x[1][2] = bad),
+ * its data `shift` bytes past an 8-aligned offset (header padding). */
+static uint8_t *forward_body(int shift, float bad, size_t *len) {
+    char h[128];
+    int n = snprintf(h, sizeof h, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,32]}}");
+    while ((n + 8) % 8 != shift) h[n++] = ' ';
+    *len = 8 + (size_t)n + 32;
+    uint8_t *b = malloc(*len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, h, (size_t)n);
+    for (int i = 0; i < 8; i++) {
+        float v = i == 6 ? bad : (float)i * 0.5f - 1.0f;
+        memcpy(b + 8 + n + 4 * i, &v, 4);
+    }
+    return b;
+}
+
+/* An aligned F32 x is read where the body holds it; a misaligned one is
+ * copied; either way a value that is not finite is refused by name. */
+static void test_forward_x_in_body(void **state) {
+    (void)state;
+    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
+    for (int shift = 0; shift < 2; shift++) {
+        size_t len;
+        uint8_t *body = forward_body(shift, 2.0f, &len);
+        ls_forward_req req;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err), LS_OK);
+        assert_int_equal(req.T, 2);
+        assert_int_equal(req.x_borrowed, shift == 0);
+        assert_int_equal((const uint8_t *)req.x == body + len - 32, shift == 0);
+        for (int i = 0; i < 8; i++) assert_true(req.x[i] == (i == 6 ? 2.0f : (float)i * 0.5f - 1.0f));
+        ls_forward_req_free(&req);
+        free(body);
+        body = forward_body(shift, INFINITY, &len);
+        assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err),
+                         LS_INVALID_REQUEST);
+        assert_string_equal(err.message, "x[1][2] is not finite");
+        assert_null(req.x);
+        free(body);
+        ls_error_free(&err);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_x_in_body),
         cmocka_unit_test(test_upload_gate_up_order),
         cmocka_unit_test(test_upload_null_is_not_given),
         cmocka_unit_test(test_error_body_invalid_utf8),

@@ -605,6 +605,49 @@ static void test_writer_round_trip(void **state) {
     ls_error_free(&err);
 }
 
+/* ls_safetensors_write_before writes the bytes ls_safetensors_write
+ * does, in front of data already in place, and refuses (writing
+ * nothing) data that is not where the set says or a header that does not
+ * fit. */
+static void test_writer_before(void **state) {
+    (void)state;
+    enum { ROOM = 256 };
+    uint8_t buf[ROOM + 24 + 8];
+    memset(buf, 0x5a, sizeof buf);
+    float *w = (float *)(void *)(buf + ROOM);
+    for (int i = 0; i < 6; i++) w[i] = (float)i - 2.5f;
+    memcpy(buf + ROOM + 24, (uint16_t[]){0x3f80, 0xc000, 0x4040, 0x7f80}, 8);
+    ls_tensor_set s;
+    ls_tensor_set_init(&s);
+    add(&s, "y", LS_DTYPE_F32, (int64_t[]){2, 3}, 2, buf + ROOM, 24);
+    add(&s, "b", LS_DTYPE_BF16, (int64_t[]){4}, 1, buf + ROOM + 24, 8);
+    assert_true(ls_tensor_set_add_meta(&s, "layer", "3"));
+    uint8_t *out;
+    size_t len, start = 0, len2 = 0;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_safetensors_write(&s, &out, &len, &err), LS_OK);
+    assert_int_equal(ls_safetensors_write_before(&s, buf, ROOM, &start, &len2, &err), LS_OK);
+    assert_int_equal(len2, len);
+    assert_int_equal(start + len, sizeof buf);
+    assert_memory_equal(buf + start, out, len);
+    assert_int_equal(buf[start - 1], 0x5a); /* nothing before the file */
+
+    /* A header that does not fit, or data elsewhere: refused, untouched. */
+    uint8_t copy[sizeof buf];
+    memcpy(copy, buf, sizeof buf);
+    assert_int_equal(ls_safetensors_write_before(&s, buf + ROOM - 16, 16, &start, &len2, &err), LS_INTERNAL);
+    assert_non_null(strstr(err.message, "does not fit"));
+    ls_error_free(&err);
+    ls_error_init(&err);
+    assert_int_equal(ls_safetensors_write_before(&s, buf + 8, ROOM - 8 - 4, &start, &len2, &err), LS_INTERNAL);
+    assert_non_null(strstr(err.message, "\"y\" is not where"));
+    assert_memory_equal(buf, copy, sizeof buf);
+    free(out);
+    ls_tensor_set_free(&s);
+    ls_error_free(&err);
+}
+
 static void test_writer_empty(void **state) {
     (void)state;
     ls_tensor_set s;
@@ -837,6 +880,7 @@ int main(void) {
         cmocka_unit_test(test_int64_edges),
         cmocka_unit_test(test_tensor_limit),
         cmocka_unit_test(test_writer_round_trip),
+        cmocka_unit_test(test_writer_before),
         cmocka_unit_test(test_writer_empty),
         cmocka_unit_test(test_writer_refuses),
         cmocka_unit_test(test_file_map),
