@@ -18,18 +18,14 @@
 #define MR_REUSE 8
 #define INLINE static inline __attribute__((always_inline))
 
+#include "gpu/cpu/kern_avx512_c.h"
+
 /* 16 consecutive B values of panel row k, widened to fp32 (exact). */
 INLINE __m512 ls_avx512_load_b(ls_dtype dt, const void *b, size_t at) {
     if (dt == LS_DTYPE_F32) return _mm512_loadu_ps((const float *)b + at);
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)b + at));
     if (dt == LS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     return _mm512_cvtph_ps(h);
-}
-
-/* Lanes of the last panel that hold real columns. */
-INLINE __mmask16 ls_avx512_mask(int ncols, int p) {
-    int rem = ncols - p * LS_CPU_NR;
-    return rem >= LS_CPU_NR ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
 }
 
 /* The tile body; M and NP are constants in every instance, so the loops
@@ -40,17 +36,8 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
     const size_t esz = dt == LS_DTYPE_F32 ? 4 : 2;
 #pragma GCC unroll 16
     for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * esz;
-    const __mmask16 last = ls_avx512_mask(t->ncols, NP - 1);
-#pragma GCC unroll 16
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 16
-        for (int p = 0; p < NP; p++) {
-            if (!t->acc) acc[i * NP + p] = _mm512_setzero_ps();
-            else if (p < NP - 1) acc[i * NP + p] = _mm512_loadu_ps(c + p * t->cstride);
-            else acc[i * NP + p] = _mm512_maskz_loadu_ps(last, c + p * t->cstride);
-        }
-    }
+    const __mmask16 last = ls_zmm_mask(t->ncols, NP - 1);
+    ls_zmm_c_load(M, NP, t, last, acc);
     const float *a = t->a;
     const int as = ls_cpu_a_stride(MR, MR_REUSE, M);
     for (int k = 0; k < t->k; k++, a += as) {
@@ -67,13 +54,7 @@ INLINE void ls_avx512_tile(const int M, const int NP, const ls_dtype dt, const l
             for (int p = 0; p < NP; p++) acc[i * NP + p] = _mm512_fmadd_ps(av, b[p], acc[i * NP + p]);
         }
     }
-#pragma GCC unroll 16
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 16
-        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * t->cstride, acc[i * NP + p]);
-        _mm512_mask_storeu_ps(c + (NP - 1) * t->cstride, last, acc[i * NP + NP - 1]);
-    }
+    ls_zmm_c_store(M, NP, t, last, acc);
 }
 
 #define LS_AVX512_DEFINE(DTN)                                                                              \

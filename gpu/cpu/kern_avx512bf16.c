@@ -17,10 +17,7 @@
 #define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
 
-INLINE __mmask16 ls_bf16x_mask(int ncols, int p) {
-    int rem = ncols - p * LS_CPU_NR;
-    return rem >= LS_CPU_NR ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
-}
+#include "gpu/cpu/kern_avx512_c.h"
 
 /* A holds one dword per row and k pair (gemm.c packs it so for a_pairs);
  * B's step row of a panel is 16 such pairs, one 64-byte load. */
@@ -29,17 +26,8 @@ INLINE void ls_bf16x_tile(const int M, const int NP, const ls_cpu_tile *t) {
     const char *bp[8];
 #pragma GCC unroll 16
     for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * 4;
-    const __mmask16 last = ls_bf16x_mask(t->ncols, NP - 1);
-#pragma GCC unroll 16
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 16
-        for (int p = 0; p < NP; p++) {
-            if (!t->acc) acc[i * NP + p] = _mm512_setzero_ps();
-            else if (p < NP - 1) acc[i * NP + p] = _mm512_loadu_ps(c + p * t->cstride);
-            else acc[i * NP + p] = _mm512_maskz_loadu_ps(last, c + p * t->cstride);
-        }
-    }
+    const __mmask16 last = ls_zmm_mask(t->ncols, NP - 1);
+    ls_zmm_c_load(M, NP, t, last, acc);
     const uint32_t *a = (const uint32_t *)(const void *)t->a;
     const int as = ls_cpu_a_stride(MR, MR_REUSE, M);
     for (int k = 0; k < t->k; k++, a += as) {
@@ -57,13 +45,7 @@ INLINE void ls_bf16x_tile(const int M, const int NP, const ls_cpu_tile *t) {
                 acc[i * NP + p] = _mm512_dpbf16_ps(acc[i * NP + p], (__m512bh)b[p], (__m512bh)av);
         }
     }
-#pragma GCC unroll 16
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 16
-        for (int p = 0; p < NP - 1; p++) _mm512_storeu_ps(c + p * t->cstride, acc[i * NP + p]);
-        _mm512_mask_storeu_ps(c + (NP - 1) * t->cstride, last, acc[i * NP + NP - 1]);
-    }
+    ls_zmm_c_store(M, NP, t, last, acc);
 }
 
 /* 16 fp32 values as bf16 operands (gemm.c's ls_cpu_bf16_operand):
