@@ -30,6 +30,63 @@ INLINE __m256i ls_avx2_mask(int ncols, int j0) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - j0), lane);
 }
 
+/* v with its denormal lanes made zeros of their sign (kernels.h's ftz). */
+INLINE __m256 ls_avx2_ftz(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), tiny = _mm256_set1_ps(0x1p-126f);
+    __m256 keep = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), tiny, _CMP_GE_OQ);
+    return _mm256_and_ps(v, _mm256_or_ps(keep, sign));
+}
+
+/* C of a tile, half v of panel p at c + p * cstride + v * 8 of row i:
+ * the accumulators set to zero or loaded from C (flushed by ls_avx2_ftz
+ * with FTZ), and stored back (flushed with FTZ). Only the last panel can
+ * be partial; vmaskmovps costs several times a plain load or store (on
+ * Zen 4 the tile's 24 of them took about 8% of a 384-step tile), so
+ * whole panels use plain ones. M, NP and FTZ are constants. */
+typedef struct {
+    bool whole;
+    __m256i m0, m1; /* the last panel's two halves */
+} ls_avx2_edge;
+
+INLINE ls_avx2_edge ls_avx2_edge_of(const int NP, const ls_cpu_tile *t) {
+    return (ls_avx2_edge){t->ncols == NP * LS_CPU_NR, ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR),
+                          ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR + 8)};
+}
+
+INLINE void ls_avx2_c_load(const int M, const int NP, const bool FTZ, const ls_cpu_tile *t, ls_avx2_edge e,
+                           __m256 acc[MR][8]) {
+    const int V = 2 * NP;
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        const float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            const float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
+            __m256 r;
+            if (!t->acc) r = _mm256_setzero_ps();
+            else if (v < V - 2 || e.whole) r = _mm256_loadu_ps(at);
+            else r = _mm256_maskload_ps(at, v == V - 2 ? e.m0 : e.m1);
+            acc[i][v] = FTZ ? ls_avx2_ftz(r) : r;
+        }
+    }
+}
+
+INLINE void ls_avx2_c_store(const int M, const int NP, const bool FTZ, const ls_cpu_tile *t, ls_avx2_edge e,
+                            __m256 acc[MR][8]) {
+    const int V = 2 * NP;
+#pragma GCC unroll 6
+    for (int i = 0; i < M; i++) {
+        float *c = t->c + (size_t)i * t->ldc;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) {
+            const __m256 r = FTZ ? ls_avx2_ftz(acc[i][v]) : acc[i][v];
+            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
+            if (v < V - 2 || e.whole) _mm256_storeu_ps(at, r);
+            else _mm256_maskstore_ps(at, v == V - 2 ? e.m0 : e.m1, r);
+        }
+    }
+}
+
 /* The tile body; M and NP are constants in every instance, so the loops
  * unroll and acc lives in registers. Half h of panel p holds columns
  * p*16 + h*8 .. +7. */
@@ -40,23 +97,8 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
     const int V = 2 * NP;
 #pragma GCC unroll 4
     for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * esz;
-    /* Only the last panel can be partial. vmaskmovps costs several times
-     * a plain load or store (on Zen 4 the tile's 24 of them took about 8%
-     * of a 384-step tile), so whole panels use plain ones. */
-    const bool whole = t->ncols == NP * LS_CPU_NR;
-    const __m256i m0 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR);
-    const __m256i m1 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < V; v++) {
-            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
-            if (!t->acc) acc[i][v] = _mm256_setzero_ps();
-            else if (v < V - 2 || whole) acc[i][v] = _mm256_loadu_ps(at);
-            else acc[i][v] = _mm256_maskload_ps(at, v == V - 2 ? m0 : m1);
-        }
-    }
+    const ls_avx2_edge e = ls_avx2_edge_of(NP, t);
+    ls_avx2_c_load(M, NP, false, t, e, acc);
     const float *a = t->a;
     for (int k = 0; k < t->k; k++, a += MR) {
         __m256 b[8];
@@ -72,26 +114,7 @@ INLINE void ls_avx2_tile(const int M, const int NP, const ls_dtype dt, const ls_
             for (int v = 0; v < V; v++) acc[i][v] = _mm256_fmadd_ps(av, b[v], acc[i][v]);
         }
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < V - 2; v++) _mm256_storeu_ps(c + (v / 2) * t->cstride + (v % 2) * 8, acc[i][v]);
-        if (whole) {
-            _mm256_storeu_ps(c + (NP - 1) * t->cstride, acc[i][V - 2]);
-            _mm256_storeu_ps(c + (NP - 1) * t->cstride + 8, acc[i][V - 1]);
-        } else {
-            _mm256_maskstore_ps(c + (NP - 1) * t->cstride, m0, acc[i][V - 2]);
-            _mm256_maskstore_ps(c + (NP - 1) * t->cstride + 8, m1, acc[i][V - 1]);
-        }
-    }
-}
-
-/* v with its denormal lanes made zeros of their sign (kernels.h's ftz). */
-INLINE __m256 ls_avx2_ftz(__m256 v) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), tiny = _mm256_set1_ps(0x1p-126f);
-    __m256 keep = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), tiny, _CMP_GE_OQ);
-    return _mm256_and_ps(v, _mm256_or_ps(keep, sign));
+    ls_avx2_c_store(M, NP, false, t, e, acc);
 }
 
 /* bf16 compute, VDPBF16PS emulated (kernels.h): B's 64-byte step rows
@@ -109,21 +132,9 @@ INLINE bool ls_avx2_pairs(const int M, const int NP, const bool FLUSH, const ls_
     const int V = 2 * NP;
 #pragma GCC unroll 4
     for (int p = 0; p < NP; p++) bp[p] = (const char *)t->b + (size_t)p * t->bstride * 4;
-    const bool whole = t->ncols == NP * LS_CPU_NR;
-    const __m256i m0 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR);
-    const __m256i m1 = ls_avx2_mask(t->ncols, (NP - 1) * LS_CPU_NR + 8);
     const __m256 hi = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
-#pragma GCC unroll 6
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < V; v++) {
-            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
-            if (!t->acc) acc[i][v] = _mm256_setzero_ps();
-            else if (v < V - 2 || whole) acc[i][v] = ls_avx2_ftz(_mm256_loadu_ps(at));
-            else acc[i][v] = ls_avx2_ftz(_mm256_maskload_ps(at, v == V - 2 ? m0 : m1));
-        }
-    }
+    const ls_avx2_edge e = ls_avx2_edge_of(NP, t);
+    ls_avx2_c_load(M, NP, true, t, e, acc);
     /* MXCSR's denormal-operand and underflow flags, cleared here and read
      * at the end; the empty asm keeps the FMAs between the two. */
     const unsigned flags = 0x12u, csr = FLUSH ? 0 : _mm_getcsr();
@@ -167,18 +178,9 @@ INLINE bool ls_avx2_pairs(const int M, const int NP, const bool FLUSH, const ls_
         _mm_setcsr(csr);
         if (seen & flags) return false; /* a denormal appeared: the caller reruns with FLUSH */
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < M; i++) {
-        float *c = t->c + (size_t)i * t->ldc;
-#pragma GCC unroll 8
-        for (int v = 0; v < V; v++) {
-            /* The last step's denormal raised no flag if it was exact. */
-            __m256 r = FLUSH ? acc[i][v] : ls_avx2_ftz(acc[i][v]);
-            float *at = c + (v / 2) * t->cstride + (v % 2) * 8;
-            if (v < V - 2 || whole) _mm256_storeu_ps(at, r);
-            else _mm256_maskstore_ps(at, v == V - 2 ? m0 : m1, r);
-        }
-    }
+    /* Without FLUSH: the last step's denormal raised no flag if it was
+     * exact, so the store flushes. */
+    ls_avx2_c_store(M, NP, !FLUSH, t, e, acc);
     return true;
 }
 
