@@ -3,7 +3,6 @@
 
 #include <jansson.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,26 +42,12 @@ static ls_status ls_forward_check_matrix(const ls_tensor *t, const char *what, i
     return LS_OK;
 }
 
-/* LS_OK when every value of v is finite. Scanned in blocks with no
- * branch per value, which the compiler vectorises (a T=2048 body holds
- * 4 Mi values, and a branch each took some 5 ms of the HTTP thread);
- * only a block holding a bad value is searched for the first. */
+/* LS_OK when every value of v is finite (ls_find_nonfinite's scan). */
 static ls_status ls_forward_check_finite(const float *v, size_t count, const char *what, int cols, ls_error *err) {
-    enum { BLOCK = 4096 };
-    for (size_t at = 0; at < count; at += BLOCK) {
-        const size_t n = count - at < BLOCK ? count - at : BLOCK;
-        uint32_t bad = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t bits;
-            memcpy(&bits, &v[at + i], sizeof bits);
-            bad |= (bits & 0x7f800000u) == 0x7f800000u; /* exponent all ones: Inf or NaN */
-        }
-        for (size_t i = at; bad && i < at + n; i++)
-            if (!isfinite(v[i]))
-                return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
-                                    i / (size_t)cols, i % (size_t)cols);
-    }
-    return LS_OK;
+    size_t i;
+    if (!ls_find_nonfinite(LS_DTYPE_F32, v, count, &i)) return LS_OK;
+    return ls_error_set(err, LS_INVALID_REQUEST, "send finite values", "%s[%zu][%zu] is not finite", what,
+                        i / (size_t)cols, i % (size_t)cols);
 }
 
 /* Takes a parsed tensor as [rows, cols] fp32 into *dst (owned). */

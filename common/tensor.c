@@ -160,15 +160,38 @@ bool ls_convert_dtype(ls_dtype from, const void *src, ls_dtype to, void *dst, si
 }
 
 /* By the bits: an all-ones exponent is Inf or NaN in each of the three. */
-bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
-    const uint8_t *p = v;
-    for (size_t i = 0; i < count; i++) {
-        bool bad;
-        if (dt == LS_DTYPE_F32) {
+/* F32: scanned in blocks with no branch per value, which the compiler
+ * vectorises (a T=2048 forward body holds 4 Mi values, and a branch each
+ * took some 5 ms of the HTTP thread); only a block holding a bad value is
+ * searched for the first. */
+static bool ls_find_nonfinite_f32(const uint8_t *p, size_t count, size_t *at) {
+    enum { BLOCK = 4096 };
+    for (size_t b = 0; b < count; b += BLOCK) {
+        const size_t n = count - b < BLOCK ? count - b : BLOCK;
+        uint32_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * (b + i), 4);
+            bad |= (u & 0x7f800000u) == 0x7f800000u; /* exponent all ones: Inf or NaN */
+        }
+        for (size_t i = b; bad && i < b + n; i++) {
             uint32_t u;
             memcpy(&u, p + 4 * i, 4);
-            bad = (u & 0x7f800000u) == 0x7f800000u;
-        } else if (dt == LS_DTYPE_BF16 || dt == LS_DTYPE_F16) {
+            if ((u & 0x7f800000u) == 0x7f800000u) {
+                *at = i;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
+    const uint8_t *p = v;
+    if (dt == LS_DTYPE_F32) return ls_find_nonfinite_f32(p, count, at);
+    for (size_t i = 0; i < count; i++) {
+        bool bad;
+        if (dt == LS_DTYPE_BF16 || dt == LS_DTYPE_F16) {
             uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
             bad = dt == LS_DTYPE_BF16 ? (h & 0x7f80u) == 0x7f80u : (h & 0x7c00u) == 0x7c00u;
         } else {

@@ -4,7 +4,6 @@
  * ls_forward_complete so no HTTP thread waits on a batch; a forward that
  * must auto-load an adapter first has it read on a disk worker and
  * registered on a backend worker. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,14 +64,6 @@ void ls_forward_job_free(ls_forward_job *fj) {
     free(fj);
 }
 
-static bool ls_forward_first_nonfinite(const float *y, size_t count, size_t *at) {
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(y[i])) {
-            *at = i;
-            return true;
-        }
-    return false;
-}
 
 /* --auto-load, the look an HTTP thread may take: the adapters the
  * forward names that are not registered, what is left to do for them
@@ -321,7 +312,7 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
                                  job->used[i].slot};
     if (fj->kind == LS_BODY_SAFETENSORS) {
         ls_forward_reply_safetensors(srv, fj, wire, r);
-    } else if (!fj->fr.base64 && ls_forward_first_nonfinite(fj->y, (size_t)fj->fr.T * (size_t)srv->dims.H, &bad)) {
+    } else if (!fj->fr.base64 && ls_find_nonfinite(LS_DTYPE_F32, fj->y, (size_t)fj->fr.T * (size_t)srv->dims.H, &bad)) {
         /* JSON numbers cannot carry Inf or NaN; a 200 without y would be a
          * silent wrong answer. */
         ls_reply_fail(r, LS_INVALID_REQUEST, "scale x or gammas down, or send \"encoding\": \"base64\" to receive them",
