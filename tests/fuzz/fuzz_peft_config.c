@@ -40,6 +40,10 @@ static const char *const RULE_KEYS[] = {"peft_type", "use_dora", "lora_bias", "u
                                         "alpha_pattern", "layers_to_transform", "layers_pattern", "target_parameters",
                                         NULL};
 
+/* Keys the messages name in their own words about other keys ("... when
+ * target_modules is a string"): a key name, not the file's text. */
+static const char *const NAMED_KEYS[] = {"target_modules", NULL};
+
 /* s starts with prefix: s past it, or NULL. */
 static const char *skip(const char *s, const char *prefix) {
     size_t n = strlen(prefix);
@@ -174,6 +178,7 @@ __attribute__((no_sanitize("coverage"))) static bool no_echo(const json_t *doc, 
         bool known = false;
         for (int i = 0; RULE_KEYS[i] && !known; i++) known = contains(RULE_KEYS[i], s);
         for (int i = 0; KEYS[i][0] && !known; i++) known = contains(KEYS[i][0], s);
+        for (int i = 0; NAMED_KEYS[i] && !known; i++) known = contains(NAMED_KEYS[i], s);
         if (!known && !said_anyway(doc, s)) return false;
     }
     const char *key;
