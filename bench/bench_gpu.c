@@ -91,7 +91,7 @@ static double median_ms(ls_backend *be, int T, const float *x, const float *gam,
     ls_error err;
     ls_error_init(&err);
     if (!ms) die("out of memory", &err);
-    if (ls_backend_cuda_time_forward(be, 0, T, x, gam, sot, iters, ms, &err) != LS_OK) die("time_forward", &err);
+    if (ls_backend_cuda_time_forward(be, 0, T, x, gam, sot, iters, ms, NULL, &err) != LS_OK) die("time_forward", &err);
     qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
     double med = ms[iters / 2];
     free(ms);

@@ -47,9 +47,12 @@ void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
 /* Stages x, gammas and the token grouping once, then runs the device part
  * of forward (everything between the copy in and the copy out) 3 times
  * untimed and `iters` times timed with CUDA events; ms[i] receives the
- * time of run i. Arguments as for forward; ms holds iters floats. */
+ * time of run i. Arguments as for forward; ms holds iters floats.
+ * *graph_used (when not NULL) says whether the runs replayed a CUDA graph
+ * (1) or launched directly because capture failed (0). */
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                                       const int *slot_of_token, int iters, float *ms, ls_error *err);
+                                       const int *slot_of_token, int iters, float *ms, int *graph_used,
+                                       ls_error *err);
 
 /* Device-to-device copy bandwidth: copies a scratch buffer of `bytes`
  * (allocated and freed here) `iters` times and stores the median rate in

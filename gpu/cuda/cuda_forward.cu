@@ -275,13 +275,14 @@ static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
 }
 
 static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
-                             int iters, float *ms, ls_error *err) {
+                             int iters, float *ms, int *graph_used, ls_error *err) {
     ls_cuda_plan p;
     plan_tasks(c, tp, &p);
     p.has_gammas = gammas != NULL;
     LS_TRY(gather(c, &p, x, gammas, err));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     cudaGraphExec_t exec = capture(c, layer, &p);
+    if (graph_used) *graph_used = exec != NULL;
     ls_status st = LS_OK;
     for (int i = -3; i < iters && st == LS_OK; i++) {
         cudaError_t e = cudaEventRecord(c->ev_start, c->stream);
@@ -302,11 +303,12 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
 
 /* See cuda_backend.h; ms is the caller's, iters entries long. */
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
-                                       const int *slot_of_token, int iters, float *ms, ls_error *err) {
+                                       const int *slot_of_token, int iters, float *ms, int *graph_used,
+                                       ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
     if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "time_forward needs T and iters > 0");
     LS_TRY(ls_cuda_op_begin(c, err));
     ls_token_plan_build(&be->plan, T, slot_of_token); /* as ls_backend_forward does */
-    return time_locked(c, layer, x, gammas, &be->plan, iters, ms, err);
+    return time_locked(c, layer, x, gammas, &be->plan, iters, ms, graph_used, err);
 }
