@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gpu/cpu/cpu.h"
+#include "gpu/slot_rank.h"
 
 static ls_cpu *ls_cpu_ctx(ls_backend *be) { return (ls_cpu *)be->ctx; }
 
@@ -208,38 +209,6 @@ static ls_status ls_cpu_upload_base(ls_backend *be, int layer, const ls_base_lay
     return LS_OK;
 }
 
-/* True when some value is not +0 (by its bits: a -0 counts, so that
- * slot_read gives back every bit slot_write received). */
-static bool ls_cpu_any_set(const float *v, size_t count, size_t stride) {
-    for (size_t i = 0; i < count; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v[i * stride], sizeof bits);
-        if (bits) return true;
-    }
-    return false;
-}
-
-/* The smallest r such that every factor value at rank index k >= r is
- * +0, as the pool pads each adapter to R. An index that is zero in both
- * the shrink and the expand adds exactly nothing to any output (a +0
- * term, which can only turn a -0 sum into +0), so the forward stops at r. */
-static int ls_cpu_factors_rank(const ls_cpu *c, const ls_slot_factors *f) {
-    const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R;
-    int r = 0;
-    for (int k = c->R - 1; k >= r; k--) {
-        bool used = false;
-        for (int b = 0; !used && b < 2 * c->O; b++) /* outer block b / 2's gate (b even) or up shrink */
-            used = ls_cpu_any_set(f->gu_a + ((size_t)b * R + (size_t)k) * H, H, 1);
-        for (int e = 0; !used && e < c->n; e++)
-            used = ls_cpu_any_set(f->gu_b + (size_t)e * 2 * F * R + (size_t)k, 2 * F, R) ||
-                   ls_cpu_any_set(f->d_a + ((size_t)e * R + (size_t)k) * F, F, 1);
-        for (int o = 0; !used && o < c->O; o++)
-            used = ls_cpu_any_set(f->d_b + (size_t)o * H * R + (size_t)k, H, R);
-        if (used) r = k + 1;
-    }
-    return r;
-}
-
 /* BF16 when every value is a bf16 number (its low 16 bits are zero),
  * else F16 when every value is an f16 number, else F32: the narrowest
  * dtype that holds them all exactly. An adapter saved in bf16 or f16
@@ -294,7 +263,7 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     const size_t H = (size_t)c->H, F = (size_t)c->F, R = (size_t)c->R, n = (size_t)c->n, O = (size_t)c->O;
-    const int r = ls_cpu_factors_rank(c, f);
+    const int r = ls_slot_factors_rank(&be->dims, &be->pool, f);
     ls_cpu_form *form = ls_cpu_form_of(c, slot, layer);
     form->rank = r;
     form->dt[LS_CPU_GU_A] = ls_cpu_exact_dtype(f->gu_a, O * 2 * R * H);
