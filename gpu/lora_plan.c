@@ -2,6 +2,8 @@
  * (gpu/lora_plan.h). */
 #include "gpu/lora_plan.h"
 
+#include <stdio.h>
+
 size_t ls_w13_device_source_row(ls_w13_layout layout, int n, int F, size_t device_row) {
     const size_t nF = (size_t)n * F, h = device_row / nF, e = (device_row % nF) / F, j = device_row % F;
     if (layout == LS_W13_INTERLEAVED) return e * 2 * F + 2 * j + h;
@@ -77,4 +79,23 @@ void ls_gemm_plan_make(const ls_dims *d, const ls_pool_dims *p, ls_gemm_plan *pl
     op[LS_OP_EXPAND_D] =
         op_lora(op_base("down", LS_OPB_Y, LS_OPB_W, LS_OPB_BDCAT, H, O * R, O * R, H, R), O, 0, R, R, LS_CUT_K, 1);
     op[LS_OP_EXPAND_D].sum_batches = 1;
+}
+
+bool ls_gemm_plan_fits_grid(const ls_gemm_plan *plan, int tile_n, char *why, size_t len) {
+    const long long most = 65535;
+    for (int i = 0; i < LS_OPS; i++) {
+        const ls_gemm_op *op = &plan->op[i];
+        if (!op->lora) continue;
+        const long long tiles = ((long long)op->N + tile_n - 1) / tile_n, batch = op->sum_batches ? 1 : op->batch;
+        if (tiles > most) {
+            snprintf(why, len, "%s's LoRA GEMM needs %lld column tiles of %d (N = %d), more than a grid's %lld",
+                     op->stage, tiles, tile_n, op->N, most);
+            return false;
+        }
+        if (batch > most) {
+            snprintf(why, len, "%s's LoRA GEMM needs %lld batches, more than a grid's %lld", op->stage, batch, most);
+            return false;
+        }
+    }
+    return true;
 }

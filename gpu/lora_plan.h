@@ -98,6 +98,11 @@ typedef struct {
 
 void ls_gemm_plan_make(const ls_dims *d, const ls_pool_dims *p, ls_gemm_plan *plan);
 
+/* Whether every LoRA op fits a CUDA grid of tiles tile_n columns wide
+ * (grid.y = the N tiles, grid.z = the batches, each at most 65535). When
+ * not, why says which op and which limit, with the sizes. */
+bool ls_gemm_plan_fits_grid(const ls_gemm_plan *plan, int tile_n, char *why, size_t len);
+
 /* The op's N and K when its slot has rank r. */
 static inline int ls_gemm_op_n(const ls_gemm_op *op, int r) { return op->cut == LS_CUT_N ? r : op->N; }
 static inline int ls_gemm_op_k(const ls_gemm_op *op, int r) { return op->cut == LS_CUT_K ? r : op->K; }

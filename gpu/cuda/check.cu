@@ -81,6 +81,11 @@ ls_status ls_cublas_fail(ls_error *err, cublasStatus_t s, const char *call, cons
     else
         snprintf(msg, sizeof msg, "cuBLAS error %s in %s at %s:%d", cublasGetStatusString(s), call, short_file(file),
                  line);
-    if (ls_cuda_error_is_sticky(e)) mark_poisoned(msg);
+    /* As in ls_cuda_fail: a pending error that is not sticky is cleared
+     * here, or the next launcher's cudaGetLastError would report it. */
+    if (ls_cuda_error_is_sticky(e))
+        mark_poisoned(msg);
+    else if (e != cudaSuccess)
+        (void)cudaGetLastError();
     return ls_error_set(err, LS_DEVICE_ERROR, NULL, "%s", msg);
 }

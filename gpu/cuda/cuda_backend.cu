@@ -1,5 +1,5 @@
-/* The CUDA backend's lifecycle and memory: create (every device buffer in
- * one allocation, pinned staging, stream, cuBLAS), base weight upload into
+/* The CUDA backend's lifecycle and memory: create (every device buffer
+ * allocated once, pinned staging, stream, cuBLAS), base weight upload into
  * the GEMM layouts, slot writes with their derived operands, reads, clears
  * and free. The forward lives in cuda_forward.cu. */
 #include <limits.h>
@@ -11,6 +11,8 @@
 
 extern "C" {
 #include "common/log.h"
+#include "gpu/parallel_rows.h"
+#include "gpu/slot_rank.h"
 }
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
@@ -20,6 +22,12 @@ extern "C" {
 static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 /* ---- the common prologue ------------------------------------------------------ */
+
+/* See cuda_internal.h. */
+void ls_cuda_drain(ls_cuda *c) {
+    if (c->stream) (void)cudaStreamSynchronize(c->stream);
+    (void)cudaGetLastError();
+}
 
 /* Every operation: refuse once poisoned, select the device. */
 ls_status ls_cuda_op_begin(ls_cuda *c, ls_error *err) {
@@ -48,9 +56,15 @@ static void cuda_free(ls_backend *be) {
         if (c->h_io) cudaFreeHost(c->h_io);
         if (c->h_gam) cudaFreeHost(c->h_gam);
         if (c->h_tasks) cudaFreeHost(c->h_tasks);
-        if (c->h_slot) cudaFreeHost(c->h_slot);
-        if (c->h_chunk) cudaFreeHost(c->h_chunk);
+        if (c->h_der) cudaFreeHost(c->h_der);
+        for (int i = 0; i < 2; i++) {
+            if (c->h_chunk[i]) cudaFreeHost(c->h_chunk[i]);
+            if (c->chunk_done[i]) cudaEventDestroy(c->chunk_done[i]);
+        }
         (void)cudaGetLastError();
+        free(c->h_canon);
+        free(c->h_der32);
+        free(c->rank);
         ls_nvml_close(c->nvml);
         free(c);
     }
@@ -90,15 +104,11 @@ static void cuda_open_nvml(ls_cuda *c) {
     if (!c->nvml) ls_log_warn("cuda backend: no device utilisation in /metrics: %s", why);
 }
 
-/* Takes the device and allocates everything the backend will use, once.
- * Longer than 80 lines on purpose: one straight sequence of checked
- * device calls whose every failure the caller unwinds (ls_backend_free)
- * from whatever was set; the sizes, the cuBLAS set-up and the allocations
- * read in the order the device sees them. */
-static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, ls_error *err) {
-    ls_cuda *c = ls_cuda_of(be);
-    const ls_dims *d = &cfg->dims;
-    const ls_pool_dims *p = &cfg->pool;
+/* Takes device device_id and says what it is; refuses a device that can
+ * run none of this binary's kernels (an older architecture than it was
+ * built for), which would otherwise fail every forward while /ready
+ * answers 200. */
+static ls_status cuda_open_device(ls_cuda *c, int device_id, ls_error *err) {
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
@@ -115,7 +125,26 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
     LS_CUDA_TRY(err, cudaGetDeviceProperties(&prop, c->device));
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     c->num_sms = prop.multiProcessorCount;
+    ce = ls_cuda_kernels_loadable();
+    if (ce != cudaSuccess) {
+        char hint[160];
+        snprintf(hint, sizeof hint,
+                 "rebuild with -DCMAKE_CUDA_ARCHITECTURES naming this device's architecture, e.g. \"%d%d-real;%s\"",
+                 prop.major, prop.minor, "90-virtual");
+        return ls_error_set(err, LS_DEVICE_ERROR, hint,
+                            "cuda backend: device %d (%s) has compute capability %d.%d, and this binary holds code "
+                            "for CUDA architectures %s only (%s)",
+                            c->device, c->device_name, prop.major, prop.minor, LS_CUDA_ARCHS, cudaGetErrorName(ce));
+    }
+    return LS_OK;
+}
 
+/* Sizes of everything, from the config; no device call. */
+static void cuda_sizes(ls_cuda *c, const ls_backend_config *cfg) {
+    const ls_dims *d = &cfg->dims;
+    const ls_pool_dims *p = &cfg->pool;
+    c->dims = *d;
+    c->pool = *p;
     c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
     c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p), c->max_tokens = p->max_tokens;
     c->w13_layout = d->w13_layout;
@@ -125,40 +154,55 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
     c->cdt = c->dt == LS_DTYPE_BF16 ? CUDA_R_16BF : c->dt == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
     c->ct = c->dt == LS_DTYPE_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     c->sgmv_mode = LS_CUDA_SGMV_AUTO;
-
-    const size_t n = c->n, H = c->H, F = c->F, L = c->L, S = c->S, R = c->R, O = c->O, Tm = c->max_tokens;
+    ls_gemm_plan_make(d, p, &c->gplan);
     c->gu_a_len = ls_pool_gu_a_len(d, p);
     c->gu_b_len = ls_pool_gu_b_len(d, p);
     c->d_a_len = ls_pool_d_a_len(d, p);
     c->d_b_len = ls_pool_d_b_len(d, p);
     c->canon_len = c->gu_a_len + c->gu_b_len + c->d_a_len + c->d_b_len;
+    const ls_lora_derived_lens dl = ls_lora_derived_lens_of(d, p);
     c->der_agu = 0;
-    c->der_b13 = pad8(O * 2 * R * H);
-    c->der_ad = c->der_b13 + pad8(n * 2 * F * 2 * R);
-    c->der_bd = c->der_ad + pad8(R * n * F);
-    c->der_len = c->der_bd + pad8(H * O * R);
-    c->max_tasks = (int)(Tm / LS_SGMV_BM + S + 1);
+    c->der_b13 = pad8(dl.agu);
+    c->der_ad = c->der_b13 + pad8(dl.b13);
+    c->der_bd = c->der_ad + pad8(dl.adcat);
+    c->der_len = c->der_bd + pad8(dl.bdcat);
+    c->max_tasks = (int)(c->max_tokens / LS_SGMV_BM + c->S + 1);
     c->blas_ws_bytes = BLAS_WS_BYTES;
-    const size_t esz = c->esz;
-    const int f32 = c->dt == LS_DTYPE_F32;
+    /* A chunk holds at least one row of either weight matrix. */
+    c->chunk_bytes = CHUNK_BYTES;
+    if (c->chunk_bytes < (size_t)c->H * sizeof(float)) c->chunk_bytes = (size_t)c->H * sizeof(float);
+    if (c->chunk_bytes < (size_t)c->n * c->F * c->esz) c->chunk_bytes = (size_t)c->n * c->F * c->esz;
+}
 
+/* Stream, events and cuBLAS on the stream. */
+static ls_status cuda_streams(ls_cuda *c, ls_error *err) {
     LS_CUDA_TRY(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     LS_CUDA_TRY(err, cudaEventCreate(&c->ev_start));
     LS_CUDA_TRY(err, cudaEventCreate(&c->ev_stop));
+    for (int i = 0; i < 2; i++) LS_CUDA_TRY(err, cudaEventCreateWithFlags(&c->chunk_done[i], cudaEventDisableTiming));
     LS_CUBLAS_TRY(err, cublasCreate(&c->blas));
     LS_CUBLAS_TRY(err, cublasSetStream(c->blas, c->stream));
     /* No TF32 anywhere: f32 weights must agree with the CPU to 1e-5. The
      * 16-bit GEMMs write 16-bit outputs: split-K partial sums must still
      * be added in fp32, not in the output type. */
-    const cublasMath_t math = f32 ? CUBLAS_PEDANTIC_MATH
+    const cublasMath_t math = c->dt == LS_DTYPE_F32
+                                  ? CUBLAS_PEDANTIC_MATH
                                   : (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas, math));
+    return LS_OK;
+}
 
+/* Every device buffer, once, after saying what will not fit; then zeroed
+ * (an empty slot must add nothing). *weights and *pool get their bytes. */
+static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls_error *err) {
+    const size_t n = c->n, H = c->H, F = c->F, L = c->L, S = c->S, R = c->R, O = c->O, Tm = c->max_tokens;
+    const size_t esz = c->esz;
+    const int f32 = c->dt == LS_DTYPE_F32;
+    const size_t split_rows = Tm < LS_SGMV_SPLIT_ROWS ? Tm : LS_SGMV_SPLIT_ROWS;
     dev_part parts[LS_CUDA_MAX_PARTS] = {
         {&c->d_w13, L * n * 2 * F * H * esz},
         {&c->d_w2, L * H * n * F * esz},
         {(void **)&c->d_gate, c->gated ? L * H * sizeof(float) : 0},
-        {(void **)&c->d_canon, S * L * c->canon_len * sizeof(float)},
         {&c->d_der, S * L * c->der_len * esz},
         {(void **)&c->d_x32, Tm * H * sizeof(float)},
         {&c->d_xc, f32 ? 0 : Tm * H * esz},
@@ -171,17 +215,17 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
         {&c->d_wc, Tm * O * R * esz},
         {(void **)&c->d_y, Tm * H * sizeof(float)},
         {(void **)&c->d_tasks, (size_t)c->max_tasks * sizeof(int4)},
+        {(void **)&c->d_part, LS_SGMV_SPLIT_MAX * split_rows * O * 2 * R * sizeof(float)},
         {&c->d_blas_ws, c->blas_ws_bytes},
     };
     size_t total = 0;
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++) total += parts[i].bytes;
     c->device_bytes = total;
-    const size_t weights = parts[0].bytes + parts[1].bytes + parts[2].bytes, pool = parts[3].bytes + parts[4].bytes;
-
-    /* Everything is allocated here, once; say what did not fit. */
+    *weights = parts[0].bytes + parts[1].bytes + parts[2].bytes;
+    *pool = parts[3].bytes;
     size_t free_b = 0, total_b = 0;
     LS_CUDA_TRY(err, cudaMemGetInfo(&free_b, &total_b));
-    ce = total <= free_b ? cudaSuccess : cudaErrorMemoryAllocation;
+    cudaError_t ce = total <= free_b ? cudaSuccess : cudaErrorMemoryAllocation;
     for (int i = 0; i < LS_CUDA_MAX_PARTS && ce == cudaSuccess; i++) {
         if (!parts[i].bytes) continue;
         ce = cudaMalloc(parts[i].dst, parts[i].bytes);
@@ -193,32 +237,59 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
                             "lower --max-batch-tokens, --slots, --max-rank or --layers, or use a larger device",
                             "cuda backend: device %d (%s) needs %.1f MiB (weights %.1f, LoRA pool %.1f, scratch "
                             "%.1f) but only %.1f MiB of %.1f MiB are free (%s)",
-                            c->device, c->device_name, MIB(total), MIB(weights), MIB(pool),
-                            MIB(total - weights - pool), MIB(free_b), MIB(total_b), cudaGetErrorName(ce));
+                            c->device, c->device_name, MIB(total), MIB(*weights), MIB(*pool),
+                            MIB(total - *weights - *pool), MIB(free_b), MIB(total_b), cudaGetErrorName(ce));
     }
     if (f32) c->d_xc = c->d_x32;
-    /* Zero weights and pool: an empty slot must add nothing. */
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++)
         if (parts[i].bytes) LS_CUDA_TRY(err, cudaMemsetAsync(*parts[i].dst, 0, parts[i].bytes, c->stream));
     LS_CUBLAS_TRY(err, cublasSetWorkspace(c->blas, c->d_blas_ws, c->blas_ws_bytes));
+    return LS_OK;
+}
 
-    /* A chunk holds at least one row of either weight matrix. */
-    c->chunk_bytes = CHUNK_BYTES;
-    if (c->chunk_bytes < H * sizeof(float)) c->chunk_bytes = H * sizeof(float); /* the gate, in fp32 */
-    if (c->chunk_bytes < n * F * esz) c->chunk_bytes = n * F * esz;
+/* Host memory: the canonical factors of every slot (slot_read's), the
+ * ranks, one slot write's derived operands, and the pinned staging. */
+static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
+    const size_t S = c->S, L = c->L, H = c->H, Tm = c->max_tokens;
+    c->h_canon = (float *)calloc(S * L * c->canon_len, sizeof(float));
+    c->rank = (int *)calloc(S * L, sizeof(int));
+    c->h_der32 = (float *)calloc(c->der_len, sizeof(float));
+    if (!c->h_canon || !c->rank || !c->h_der32)
+        return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank or --layers",
+                            "cuda backend: cannot allocate %.1f MiB of host memory for the slots' factors",
+                            MIB(S * L * c->canon_len * sizeof(float)));
     LS_TRY(pinned((void **)&c->h_io, Tm * H * sizeof(float), err));
-    LS_TRY(pinned((void **)&c->h_gam, Tm * n * sizeof(float), err));
+    LS_TRY(pinned((void **)&c->h_gam, Tm * c->n * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
-    LS_TRY(pinned((void **)&c->h_slot, c->canon_len * sizeof(float), err));
-    LS_TRY(pinned(&c->h_chunk, c->chunk_bytes, err));
-    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    LS_TRY(pinned(&c->h_der, c->der_len * c->esz, err));
+    for (int i = 0; i < 2; i++) LS_TRY(pinned(&c->h_chunk[i], c->chunk_bytes, err));
+    return LS_OK;
+}
 
+/* Takes the device and allocates everything the backend will use, once;
+ * the caller unwinds (ls_backend_free) from whatever was set. */
+static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    LS_TRY(cuda_open_device(c, device_id, err));
+    cuda_sizes(c, cfg);
+    char why[256];
+    if (!ls_gemm_plan_fits_grid(&c->gplan, LS_SGMV_TILE_N, why, sizeof why))
+        return ls_error_set(err, LS_DEVICE_ERROR, "lower --max-rank, or use fewer shared experts per block",
+                            "cuda backend: %s", why);
+    LS_TRY(cuda_streams(c, err));
+    size_t weights = 0, pool = 0;
+    LS_TRY(cuda_alloc_device(c, &weights, &pool, err));
+    LS_TRY(cuda_alloc_host(c, err));
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    /* What the forward reads its adapters from (gpu/backend.h): the
+     * derived operands; the canonical copy on the host is slot_read's. */
     be->pool_bytes = pool;
     cuda_open_nvml(c);
     ls_log_info("cuda backend: device %d (%s, %d SMs), %s weights: %.1f MiB weights, %.1f MiB LoRA pool, %.1f MiB "
-                "scratch for %zu tokens",
+                "scratch for %d tokens; %.1f MiB of host memory keep the slots' fp32 factors",
                 c->device, c->device_name, c->num_sms, ls_dtype_name(c->dt), MIB(weights), MIB(pool),
-                MIB(total - weights - pool), Tm);
+                MIB(c->device_bytes - weights - pool), c->max_tokens,
+                MIB((size_t)c->S * c->L * c->canon_len * sizeof(float)));
     return LS_OK;
 }
 
@@ -231,95 +302,122 @@ static ls_status cuda_memory(ls_backend *be, size_t *free_bytes, size_t *total_b
     return e == cudaSuccess ? LS_OK : ls_cuda_fail(err, e, "cudaMemGetInfo", __FILE__, __LINE__);
 }
 
-/* Copies `bytes` of the pinned chunk to dst; waits, since the chunk is
- * reused at once. */
-static ls_status upload_chunk(ls_cuda *c, void *dst, size_t bytes, ls_error *err) {
-    LS_CUDA_TRY(err, cudaMemcpyAsync(dst, c->h_chunk, bytes, cudaMemcpyHostToDevice, c->stream));
-    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+/* One chunk of a weight upload: rows r0..r1-1 of a device matrix
+ * converted into a pinned chunk (each thread its own rows). */
+typedef struct {
+    const ls_cuda *c;
+    const ls_typed *src;
+    int w13; /* 1: W13 rows in device order, 0: W2cat rows */
+    size_t row0;
+    char *dst;
+} chunk_job;
+
+static void chunk_rows(void *ctx, size_t r0, size_t r1) {
+    const chunk_job *j = (const chunk_job *)ctx;
+    const ls_cuda *c = j->c;
+    const size_t n = c->n, H = c->H, F = c->F, esz = c->esz, ss = ls_dtype_size(j->src->dtype);
+    const char *src = (const char *)j->src->data;
+    for (size_t r = r0; r < r1; r++) {
+        const size_t row = j->row0 + r;
+        if (j->w13) {
+            const size_t from = ls_w13_device_source_row(c->w13_layout, c->n, c->F, row);
+            ls_convert_dtype(j->src->dtype, src + from * H * ss, c->dt, j->dst + r * H * esz, H);
+        } else { /* W2 [n, H, F] -> W2cat row h = [W2[0, h, :], ..., W2[n-1, h, :]] */
+            for (size_t e = 0; e < n; e++)
+                ls_convert_dtype(j->src->dtype, src + (e * H + row) * F * ss, c->dt, j->dst + (r * n + e) * F * esz,
+                                 F);
+        }
+    }
+}
+
+/* Uploads a [rows, width] device matrix a chunk at a time: the host
+ * converts the next chunk on several threads while the previous one is
+ * copied, each pinned chunk reused only once its copy is done. */
+static ls_status upload_matrix(ls_cuda *c, const ls_typed *src, int w13, size_t rows, size_t width, char *dst,
+                               ls_error *err) {
+    const size_t row_bytes = width * c->esz, per = c->chunk_bytes / row_bytes;
+    const int threads = ls_parallel_rows_threads();
+    int k = 0;
+    for (size_t r0 = 0; r0 < rows; r0 += per, k ^= 1) {
+        const size_t cnt = rows - r0 < per ? rows - r0 : per;
+        LS_CUDA_TRY(err, cudaEventSynchronize(c->chunk_done[k]));
+        chunk_job job = {c, src, w13, r0, (char *)c->h_chunk[k]};
+        ls_parallel_rows(cnt, threads, chunk_rows, &job);
+        LS_CUDA_TRY(err, cudaMemcpyAsync(dst + r0 * row_bytes, c->h_chunk[k], cnt * row_bytes, cudaMemcpyHostToDevice,
+                                         c->stream));
+        LS_CUDA_TRY(err, cudaEventRecord(c->chunk_done[k], c->stream));
+    }
     return LS_OK;
 }
 
 /* Each tensor is converted on the host from its stored dtype to the
- * backend's (ls_convert_dtype: exact when that is at least as wide), a
- * chunk at a time through pinned memory. */
+ * backend's (ls_convert_dtype: exact when that is at least as wide):
+ * W13 into the device's gate-first row order, W2 [n, H, F] into W2cat
+ * [H, n*F] so the down projection of every expert is one GEMM. */
 static ls_status upload_base_locked(ls_cuda *c, int layer, const ls_base_layer *w, ls_error *err) {
     const size_t n = c->n, H = c->H, F = c->F, esz = c->esz;
-    const size_t chunk_elems = c->chunk_bytes / esz;
-    const size_t s13 = ls_dtype_size(w->w13.dtype), s2 = ls_dtype_size(w->w2.dtype);
-    /* W13 keeps its row order: [n*2F, H] is already the GEMM's layout. */
-    const size_t n13 = n * 2 * F * H;
-    char *dst13 = (char *)c->d_w13 + (size_t)layer * n13 * esz;
-    for (size_t off = 0; off < n13; off += chunk_elems) {
-        size_t cnt = n13 - off < chunk_elems ? n13 - off : chunk_elems;
-        if (!ls_convert_dtype(w->w13.dtype, (const char *)w->w13.data + off * s13, c->dt, c->h_chunk, cnt))
+    for (int i = 0; i < 2; i++)
+        if (!ls_dtype_is_float(i ? w->w2.dtype : w->w13.dtype))
             return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot convert %s to %s",
-                                ls_dtype_name(w->w13.dtype), ls_dtype_name(c->dt));
-        LS_TRY(upload_chunk(c, dst13 + off * esz, cnt * esz, err));
-    }
-    /* W2 [n, H, F] becomes W2cat [H, n*F] so the down projection of every
-     * expert is one GEMM with K = n*F. */
-    const size_t nF = n * F, rows_per = chunk_elems / nF;
-    char *dst2 = (char *)c->d_w2 + (size_t)layer * H * nF * esz;
-    for (size_t h0 = 0; h0 < H; h0 += rows_per) {
-        size_t rows = H - h0 < rows_per ? H - h0 : rows_per;
-        for (size_t h = h0; h < h0 + rows; h++)
-            for (size_t e = 0; e < n; e++)
-                ls_convert_dtype(w->w2.dtype, (const char *)w->w2.data + (e * H + h) * F * s2, c->dt,
-                                 (char *)c->h_chunk + ((h - h0) * nF + e * F) * esz, F);
-        LS_TRY(upload_chunk(c, dst2 + h0 * nF * esz, rows * nF * esz, err));
-    }
+                                ls_dtype_name(i ? w->w2.dtype : w->w13.dtype), ls_dtype_name(c->dt));
+    LS_TRY(upload_matrix(c, &w->w13, 1, 2 * n * F, H, (char *)c->d_w13 + (size_t)layer * 2 * n * F * H * esz, err));
+    LS_TRY(upload_matrix(c, &w->w2, 0, H, n * F, (char *)c->d_w2 + (size_t)layer * H * n * F * esz, err));
     if (c->gated) {
-        ls_convert_dtype(w->gate.dtype, w->gate.data, LS_DTYPE_F32, c->h_chunk, H);
-        LS_TRY(upload_chunk(c, c->d_gate + (size_t)layer * H, H * sizeof(float), err));
+        LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+        ls_convert_dtype(w->gate.dtype, w->gate.data, LS_DTYPE_F32, c->h_chunk[0], H);
+        LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gate + (size_t)layer * H, c->h_chunk[0], H * sizeof(float),
+                                         cudaMemcpyHostToDevice, c->stream));
     }
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     return LS_OK;
 }
 
 static ls_status cuda_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return upload_base_locked(c, layer, w, err);
+    ls_status st = upload_base_locked(c, layer, w, err);
+    if (st != LS_OK) ls_cuda_drain(c); /* a copy may still read a chunk */
+    return st;
 }
 
+/* The derived operands (gpu/lora_plan.h) are made on the host in fp32,
+ * rounded to the compute dtype into pinned staging and copied over the
+ * slot's in place; the canonical factors stay on the host. */
 static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
-    float *h = c->h_slot;
-    memcpy(h, f->gu_a, c->gu_a_len * sizeof(float));
-    memcpy(h + c->gu_a_len, f->gu_b, c->gu_b_len * sizeof(float));
-    memcpy(h + c->gu_a_len + c->gu_b_len, f->d_a, c->d_a_len * sizeof(float));
-    memcpy(h + c->gu_a_len + c->gu_b_len + c->d_a_len, f->d_b, c->d_b_len * sizeof(float));
-    float *canon = ls_cuda_canon(c, slot, layer);
-    LS_CUDA_TRY(err, cudaMemcpyAsync(canon, h, c->canon_len * sizeof(float), cudaMemcpyHostToDevice, c->stream));
-    /* The derived operands are rebuilt in place from what just landed. */
-    char *der = ls_cuda_der(c, slot, layer);
-    ls_derive_params p;
-    p.n = c->n, p.H = c->H, p.F = c->F, p.R = c->R, p.O = c->O;
-    p.layout = c->w13_layout;
-    p.gu_a = canon;
-    p.gu_b = canon + c->gu_a_len;
-    p.d_a = p.gu_b + c->gu_b_len;
-    p.d_b = p.d_a + c->d_a_len;
-    p.agu = der + c->der_agu * c->esz;
-    p.b13 = der + c->der_b13 * c->esz;
-    p.adcat = der + c->der_ad * c->esz;
-    p.bdcat = der + c->der_bd * c->esz;
-    p.t = c->dt;
-    LS_CUDA_TRY(err, ls_cuda_derive(&p, c->stream));
+    const ls_dims *d = &c->dims;
+    const ls_pool_dims *p = &c->pool;
+    float *der = c->h_der32;
+    memset(der, 0, c->der_len * sizeof(float)); /* the padding too */
+    ls_lora_derive(d, p, f, der + c->der_agu, der + c->der_b13, der + c->der_ad, der + c->der_bd);
+    ls_convert_dtype(LS_DTYPE_F32, der, c->dt, c->h_der, c->der_len);
+    LS_CUDA_TRY(err, cudaMemcpyAsync(ls_cuda_der(c, slot, layer), c->h_der, c->der_len * c->esz,
+                                     cudaMemcpyHostToDevice, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    /* Host state changes only once the device holds the new operands. */
+    float *canon = ls_cuda_canon(c, slot, layer);
+    memcpy(canon, f->gu_a, c->gu_a_len * sizeof(float));
+    memcpy(canon + c->gu_a_len, f->gu_b, c->gu_b_len * sizeof(float));
+    memcpy(canon + c->gu_a_len + c->gu_b_len, f->d_a, c->d_a_len * sizeof(float));
+    memcpy(canon + c->gu_a_len + c->gu_b_len + c->d_a_len, f->d_b, c->d_b_len * sizeof(float));
+    c->rank[(size_t)slot * c->L + layer] = ls_slot_factors_rank(d, p, f);
     return LS_OK;
 }
 
 static ls_status cuda_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
-    return slot_write_locked(c, slot, layer, f, err);
+    ls_status st = slot_write_locked(c, slot, layer, f, err);
+    if (st != LS_OK) ls_cuda_drain(c); /* the copy may still read h_der */
+    return st;
 }
 
 static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
-    /* [S][L] order: a slot's layers are one run in both buffers. */
+    /* [S][L] order: a slot's layers are one run in every buffer. */
     const size_t L = c->L;
-    LS_CUDA_TRY(err, cudaMemsetAsync(ls_cuda_canon(c, slot, 0), 0, L * c->canon_len * sizeof(float), c->stream));
     LS_CUDA_TRY(err, cudaMemsetAsync(ls_cuda_der(c, slot, 0), 0, L * c->der_len * c->esz, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    memset(ls_cuda_canon(c, slot, 0), 0, L * c->canon_len * sizeof(float));
+    for (size_t l = 0; l < L; l++) c->rank[(size_t)slot * L + l] = 0;
     return LS_OK;
 }
 
@@ -329,24 +427,18 @@ static ls_status cuda_slot_clear(ls_backend *be, int slot, ls_error *err) {
     return slot_clear_locked(c, slot, err);
 }
 
-static ls_status slot_read_locked(ls_cuda *c, int slot, int layer, float *gu_a, float *gu_b, float *d_a, float *d_b,
-                                  ls_error *err) {
-    float *h = c->h_slot;
-    LS_CUDA_TRY(err, cudaMemcpyAsync(h, ls_cuda_canon(c, slot, layer), c->canon_len * sizeof(float),
-                                     cudaMemcpyDeviceToHost, c->stream));
-    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+/* From the host copy: no device call, so it works on a poisoned context
+ * too (ls_cuda_op_begin still refuses first, as for every operation). */
+static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
+                                float *d_b, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    LS_TRY(ls_cuda_op_begin(c, err));
+    const float *h = ls_cuda_canon(c, slot, layer);
     if (gu_a) memcpy(gu_a, h, c->gu_a_len * sizeof(float));
     if (gu_b) memcpy(gu_b, h + c->gu_a_len, c->gu_b_len * sizeof(float));
     if (d_a) memcpy(d_a, h + c->gu_a_len + c->gu_b_len, c->d_a_len * sizeof(float));
     if (d_b) memcpy(d_b, h + c->gu_a_len + c->gu_b_len + c->d_a_len, c->d_b_len * sizeof(float));
     return LS_OK;
-}
-
-static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
-                                float *d_b, ls_error *err) {
-    ls_cuda *c = ls_cuda_of(be);
-    LS_TRY(ls_cuda_op_begin(c, err));
-    return slot_read_locked(c, slot, layer, gu_a, gu_b, d_a, d_b, err);
 }
 
 static ls_status cuda_synchronize(ls_backend *be, ls_error *err) {

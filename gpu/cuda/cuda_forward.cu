@@ -1,12 +1,12 @@
 /* The CUDA forward of docs/math.md in the stages every backend names alike
  * (gpu/backend_impl.h), on the token plan's rows (gpu/token_plan.h: each
  * slot's tokens contiguous, base-only tokens last): gather on the host
- * into pinned memory; on the device shrink_gate_up, gate_up (the base
- * cuBLAS GEMM with fp32 accumulation, the LoRA expand, the fused SwiGLU x
- * gamma), shrink_down and down (the base GEMM, the LoRA expand); scatter
- * back on the host. The LoRA GEMMs are cuBLAS when every adapted token
- * uses one slot, one SGMV launch each otherwise. Also the device-only
- * timing entry point of the benchmark. */
+ * into pinned memory; on the device the GEMM list of gpu/lora_plan.h
+ * (shrink_gate_up, gate_up with its LoRA expand, the fused SwiGLU x gamma,
+ * shrink_down, down with its LoRA expand), each LoRA GEMM cut to the
+ * slot's rank; scatter back on the host. The LoRA GEMMs are cuBLAS when
+ * every adapted token uses one slot, one SGMV launch each otherwise. Also
+ * the device-only timing entry point of the benchmark. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,20 +14,25 @@
 
 /* ---- the plan's SGMV tasks --------------------------------------------------------- */
 
-/* The CUDA part of the plan: the SGMV tasks (LS_SGMV_BM rows of one slot
- * each, slots in the token plan's order) in pinned memory. */
-static void plan_tasks(ls_cuda *c, const ls_token_plan *tp, ls_cuda_plan *p) {
+/* The CUDA part of the plan: the LoRA's rank, and the SGMV tasks
+ * (LS_SGMV_BM rows of one slot each, slots in the token plan's order,
+ * each with that slot's rank) in pinned memory. */
+static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, ls_cuda_plan *p) {
     p->tokens = tp;
     p->T = tp->T;
     p->n_lora = tp->n_lora;
     p->n_slots = tp->n_slots;
     p->single_slot = tp->single_slot;
+    p->layer = layer;
+    p->rank = p->n_slots == 1 ? c->rank[(size_t)p->single_slot * c->L + layer] : 0;
+    p->lora = p->n_slots > 1 || (p->n_slots == 1 && p->rank > 0);
     p->ntasks = 0;
     for (int s = 0; s < c->S; s++) {
         const int pos = tp->start[s], count = tp->start[s + 1] - pos;
+        const int r = c->rank[(size_t)s * c->L + layer];
         for (int r0 = 0; r0 < count; r0 += LS_SGMV_BM) {
             int rows = count - r0 < LS_SGMV_BM ? count - r0 : LS_SGMV_BM;
-            c->h_tasks[p->ntasks++] = make_int4(pos + r0, rows, s, 0);
+            c->h_tasks[p->ntasks++] = make_int4(pos + r0, rows, s, r);
         }
     }
 }
@@ -49,11 +54,50 @@ static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const
     return LS_OK;
 }
 
-/* ---- GEMM helpers --------------------------------------------------------------- */
+/* ---- the GEMMs of gpu/lora_plan.h ------------------------------------------------ */
+
+/* A buffer of the plan on the device, and its element type. */
+typedef struct {
+    char *p;
+    ls_dtype t;
+} dev_buf;
+
+static dev_buf dbuf(void *p, ls_dtype t) {
+    dev_buf b = {(char *)p, t};
+    return b;
+}
+
+/* Where op buffer b lives for this forward: the slot's derived operands
+ * (slot 0's for SGMV, which steps by slot itself), the layer's weights,
+ * the scratch (fp32 shrink outputs for SGMV, compute dtype for cuBLAS). */
+static dev_buf op_buf(const ls_cuda *c, const ls_cuda_plan *p, ls_op_buf b, int slot, int sgmv) {
+    const size_t esz = c->esz, nF = (size_t)c->n * c->F, H = c->H;
+    char *der = ls_cuda_der(c, slot, p->layer);
+    switch (b) {
+    case LS_OPB_X: return dbuf(c->d_xc, c->dt);
+    case LS_OPB_Z: return dbuf(c->d_z, LS_DTYPE_F32);
+    case LS_OPB_A: return dbuf(c->d_a, c->dt);
+    case LS_OPB_Y: return dbuf(c->d_y, LS_DTYPE_F32);
+    case LS_OPB_V: return sgmv ? dbuf(c->d_v32, LS_DTYPE_F32) : dbuf(c->d_vc, c->dt);
+    case LS_OPB_W: return sgmv ? dbuf(c->d_w32, LS_DTYPE_F32) : dbuf(c->d_wc, c->dt);
+    case LS_OPB_W13: return dbuf((char *)c->d_w13 + (size_t)p->layer * 2 * nF * H * esz, c->dt);
+    case LS_OPB_W2: return dbuf((char *)c->d_w2 + (size_t)p->layer * H * nF * esz, c->dt);
+    case LS_OPB_AGU: return dbuf(der + c->der_agu * esz, c->dt);
+    case LS_OPB_B13: return dbuf(der + c->der_b13 * esz, c->dt);
+    case LS_OPB_ADCAT: return dbuf(der + c->der_ad * esz, c->dt);
+    case LS_OPB_BDCAT: return dbuf(der + c->der_bd * esz, c->dt);
+    }
+    return dbuf(NULL, c->dt);
+}
+
+static cudaDataType_t cuda_type(ls_dtype t) {
+    return t == LS_DTYPE_BF16 ? CUDA_R_16BF : t == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 /* C[t, c_bs*b + j] = beta*C + sum_k X[t, x_bs*b + k] * W[w_bs*b + j*ldw + k]
- * for t < T, j < N, b < batch; all row-major. In cuBLAS's column-major
- * terms that is C^T = W^T(op T) * X^T: m = N, n = T. */
+ * for t < T, j < N, b < batch; all row-major, X and W in the compute
+ * dtype. In cuBLAS's column-major terms that is C^T = W^T(op T) * X^T:
+ * m = N, n = T. */
 static ls_status gemm(ls_cuda *c, int T, int N, int K, const void *W, int ldw, long long w_bs, const void *X, int ldx,
                       long long x_bs, void *C, cudaDataType_t c_type, int ldc, long long c_bs, int batch, float beta,
                       ls_error *err) {
@@ -68,155 +112,101 @@ static ls_status gemm(ls_cuda *c, int T, int N, int K, const void *W, int ldw, l
     return LS_OK;
 }
 
-/* One SGMV stage over every task of the plan. */
-static ls_status sgmv(ls_cuda *c, const ls_cuda_plan *p, const void *X, ls_dtype xt, int ldx, long long x_bs,
-                      const void *W, int ldw, long long w_bs, float *C, int ldc, long long c_bs, int N, int K,
-                      int batch, int atomic, ls_error *err) {
+/* One op through cuBLAS on rows 0..rows-1: the base GEMMs, and the LoRA
+ * GEMMs of a single slot of rank r. */
+static ls_status op_blas(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op, int rows, int slot, int r,
+                         ls_error *err) {
+    const int N = ls_gemm_op_n(op, r), K = ls_gemm_op_k(op, r);
+    const dev_buf C = op_buf(c, p, op->c, slot, 0), X = op_buf(c, p, op->x, slot, 0), W = op_buf(c, p, op->w, slot, 0);
+    const size_t cs = ls_dtype_size(C.t), xs = ls_dtype_size(X.t), ws = ls_dtype_size(W.t);
+    char *cp = C.p + op->c_off * cs;
+    const char *xp = X.p + op->x_off * xs, *wp = W.p + op->w_off * ws;
+    if (!op->sum_batches)
+        return gemm(c, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, cuda_type(C.t), op->ldc,
+                    op->c_bs, op->batch, op->beta ? 1.0f : 0.0f, err);
+    for (int b = 0; b < op->batch; b++) /* one after another: their sums meet in C */
+        LS_TRY(gemm(c, rows, N, K, wp + b * op->w_bs * ws, op->ldw, 0, xp + b * op->x_bs * xs, op->ldx, 0,
+                    cp + b * op->c_bs * cs, cuda_type(C.t), op->ldc, 0, 1, 1.0f, err));
+    return LS_OK;
+}
+
+/* One LoRA op as SGMV launches over every task of the plan (each task
+ * cut to its slot's rank). */
+static ls_status op_sgmv(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op, ls_error *err) {
+    const dev_buf C = op_buf(c, p, op->c, 0, 1), X = op_buf(c, p, op->x, 0, 1), W = op_buf(c, p, op->w, 0, 1);
+    const size_t xs = ls_dtype_size(X.t), ws = ls_dtype_size(W.t);
     ls_sgmv_params a;
+    memset(&a, 0, sizeof a);
     a.tasks = c->d_tasks;
     a.ntasks = p->ntasks;
-    a.X = X;
-    a.xt = xt;
-    a.ldx = ldx;
-    a.x_bs = x_bs;
-    a.W = W;
-    a.wt = c->dt;
+    a.nrows = p->n_lora;
+    a.X = X.p + op->x_off * xs;
+    a.xt = X.t;
+    a.ldx = op->ldx;
+    a.x_bs = op->x_bs;
+    a.W = W.p + op->w_off * ws;
+    a.wt = W.t;
     a.w_ss = (long long)c->L * (long long)c->der_len;
-    a.ldw = ldw;
-    a.w_bs = w_bs;
-    a.C = C;
-    a.ldc = ldc;
-    a.c_bs = c_bs;
-    a.N = N;
-    a.K = K;
-    a.batch = batch;
-    a.atomic = atomic;
+    a.ldw = op->ldw;
+    a.w_bs = op->w_bs;
+    a.C = (float *)C.p + op->c_off;
+    a.ldc = op->ldc;
+    a.c_bs = op->c_bs;
+    a.N = op->N;
+    a.K = op->K;
+    a.batch = op->batch;
+    a.cut = (int)op->cut;
+    a.beta = op->beta;
+    a.split = op->split;
+    a.part = c->d_part;
     const int wmma = c->sgmv_mode == LS_CUDA_SGMV_AUTO && c->dt != LS_DTYPE_F32;
-    LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, c->stream));
-    return LS_OK;
-}
-
-/* ---- the device part of the forward ------------------------------------------------ */
-
-/* Stage shrink_gate_up: v = Agu * x for the adapted rows 0..n_lora-1
- * (d_vc through cuBLAS for one slot, d_v32 through SGMV otherwise). */
-static ls_status shrink_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int H = c->H, R = c->R, O = c->O, nL = p->n_lora;
-    const int OR2 = O * 2 * R;
-    const size_t esz = c->esz;
-    if (p->n_slots == 1) {
-        const char *der = ls_cuda_der(c, p->single_slot, layer);
-        LS_TRY(gemm(c, nL, OR2, H, der + c->der_agu * esz, H, 0, c->d_xc, H, 0, c->d_vc, c->cdt, OR2, 0, 1, 0.0f,
-                    err));
+    if (!op->sum_batches) {
+        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, c->stream));
         return LS_OK;
     }
-    const char *der0 = ls_cuda_der(c, 0, layer);
-    LS_CUDA_TRY(err, cudaMemsetAsync(c->d_v32, 0, (size_t)nL * OR2 * sizeof(float), c->stream));
-    LS_TRY(sgmv(c, p, c->d_xc, c->dt, H, 0, der0 + c->der_agu * esz, H, 0, c->d_v32, OR2, 0, OR2, H, 1, 1, err));
-    return LS_OK;
-}
-
-/* g, u += B13 * v for the adapted rows of z (gate_up's LoRA part). */
-static ls_status expand_gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int n = c->n, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
-    const int n2F = 2 * n * F, OR2 = O * 2 * R;
-    const size_t esz = c->esz;
-    const int per_expert = O > 1;
-    if (p->n_slots == 1) {
-        const char *der = ls_cuda_der(c, p->single_slot, layer);
-        if (!per_expert)
-            LS_TRY(gemm(c, nL, n2F, 2 * R, der + c->der_b13 * esz, 2 * R, 0, c->d_vc, OR2, 0, c->d_z, CUDA_R_32F,
-                        n2F, 0, 1, 1.0f, err));
-        else
-            LS_TRY(gemm(c, nL, 2 * F, 2 * R, der + c->der_b13 * esz, 2 * R, 2LL * F * 2 * R, c->d_vc, OR2, 2 * R,
-                        c->d_z, CUDA_R_32F, n2F, 2 * F, n, 1.0f, err));
-        return LS_OK;
+    const int batch = a.batch;
+    const char *x0 = (const char *)a.X, *w0 = (const char *)a.W;
+    a.batch = 1;
+    for (int b = 0; b < batch; b++) { /* one after another: their sums meet in C */
+        a.X = x0 + b * op->x_bs * xs;
+        a.W = w0 + b * op->w_bs * ws;
+        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, c->stream));
     }
-    const char *der0 = ls_cuda_der(c, 0, layer);
-    if (!per_expert)
-        LS_TRY(sgmv(c, p, c->d_v32, LS_DTYPE_F32, OR2, 0, der0 + c->der_b13 * esz, 2 * R, 0, c->d_z, n2F, 0, n2F,
-                    2 * R, 1, 0, err));
-    else
-        LS_TRY(sgmv(c, p, c->d_v32, LS_DTYPE_F32, OR2, 2 * R, der0 + c->der_b13 * esz, 2 * R, 2LL * F * 2 * R,
-                    c->d_z, n2F, 2 * F, 2 * F, 2 * R, n, 0, err));
     return LS_OK;
 }
 
-/* Stage gate_up: z = W13 * x (+ the LoRA expand), then a = SiLU(g) * u
- * * gamma; without gammas a gated model's gamma is its gate, from fp32 x. */
-static ls_status gate_up(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int T = p->T, n = c->n, H = c->H, F = c->F, n2F = 2 * n * F;
-    const char *w13 = (const char *)c->d_w13 + (size_t)layer * n2F * H * c->esz;
-    LS_TRY(gemm(c, T, n2F, H, w13, H, 0, c->d_xc, H, 0, c->d_z, CUDA_R_32F, n2F, 0, 1, 0.0f, err));
-    if (p->n_lora > 0) LS_TRY(expand_gate_up(c, layer, p, err));
+/* Op i of the plan: base GEMMs on every row, LoRA GEMMs on the adapted
+ * rows (cuBLAS for one slot, SGMV for several) or not at all. */
+static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *err) {
+    const ls_gemm_op *op = &c->gplan.op[i];
+    if (!op->lora) return op_blas(c, p, op, p->T, 0, c->R, err);
+    if (!p->lora) return LS_OK;
+    if (p->n_slots == 1) return op_blas(c, p, op, p->n_lora, p->single_slot, p->rank, err);
+    return op_sgmv(c, p, op, err);
+}
+
+/* SwiGLU x gamma between the two halves: without gammas a gated model's
+ * gamma is its gate, from fp32 x. */
+static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+    const int T = p->T, n = c->n, H = c->H, F = c->F;
     const bool gate = !p->has_gammas && c->gated;
-    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)layer * H, c->d_gam, T, H, n, c->stream));
+    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * H, c->d_gam, T, H, n, c->stream));
     LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
-                                    c->w13_layout, c->stream));
-    return LS_OK;
-}
-
-/* Stage shrink_down: w = Adcat * a for the adapted rows; with per-expert
- * outer factors each expert's shrink lands in its own R columns of w. */
-static ls_status shrink_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int n = c->n, F = c->F, R = c->R, O = c->O, nL = p->n_lora;
-    const int nF = n * F, OR = O * R;
-    const size_t esz = c->esz;
-    const int per_expert = O > 1;
-    if (p->n_slots == 1) {
-        const char *der = ls_cuda_der(c, p->single_slot, layer);
-        if (!per_expert)
-            LS_TRY(gemm(c, nL, R, nF, der + c->der_ad * esz, nF, 0, c->d_a, nF, 0, c->d_wc, c->cdt, OR, 0, 1, 0.0f,
-                        err));
-        else
-            LS_TRY(gemm(c, nL, R, F, der + c->der_ad * esz, nF, F, c->d_a, nF, F, c->d_wc, c->cdt, OR, R, n, 0.0f,
-                        err));
-        return LS_OK;
-    }
-    const char *der0 = ls_cuda_der(c, 0, layer);
-    LS_CUDA_TRY(err, cudaMemsetAsync(c->d_w32, 0, (size_t)nL * OR * sizeof(float), c->stream));
-    if (!per_expert)
-        LS_TRY(sgmv(c, p, c->d_a, c->dt, nF, 0, der0 + c->der_ad * esz, nF, 0, c->d_w32, OR, 0, R, nF, 1, 1, err));
-    else
-        LS_TRY(sgmv(c, p, c->d_a, c->dt, nF, F, der0 + c->der_ad * esz, nF, F, c->d_w32, OR, R, R, F, n, 1, err));
-    return LS_OK;
-}
-
-/* y += Bdcat * w for the adapted rows (down's LoRA part). */
-static ls_status expand_down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int H = c->H, R = c->R, O = c->O, nL = p->n_lora, OR = O * R;
-    const size_t esz = c->esz;
-    if (p->n_slots == 1) {
-        const char *der = ls_cuda_der(c, p->single_slot, layer);
-        LS_TRY(gemm(c, nL, H, OR, der + c->der_bd * esz, OR, 0, c->d_wc, OR, 0, c->d_y, CUDA_R_32F, H, 0, 1, 1.0f,
-                    err));
-        return LS_OK;
-    }
-    const char *der0 = ls_cuda_der(c, 0, layer);
-    LS_TRY(sgmv(c, p, c->d_w32, LS_DTYPE_F32, OR, 0, der0 + c->der_bd * esz, OR, 0, c->d_y, H, 0, H, OR, 1, 0, err));
-    return LS_OK;
-}
-
-/* Stage down: y = W2 * a (+ the LoRA expand). */
-static ls_status down(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int T = p->T, H = c->H, nF = c->n * c->F;
-    const char *w2 = (const char *)c->d_w2 + (size_t)layer * H * nF * c->esz;
-    LS_TRY(gemm(c, T, H, nF, w2, nF, 0, c->d_a, nF, 0, c->d_y, CUDA_R_32F, H, 0, 1, 0.0f, err));
-    if (p->n_lora > 0) LS_TRY(expand_down(c, layer, p, err));
+                                    c->stream));
     return LS_OK;
 }
 
 /* Everything between the copy in (d_x32, d_gam, d_tasks ready) and the
- * copy out (d_y), the stages in the CPU's order: each shrink is enqueued
+ * copy out (d_y), the ops in the plan's order: each shrink is enqueued
  * before the base GEMM beside it, which neither reads nor writes its
  * output. Enqueues only; no host synchronisation. */
-static ls_status run_device(ls_cuda *c, int layer, const ls_cuda_plan *p, ls_error *err) {
-    const int T = p->T, H = c->H;
-    if (c->dt != LS_DTYPE_F32) LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)T * H, c->stream));
-    if (p->n_lora > 0) LS_TRY(shrink_gate_up(c, layer, p, err));
-    LS_TRY(gate_up(c, layer, p, err));
-    if (p->n_lora > 0) LS_TRY(shrink_down(c, layer, p, err));
-    LS_TRY(down(c, layer, p, err));
+static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+    if (c->dt != LS_DTYPE_F32)
+        LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)p->T * c->H, c->stream));
+    for (int i = 0; i < LS_OPS; i++) {
+        LS_TRY(run_op(c, p, i, err));
+        if (i == LS_OP_EXPAND_GU) LS_TRY(swiglu(c, p, err));
+    }
     return LS_OK;
 }
 
@@ -237,11 +227,13 @@ static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *
 static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const float *gammas,
                                 const ls_token_plan *tp, float *y, ls_error *err) {
     ls_cuda_plan p;
-    plan_tasks(c, tp, &p);
+    plan_tasks(c, layer, tp, &p);
     p.has_gammas = gammas != NULL;
-    LS_TRY(gather(c, &p, x, gammas, err));
-    LS_TRY(run_device(c, layer, &p, err));
-    return scatter(c, &p, y, err);
+    ls_status st = gather(c, &p, x, gammas, err);
+    if (st == LS_OK) st = run_device(c, &p, err);
+    if (st == LS_OK) st = scatter(c, &p, y, err);
+    if (st != LS_OK) ls_cuda_drain(c); /* the copies in may still read h_io */
+    return st;
 }
 
 /* x, gammas, plan and y are the caller's (host buffers); y is complete
@@ -256,7 +248,7 @@ ls_status ls_cuda_forward(ls_backend *be, int layer, const float *x, const float
 /* Captures the device part once as a CUDA graph so the timings hold the
  * device work and not the host's launch overhead. NULL when capture is
  * not possible (the caller then times direct launches). */
-static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
+static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p) {
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
@@ -265,7 +257,7 @@ static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
     }
     ls_error tmp;
     ls_error_init(&tmp);
-    ls_status st = run_device(c, layer, p, &tmp);
+    ls_status st = run_device(c, p, &tmp);
     ls_error_free(&tmp);
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     if (st == LS_OK && e == cudaSuccess && graph && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = NULL;
@@ -274,15 +266,8 @@ static cudaGraphExec_t capture(ls_cuda *c, int layer, const ls_cuda_plan *p) {
     return exec;
 }
 
-static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
-                             int iters, float *ms, int *graph_used, ls_error *err) {
-    ls_cuda_plan p;
-    plan_tasks(c, tp, &p);
-    p.has_gammas = gammas != NULL;
-    LS_TRY(gather(c, &p, x, gammas, err));
-    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
-    cudaGraphExec_t exec = capture(c, layer, &p);
-    if (graph_used) *graph_used = exec != NULL;
+static ls_status time_runs(ls_cuda *c, const ls_cuda_plan *p, cudaGraphExec_t exec, int iters, float *ms,
+                           ls_error *err) {
     ls_status st = LS_OK;
     for (int i = -3; i < iters && st == LS_OK; i++) {
         cudaError_t e = cudaEventRecord(c->ev_start, c->stream);
@@ -290,14 +275,31 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
             if (exec)
                 e = cudaGraphLaunch(exec, c->stream);
             else
-                st = run_device(c, layer, &p, err);
+                st = run_device(c, p, err);
         }
         if (e == cudaSuccess && st == LS_OK) e = cudaEventRecord(c->ev_stop, c->stream);
         if (e == cudaSuccess && st == LS_OK) e = cudaEventSynchronize(c->ev_stop);
         if (e == cudaSuccess && st == LS_OK && i >= 0) e = cudaEventElapsedTime(&ms[i], c->ev_start, c->ev_stop);
         if (e != cudaSuccess && st == LS_OK) st = ls_cuda_fail(err, e, "timed forward", __FILE__, __LINE__);
     }
+    return st;
+}
+
+static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
+                             int iters, float *ms, int *graph_used, ls_error *err) {
+    ls_cuda_plan p;
+    plan_tasks(c, layer, tp, &p);
+    p.has_gammas = gammas != NULL;
+    ls_status st = gather(c, &p, x, gammas, err);
+    if (st == LS_OK) {
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    cudaGraphExec_t exec = st == LS_OK ? capture(c, &p) : NULL;
+    if (graph_used) *graph_used = exec != NULL;
+    if (st == LS_OK) st = time_runs(c, &p, exec, iters, ms, err);
     if (exec) cudaGraphExecDestroy(exec);
+    if (st != LS_OK) ls_cuda_drain(c);
     return st;
 }
 

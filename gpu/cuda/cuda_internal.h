@@ -11,6 +11,7 @@
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/kernels.cuh"
+#include "gpu/lora_plan.h"
 #include "gpu/nvml.h"
 
 #define LS_CUDA_MAX_PARTS 17
@@ -25,6 +26,8 @@ typedef struct {
     cudaEvent_t ev_start, ev_stop;
     ls_cuda_sgmv_mode sgmv_mode;
 
+    ls_dims dims;      /* as created */
+    ls_pool_dims pool;
     int n, H, F, L, S, R, O, max_tokens;
     ls_w13_layout w13_layout;
     ls_dtype dt;            /* compute and storage dtype of weights and activations */
@@ -32,26 +35,29 @@ typedef struct {
     cublasComputeType_t ct; /* fp32 accumulation; pedantic for f32 (no TF32) */
     size_t esz;
 
+    /* The forward's GEMMs and the layouts they read (gpu/lora_plan.h). */
+    ls_gemm_plan gplan;
     /* Elements of one slot and layer: canonical fp32 (docs/math.md order, the
-     * four buffers back to back) and derived (compute dtype, each part
-     * padded to 8 elements so 16-byte loads stay aligned). */
+     * four buffers back to back, kept on the host for slot_read) and
+     * derived (compute dtype, on the device, each part padded to 8
+     * elements so 16-byte loads stay aligned). */
     size_t canon_len, gu_a_len, gu_b_len, d_a_len, d_b_len;
     size_t der_len, der_agu, der_b13, der_ad, der_bd; /* der_*: offsets */
+    int *rank; /* [S][L] each slot and layer's rank (gpu/slot_rank.h), host */
 
     /* Device memory, allocated at create; d_parts owns it. */
     void *d_parts[LS_CUDA_MAX_PARTS];
     int n_parts;
     size_t device_bytes;
-    void *d_w13;     /* [L][n*2F, H] as given (either W13 layout) */
+    void *d_w13;     /* [L][2nF, H] rows gate-first ([2][n][F], gpu/lora_plan.h) */
     void *d_w2;      /* [L][H, n*F]: W2cat[h, e*F + j] = W2[e, h, j] */
     int gated;       /* the model has a shared-expert gate (dims.gate) */
     float *d_gate;   /* [L][H] its weights in fp32 (absent without) */
-    float *d_canon;  /* [S][L][canon_len] what slot_write received */
     void *d_der;     /* [S][L][der_len] derived operands */
     float *d_x32;    /* [T, H] inputs, grouped by slot */
     void *d_xc;      /* [T, H] inputs in the compute dtype (= d_x32 for f32) */
     float *d_gam;    /* [T, n] */
-    float *d_z;      /* [T, n*2F] gate/up pre-activations */
+    float *d_z;      /* [T, 2nF] gate/up sums, [2][n][F] per row */
     void *d_a;       /* [T, n*F] activations, compute dtype */
     float *d_v32;    /* [T, O*2R] gate/up shrink (SGMV) */
     void *d_vc;      /* [T, O*2R] the same for cuBLAS, compute dtype */
@@ -59,15 +65,20 @@ typedef struct {
     void *d_wc;      /* [T, O*R] */
     float *d_y;      /* [T, H] */
     int4 *d_tasks;   /* SGMV tasks */
+    float *d_part;   /* the SGMV K split's scratch (kernels.cuh) */
     void *d_blas_ws; /* cuBLAS workspace */
     size_t blas_ws_bytes;
 
+    /* Host memory. */
+    float *h_canon;   /* [S][L][canon_len] what slot_write received (malloc) */
+    float *h_der32;   /* [der_len] one slot write's derived operands in fp32 (malloc) */
     /* Pinned host staging. */
     float *h_io;      /* [max_tokens, H]: x in, then y out */
     float *h_gam;     /* [max_tokens, n] */
     int4 *h_tasks;    /* [max_tasks] */
-    float *h_slot;    /* [canon_len] one slot and layer */
-    void *h_chunk;    /* base weight upload chunks */
+    void *h_der;      /* [der_len] one slot write's derived operands, compute dtype */
+    void *h_chunk[2]; /* base weight upload: two chunks, one filled while the other copies */
+    cudaEvent_t chunk_done[2];
     size_t chunk_bytes;
     int max_tasks;
 } ls_cuda;
@@ -81,6 +92,9 @@ typedef struct {
     int n_lora;
     int n_slots;     /* distinct slots among the tokens */
     int single_slot; /* the slot when n_slots == 1 */
+    int layer;
+    int lora;        /* whether the LoRA GEMMs run (a single slot of rank 0: no) */
+    int rank;        /* the single slot's rank */
     int ntasks;
     int has_gammas;
 } ls_cuda_plan;
@@ -92,8 +106,12 @@ static inline char *ls_cuda_der(const ls_cuda *c, int slot, int layer) {
     return (char *)c->d_der + ((size_t)slot * c->L + layer) * c->der_len * c->esz;
 }
 static inline float *ls_cuda_canon(const ls_cuda *c, int slot, int layer) {
-    return c->d_canon + ((size_t)slot * c->L + layer) * c->canon_len;
+    return c->h_canon + ((size_t)slot * c->L + layer) * c->canon_len;
 }
+
+/* After a failed step whose copies may still read pinned staging: waits
+ * for the stream (ignoring what it says) so the next call may reuse it. */
+void ls_cuda_drain(ls_cuda *c);
 
 /* Refuses once the context is poisoned, else selects the device (the
  * calling thread may not have used it yet). Calls never overlap: the

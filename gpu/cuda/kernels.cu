@@ -1,7 +1,8 @@
 /* The CUDA backend's kernels and their launchers: fp32 -> compute dtype,
- * SwiGLU x gamma for both W13 layouts, the shared-expert gate, the derived operands of a slot
- * write, and the segmented LoRA GEMM (SGMV) in two variants: tensor cores
- * through WMMA for bf16/f16 weights, fp32 FMA for every dtype. */
+ * SwiGLU x gamma on the device's gate-first z, the shared-expert gate,
+ * and the segmented LoRA GEMM (SGMV) in two variants, tensor cores
+ * through WMMA for bf16/f16 weights and fp32 FMA for every dtype, with
+ * its fixed-order K-split reduction. */
 #include "gpu/cuda/kernels.cuh"
 
 #include <cuda_bf16.h>
@@ -52,43 +53,31 @@ cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long c
 
 /* ---- SwiGLU x gamma -------------------------------------------------------- */
 
-/* One thread per activation; both layouts read z coalesced (interleaved as
- * one float2 per thread, contiguous as two float runs). */
+/* One thread per activation; g and u are two coalesced runs of z. */
 template <typename T>
 __global__ void swiglu_kernel(const float *__restrict__ z, const float *__restrict__ gam, T *__restrict__ a, int T_,
-                              int n, int F, int interleaved) {
+                              int n, int F) {
     const long long nF = (long long)n * F, total = (long long)T_ * nF;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        const long long t = i / nF;
-        const int rem = (int)(i - t * nF);
-        const int e = rem / F, j = rem - e * F;
-        const float *zr = z + t * 2 * nF + (long long)e * 2 * F;
-        float g, u;
-        if (interleaved) {
-            const float2 p = *reinterpret_cast<const float2 *>(zr + 2 * j);
-            g = p.x;
-            u = p.y;
-        } else {
-            g = zr[j];
-            u = zr[F + j];
-        }
-        const float gm = gam ? gam[t * n + e] : 1.0f;
+        const long long t = i / nF, rem = i - t * nF;
+        const float *zr = z + t * 2 * nF;
+        const float g = zr[rem], u = zr[nF + rem];
+        const float gm = gam ? gam[t * n + rem / F] : 1.0f;
         const float silu = g / (1.0f + expf(-g));
         a[i] = from_f<T>(gm * silu * u);
     }
 }
 
 cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t, int T, int n, int F,
-                           ls_w13_layout layout, cudaStream_t stream) {
+                           cudaStream_t stream) {
     const long long total = (long long)T * n * F;
     if (total <= 0) return cudaSuccess;
     unsigned g = grid_for(total, 256);
-    int il = layout == LS_W13_INTERLEAVED;
     switch (t) {
-    case LS_DTYPE_BF16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__nv_bfloat16 *)a, T, n, F, il); break;
-    case LS_DTYPE_F16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__half *)a, T, n, F, il); break;
-    default: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (float *)a, T, n, F, il); break;
+    case LS_DTYPE_BF16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__nv_bfloat16 *)a, T, n, F); break;
+    case LS_DTYPE_F16: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (__half *)a, T, n, F); break;
+    default: swiglu_kernel<<<g, 256, 0, stream>>>(z, gam, (float *)a, T, n, F); break;
     }
     return cudaGetLastError();
 }
@@ -122,71 +111,10 @@ cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int 
     return cudaGetLastError();
 }
 
-/* ---- derived operands of a slot write ------------------------------------ */
-
-enum { DERIVE_AGU, DERIVE_B13, DERIVE_ADCAT, DERIVE_BDCAT };
-
-/* Each thread writes one element of the derived operand `kind`, reading
- * the canonical fp32 factor it comes from (see ls_derive_params). */
-template <typename T> __global__ void derive_kernel(ls_derive_params p, int kind, T *dst, long long count) {
-    const long long R = p.R, F = p.F, H = p.H, n = p.n, O = p.O;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
-         i += (long long)gridDim.x * blockDim.x) {
-        float v = 0.0f;
-        if (kind == DERIVE_AGU) {
-            v = p.gu_a[i];
-        } else if (kind == DERIVE_B13) {
-            const long long row = i / (2 * R), c = i - row * 2 * R;
-            const long long e = row / (2 * F), rr = row - e * 2 * F;
-            long long j;
-            int up;
-            if (p.layout == LS_W13_INTERLEAVED) {
-                j = rr >> 1;
-                up = (int)(rr & 1);
-            } else {
-                up = rr >= F;
-                j = up ? rr - F : rr;
-            }
-            const int half = c >= R;
-            if (half == up) v = p.gu_b[(e * 2 * F + up * F + j) * R + (c - half * R)];
-        } else if (kind == DERIVE_ADCAT) {
-            const long long k = i / (n * F), rem = i - k * n * F;
-            const long long e = rem / F, j = rem - e * F;
-            v = p.d_a[(e * R + k) * F + j];
-        } else {
-            const long long h = i / (O * R), rem = i - h * O * R;
-            const long long o = rem / R, k = rem - o * R;
-            v = p.d_b[(o * H + h) * R + k];
-        }
-        dst[i] = from_f<T>(v);
-    }
-}
-
-template <typename T> static cudaError_t derive_all(const ls_derive_params *p, cudaStream_t stream) {
-    const long long R = p->R, F = p->F, H = p->H, n = p->n, O = p->O;
-    const long long counts[4] = {O * 2 * R * H, n * 2 * F * 2 * R, R * n * F, H * O * R};
-    void *dsts[4] = {p->agu, p->b13, p->adcat, p->bdcat};
-    for (int k = 0; k < 4; k++) {
-        const unsigned g = grid_for(counts[k], 256);
-        derive_kernel<T><<<g, 256, 0, stream>>>(*p, k, (T *)dsts[k], counts[k]);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}
-
-cudaError_t ls_cuda_derive(const ls_derive_params *p, cudaStream_t stream) {
-    switch (p->t) {
-    case LS_DTYPE_BF16: return derive_all<__nv_bfloat16>(p, stream);
-    case LS_DTYPE_F16: return derive_all<__half>(p, stream);
-    default: return derive_all<float>(p, stream);
-    }
-}
-
 /* ---- SGMV ------------------------------------------------------------------ */
 
 #define SG_BM LS_SGMV_BM
-#define SG_BN 64
+#define SG_BN LS_SGMV_TILE_N
 #define SG_BK 32
 
 typedef struct {
@@ -197,9 +125,10 @@ typedef struct {
     int vec_w;
 } sgmv_args;
 
-/* The rows, slot, batch and K range of this block. */
+/* The rows, slot, batch, columns and K range of this block: nlim is N
+ * cut to the slot's rank (cut N), kend is K's end cut to it (cut K). */
 struct sgmv_block {
-    int row0, rows, slot, b, n0, kbeg, kend;
+    int row0, rows, slot, b, ks, n0, nlim, kbeg, kend;
 };
 
 __device__ __forceinline__ sgmv_block sgmv_where(const sgmv_args &a) {
@@ -209,21 +138,40 @@ __device__ __forceinline__ sgmv_block sgmv_where(const sgmv_args &a) {
     s.rows = task.y;
     s.slot = task.z;
     s.b = blockIdx.z / a.ksplit;
-    const int ks = blockIdx.z - s.b * a.ksplit;
+    s.ks = blockIdx.z - s.b * a.ksplit;
     s.n0 = blockIdx.y * SG_BN;
-    s.kbeg = ks * a.kchunk;
+    s.nlim = a.p.cut == 1 ? min(a.p.N, task.w) : a.p.N;
+    s.kbeg = s.ks * a.kchunk;
     s.kend = min(a.p.K, s.kbeg + a.kchunk);
+    if (a.p.cut == 2) s.kend = min(s.kend, task.w);
+    /* Nothing to multiply: the loop is skipped and the block stores zeros. */
+    if (s.n0 >= s.nlim) s.kend = s.kbeg;
     return s;
 }
 
-/* The block's sum for output (r, c) of its tile lands in C. */
+/* The block's sum for output (r, c) of its tile: into the split's scratch
+ * (its own place: the reduction adds the splits in order), or into C. */
 __device__ __forceinline__ void sgmv_store(const sgmv_args &a, const sgmv_block &s, int r, int c, float v) {
     if (r >= s.rows || s.n0 + c >= a.p.N) return;
-    float *dst = a.p.C + (long long)(s.row0 + r) * a.p.ldc + s.b * a.p.c_bs + s.n0 + c;
-    if (a.p.atomic)
-        atomicAdd(dst, v);
+    const long long row = s.row0 + r, col = s.b * a.p.c_bs + s.n0 + c;
+    if (a.ksplit > 1)
+        a.p.part[((long long)s.ks * a.p.nrows + row) * a.p.ldc + col] = v;
+    else if (a.p.beta)
+        a.p.C[row * a.p.ldc + col] += v;
     else
-        *dst += v;
+        a.p.C[row * a.p.ldc + col] = v;
+}
+
+/* C[i] = the splits' partial sums added in split order (rows 0..nrows-1,
+ * every column of C written by some block of every split). */
+__global__ void sgmv_reduce_kernel(const float *__restrict__ part, float *__restrict__ C, long long total,
+                                   int ksplit) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int ks = 0; ks < ksplit; ks++) acc += part[ks * total + i];
+        C[i] = acc;
+    }
 }
 
 /* fp32 FMA variant: 256 threads, each 2 rows x 4 columns of the 32 x 64
@@ -247,7 +195,7 @@ template <typename TX, typename TW> __global__ void __launch_bounds__(256) sgmv_
 #pragma unroll
         for (int i = 0; i < (SG_BN * SG_BK) / 256; i++) {
             const int idx = tid + i * 256, r = idx / SG_BK, c = idx % SG_BK, k = k0 + c;
-            ws[r][c] = (s.n0 + r < a.p.N && k < s.kend) ? to_f(W[(long long)r * a.p.ldw + k]) : 0.0f;
+            ws[r][c] = (s.n0 + r < s.nlim && k < s.kend) ? to_f(W[(long long)r * a.p.ldw + k]) : 0.0f;
         }
         __syncthreads();
 #pragma unroll 8
@@ -317,7 +265,7 @@ template <typename TX, typename TW> __global__ void __launch_bounds__(128) sgmv_
     /* X tile: 32 rows x 4 runs of 8; W tile: 64 rows x 2 runs of 16. */
     const int xr = tid / 4, xc = (tid % 4) * 8;
     const int wr = tid / 2, wc = (tid % 2) * 16;
-    const bool x_row_ok = xr < s.rows, w_row_ok = s.n0 + wr < a.p.N;
+    const bool x_row_ok = xr < s.rows, w_row_ok = s.n0 + wr < s.nlim;
     const TX *xrow = X + (long long)(x_row_ok ? xr : 0) * a.p.ldx;
     const TW *wrow = W + (long long)(w_row_ok ? wr : 0) * a.p.ldw;
 
@@ -371,34 +319,24 @@ template <typename TW> static void sgmv_launch_w(const sgmv_args &a, dim3 grid, 
     }
 }
 
-cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStream_t stream) {
-    if (p->ntasks <= 0 || p->N <= 0 || p->batch <= 0) return cudaSuccess;
-    /* X is either fp32 or W's own type. */
-    if (p->xt != LS_DTYPE_F32 && p->xt != p->wt) return cudaErrorInvalidValue;
-    sgmv_args a;
-    a.p = *p;
-    const int ntiles = (p->N + SG_BN - 1) / SG_BN;
-    const int ksteps = (p->K + SG_BK - 1) / SG_BK;
-    int ksplit = 1;
-    if (p->atomic && ksteps > 0) {
-        /* Few tasks and a small N (a shrink for a handful of tokens) would
-         * leave most SMs idle with a long K loop each: split K until about
-         * two blocks per SM run, keeping at least 4 K steps per block. */
-        const long long blocks = (long long)p->ntasks * ntiles * p->batch;
-        long long want = (2LL * num_sms + blocks - 1) / blocks;
-        long long most = ksteps / 4 > 0 ? ksteps / 4 : 1;
-        if (want > most) want = most;
-        if (want < 1) want = 1;
-        ksplit = (int)want;
-    }
-    int steps_per = ksteps > 0 ? (ksteps + ksplit - 1) / ksplit : 1;
-    a.kchunk = steps_per * SG_BK;
-    a.ksplit = ksteps > 0 ? (ksteps + steps_per - 1) / steps_per : 1;
-    if ((long long)p->batch * a.ksplit > 65535) a.ksplit = 1, a.kchunk = ksteps * SG_BK;
-    if (a.kchunk <= 0) a.kchunk = SG_BK;
-    a.vec_x = aligned16(p->X) && p->ldx % 8 == 0 && p->x_bs % 8 == 0;
-    a.vec_w = aligned16(p->W) && p->ldw % 8 == 0 && p->w_bs % 8 == 0 && p->w_ss % 8 == 0;
-    dim3 grid((unsigned)p->ntasks, (unsigned)ntiles, (unsigned)(p->batch * a.ksplit));
+/* The K split: enough blocks for about two per SM when few tasks and a
+ * narrow N would leave SMs idle, at least 2 K steps per block, at most
+ * LS_SGMV_SPLIT_MAX splits; only where the scratch and the reduction
+ * apply (see ls_sgmv_params.split). */
+static int sgmv_ksplit(const ls_sgmv_params *p, int ntiles, int ksteps, int num_sms) {
+    if (!p->split || !p->part || p->beta || p->nrows > LS_SGMV_SPLIT_ROWS || p->c_bs != p->N ||
+        (long long)p->batch * p->c_bs != p->ldc || ksteps < 4)
+        return 1;
+    const long long blocks = (long long)p->ntasks * ntiles * p->batch;
+    long long want = (2LL * num_sms + blocks - 1) / blocks;
+    const long long most = ksteps / 2 < LS_SGMV_SPLIT_MAX ? ksteps / 2 : LS_SGMV_SPLIT_MAX;
+    if (want > most) want = most;
+    if ((long long)p->batch * want > 65535) want = 1;
+    return want < 1 ? 1 : (int)want;
+}
+
+static cudaError_t sgmv_launch(const sgmv_args &a, dim3 grid, int wmma, cudaStream_t stream) {
+    const ls_sgmv_params *p = &a.p;
     const int use_wmma = wmma && p->wt != LS_DTYPE_F32;
     switch (p->wt) {
     case LS_DTYPE_BF16: sgmv_launch_w<__nv_bfloat16>(a, grid, use_wmma, stream); break;
@@ -410,4 +348,35 @@ cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStr
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStream_t stream) {
+    if (p->ntasks <= 0 || p->N <= 0 || p->batch <= 0) return cudaSuccess;
+    /* X is either fp32 or W's own type. */
+    if (p->xt != LS_DTYPE_F32 && p->xt != p->wt) return cudaErrorInvalidValue;
+    sgmv_args a;
+    a.p = *p;
+    const int ntiles = (p->N + SG_BN - 1) / SG_BN;
+    const int ksteps = (p->K + SG_BK - 1) / SG_BK;
+    const int ksplit = sgmv_ksplit(p, ntiles, ksteps, num_sms);
+    const int steps_per = ksteps > 0 ? (ksteps + ksplit - 1) / ksplit : 1;
+    a.kchunk = steps_per * SG_BK;
+    a.ksplit = ksteps > 0 ? (ksteps + steps_per - 1) / steps_per : 1;
+    a.vec_x = aligned16(p->X) && p->ldx % 8 == 0 && p->x_bs % 8 == 0;
+    a.vec_w = aligned16(p->W) && p->ldw % 8 == 0 && p->w_bs % 8 == 0 && p->w_ss % 8 == 0;
+    dim3 grid((unsigned)p->ntasks, (unsigned)ntiles, (unsigned)(p->batch * a.ksplit));
+    cudaError_t e = sgmv_launch(a, grid, wmma, stream);
+    if (e != cudaSuccess || a.ksplit == 1) return e;
+    const long long total = (long long)p->nrows * p->ldc;
+    sgmv_reduce_kernel<<<grid_for(total, 256), 256, 0, stream>>>(p->part, p->C, total, a.ksplit);
+    return cudaGetLastError();
+}
+
+/* Any kernel of this file stands for all: they are built for the same
+ * architectures. */
+cudaError_t ls_cuda_kernels_loadable(void) {
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, sgmv_reduce_kernel);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e;
 }

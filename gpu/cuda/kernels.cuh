@@ -16,14 +16,26 @@ extern "C" {
 /* Token rows per SGMV tile; the host cuts each slot's run of tokens into
  * tasks of at most this many rows. */
 #define LS_SGMV_BM 32
+/* Output columns per SGMV tile (grid.y counts them). */
+#define LS_SGMV_TILE_N 64
 
-/* C[t, b*c_bs + j] (+)= sum_k X[t, b*x_bs + k] * W_slot[b*w_bs + j*ldw + k]
- * for every task (rows row0..row0+rows-1 of one slot), j < N, k < K and
- * batch b < batch (the experts of a per-expert stage; 1 otherwise). X is
- * the compute dtype or fp32, W the compute dtype, C fp32. */
+/* The K split of the shrinks is fixed-order: each split block writes its
+ * partial sums to a scratch buffer and one reduction adds them in split
+ * order, so a repeated identical batch gives identical bits. Splitting is
+ * for few rows (a long K over a handful of tokens), so the scratch is
+ * LS_SGMV_SPLIT_MAX x LS_SGMV_SPLIT_ROWS rows of the widest C. */
+#define LS_SGMV_SPLIT_MAX 16
+#define LS_SGMV_SPLIT_ROWS 256
+
+/* C[t, b*c_bs + j] (= or +=) sum_k X[t, b*x_bs + k] * W_slot[b*w_bs + j*ldw + k]
+ * for every task (rows row0..row0+rows-1 of one slot, of rank `rank`),
+ * j < N, k < K and batch b < batch; with cut N (K) the task's rank
+ * replaces N (K), and outputs j in [rank, N) are written as 0. X is the
+ * compute dtype or fp32, W the compute dtype, C fp32. */
 typedef struct {
-    const int4 *tasks; /* x: first row, y: rows (<= LS_SGMV_BM), z: slot */
+    const int4 *tasks; /* x: first row, y: rows (<= LS_SGMV_BM), z: slot, w: rank */
     int ntasks;
+    int nrows; /* rows the tasks cover (0..nrows-1), for the split's scratch */
     const void *X;
     ls_dtype xt;
     int ldx;
@@ -37,42 +49,31 @@ typedef struct {
     int ldc;
     long long c_bs;
     int N, K, batch;
-    /* atomic: K may be split over several blocks whose sums meet in C by
-     * atomicAdd, so C must start zeroed (the shrinks); otherwise one block
-     * owns each output and adds its sum to C (the expands, which add onto
-     * the base result). */
-    int atomic;
+    int cut;   /* 0 none, 1 N, 2 K (ls_op_cut) */
+    int beta;  /* 0: C is written, 1: added to */
+    int split; /* K may be split (needs beta 0 and C rows batch*c_bs = ldc wide, c_bs = N) */
+    float *part; /* the split's scratch, LS_SGMV_SPLIT_MAX * LS_SGMV_SPLIT_ROWS * ldc floats */
 } ls_sgmv_params;
 
 /* wmma: tensor-core kernel (needs a 16-bit W); otherwise fp32 FMA.
- * num_sms sizes the K split of atomic stages. */
+ * num_sms sizes the K split. */
 cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStream_t stream);
+
+/* cudaSuccess when this binary holds code the current device can run
+ * (its SASS, or PTX it can compile); else the error that says why. */
+cudaError_t ls_cuda_kernels_loadable(void);
 
 /* dst[i] = src[i] rounded to t (F32, BF16 or F16). */
 cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long count, cudaStream_t stream);
 
-/* a[t, e*F + j] = gamma[t, e] * silu(g) * u, g and u read from z[t, e*2F + ...]
- * per the W13 layout; gam NULL = ones; a in dtype t. */
+/* a[t, e*F + j] = gamma[t, e] * silu(g) * u with g = z[t, e*F + j] and
+ * u = z[t, n*F + e*F + j] (z in the device's [2][n][F] order,
+ * gpu/lora_plan.h); gam NULL = ones; a in dtype t. */
 cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t, int T, int n, int F,
-                           ls_w13_layout layout, cudaStream_t stream);
+                           cudaStream_t stream);
 
 /* The shared-expert gate: gam[t, e] = sigmoid(sum_h x[t, h] * w[h]) for
  * every expert e < n, t < T; x and w fp32, the sum in fp32. */
 cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int H, int n, cudaStream_t stream);
-
-/* The four derived operands of one slot and layer, in the compute dtype. */
-typedef struct {
-    int n, H, F, R, O;
-    ls_w13_layout layout;
-    /* canonical fp32 buffers (docs/math.md layout) */
-    const float *gu_a, *gu_b, *d_a, *d_b;
-    /* derived: agu [O*2R, H]; b13 [n*2F, 2R] in W13 row order, gate rows
-     * holding Bg in columns 0..R-1 and zeros after, up rows zeros then Bu;
-     * adcat [R, n*F] (Ad of every expert side by side); bdcat [H, O*R]. */
-    void *agu, *b13, *adcat, *bdcat;
-    ls_dtype t;
-} ls_derive_params;
-
-cudaError_t ls_cuda_derive(const ls_derive_params *p, cudaStream_t stream);
 
 #endif

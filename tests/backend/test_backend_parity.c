@@ -5,7 +5,8 @@
  * weights are uploaded typed, at the dtype they are stored in (16-bit
  * bytes for 16-bit cases, and mixed dtypes into an f32 backend), and the
  * gated cases carry a shared-expert gate that forwards without gammas
- * apply. Exits 77 (skipped) when no CUDA device answers. */
+ * apply; each device forward is run twice and must give the same bits.
+ * Exits 77 (skipped) when no CUDA device answers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -239,7 +240,7 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
                           const int *slot_of_token, ls_error *err) {
     const int H = rn->dims.H;
     float *y_cpu = ls_test_calloc((size_t)T * H, sizeof(float));
-    float *y = ls_test_calloc((size_t)T * H, sizeof(float));
+    float *y = ls_test_calloc((size_t)T * H, sizeof(float)), *y2 = ls_test_calloc((size_t)T * H, sizeof(float));
     char label[256];
     if (!must(ls_backend_forward(rn->cpu, layer, T, x, gam, slot_of_token, y_cpu, err), err, "cpu forward"))
         goto out;
@@ -249,6 +250,13 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
         memset(y, 0xff, (size_t)T * H * sizeof(float)); /* NaN: a row left unwritten fails */
         if (must(ls_backend_forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y, err), err, label))
             compare(label, y, y_cpu, NULL, T, H, rn->tol);
+        /* The same batch again gives the same bits (docs/math.md): no
+         * atomics, the K split summed in a fixed order. */
+        snprintf(label, sizeof label, "%s %s T=%d layer %d %s repeated: the same bits", rn->pc->name,
+                 rn->dev[i].name, T, layer, pattern);
+        memset(y2, 0xff, (size_t)T * H * sizeof(float));
+        if (must(ls_backend_forward(rn->dev[i].be, layer, T, x, gam, slot_of_token, y2, err), err, label))
+            expect(memcmp(y, y2, (size_t)T * H * sizeof(float)) == 0, label);
     }
     if (rn->ref_ok) {
         const ls_dims *d = &rn->dims;
@@ -299,6 +307,7 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
 out:
     free(y_cpu);
     free(y);
+    free(y2);
 }
 
 /* What slot_read returns is exactly what slot_write received; a cleared

@@ -247,11 +247,32 @@ static void test_slot_rank(void **state) {
     free(buf);
 }
 
+/* A LoRA GEMM wider than a grid's 65535 column tiles is refused with
+ * its stage and sizes; the pool's shapes here fit. */
+static void test_grid_limits(void **state) {
+    (void)state;
+    char why[256];
+    ls_gemm_plan plan;
+    const ls_pool_dims p = {.slots = 8, .max_rank = 64, .layout = LS_LORA_PER_EXPERT, .max_tokens = 4096};
+    const ls_dims ok = {.n = 2, .H = 7168, .F = 2048, .L = 1};
+    ls_gemm_plan_make(&ok, &p, &plan);
+    assert_true(ls_gemm_plan_fits_grid(&plan, 64, why, sizeof why));
+    const ls_dims wide = {.n = 1, .H = 64 * 65535 + 1, .F = 8, .L = 1};
+    ls_gemm_plan_make(&wide, &p, &plan);
+    assert_false(ls_gemm_plan_fits_grid(&plan, 64, why, sizeof why));
+    assert_non_null(strstr(why, "down's LoRA GEMM needs 65536 column tiles"));
+    const ls_dims many = {.n = 40000, .H = 8, .F = 8, .L = 1};
+    ls_gemm_plan_make(&many, &p, &plan);
+    assert_false(ls_gemm_plan_fits_grid(&plan, 64, why, sizeof why));
+    assert_non_null(strstr(why, "shrink_gate_up's LoRA GEMM needs 80000 batches"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_equals_reference),
         cmocka_unit_test(test_w13_device_rows),
         cmocka_unit_test(test_slot_rank),
+        cmocka_unit_test(test_grid_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
