@@ -36,6 +36,7 @@ typedef struct {
     ls_device_kind device;
     int threads; /* CPU engine threads; 0 = every CPU the process may use */
     ls_cpu_isa cpu_isa;         /* CPU kernel path, as the CPU backend takes it */
+    int cuda_graphs;            /* forward shapes the CUDA backend keeps as graphs; 0 = none */
     ls_cpu_compute compute;     /* CPU arithmetic, as the CPU backend takes it */
 
     char weights[LS_CONFIG_PATH_MAX]; /* "" = demo model */

@@ -87,6 +87,8 @@ const ls_setting ls_settings[] = {
     ENUM(LS_GROUP_MODEL, "compute", compute, ls_cpu_compute_names, "f32",
          "CPU arithmetic: f32, or bf16 operands with fp32 sums (VDPBF16PS where the CPU has AVX512-BF16, emulated "
          "bit for bit elsewhere; docs/math.md); the CUDA backend ignores it"),
+    INT(LS_GROUP_MODEL, "cuda-graphs", cuda_graphs, 0, 65536, "256",
+        "CUDA: forward shapes (layer, tokens, adapters) replayed as captured graphs once seen twice; 0 = none"),
     STR(LS_GROUP_MODEL, "weights", weights, 0, "", "PATH",
         "base weights: a Hugging Face checkpoint directory (config.json and model.safetensors or the "
         "model.safetensors.index.json of its shards), that index, or the fused safetensors file; turns --demo off"),

@@ -90,7 +90,10 @@ const char *ls_backend_name(const ls_backend *be); /* "cpu", "cuda" */
 const ls_dims *ls_backend_dims(const ls_backend *be);
 const ls_pool_dims *ls_backend_pool_dims(const ls_backend *be);
 ls_dtype ls_backend_dtype(const ls_backend *be); /* storage dtype of the base weights */
-size_t ls_backend_pool_bytes(const ls_backend *be); /* all slots and layers, the layout of docs/math.md */
+/* The pool's bytes, all slots and layers, in the memory the forward reads
+ * adapters from (host memory for the CPU engine, device memory for CUDA):
+ * every copy kept there, in each form the forward reads. */
+size_t ls_backend_pool_bytes(const ls_backend *be);
 const char *ls_backend_isa(const ls_backend *be);   /* the kernel path it chose (the CPU's); NULL when none */
 int ls_backend_threads(const ls_backend *be);       /* host threads of its engine (the CPU's); 0 when none */
 

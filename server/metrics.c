@@ -261,7 +261,7 @@ static int ls_metrics_render_pool(struct ls_pool *pool, ls_buf *b) {
                   "lorasink_pool_slots_used %d\n"
                   "# HELP lorasink_pool_slots_pinned Slots holding a pinned adapter.\n"
                   "# TYPE lorasink_pool_slots_pinned gauge\nlorasink_pool_slots_pinned %d\n"
-                  "# HELP lorasink_pool_bytes Bytes of the pool buffers.\n# TYPE lorasink_pool_bytes gauge\n"
+                  "# HELP lorasink_pool_bytes Bytes of the pool in the memory the forward reads adapters from.\n# TYPE lorasink_pool_bytes gauge\n"
                   "lorasink_pool_bytes %zu\n"
                   "# HELP lorasink_adapters_registered Registered adapters.\n"
                   "# TYPE lorasink_adapters_registered gauge\nlorasink_adapters_registered %d\n"

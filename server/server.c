@@ -150,7 +150,7 @@ static bool ls_server_open_model(ls_server *srv, const ls_config *cfg, ls_error 
 static bool ls_server_make_backend(ls_server *srv, const ls_config *cfg, const ls_backend_config *bc, ls_error *err) {
     const bool use_cuda = cfg->device == LS_DEVICE_CUDA || (cfg->device == LS_DEVICE_AUTO && ls_backend_cuda_available());
     const ls_cpu_settings cpu = {.threads = cfg->threads, .isa = cfg->cpu_isa, .compute = cfg->compute};
-    const ls_cuda_settings cuda = {.device_id = 0};
+    const ls_cuda_settings cuda = {.device_id = 0, .graphs = cfg->cuda_graphs > 0 ? cfg->cuda_graphs : -1};
     ls_status st = use_cuda ? ls_backend_cuda_create(bc, &cuda, &srv->backend, err)
                             : ls_backend_cpu_create(bc, &cpu, &srv->backend, err);
     if (st != LS_OK) {

@@ -48,6 +48,7 @@ static void cuda_free(ls_backend *be) {
     if (c) {
         cudaSetDevice(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
+        ls_graph_cache_free(&c->graphs);
         if (c->blas) cublasDestroy(c->blas);
         if (c->ev_start) cudaEventDestroy(c->ev_start);
         if (c->ev_stop) cudaEventDestroy(c->ev_stop);
@@ -268,7 +269,9 @@ static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
 
 /* Takes the device and allocates everything the backend will use, once;
  * the caller unwinds (ls_backend_free) from whatever was set. */
-static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, ls_error *err) {
+static void graph_destroy(void *g) { (void)cudaGraphExecDestroy((cudaGraphExec_t)g); }
+
+static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, int graphs, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(cuda_open_device(c, device_id, err));
     cuda_sizes(c, cfg);
@@ -277,6 +280,8 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --max-rank, or use fewer shared experts per block",
                             "cuda backend: %s", why);
     LS_TRY(cuda_streams(c, err));
+    if (!ls_graph_cache_init(&c->graphs, graphs, graph_destroy))
+        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     size_t weights = 0, pool = 0;
     LS_TRY(cuda_alloc_device(c, &weights, &pool, err));
     LS_TRY(cuda_alloc_host(c, err));
@@ -290,6 +295,10 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
                 c->device, c->device_name, c->num_sms, ls_dtype_name(c->dt), MIB(weights), MIB(pool),
                 MIB(c->device_bytes - weights - pool), c->max_tokens,
                 MIB((size_t)c->S * c->L * c->canon_len * sizeof(float)));
+    if (graphs > 0)
+        ls_log_info("cuda backend: forward shapes seen twice are replayed as CUDA graphs (up to %d kept)", graphs);
+    else
+        ls_log_info("cuda backend: no CUDA graphs (--cuda-graphs 0): every forward launches its kernels");
     return LS_OK;
 }
 
@@ -491,7 +500,8 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_set
         return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: out of host memory");
     }
     be->ctx = c;
-    ls_status st = cuda_init(be, cfg, cuda ? cuda->device_id : 0, err);
+    const int graphs = !cuda || cuda->graphs == 0 ? LS_CUDA_GRAPHS_DEFAULT : cuda->graphs < 0 ? 0 : cuda->graphs;
+    ls_status st = cuda_init(be, cfg, cuda ? cuda->device_id : 0, graphs, err);
     if (st != LS_OK) {
         ls_backend_free(be);
         return st;

@@ -17,7 +17,12 @@ extern "C" {
 /* The CUDA backend's own settings; all zero is the default. */
 typedef struct {
     int device_id; /* CUDA device ordinal */
+    /* Forward shapes kept as captured CUDA graphs (gpu/graph_cache.h):
+     * 0 = the default, LS_CUDA_GRAPHS_DEFAULT; < 0 = none (direct launches). */
+    int graphs;
 } ls_cuda_settings;
+
+#define LS_CUDA_GRAPHS_DEFAULT 256
 
 /* Creates the CUDA backend (cuda NULL: the defaults); LS_DEVICE_ERROR
  * when there is no device or the build has no CUDA. On success *out is

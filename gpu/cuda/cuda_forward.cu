@@ -224,13 +224,54 @@ static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *
 
 /* ---- entry points ------------------------------------------------------------------- */
 
+static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p);
+
+/* Everything the launches of run_device depend on besides buffer
+ * contents, which a replay reads afresh (a slot rewritten in place needs
+ * no new graph; one whose rank changed has another key). */
+static ls_graph_key graph_key(const ls_cuda *c, const ls_cuda_plan *p) {
+    ls_graph_key k;
+    memset(&k, 0, sizeof k);
+    k.layer = p->layer;
+    k.T = p->T;
+    k.n_lora = p->n_lora;
+    k.path = !p->lora ? 0 : p->n_slots == 1 ? 1 : 2;
+    k.slot = k.path == 1 ? p->single_slot : -1;
+    k.rank = k.path == 1 ? p->rank : 0;
+    k.ntasks = k.path == 2 ? p->ntasks : 0;
+    k.gammas = p->has_gammas;
+    k.mode = (int)c->sgmv_mode;
+    return k;
+}
+
+/* The device part for this plan: its graph when the shape has one (or is
+ * seen the second time, then captured first), else direct launches.
+ * Called before the copies in are enqueued (capture records nothing of
+ * them); the caller launches the graph after them. */
+static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
+    const ls_graph_key k = graph_key(c, p);
+    bool capture_now = false;
+    cudaGraphExec_t g = (cudaGraphExec_t)ls_graph_cache_get(&c->graphs, &k, &capture_now);
+    if (!g && capture_now) {
+        g = capture(c, p);
+        ls_graph_cache_put(&c->graphs, &k, (void *)g);
+    }
+    return g;
+}
+
 static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const float *gammas,
                                 const ls_token_plan *tp, float *y, ls_error *err) {
     ls_cuda_plan p;
     plan_tasks(c, layer, tp, &p);
     p.has_gammas = gammas != NULL;
+    cudaGraphExec_t g = graph_for(c, &p);
     ls_status st = gather(c, &p, x, gammas, err);
-    if (st == LS_OK) st = run_device(c, &p, err);
+    if (st == LS_OK && g) {
+        cudaError_t e = cudaGraphLaunch(g, c->stream);
+        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaGraphLaunch", __FILE__, __LINE__);
+    } else if (st == LS_OK) {
+        st = run_device(c, &p, err);
+    }
     if (st == LS_OK) st = scatter(c, &p, y, err);
     if (st != LS_OK) ls_cuda_drain(c); /* the copies in may still read h_io */
     return st;
@@ -245,9 +286,10 @@ ls_status ls_cuda_forward(ls_backend *be, int layer, const float *x, const float
     return forward_locked(c, layer, x, gammas, plan, y, err);
 }
 
-/* Captures the device part once as a CUDA graph so the timings hold the
- * device work and not the host's launch overhead. NULL when capture is
- * not possible (the caller then times direct launches). */
+/* Captures the device part as a CUDA graph: for serving (graph_for) and
+ * so the benchmark's timings hold the device work and not the host's
+ * launch overhead. NULL when capture is not possible (the caller then
+ * launches directly, which reports any error). */
 static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p) {
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;

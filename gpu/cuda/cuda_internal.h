@@ -11,6 +11,7 @@
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/kernels.cuh"
+#include "gpu/graph_cache.h"
 #include "gpu/lora_plan.h"
 #include "gpu/nvml.h"
 
@@ -37,6 +38,8 @@ typedef struct {
 
     /* The forward's GEMMs and the layouts they read (gpu/lora_plan.h). */
     ls_gemm_plan gplan;
+    /* Forward shapes replayed as CUDA graphs (their cudaGraphExec_t). */
+    ls_graph_cache graphs;
     /* Elements of one slot and layer: canonical fp32 (docs/math.md order, the
      * four buffers back to back, kept on the host for slot_read) and
      * derived (compute dtype, on the device, each part padded to 8

@@ -1,0 +1,66 @@
+/* Which forwards the CUDA backend replays as captured graphs: a small
+ * cache from a forward's shape (everything its launches depend on: layer,
+ * rows, path, slot and rank, tasks) to the graph captured for it. A shape
+ * is captured the second time it is seen, so a stream of forwards that
+ * never repeat pays no capture; the least recently used graph goes when
+ * the cache is full. Host data only, so the CPU tests it; the graphs are
+ * opaque pointers the owner destroys through the callback. Not
+ * thread-safe: the backend's caller serialises its calls. */
+#ifndef LS_GPU_GRAPH_CACHE_H
+#define LS_GPU_GRAPH_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything a forward's device launches depend on besides the contents
+ * of buffers (which a replay reads afresh): two forwards with equal keys
+ * launch the same kernels with the same arguments. */
+typedef struct {
+    int layer, T, n_lora;
+    int path;       /* 0 base only, 1 one slot (cuBLAS), 2 several (SGMV) */
+    int slot, rank; /* path 1 */
+    int ntasks;     /* path 2 */
+    int gammas;     /* the request gave gammas */
+    int mode;       /* the backend's LoRA kernel switch */
+} ls_graph_key;
+
+typedef struct {
+    ls_graph_key key;
+    void *graph;  /* NULL: seen once, not captured */
+    uint64_t used; /* clock of the last lookup */
+} ls_graph_entry;
+
+typedef struct {
+    ls_graph_entry *e;
+    int cap, count;
+    uint64_t clock;
+    void (*destroy)(void *graph);
+    uint64_t hits, captures; /* for the log and tests */
+} ls_graph_cache;
+
+/* cap entries (graphs and sightings together); cap 0 turns graphs off.
+ * False when out of memory (the cache is then off). */
+bool ls_graph_cache_init(ls_graph_cache *c, int cap, void (*destroy)(void *graph));
+/* Destroys every graph; a zeroed cache is a no-op. */
+void ls_graph_cache_free(ls_graph_cache *c);
+
+/* The graph for k, or NULL. With NULL, *capture says whether to capture
+ * now (k was seen before) and then hand the graph to put; a first
+ * sighting is remembered. */
+void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture);
+/* Keeps graph for k (after get said capture); evicts the least recently
+ * used entry when full. graph NULL (capture failed) is not kept. */
+void ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
+/* Destroys every graph and forgets every sighting (the backend's buffers
+ * a graph points at are about to change). */
+void ls_graph_cache_clear(ls_graph_cache *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
