@@ -17,6 +17,7 @@ extern "C" {
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
 #define BLAS_WS_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper */
+#define BLAS_WS_SIDE_BYTES (8u << 20) /* the shrinks' handle: small GEMMs */
 #define CHUNK_BYTES (16u << 20)
 
 static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
@@ -25,6 +26,7 @@ static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 /* See cuda_internal.h. */
 void ls_cuda_drain(ls_cuda *c) {
+    if (c->side) (void)cudaStreamSynchronize(c->side);
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     (void)cudaGetLastError();
 }
@@ -47,9 +49,13 @@ static void cuda_free(ls_backend *be) {
     ls_cuda *c = ls_cuda_of(be);
     if (c) {
         cudaSetDevice(c->device);
-        if (c->stream) cudaStreamSynchronize(c->stream);
+        ls_cuda_drain(c);
         ls_graph_cache_free(&c->graphs);
         if (c->blas) cublasDestroy(c->blas);
+        if (c->blas_side) cublasDestroy(c->blas_side);
+        if (c->ev_fork) cudaEventDestroy(c->ev_fork);
+        if (c->ev_join) cudaEventDestroy(c->ev_join);
+        if (c->side) cudaStreamDestroy(c->side);
         if (c->ev_start) cudaEventDestroy(c->ev_start);
         if (c->ev_stop) cudaEventDestroy(c->ev_stop);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -169,6 +175,7 @@ static void cuda_sizes(ls_cuda *c, const ls_backend_config *cfg) {
     c->der_len = c->der_bd + pad8(dl.bdcat);
     c->max_tasks = (int)(c->max_tokens / LS_SGMV_BM + c->S + 1);
     c->blas_ws_bytes = BLAS_WS_BYTES;
+    c->blas_ws_side_bytes = BLAS_WS_SIDE_BYTES;
     /* A chunk holds at least one row of either weight matrix. */
     c->chunk_bytes = CHUNK_BYTES;
     if (c->chunk_bytes < (size_t)c->H * sizeof(float)) c->chunk_bytes = (size_t)c->H * sizeof(float);
@@ -181,8 +188,13 @@ static ls_status cuda_streams(ls_cuda *c, ls_error *err) {
     LS_CUDA_TRY(err, cudaEventCreate(&c->ev_start));
     LS_CUDA_TRY(err, cudaEventCreate(&c->ev_stop));
     for (int i = 0; i < 2; i++) LS_CUDA_TRY(err, cudaEventCreateWithFlags(&c->chunk_done[i], cudaEventDisableTiming));
+    LS_CUDA_TRY(err, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    LS_CUDA_TRY(err, cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming));
+    LS_CUDA_TRY(err, cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming));
     LS_CUBLAS_TRY(err, cublasCreate(&c->blas));
     LS_CUBLAS_TRY(err, cublasSetStream(c->blas, c->stream));
+    LS_CUBLAS_TRY(err, cublasCreate(&c->blas_side));
+    LS_CUBLAS_TRY(err, cublasSetStream(c->blas_side, c->side));
     /* No TF32 anywhere: f32 weights must agree with the CPU to 1e-5. The
      * 16-bit GEMMs write 16-bit outputs: split-K partial sums must still
      * be added in fp32, not in the output type. */
@@ -190,6 +202,7 @@ static ls_status cuda_streams(ls_cuda *c, ls_error *err) {
                                   ? CUBLAS_PEDANTIC_MATH
                                   : (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas, math));
+    LS_CUBLAS_TRY(err, cublasSetMathMode(c->blas_side, math));
     return LS_OK;
 }
 
@@ -218,6 +231,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
         {(void **)&c->d_tasks, (size_t)c->max_tasks * sizeof(int4)},
         {(void **)&c->d_part, LS_SGMV_SPLIT_MAX * split_rows * O * 2 * R * sizeof(float)},
         {&c->d_blas_ws, c->blas_ws_bytes},
+        {&c->d_blas_ws_side, c->blas_ws_side_bytes},
     };
     size_t total = 0;
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++) total += parts[i].bytes;
@@ -245,6 +259,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++)
         if (parts[i].bytes) LS_CUDA_TRY(err, cudaMemsetAsync(*parts[i].dst, 0, parts[i].bytes, c->stream));
     LS_CUBLAS_TRY(err, cublasSetWorkspace(c->blas, c->d_blas_ws, c->blas_ws_bytes));
+    LS_CUBLAS_TRY(err, cublasSetWorkspace(c->blas_side, c->d_blas_ws_side, c->blas_ws_side_bytes));
     return LS_OK;
 }
 

@@ -98,41 +98,42 @@ static cudaDataType_t cuda_type(ls_dtype t) {
  * for t < T, j < N, b < batch; all row-major, X and W in the compute
  * dtype. In cuBLAS's column-major terms that is C^T = W^T(op T) * X^T:
  * m = N, n = T. */
-static ls_status gemm(ls_cuda *c, int T, int N, int K, const void *W, int ldw, long long w_bs, const void *X, int ldx,
+static ls_status gemm(ls_cuda *c, cublasHandle_t h, int T, int N, int K, const void *W, int ldw, long long w_bs, const void *X, int ldx,
                       long long x_bs, void *C, cudaDataType_t c_type, int ldc, long long c_bs, int batch, float beta,
                       ls_error *err) {
     const float alpha = 1.0f;
     if (batch == 1)
-        LS_CUBLAS_TRY(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, c->cdt, ldw, X, c->cdt,
+        LS_CUBLAS_TRY(err, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, c->cdt, ldw, X, c->cdt,
                                         ldx, &beta, C, c_type, ldc, c->ct, CUBLAS_GEMM_DEFAULT));
     else
-        LS_CUBLAS_TRY(err, cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, c->cdt,
+        LS_CUBLAS_TRY(err, cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, c->cdt,
                                                       ldw, w_bs, X, c->cdt, ldx, x_bs, &beta, C, c_type, ldc, c_bs,
                                                       batch, c->ct, CUBLAS_GEMM_DEFAULT));
     return LS_OK;
 }
 
-/* One op through cuBLAS on rows 0..rows-1: the base GEMMs, and the LoRA
- * GEMMs of a single slot of rank r. */
-static ls_status op_blas(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op, int rows, int slot, int r,
-                         ls_error *err) {
+/* One op through cuBLAS handle h on rows 0..rows-1: the base GEMMs, and
+ * the LoRA GEMMs of a single slot of rank r. */
+static ls_status op_blas(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan *p, const ls_gemm_op *op, int rows, int slot,
+                         int r, ls_error *err) {
     const int N = ls_gemm_op_n(op, r), K = ls_gemm_op_k(op, r);
     const dev_buf C = op_buf(c, p, op->c, slot, 0), X = op_buf(c, p, op->x, slot, 0), W = op_buf(c, p, op->w, slot, 0);
     const size_t cs = ls_dtype_size(C.t), xs = ls_dtype_size(X.t), ws = ls_dtype_size(W.t);
     char *cp = C.p + op->c_off * cs;
     const char *xp = X.p + op->x_off * xs, *wp = W.p + op->w_off * ws;
     if (!op->sum_batches)
-        return gemm(c, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, cuda_type(C.t), op->ldc,
+        return gemm(c, h, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, cuda_type(C.t), op->ldc,
                     op->c_bs, op->batch, op->beta ? 1.0f : 0.0f, err);
     for (int b = 0; b < op->batch; b++) /* one after another: their sums meet in C */
-        LS_TRY(gemm(c, rows, N, K, wp + b * op->w_bs * ws, op->ldw, 0, xp + b * op->x_bs * xs, op->ldx, 0,
+        LS_TRY(gemm(c, h, rows, N, K, wp + b * op->w_bs * ws, op->ldw, 0, xp + b * op->x_bs * xs, op->ldx, 0,
                     cp + b * op->c_bs * cs, cuda_type(C.t), op->ldc, 0, 1, 1.0f, err));
     return LS_OK;
 }
 
-/* One LoRA op as SGMV launches over every task of the plan (each task
- * cut to its slot's rank). */
-static ls_status op_sgmv(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op, ls_error *err) {
+/* One LoRA op as SGMV launches on stream over every task of the plan
+ * (each task cut to its slot's rank). */
+static ls_status op_sgmv(ls_cuda *c, cudaStream_t stream, const ls_cuda_plan *p, const ls_gemm_op *op,
+                         ls_error *err) {
     const dev_buf C = op_buf(c, p, op->c, 0, 1), X = op_buf(c, p, op->x, 0, 1), W = op_buf(c, p, op->w, 0, 1);
     const size_t xs = ls_dtype_size(X.t), ws = ls_dtype_size(W.t);
     ls_sgmv_params a;
@@ -161,7 +162,7 @@ static ls_status op_sgmv(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op
     a.part = c->d_part;
     const int wmma = c->sgmv_mode == LS_CUDA_SGMV_AUTO && c->dt != LS_DTYPE_F32;
     if (!op->sum_batches) {
-        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, c->stream));
+        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, stream));
         return LS_OK;
     }
     const int batch = a.batch;
@@ -170,19 +171,31 @@ static ls_status op_sgmv(ls_cuda *c, const ls_cuda_plan *p, const ls_gemm_op *op
     for (int b = 0; b < batch; b++) { /* one after another: their sums meet in C */
         a.X = x0 + b * op->x_bs * xs;
         a.W = w0 + b * op->w_bs * ws;
-        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, c->stream));
+        LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, stream));
     }
     return LS_OK;
 }
 
 /* Op i of the plan: base GEMMs on every row, LoRA GEMMs on the adapted
- * rows (cuBLAS for one slot, SGMV for several) or not at all. */
-static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *err) {
+ * rows (cuBLAS for one slot, SGMV for several) or not at all; on the
+ * side stream (and its handle) when side. */
+static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, int side, ls_error *err) {
     const ls_gemm_op *op = &c->gplan.op[i];
-    if (!op->lora) return op_blas(c, p, op, p->T, 0, c->R, err);
+    cublasHandle_t h = side ? c->blas_side : c->blas;
+    if (!op->lora) return op_blas(c, h, p, op, p->T, 0, c->R, err);
     if (!p->lora) return LS_OK;
-    if (p->n_slots == 1) return op_blas(c, p, op, p->n_lora, p->single_slot, p->rank, err);
-    return op_sgmv(c, p, op, err);
+    if (p->n_slots == 1) return op_blas(c, h, p, op, p->n_lora, p->single_slot, p->rank, err);
+    return op_sgmv(c, side ? c->side : c->stream, p, op, err);
+}
+
+/* A shrink on the side stream from this point of the main one; the
+ * expand that reads it waits for ev_join. */
+static ls_status run_forked(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *err) {
+    LS_CUDA_TRY(err, cudaEventRecord(c->ev_fork, c->stream));
+    LS_CUDA_TRY(err, cudaStreamWaitEvent(c->side, c->ev_fork, 0));
+    LS_TRY(run_op(c, p, i, 1, err));
+    LS_CUDA_TRY(err, cudaEventRecord(c->ev_join, c->side));
+    return LS_OK;
 }
 
 /* SwiGLU x gamma between the two halves: without gammas a gated model's
@@ -197,14 +210,23 @@ static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
 }
 
 /* Everything between the copy in (d_x32, d_gam, d_tasks ready) and the
- * copy out (d_y), the ops in the plan's order: each shrink is enqueued
- * before the base GEMM beside it, which neither reads nor writes its
- * output. Enqueues only; no host synchronisation. */
+ * copy out (d_y), the ops in the plan's order: each shrink runs on the
+ * side stream beside the base GEMM after it, which neither reads nor
+ * writes its output, and the expand waits for it. Every side branch is
+ * joined back, so a capture of the main stream holds it all. Enqueues
+ * only; no host synchronisation. */
 static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
     if (c->dt != LS_DTYPE_F32)
         LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)p->T * c->H, c->stream));
     for (int i = 0; i < LS_OPS; i++) {
-        LS_TRY(run_op(c, p, i, err));
+        const bool shrink = i == LS_OP_SHRINK_GU || i == LS_OP_SHRINK_D;
+        const bool expand = i == LS_OP_EXPAND_GU || i == LS_OP_EXPAND_D;
+        if (shrink && p->lora) {
+            LS_TRY(run_forked(c, p, i, err));
+            continue;
+        }
+        if (expand && p->lora) LS_CUDA_TRY(err, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
+        LS_TRY(run_op(c, p, i, 0, err));
         if (i == LS_OP_EXPAND_GU) LS_TRY(swiglu(c, p, err));
     }
     return LS_OK;

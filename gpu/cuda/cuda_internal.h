@@ -15,7 +15,7 @@
 #include "gpu/lora_plan.h"
 #include "gpu/nvml.h"
 
-#define LS_CUDA_MAX_PARTS 17
+#define LS_CUDA_MAX_PARTS 18
 
 typedef struct {
     int device;
@@ -24,6 +24,12 @@ typedef struct {
     ls_nvml *nvml; /* NULL where NVML is not there: no utilisation figure */
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* The LoRA shrinks run on a side stream beside the base GEMM they do
+     * not touch (forked and joined by events; its own cuBLAS handle and
+     * workspace, which keeps cuBLAS's results reproducible). */
+    cudaStream_t side;
+    cublasHandle_t blas_side;
+    cudaEvent_t ev_fork, ev_join;
     cudaEvent_t ev_start, ev_stop;
     ls_cuda_sgmv_mode sgmv_mode;
 
@@ -70,7 +76,8 @@ typedef struct {
     int4 *d_tasks;   /* SGMV tasks */
     float *d_part;   /* the SGMV K split's scratch (kernels.cuh) */
     void *d_blas_ws; /* cuBLAS workspace */
-    size_t blas_ws_bytes;
+    void *d_blas_ws_side;
+    size_t blas_ws_bytes, blas_ws_side_bytes;
 
     /* Host memory. */
     float *h_canon;   /* [S][L][canon_len] what slot_write received (malloc) */
