@@ -132,12 +132,14 @@ static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int 
     int rc = 0;
     for (size_t ti = 0; ti < sizeof TOKENS / sizeof TOKENS[0] && rc == 0; ti++) {
         const int T = TOKENS[ti];
+        const double base_ms = bench_base_ms(be, in, T);
+        if (base_ms <= 0) rc = -1;
         const int cands[3] = {1, 4, T < BENCH_SLOTS ? T : BENCH_SLOTS};
         for (int ai = 0; ai < 3 && rc == 0; ai++) {
             const int A = cands[ai];
             if (A > T || (ai > 0 && A <= cands[ai - 1]) || run->nrows == MAX_ROWS) continue;
             bench_row *r = &run->rows[run->nrows];
-            *r = (bench_row){.pool_rank = pool_rank, .rank = rank, .T = T, .adapters = A};
+            *r = (bench_row){.pool_rank = pool_rank, .rank = rank, .T = T, .adapters = A, .base_ms = base_ms};
             rc = bench_measure_row(be, in, r);
             if (rc == 0) print_row(run, &run->rows[run->nrows++]);
         }

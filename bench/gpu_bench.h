@@ -44,8 +44,11 @@ void bench_fill(float *v, size_t count, double scale, uint64_t *seed);
  * a slot's rank from the zeros can use it). NULL after printing why. The
  * caller frees it with ls_backend_free. */
 ls_backend *bench_backend(int pool_rank, int rank, const bench_inputs *in, uint64_t *seed);
-/* Fills r's ms, base_ms, graph and e2e_ms (r's T and adapters set) on
- * be; in->sot is overwritten. 0 on success, else -1 after printing why. */
+/* The device-only median ms of a forward of T tokens all on the base;
+ * < 0 after printing why. */
+double bench_base_ms(ls_backend *be, const bench_inputs *in, int T);
+/* Fills r's ms, graph and e2e_ms (r's T and adapters set) on be;
+ * in->sot is overwritten. 0 on success, else -1 after printing why. */
 int bench_measure_row(ls_backend *be, const bench_inputs *in, bench_row *r);
 /* The minimal bytes and the FLOPs (2 per multiply-add, no padding) of a
  * forward of T tokens over `adapters` adapters of rank `rank`. */

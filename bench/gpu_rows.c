@@ -155,19 +155,22 @@ static double e2e_ms(ls_backend *be, int T, const bench_inputs *in, const int *s
     return med;
 }
 
+/* Device-only runs are graph replays of tens of microseconds: many are
+ * cheap. End-to-end ones carry PCIe copies of x and y (128 MiB at
+ * T = 4096): fewer. */
+static int device_iters(int T) { return T <= 64 ? 200 : T <= 512 ? 50 : 20; }
+static int e2e_iters(int T) { return T <= 64 ? 50 : T <= 512 ? 20 : 10; }
+
+double bench_base_ms(ls_backend *be, const bench_inputs *in, int T) {
+    int graph = 0;
+    return device_ms(be, T, in, NULL, device_iters(T), &graph);
+}
+
 int bench_measure_row(ls_backend *be, const bench_inputs *in, bench_row *r) {
-    const int T = r->T;
-    /* Device-only runs are graph replays of tens of microseconds: many are
-     * cheap. End-to-end ones carry PCIe copies of x and y (128 MiB at
-     * T = 4096): fewer. */
-    const int iters = T <= 64 ? 200 : T <= 512 ? 50 : 20;
-    const int e2e_iters = T <= 64 ? 50 : T <= 512 ? 20 : 10;
-    int base_graph = 0;
-    r->base_ms = device_ms(be, T, in, NULL, iters, &base_graph);
-    for (int t = 0; t < T; t++) in->sot[t] = t % r->adapters;
-    r->ms = device_ms(be, T, in, in->sot, iters, &r->graph);
-    r->e2e_ms = e2e_ms(be, T, in, in->sot, e2e_iters);
-    return r->base_ms > 0 && r->ms > 0 && r->e2e_ms > 0 ? 0 : -1;
+    for (int t = 0; t < r->T; t++) in->sot[t] = t % r->adapters;
+    r->ms = device_ms(be, r->T, in, in->sot, device_iters(r->T), &r->graph);
+    r->e2e_ms = e2e_ms(be, r->T, in, in->sot, e2e_iters(r->T));
+    return r->ms > 0 && r->e2e_ms > 0 ? 0 : -1;
 }
 
 /* Per adapter at rank r: gu_a [2r, H], gu_b [n, 2F, r], d_a [n, r, F],
