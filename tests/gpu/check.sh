@@ -64,6 +64,7 @@ bounded() {
 why() {
     case $1 in
     124) echo "timed out" ;;
+    77) echo "exit 77 (skipped: no CUDA device)" ;;
     125) echo "skipped: the check's time was spent" ;;
     *) echo "exit $1" ;;
     esac
@@ -232,17 +233,17 @@ else
             bounded "$left" "$CS" --tool "$tool" --error-exitcode 99 --report-api-errors no "$PARITY" "$c" >"$one" 2>&1
             rc=$?
             { echo "=== $tool $c: $(why $rc)"; cat "$one"; } >>"$SANLOG"
-            said=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks, " "$one" | tr '\n' ' ')
+            said=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks, " "$one" | sed 's/^=* *//' | paste -sd ';' | sed 's/;/; /g')
             case $rc in
             0) log "  $tool $c: clean; $said" ;;
-            99) fail "  $tool $c: errors found; $said(sanitizer.log)" ;;
+            99) fail "  $tool $c: errors found; $said (sanitizer.log)" ;;
             124 | 125) log "  $tool $c: $(why $rc) (sanitizer.log)" ;;
             *)
                 if grep -qiE "not supported|unable to|failed to|SKIPPED: no CUDA device|error 999" "$one" && ! grep -q "checks, " "$one"; then
                     log "  compute-sanitizer did not start here ($tool $c: $(why $rc): $(grep -m1 -iE 'not supported|unable to|failed to|SKIPPED|error' "$one")); no sanitizer results"
                     started=0
                 else
-                    fail "  $tool $c: the parity suite failed under the sanitizer ($(why $rc)); $said(sanitizer.log)"
+                    fail "  $tool $c: the parity suite failed under the sanitizer ($(why $rc)); $said (sanitizer.log)"
                 fi
                 ;;
             esac
