@@ -263,10 +263,25 @@ static void inputs_free(bench_inputs *in) {
     free(in->sot);
 }
 
+/* True when argv[i] is a file flag (--torch or --http) with a value. */
+static int file_flag(int argc, char **argv, int i) {
+    return (!strcmp(argv[i], "--torch") || !strcmp(argv[i], "--http")) && i + 1 < argc;
+}
+
+/* True when the file after flag i was named by an earlier file flag: one
+ * file may hold both kinds of lines (check.sh's peers.jsonl), and reading
+ * it twice would print its HTTP rows twice. */
+static int named_before(char **argv, int i) {
+    for (int j = 1; j < i; j++)
+        if (file_flag(i + 1, argv, j) && !strcmp(argv[j + 1], argv[i + 1])) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "--torch") || !strcmp(argv[i], "--http")) && i + 1 < argc) {
-            refs_load(argv[++i]);
+        if (file_flag(argc, argv, i)) {
+            if (!named_before(argv, i)) refs_load(argv[i + 1]);
+            i++;
         } else {
             fprintf(stderr, "usage: bench_gpu [--torch torch_ref.jsonl] [--http http.jsonl]\n");
             refs_free();
