@@ -70,10 +70,17 @@ why() {
     esac
 }
 
-# Server PID's log, appended to run.log under a title, after it stopped.
+# Stops server PID (SIGTERM, SIGKILL after 20 s: the wait stays bounded)
+# and appends its log to run.log under a title.
 stop_server() {
-    local pid=$1 title=$2 slog=$3
+    local pid=$1 title=$2 slog=$3 waited=0
     kill "$pid" 2>/dev/null
+    while [ "$waited" -lt 20 ]; do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 1
+        waited=$((waited + 1))
+    done
+    kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
     { echo "=== $title"; cat "$slog"; } >>"$RUNLOG"
 }
