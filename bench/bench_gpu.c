@@ -166,7 +166,8 @@ static void print_http(const bench_run *run) {
     double ms;
     if (!refs_http(0, &T, &A, &body, &ms)) return;
     printf("\nThrough the server (bench/bench_gpu_http.py: lorasink --device cuda, --max-rank 16, 8 adapters of "
-           "rank 16, one kept-alive connection; median request time) beside the in-process end-to-end "
+           "rank 16, one kept-alive connection, or for \"N conns\" N requests of T/N tokens sent at once, one "
+           "adapter and connection each; median time to the last reply) beside the in-process end-to-end "
            "forward (pool R 16):\n\n");
     printf("| T | adapters | body | HTTP ms | e2e ms | HTTP / e2e |\n|---:|---:|:---|---:|---:|---:|\n");
     for (int i = 0; refs_http(i, &T, &A, &body, &ms); i++) {

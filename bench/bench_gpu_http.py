@@ -12,7 +12,11 @@ TCP_NODELAY, reply read into one buffer):
   adapter in the query);
 - T = 64 spread over every adapter (token t on adapter t % ADAPTERS): a
   JSON body with x as a base64 object and "encoding": "base64", since a
-  safetensors body names one adapter for all of its tokens (docs/api.md).
+  safetensors body names one adapter for all of its tokens (docs/api.md);
+- the same 64 tokens as ADAPTERS concurrent safetensors requests of
+  64 / ADAPTERS tokens, one adapter and one connection each, as clients
+  serving several adapters send them and the server batches them: the
+  time from their common start to the last reply.
 
 Each row: WARMUP untimed requests, then REPS timed ones, first byte sent
 to last byte received. Prints one JSON object per line: first
@@ -32,6 +36,7 @@ import random
 import socket
 import statistics
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -43,12 +48,12 @@ class RawClient:
     """One kept-alive connection; request() returns (status, reply body,
     seconds from the first byte sent to the last byte received)."""
 
-    def __init__(self, url):
+    def __init__(self, url, reply_bytes):
         u = urllib.parse.urlparse(url)
         self.host = u.hostname
         self.sock = socket.create_connection((u.hostname, u.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray(64 << 20)
+        self.buf = bytearray(reply_bytes + (1 << 20))  # y and room for the head and metadata
         self.view = memoryview(self.buf)
 
     def _recv(self, got, limit):
@@ -136,6 +141,11 @@ def check_reply(status, reply, ctype, want):
         raise SystemExit("bench_gpu_http: unexpected reply %s" % reply[:300])
 
 
+def emit(body, T, A, times):
+    print(json.dumps({"body": body, "T": T, "adapters": A, "ms": statistics.median(times),
+                      "min_ms": min(times), "max_ms": max(times), "n": len(times)}), flush=True)
+
+
 def time_case(client, case, warmup, reps):
     path, body, ctype, want = case
     times = []
@@ -144,6 +154,49 @@ def time_case(client, case, warmup, reps):
         check_reply(status, reply, ctype, want)
         if i >= warmup:
             times.append(seconds * 1e3)
+    return times
+
+
+def time_concurrent(url, cases, warmup, reps):
+    """cases sent at once, one connection and one thread each, warmup +
+    reps times: the ms from their common start to the last reply."""
+    k = len(cases)
+    clients = [RawClient(url, case[3]) for case in cases]
+    start, done = threading.Barrier(k + 1, timeout=120), threading.Barrier(k + 1, timeout=120)
+    errors = []
+
+    def worker(client, case):
+        path, body, ctype, want = case
+        try:
+            for _ in range(warmup + reps):
+                start.wait()
+                status, reply, _ = client.request(path, body, ctype)
+                check_reply(status, reply, ctype, want)
+                done.wait()
+        except (Exception, SystemExit) as e:  # any failure ends the row and unblocks the others
+            errors.append(e)
+            start.abort()
+            done.abort()
+
+    threads = [threading.Thread(target=worker, args=(c, case)) for c, case in zip(clients, cases)]
+    for t in threads:
+        t.start()
+    times = []
+    try:
+        for i in range(warmup + reps):
+            start.wait()
+            t0 = time.perf_counter()
+            done.wait()
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+    except threading.BrokenBarrierError:
+        pass
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.close()
+    if errors:
+        raise SystemExit("bench_gpu_http: a concurrent request failed: %s" % errors[0])
     return times
 
 
@@ -169,14 +222,16 @@ def main():
     tokens = [int(t) for t in a.tokens.split(",")]
     cases = [("safetensors", T, 1, safetensors_case(T, H, layer, names[0])) for T in tokens]
     cases.append(("json-base64", max(tokens), len(names), json_b64_case(max(tokens), H, layer, names)))
-    client = RawClient(a.url)
+    client = RawClient(a.url, 2 * max(tokens) * H * 4)  # base64 JSON y is 4/3 of the bytes
     try:
         for body, T, A, case in cases:
-            times = time_case(client, case, a.warmup, a.reps)
-            print(json.dumps({"body": body, "T": T, "adapters": A, "ms": statistics.median(times),
-                              "min_ms": min(times), "max_ms": max(times), "n": len(times)}), flush=True)
+            emit(body, T, A, time_case(client, case, a.warmup, a.reps))
     finally:
         client.close()
+    T = max(tokens)
+    if T % len(names) == 0:
+        per = [safetensors_case(T // len(names), H, layer, name) for name in names]
+        emit("safetensors, %d conns" % len(names), T, len(names), time_concurrent(a.url, per, a.warmup, a.reps))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 
 typedef struct {
     char kind[16]; /* "eager", "graph" or "http" */
-    char body[24]; /* http: the body format */
+    char body[32]; /* http: the body format */
     int rank, T, adapters;
     double ms;
 } ref_row;
