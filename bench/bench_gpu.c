@@ -1,219 +1,316 @@
 /* The GPU benchmark: the CUDA forward at an Inkling-Small shape (n=2,
  * H=4096, F=2048, bf16) for T in {1, 8, 64, 512, 4096}, 1, 4 and T
- * distinct adapters (at most the 8 slots), rank 16 and 64. Device time per
- * forward (median, CUDA events), fraction of the copy roofline for small
- * T, TFLOP/s for large T, LoRA overhead over the base-only forward, and
- * the ratio to PyTorch eager (bench/torch_ref.py) when its JSON lines are
- * given. Prints a markdown table; never passes or fails on time. */
-#include <jansson.h>
+ * distinct adapters (at most the 8 slots), in three row groups: pool rank
+ * 16 with rank-16 adapters, pool rank 64 with rank-64 adapters, and pool
+ * rank 64 holding rank-16 adapters (the rank cut's case). Per row: device
+ * time of one forward (graph replay, inputs resident), the end-to-end time
+ * of ls_backend_forward from host x to host y, the copy roofline (T <= 64),
+ * TFLOP/s (T >= 512), the LoRA overhead over the base forward, and the
+ * ratios to PyTorch eager and PyTorch in a CUDA graph (bench/torch_ref.py)
+ * when their JSON lines are given; the device-to-device copy bandwidth and
+ * the bf16 GEMM peak measured in the same run. Then the HTTP rows
+ * (bench/bench_gpu_http.py) beside the in-process end-to-end ones, and the
+ * issue's targets, each met or not. Prints markdown; never passes or
+ * fails on time (exit 0 once it ran, 77 without a device).
+ *   bench_gpu [--torch torch_ref.jsonl] [--http http.jsonl] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/text.h"
-#include "gpu/backend.h"
+#include "gpu_bench.h"
 #include "gpu/cuda/cuda_backend.h"
-
-#define N_EXPERTS 2
-#define HIDDEN 4096
-#define INTER 2048
-#define SLOTS 8
+#include "gpu/cuda/peak.h"
 
 static const int TOKENS[] = {1, 8, 64, 512, 4096};
-static const int RANKS[] = {16, 64};
+static const int GROUPS[][2] = {{16, 16}, {64, 64}, {64, 16}}; /* pool rank, adapter rank */
+#define MAX_ROWS 64
 
+/* What the whole run measured besides the rows. */
 typedef struct {
-    int rank, T, adapters; /* adapters 0 = base only */
-    double ms;
-} torch_row;
+    double copy_bps;   /* device-to-device, read + write */
+    double peak_cube;  /* 8192^3 bf16 GEMM, TFLOP/s */
+    double peak_13;    /* m=4096, n=n*2F, k=H: the forward's W13 GEMM at T=4096 */
+    double peak_2;     /* m=4096, n=H, k=n*F: its W2 GEMM */
+    double peak_fwd;   /* both at their own rates, the forward's mix of FLOPs */
+    bench_row rows[MAX_ROWS];
+    int nrows;
+} bench_run;
 
-static torch_row *g_torch;
-static size_t g_ntorch;
+/* ---- run-wide ceilings ----------------------------------------------------- */
 
-/* Reads torch_ref.py's JSON lines; lines without "ms" are skipped. */
-static void load_torch(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "bench_gpu: cannot open %s; no torch column\n", path);
-        return;
+/* One GEMM peak in TFLOP/s, 0 (printed) when it fails. */
+static double peak(int m, int n, int k) {
+    ls_error err;
+    ls_error_init(&err);
+    double t = 0;
+    if (ls_cuda_gemm_peak(0, m, n, k, 20, &t, &err) != LS_OK) {
+        fprintf(stderr, "bench_gpu: gemm peak %dx%dx%d: %s\n", m, n, k, err.message);
+        t = 0;
     }
-    char line[4096];
-    size_t cap = 0;
-    while (fgets(line, sizeof line, f)) {
-        json_error_t je;
-        json_t *j = json_loads(line, 0, &je);
-        if (!j) continue;
-        json_t *ms = json_object_get(j, "ms");
-        if (json_is_number(ms)) {
-            if (g_ntorch == cap) {
-                cap = cap ? 2 * cap : 64;
-                torch_row *p = realloc(g_torch, cap * sizeof *p);
-                if (!p) break;
-                g_torch = p;
-            }
-            g_torch[g_ntorch++] = (torch_row){(int)json_integer_value(json_object_get(j, "rank")),
-                                              (int)json_integer_value(json_object_get(j, "T")),
-                                              (int)json_integer_value(json_object_get(j, "adapters")),
-                                              json_number_value(ms)};
-        }
-        json_decref(j);
-    }
-    fclose(f);
+    ls_error_free(&err);
+    return t;
 }
 
-static double torch_ms(int rank, int T, int adapters) {
-    for (size_t i = 0; i < g_ntorch; i++)
-        if (g_torch[i].rank == rank && g_torch[i].T == T && g_torch[i].adapters == adapters) return g_torch[i].ms;
+static void measure_ceilings(ls_backend *be, bench_run *run) {
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_backend_cuda_copy_bandwidth(be, (size_t)1 << 30, 20, &run->copy_bps, &err) != LS_OK) {
+        fprintf(stderr, "bench_gpu: copy bandwidth: %s\n", err.message);
+        run->copy_bps = 0;
+    }
+    ls_error_free(&err);
+    const int n13 = BENCH_N * 2 * BENCH_F, n2 = BENCH_N * BENCH_F;
+    run->peak_cube = peak(8192, 8192, 8192);
+    run->peak_13 = peak(BENCH_TMAX, n13, BENCH_H);
+    run->peak_2 = peak(BENCH_TMAX, BENCH_H, n2);
+    if (run->peak_13 > 0 && run->peak_2 > 0) {
+        const double f13 = 2.0 * BENCH_TMAX * n13 * BENCH_H, f2 = 2.0 * BENCH_TMAX * BENCH_H * n2;
+        run->peak_fwd = (f13 + f2) / (f13 / run->peak_13 + f2 / run->peak_2);
+    }
+}
+
+static void print_header(ls_backend *be, const bench_run *run) {
+    printf("GPU: %s; bf16 weights, n=%d H=%d F=%d, %d slots, shared pool, interleaved W13; "
+           "device-to-device copy %.0f GB/s (read + write)\n\n",
+           ls_backend_cuda_device_name(be), BENCH_N, BENCH_H, BENCH_F, BENCH_SLOTS, run->copy_bps / 1e9);
+    printf("bf16 GEMM peak in this run (cublasGemmEx, fp32 accumulation, random data, median of 20): "
+           "8192x8192x8192 %.0f TFLOP/s; the forward's GEMMs at T=%d: m=%d n=%d k=%d %.0f, m=%d n=%d k=%d %.0f, "
+           "together %.0f TFLOP/s (the T=%d targets' ceiling)\n\n",
+           run->peak_cube, BENCH_TMAX, BENCH_TMAX, BENCH_N * 2 * BENCH_F, BENCH_H, run->peak_13, BENCH_TMAX,
+           BENCH_H, BENCH_N * BENCH_F, run->peak_2, run->peak_fwd, BENCH_TMAX);
+    printf("| pool R | rank | T | adapters | graph | ms | base ms | LoRA overhead | GB/s | roofline | TFLOP/s | "
+           "e2e ms | e2e roofline | torch ms | ours/torch | torch graph ms | ours/torch graph |\n");
+    printf("|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+/* Copy-roofline fraction of a time (T <= 64 only; 0 otherwise). */
+static double roofline(const bench_run *run, const bench_row *r, double ms) {
+    if (r->T > 64 || run->copy_bps <= 0 || ms <= 0) return 0;
+    return bench_min_bytes(r->T, r->adapters, r->rank) / (ms * 1e-3) / run->copy_bps;
+}
+
+static double tflops(const bench_row *r) { return bench_flops(r->T, r->rank) / (r->ms * 1e-3) / 1e12; }
+
+/* "| 0.1234 | 0.56 |" for a peer's time, or dashes when absent. */
+static void print_peer(double ours, double theirs) {
+    if (theirs > 0)
+        printf(" %.4f | %.2f |", theirs, ours / theirs);
+    else
+        printf(" - | - |");
+}
+
+static void print_row(const bench_run *run, const bench_row *r) {
+    const double gbs = bench_min_bytes(r->T, r->adapters, r->rank) / (r->ms * 1e-3) / 1e9;
+    printf("| %d | %d | %d | %d | %s | %.4f | %.4f | %+.1f%% | %.0f |", r->pool_rank, r->rank, r->T, r->adapters,
+           r->graph ? "yes" : "no", r->ms, r->base_ms, (r->ms / r->base_ms - 1) * 100, gbs);
+    if (r->T <= 64)
+        printf(" %.0f%% | - |", 100 * roofline(run, r, r->ms));
+    else
+        printf(" - | %.0f |", tflops(r));
+    printf(" %.4f |", r->e2e_ms);
+    if (r->T <= 64)
+        printf(" %.0f%% |", 100 * roofline(run, r, r->e2e_ms));
+    else
+        printf(" - |");
+    /* Torch has no padded pool: its rows are at the adapters' rank. */
+    print_peer(r->ms, refs_torch_ms("eager", r->rank, r->T, r->adapters));
+    print_peer(r->ms, refs_torch_ms("graph", r->rank, r->T, r->adapters));
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Measures and prints one group's rows; 0 on success. */
+static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int rank, uint64_t *seed) {
+    ls_backend *be = bench_backend(pool_rank, rank, in, seed);
+    if (!be) return -1;
+    if (run->nrows == 0) {
+        measure_ceilings(be, run);
+        print_header(be, run);
+    }
+    int rc = 0;
+    for (size_t ti = 0; ti < sizeof TOKENS / sizeof TOKENS[0] && rc == 0; ti++) {
+        const int T = TOKENS[ti];
+        const double base_ms = bench_base_ms(be, in, T);
+        if (base_ms <= 0) rc = -1;
+        const int cands[3] = {1, 4, T < BENCH_SLOTS ? T : BENCH_SLOTS};
+        for (int ai = 0; ai < 3 && rc == 0; ai++) {
+            const int A = cands[ai];
+            if (A > T || (ai > 0 && A <= cands[ai - 1]) || run->nrows == MAX_ROWS) continue;
+            bench_row *r = &run->rows[run->nrows];
+            *r = (bench_row){.pool_rank = pool_rank, .rank = rank, .T = T, .adapters = A, .base_ms = base_ms};
+            rc = bench_measure_row(be, in, r);
+            if (rc == 0) print_row(run, &run->rows[run->nrows++]);
+        }
+    }
+    ls_backend_free(be);
+    return rc;
+}
+
+/* ---- HTTP rows and targets -------------------------------------------------- */
+
+static const bench_row *find_row(const bench_run *run, int pool_rank, int rank, int T, int adapters) {
+    for (int i = 0; i < run->nrows; i++) {
+        const bench_row *r = &run->rows[i];
+        if (r->pool_rank == pool_rank && r->rank == rank && r->T == T && r->adapters == adapters) return r;
+    }
+    return NULL;
+}
+
+/* The server of bench_gpu_http.py runs --max-rank 16 with rank-16
+ * adapters: its rows sit beside the pool R 16 group's end-to-end ones. */
+static void print_http(const bench_run *run) {
+    int T, A;
+    const char *body;
+    double ms;
+    if (!refs_http(0, &T, &A, &body, &ms)) return;
+    printf("\nThrough the server (bench/bench_gpu_http.py: lorasink --device cuda, --max-rank 16, 8 adapters of "
+           "rank 16, one kept-alive connection, or for \"N conns\" N requests of T/N tokens sent at once, one "
+           "adapter and connection each; median time to the last reply) beside the in-process end-to-end "
+           "forward (pool R 16):\n\n");
+    printf("| T | adapters | body | HTTP ms | e2e ms | HTTP / e2e |\n|---:|---:|:---|---:|---:|---:|\n");
+    for (int i = 0; refs_http(i, &T, &A, &body, &ms); i++) {
+        const bench_row *r = find_row(run, 16, 16, T, A);
+        printf("| %d | %d | %s | %.4f |", T, A, body, ms);
+        if (r)
+            printf(" %.4f | %.2f |\n", r->e2e_ms, ms / r->e2e_ms);
+        else
+            printf(" - | - |\n");
+    }
+}
+
+/* One target over the rows it names: the worst value among them. */
+typedef enum { AT_LEAST, AT_MOST, BELOW } bound;
+typedef struct {
+    const char *what, *goal;
+    bound kind;
+    double limit;
+    double worst;
+    const bench_row *at; /* the worst row; NULL: no row had the data */
+} target;
+
+static void consider(target *t, const bench_row *r, double v) {
+    const int worse = t->kind == AT_LEAST ? v < t->worst : v > t->worst;
+    if (!t->at || worse) {
+        t->worst = v;
+        t->at = r;
+    }
+}
+
+static void print_target(const target *t) {
+    printf("| %s | %s | ", t->what, t->goal);
+    if (!t->at) {
+        printf("no data | - | - |\n");
+        return;
+    }
+    const double v = t->worst;
+    const int met = t->kind == AT_LEAST ? v >= t->limit : t->kind == AT_MOST ? v <= t->limit : v < t->limit;
+    printf("%.2f | pool R %d, rank %d, T %d, adapters %d | %s |\n", v, t->at->pool_rank, t->at->rank, t->at->T,
+           t->at->adapters, met ? "met" : "not met");
+}
+
+static void print_targets(const bench_run *run) {
+    target t[] = {
+        {"device-only roofline, T <= 64, 8 adapters of rank 16", ">= 0.80", AT_LEAST, 0.80, 0, NULL},
+        {"end-to-end roofline, T <= 64, 8 adapters of rank 16", ">= 0.60", AT_LEAST, 0.60, 0, NULL},
+        {"LoRA overhead over the base forward, T <= 64, 8 adapters of rank 16", "<= 0.15", AT_MOST, 0.15, 0, NULL},
+        {"T = 4096, 1 adapter: TFLOP/s / forward-shape GEMM peak", ">= 0.75", AT_LEAST, 0.75, 0, NULL},
+        {"T = 4096, 8 adapters: TFLOP/s / forward-shape GEMM peak", ">= 0.65", AT_LEAST, 0.65, 0, NULL},
+        {"ours / PyTorch in a CUDA graph, device-only, every row", "< 1", BELOW, 1.0, 0, NULL},
+    };
+    for (int i = 0; i < run->nrows; i++) {
+        const bench_row *r = &run->rows[i];
+        if (r->rank == 16 && r->T <= 64 && r->adapters == 8) {
+            consider(&t[0], r, roofline(run, r, r->ms));
+            consider(&t[1], r, roofline(run, r, r->e2e_ms));
+            consider(&t[2], r, r->ms / r->base_ms - 1);
+        }
+        if (r->T == BENCH_TMAX && run->peak_fwd > 0 && (r->adapters == 1 || r->adapters == 8))
+            consider(&t[r->adapters == 1 ? 3 : 4], r, tflops(r) / run->peak_fwd);
+        const double tg = refs_torch_ms("graph", r->rank, r->T, r->adapters);
+        if (tg > 0) consider(&t[5], r, r->ms / tg);
+    }
+    printf("\nTargets (issue 29), each the worst of the rows it names, over every row group:\n\n");
+    printf("| target | goal | measured | worst row | |\n|:---|:---|---:|:---|:---|\n");
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) print_target(&t[i]);
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static int inputs_alloc(bench_inputs *in, uint64_t *seed) {
+    const size_t n13 = (size_t)BENCH_N * 2 * BENCH_F * BENCH_H, n2 = (size_t)BENCH_N * BENCH_H * BENCH_F;
+    const size_t nx = (size_t)BENCH_TMAX * BENCH_H, ng = (size_t)BENCH_TMAX * BENCH_N;
+    in->w13 = malloc(n13 * sizeof(float));
+    in->w2 = malloc(n2 * sizeof(float));
+    in->x = malloc(nx * sizeof(float));
+    in->y = malloc(nx * sizeof(float));
+    in->gam = malloc(ng * sizeof(float));
+    in->sot = malloc((size_t)BENCH_TMAX * sizeof(int));
+    if (!in->w13 || !in->w2 || !in->x || !in->y || !in->gam || !in->sot) return -1;
+    bench_fill(in->w13, n13, 0.027, seed);
+    bench_fill(in->w2, n2, 0.027, seed);
+    bench_fill(in->x, nx, 1.0, seed);
+    bench_fill(in->gam, ng, 1.0, seed);
     return 0;
 }
 
-static void fill(float *v, size_t count, double scale, unsigned long long *s) {
-    for (size_t i = 0; i < count; i++) {
-        uint64_t st = *s, z = ls_splitmix64(&st);
-        *s = st;
-        v[i] = (float)(((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0) * scale);
-    }
+static void inputs_free(bench_inputs *in) {
+    free(in->w13);
+    free(in->w2);
+    free(in->x);
+    free(in->y);
+    free(in->gam);
+    free(in->sot);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+/* True when argv[i] is a file flag (--torch or --http) with a value. */
+static int file_flag(int argc, char **argv, int i) {
+    return (!strcmp(argv[i], "--torch") || !strcmp(argv[i], "--http")) && i + 1 < argc;
 }
 
-static void die(const char *what, const ls_error *err) {
-    fprintf(stderr, "bench_gpu: %s: %s\n", what, err->message);
-    exit(1);
-}
-
-/* Median device time of one forward in ms. */
-static double median_ms(ls_backend *be, int T, const float *x, const float *gam, const int *sot, int iters) {
-    float *ms = malloc((size_t)iters * sizeof *ms);
-    ls_error err;
-    ls_error_init(&err);
-    if (!ms) die("out of memory", &err);
-    if (ls_backend_cuda_time_forward(be, 0, T, x, gam, sot, iters, ms, NULL, &err) != LS_OK) die("time_forward", &err);
-    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
-    double med = ms[iters / 2];
-    free(ms);
-    ls_error_free(&err);
-    return med;
+/* True when the file after flag i was named by an earlier file flag: one
+ * file may hold both kinds of lines (check.sh's peers.jsonl), and reading
+ * it twice would print its HTTP rows twice. */
+static int named_before(char **argv, int i) {
+    for (int j = 1; j < i; j++)
+        if (file_flag(i + 1, argv, j) && !strcmp(argv[j + 1], argv[i + 1])) return 1;
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *torch_path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--torch") && i + 1 < argc)
-            torch_path = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_gpu [--torch torch_ref.jsonl]\n");
+        if (file_flag(argc, argv, i)) {
+            if (!named_before(argv, i)) refs_load(argv[i + 1]);
+            i++;
+        } else {
+            fprintf(stderr, "usage: bench_gpu [--torch torch_ref.jsonl] [--http http.jsonl]\n");
+            refs_free();
             return 2;
         }
     }
-    if (torch_path) load_torch(torch_path);
     if (!ls_backend_cuda_available()) {
         printf("SKIPPED: no CUDA device\n");
+        refs_free();
         return 77;
     }
-    const int n = N_EXPERTS, H = HIDDEN, F = INTER, Tmax = 4096;
-    const size_t n13 = (size_t)n * 2 * F * H, n2 = (size_t)n * H * F;
-    unsigned long long seed = 42;
-    float *w13 = malloc(n13 * sizeof(float)), *w2 = malloc(n2 * sizeof(float));
-    float *x = malloc((size_t)Tmax * H * sizeof(float)), *gam = malloc((size_t)Tmax * n * sizeof(float));
-    int *sot = malloc((size_t)Tmax * sizeof(int));
-    ls_error err;
-    ls_error_init(&err);
-    if (!w13 || !w2 || !x || !gam || !sot) die("out of host memory", &err);
-    fill(w13, n13, 0.027, &seed);
-    fill(w2, n2, 0.027, &seed);
-    fill(x, (size_t)Tmax * H, 1.0, &seed);
-    fill(gam, (size_t)Tmax * n, 1.0, &seed);
-
-    double copy_bps = 0;
-    int header = 0;
-    for (size_t ri = 0; ri < sizeof RANKS / sizeof RANKS[0]; ri++) {
-        const int R = RANKS[ri];
-        ls_backend_config cfg = {.dims = {n, H, F, 1, LS_W13_INTERLEAVED},
-                                 .pool = {SLOTS, R, LS_LORA_SHARED, Tmax},
-                                 .dtype = LS_DTYPE_BF16};
-        ls_backend *be = NULL;
-        if (ls_backend_cuda_create(&cfg, NULL, &be, &err) != LS_OK) die("create", &err);
-        const ls_base_layer bl = ls_base_layer_f32(w13, w2);
-        if (ls_backend_upload_base(be, 0, &bl, &err) != LS_OK) die("upload_base", &err);
-        const size_t la = ls_pool_gu_a_len(&cfg.dims, &cfg.pool), lb = ls_pool_gu_b_len(&cfg.dims, &cfg.pool),
-                     lc = ls_pool_d_a_len(&cfg.dims, &cfg.pool), ld = ls_pool_d_b_len(&cfg.dims, &cfg.pool);
-        float *fa = malloc(la * 4), *fb = malloc(lb * 4), *fc = malloc(lc * 4), *fd = malloc(ld * 4);
-        if (!fa || !fb || !fc || !fd) die("out of host memory", &err);
-        for (int s = 0; s < SLOTS; s++) {
-            fill(fa, la, 0.027, &seed);
-            fill(fb, lb, 0.1, &seed);
-            fill(fc, lc, 0.038, &seed);
-            fill(fd, ld, 0.1, &seed);
-            ls_slot_factors f = {fa, fb, fc, fd};
-            if (ls_backend_slot_write(be, s, 0, &f, &err) != LS_OK) die("slot_write", &err);
-        }
-        free(fa);
-        free(fb);
-        free(fc);
-        free(fd);
-        if (!header) {
-            if (ls_backend_cuda_copy_bandwidth(be, (size_t)1 << 30, 20, &copy_bps, &err) != LS_OK)
-                die("copy bandwidth", &err);
-            printf("GPU: %s; bf16 weights, n=%d H=%d F=%d, %d slots, shared pool, interleaved W13; "
-                   "device-to-device copy %.0f GB/s (read + write)\n\n",
-                   ls_backend_cuda_device_name(be), n, H, F, SLOTS, copy_bps / 1e9);
-            printf("| rank | T | adapters | ms | base ms | LoRA overhead | GB/s | roofline | TFLOP/s | torch ms | "
-                   "ours/torch |\n");
-            printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-            header = 1;
-        }
-        for (size_t ti = 0; ti < sizeof TOKENS / sizeof TOKENS[0]; ti++) {
-            const int T = TOKENS[ti];
-            const int iters = T <= 64 ? 200 : T <= 512 ? 50 : 20;
-            const double base = median_ms(be, T, x, gam, NULL, iters);
-            const int cands[3] = {1, 4, T < SLOTS ? T : SLOTS};
-            for (int ai = 0; ai < 3; ai++) {
-                const int A = cands[ai];
-                if (A > T || (ai > 0 && A <= cands[ai - 1])) continue;
-                for (int t = 0; t < T; t++) sot[t] = t % A;
-                const double ms = median_ms(be, T, x, gam, sot, iters);
-                /* Minimal traffic: weights and each adapter's factors once
-                 * (bf16), x and y in fp32, the gates. */
-                const double wbytes = 2.0 * ((double)n13 + (double)n2);
-                const double abytes = 2.0 * ((double)2 * R * H + (double)n * 2 * F * R + (double)R * n * F +
-                                             (double)H * R);
-                const double bytes = wbytes + A * abytes + 8.0 * T * H + 4.0 * T * n;
-                const double flops = 2.0 * T * ((double)n13 + (double)n2) +
-                                     2.0 * T * ((double)2 * R * H + (double)n * 2 * F * R + (double)R * n * F +
-                                                (double)H * R);
-                const double gbs = bytes / (ms * 1e-3) / 1e9;
-                const double tms = torch_ms(R, T, A);
-                printf("| %d | %d | %d | %.4f | %.4f | %+.1f%% | %.0f | ", R, T, A, ms, base, (ms / base - 1) * 100,
-                       gbs);
-                if (T <= 64 && copy_bps > 0)
-                    printf("%.0f%% | ", 100.0 * gbs * 1e9 / copy_bps);
-                else
-                    printf("- | ");
-                if (T >= 512)
-                    printf("%.0f | ", flops / (ms * 1e-3) / 1e12);
-                else
-                    printf("- | ");
-                if (tms > 0)
-                    printf("%.4f | %.2f |\n", tms, ms / tms);
-                else
-                    printf("- | - |\n");
-                fflush(stdout);
-            }
-        }
-        ls_backend_free(be);
+    uint64_t seed = 42;
+    bench_inputs in = {0};
+    static bench_run run; /* 64 rows: off the stack */
+    int rc = inputs_alloc(&in, &seed);
+    if (rc) fprintf(stderr, "bench_gpu: out of host memory\n");
+    for (size_t g = 0; g < sizeof GROUPS / sizeof GROUPS[0] && rc == 0; g++)
+        rc = run_group(&run, &in, GROUPS[g][0], GROUPS[g][1], &seed);
+    if (run.nrows > 0) {
+        printf("\nms: median device time of one forward (CUDA graph of the device work when graph says yes, inputs "
+               "resident); e2e ms: median wall time of ls_backend_forward from host x to host y (staging, PCIe, "
+               "sync); roofline: minimal bytes / time / copy bandwidth; pool R: the pool's rank, rank: the "
+               "adapters' (zero past it); ours/torch: our device time / PyTorch eager's, ours/torch graph: / "
+               "PyTorch's in a CUDA graph; < 1 is faster.\n");
+        print_http(&run);
+        print_targets(&run);
     }
-    printf("\nms: median device time of one forward (CUDA graph of the device work, inputs resident); roofline: "
-           "minimal bytes / time / copy bandwidth; ours/torch < 1 means faster than PyTorch eager.\n");
-    free(w13);
-    free(w2);
-    free(x);
-    free(gam);
-    free(sot);
-    free(g_torch);
-    ls_error_free(&err);
-    return 0;
+    inputs_free(&in);
+    refs_free();
+    return rc ? 1 : 0;
 }
