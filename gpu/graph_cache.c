@@ -55,23 +55,25 @@ void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture
             c->hits++;
             return c->e[i].graph;
         }
-        *capture = true;
+        *capture = !c->e[i].failed;
         return NULL;
     }
     ls_graph_entry *e = take(c);
     e->key = *k;
     e->graph = NULL;
+    e->failed = false;
     e->used = c->clock;
     return NULL;
 }
 
 void ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph) {
-    if (!graph || c->cap == 0) return;
+    if (c->cap == 0) return;
     int i = find(c, k);
     ls_graph_entry *e = i >= 0 ? &c->e[i] : take(c);
     if (i >= 0 && e->graph && e->graph != graph && c->destroy) c->destroy(e->graph);
     e->key = *k;
     e->graph = graph;
+    e->failed = graph == NULL;
     e->used = ++c->clock;
-    c->captures++;
+    if (graph) c->captures++;
 }

@@ -30,7 +30,8 @@ typedef struct {
 
 typedef struct {
     ls_graph_key key;
-    void *graph;  /* NULL: seen once, not captured */
+    void *graph;  /* NULL: seen once, not captured (or its capture failed) */
+    bool failed;  /* capture failed: direct launches from now on */
     uint64_t used; /* clock of the last lookup */
 } ls_graph_entry;
 
@@ -53,7 +54,8 @@ void ls_graph_cache_free(ls_graph_cache *c);
  * sighting is remembered. */
 void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture);
 /* Keeps graph for k (after get said capture); evicts the least recently
- * used entry when full. graph NULL (capture failed) is not kept. */
+ * used entry when full. graph NULL (capture failed) marks the shape as
+ * one to launch directly, so it is not captured again. */
 void ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
 /* Destroys every graph and forgets every sighting (the backend's buffers
  * a graph points at are about to change). */

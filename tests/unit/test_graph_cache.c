@@ -1,6 +1,7 @@
 /* gpu/graph_cache.h: a shape is captured on its second sighting and
  * replayed after; the least recently used entry goes when full, its graph
- * destroyed exactly once; a cache of 0 never captures. */
+ * destroyed exactly once; a failed capture is not tried again; a cache
+ * of 0 never captures. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -79,6 +80,25 @@ static void test_lru_eviction(void **state) {
     for (int i = 0; i < 16; i++) assert_true(g_destroyed[i] <= 1);
 }
 
+/* A shape whose capture failed launches directly from then on. */
+static void test_failed_capture_not_retried(void **state) {
+    (void)state;
+    ls_graph_cache c;
+    assert_true(ls_graph_cache_init(&c, 4, destroy));
+    const ls_graph_key k = key(0, 5);
+    bool capture = false;
+    ls_graph_cache_get(&c, &k, &capture);
+    assert_null(ls_graph_cache_get(&c, &k, &capture));
+    assert_true(capture);
+    ls_graph_cache_put(&c, &k, NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_null(ls_graph_cache_get(&c, &k, &capture));
+        assert_false(capture);
+    }
+    assert_int_equal(c.captures, 0);
+    ls_graph_cache_free(&c);
+}
+
 static void test_off(void **state) {
     (void)state;
     ls_graph_cache c;
@@ -96,6 +116,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_sighting_captures),
         cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_failed_capture_not_retried),
         cmocka_unit_test(test_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
