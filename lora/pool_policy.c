@@ -220,7 +220,13 @@ ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name) {
  * caller frees it. */
 ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *err) {
     ls_status st = LS_OK;
-    if (!e->host_data) st = ls_policy_reload(p, e, err);
+    /* Under mu: another forward may be installing e's copy right now, and
+     * taking mu after it orders its write of e->a before the reads below
+     * (be_mu then mu, as ls_policy_reload already takes them). */
+    pthread_mutex_lock(&p->mu);
+    const bool have = e->host_data;
+    pthread_mutex_unlock(&p->mu);
+    if (!have) st = ls_policy_reload(p, e, err);
     ls_backend *be = p->be;
     for (int l = 0; st == LS_OK && l < p->dims.L; l++) {
         ls_adapter_expand(&e->a, l, &p->dims, &p->pd, p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b);
