@@ -1,5 +1,6 @@
 /* Backend parity: one list of forward cases run on every device backend
- * (CUDA with its tensor-core and its fp32 LoRA kernels) against the CPU
+ * (CUDA with its tensor-core LoRA kernels and CUDA graphs, and with its
+ * fp32 LoRA kernels launched directly) against the CPU
  * backend, the reference, with docs/math.md's tolerance; on small shapes both
  * are also checked against the tests' double-precision reference. The
  * weights are uploaded typed, at the dtype they are stored in (16-bit
@@ -417,10 +418,13 @@ static void run_case(const pcase *pc, int threads) {
         ls_backend *be = NULL;
         if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create"))
             rn.dev[rn.ndev++] = (device){"cuda", be};
-        /* f32 runs the fp32 kernels already; 16-bit also checks them. */
-        if (pc->dtype != LS_DTYPE_F32 && must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
+        /* f32 runs the fp32 kernels already; 16-bit also checks them, and
+         * without CUDA graphs, so a failure names its part: the default
+         * backend replays graphs, this one launches every kernel. */
+        const ls_cuda_settings direct = {.device_id = 0, .graphs = -1};
+        if (pc->dtype != LS_DTYPE_F32 && must(ls_backend_cuda_create(&cfg, &direct, &be, &err), &err, "cuda create")) {
             ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_SIMT);
-            rn.dev[rn.ndev++] = (device){"cuda-simt", be};
+            rn.dev[rn.ndev++] = (device){"cuda-simt-direct", be};
         }
     }
 #endif
