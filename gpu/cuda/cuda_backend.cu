@@ -451,8 +451,8 @@ static ls_status cuda_slot_clear(ls_backend *be, int slot, ls_error *err) {
     return slot_clear_locked(c, slot, err);
 }
 
-/* From the host copy: no device call, so it works on a poisoned context
- * too (ls_cuda_op_begin still refuses first, as for every operation). */
+/* From the host copy: no device call. A poisoned context still refuses
+ * it (ls_cuda_op_begin), as every operation. */
 static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a, float *gu_b, float *d_a,
                                 float *d_b, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);

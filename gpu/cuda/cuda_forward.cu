@@ -256,7 +256,7 @@ static ls_graph_key graph_key(const ls_cuda *c, const ls_cuda_plan *p) {
     memset(&k, 0, sizeof k);
     k.layer = p->layer;
     k.T = p->T;
-    k.n_lora = p->n_lora;
+    k.n_lora = p->lora ? p->n_lora : 0; /* base only: the same work whatever is adapted */
     k.path = !p->lora ? 0 : p->n_slots == 1 ? 1 : 2;
     k.slot = k.path == 1 ? p->single_slot : -1;
     k.rank = k.path == 1 ? p->rank : 0;
@@ -355,6 +355,13 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     plan_tasks(c, layer, tp, &p);
     p.has_gammas = gammas != NULL;
     ls_status st = gather(c, &p, x, gammas, err);
+    if (st == LS_OK) {
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    /* One direct run first: handles and kernels are then loaded before
+     * the capture, as in serving, where a shape is captured when seen again. */
+    if (st == LS_OK) st = run_device(c, &p, err);
     if (st == LS_OK) {
         cudaError_t e = cudaStreamSynchronize(c->stream);
         if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
