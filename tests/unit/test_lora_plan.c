@@ -89,8 +89,9 @@ static void slot_free(slot *s) {
     free(s->compact);
 }
 
-/* One row's buffers (ls_op_buf order) and their lengths; each value read
- * must be inside its buffer and not one of the NaNs. */
+/* One row's buffers (ls_op_buf order) and their lengths (for a token's
+ * buffer, its row width); each value read must be inside its buffer and
+ * not one of the NaNs. */
 typedef struct {
     const float *ro[12];
     double *rw[12];
@@ -108,6 +109,11 @@ static double at(const row_bufs *b, ls_op_buf which, long long i) {
 static void run_op(const ls_gemm_op *op, int r, row_bufs *b) {
     const int N = ls_gemm_op_n(op, r), K = ls_gemm_op_k(op, r);
     assert_true(N <= op->N && K <= op->K);
+    /* One row of X and of C each: the op's leading dimensions must be
+     * those rows' widths, or row t + 1 would be read or written. */
+    assert_int_equal((size_t)op->ldx, b->len[op->x]);
+    assert_int_equal((size_t)op->ldc, b->len[op->c]);
+    assert_null(b->ro[op->c]);
     for (int bt = 0; bt < op->batch; bt++)
         for (int j = 0; j < N; j++) {
             double acc = 0;
