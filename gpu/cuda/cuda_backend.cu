@@ -154,19 +154,14 @@ static void cuda_sizes(ls_cuda *c, const ls_backend_config *cfg) {
     c->pool = *p;
     c->n = d->n, c->H = d->H, c->F = d->F, c->L = d->L;
     c->S = p->slots, c->R = p->max_rank, c->O = ls_pool_outer(d, p), c->max_tokens = p->max_tokens;
-    c->w13_layout = d->w13_layout;
     c->gated = d->gate;
     c->dt = cfg->dtype;
     c->esz = ls_dtype_size(c->dt);
-    c->cdt = c->dt == LS_DTYPE_BF16 ? CUDA_R_16BF : c->dt == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    c->cdt = ls_cuda_type(c->dt);
     c->ct = c->dt == LS_DTYPE_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     c->sgmv_mode = LS_CUDA_SGMV_AUTO;
     ls_gemm_plan_make(d, p, &c->gplan);
-    c->gu_a_len = ls_pool_gu_a_len(d, p);
-    c->gu_b_len = ls_pool_gu_b_len(d, p);
-    c->d_a_len = ls_pool_d_a_len(d, p);
-    c->d_b_len = ls_pool_d_b_len(d, p);
-    c->canon_len = c->gu_a_len + c->gu_b_len + c->d_a_len + c->d_b_len;
+    c->canon = ls_pool_layout(d, p);
     const ls_lora_derived_lens dl = ls_lora_derived_lens_of(d, p);
     c->der_agu = 0;
     c->der_b13 = pad8(dl.agu);
@@ -267,13 +262,13 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
  * ranks, one slot write's derived operands, and the pinned staging. */
 static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
     const size_t S = c->S, L = c->L, H = c->H, Tm = c->max_tokens;
-    c->h_canon = (float *)calloc(S * L * c->canon_len, sizeof(float));
+    c->h_canon = (float *)calloc(S * L * c->canon.total, sizeof(float));
     c->rank = (int *)calloc(S * L, sizeof(int));
     c->h_der32 = (float *)calloc(c->der_len, sizeof(float));
     if (!c->h_canon || !c->rank || !c->h_der32)
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank or --layers",
                             "cuda backend: cannot allocate %.1f MiB of host memory for the slots' factors",
-                            MIB(S * L * c->canon_len * sizeof(float)));
+                            MIB(S * L * c->canon.total * sizeof(float)));
     LS_TRY(pinned((void **)&c->h_io, Tm * H * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_gam, Tm * c->n * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
@@ -282,10 +277,10 @@ static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
     return LS_OK;
 }
 
-/* Takes the device and allocates everything the backend will use, once;
- * the caller unwinds (ls_backend_free) from whatever was set. */
 static void graph_destroy(void *g) { (void)cudaGraphExecDestroy((cudaGraphExec_t)g); }
 
+/* Takes the device and allocates everything the backend will use, once;
+ * the caller unwinds (ls_backend_free) from whatever was set. */
 static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, int graphs, ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(cuda_open_device(c, device_id, err));
@@ -309,7 +304,7 @@ static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int dev
                 "scratch for %d tokens; %.1f MiB of host memory keep the slots' fp32 factors",
                 c->device, c->device_name, c->num_sms, ls_dtype_name(c->dt), MIB(weights), MIB(pool),
                 MIB(c->device_bytes - weights - pool), c->max_tokens,
-                MIB((size_t)c->S * c->L * c->canon_len * sizeof(float)));
+                MIB((size_t)c->S * c->L * c->canon.total * sizeof(float)));
     if (graphs > 0)
         ls_log_info("cuda backend: forward shapes seen twice are replayed as CUDA graphs (up to %d kept)", graphs);
     else
@@ -344,7 +339,7 @@ static void chunk_rows(void *ctx, size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; r++) {
         const size_t row = j->row0 + r;
         if (j->w13) {
-            const size_t from = ls_w13_device_source_row(c->w13_layout, c->n, c->F, row);
+            const size_t from = ls_w13_device_source_row(c->dims.w13_layout, c->n, c->F, row);
             ls_convert_dtype(j->src->dtype, src + from * H * ss, c->dt, j->dst + r * H * esz, H);
         } else { /* W2 [n, H, F] -> W2cat row h = [W2[0, h, :], ..., W2[n-1, h, :]] */
             for (size_t e = 0; e < n; e++)
@@ -374,16 +369,13 @@ static ls_status upload_matrix(ls_cuda *c, const ls_typed *src, int w13, size_t 
     return LS_OK;
 }
 
-/* Each tensor is converted on the host from its stored dtype to the
- * backend's (ls_convert_dtype: exact when that is at least as wide):
+/* Each tensor is converted on the host from its stored dtype (a float
+ * dtype, as ls_backend_upload_base made sure) to the backend's
+ * (ls_convert_dtype: exact when that is at least as wide):
  * W13 into the device's gate-first row order, W2 [n, H, F] into W2cat
  * [H, n*F] so the down projection of every expert is one GEMM. */
 static ls_status upload_base_locked(ls_cuda *c, int layer, const ls_base_layer *w, ls_error *err) {
     const size_t n = c->n, H = c->H, F = c->F, esz = c->esz;
-    for (int i = 0; i < 2; i++)
-        if (!ls_dtype_is_float(i ? w->w2.dtype : w->w13.dtype))
-            return ls_error_set(err, LS_INTERNAL, NULL, "cuda backend: cannot convert %s to %s",
-                                ls_dtype_name(i ? w->w2.dtype : w->w13.dtype), ls_dtype_name(c->dt));
     LS_TRY(upload_matrix(c, &w->w13, 1, 2 * n * F, H, (char *)c->d_w13 + (size_t)layer * 2 * n * F * H * esz, err));
     LS_TRY(upload_matrix(c, &w->w2, 0, H, n * F, (char *)c->d_w2 + (size_t)layer * H * n * F * esz, err));
     if (c->gated) {
@@ -419,10 +411,8 @@ static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slo
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     /* Host state changes only once the device holds the new operands. */
     float *canon = ls_cuda_canon(c, slot, layer);
-    memcpy(canon, f->gu_a, c->gu_a_len * sizeof(float));
-    memcpy(canon + c->gu_a_len, f->gu_b, c->gu_b_len * sizeof(float));
-    memcpy(canon + c->gu_a_len + c->gu_b_len, f->d_a, c->d_a_len * sizeof(float));
-    memcpy(canon + c->gu_a_len + c->gu_b_len + c->d_a_len, f->d_b, c->d_b_len * sizeof(float));
+    const float *src[LS_FACTORS] = {f->gu_a, f->gu_b, f->d_a, f->d_b};
+    for (int k = 0; k < LS_FACTORS; k++) memcpy(canon + c->canon.off[k], src[k], c->canon.len[k] * sizeof(float));
     c->rank[(size_t)slot * c->L + layer] = ls_slot_factors_rank(d, p, f);
     return LS_OK;
 }
@@ -440,7 +430,7 @@ static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
     const size_t L = c->L;
     LS_CUDA_TRY(err, cudaMemsetAsync(ls_cuda_der(c, slot, 0), 0, L * c->der_len * c->esz, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
-    memset(ls_cuda_canon(c, slot, 0), 0, L * c->canon_len * sizeof(float));
+    memset(ls_cuda_canon(c, slot, 0), 0, L * c->canon.total * sizeof(float));
     for (size_t l = 0; l < L; l++) c->rank[(size_t)slot * L + l] = 0;
     return LS_OK;
 }
@@ -458,10 +448,9 @@ static ls_status cuda_slot_read(ls_backend *be, int slot, int layer, float *gu_a
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(ls_cuda_op_begin(c, err));
     const float *h = ls_cuda_canon(c, slot, layer);
-    if (gu_a) memcpy(gu_a, h, c->gu_a_len * sizeof(float));
-    if (gu_b) memcpy(gu_b, h + c->gu_a_len, c->gu_b_len * sizeof(float));
-    if (d_a) memcpy(d_a, h + c->gu_a_len + c->gu_b_len, c->d_a_len * sizeof(float));
-    if (d_b) memcpy(d_b, h + c->gu_a_len + c->gu_b_len + c->d_a_len, c->d_b_len * sizeof(float));
+    float *dst[LS_FACTORS] = {gu_a, gu_b, d_a, d_b};
+    for (int k = 0; k < LS_FACTORS; k++)
+        if (dst[k]) memcpy(dst[k], h + c->canon.off[k], c->canon.len[k] * sizeof(float));
     return LS_OK;
 }
 

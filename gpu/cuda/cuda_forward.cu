@@ -90,10 +90,6 @@ static dev_buf op_buf(const ls_cuda *c, const ls_cuda_plan *p, ls_op_buf b, int 
     return dbuf(NULL, c->dt);
 }
 
-static cudaDataType_t cuda_type(ls_dtype t) {
-    return t == LS_DTYPE_BF16 ? CUDA_R_16BF : t == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
 /* C[t, c_bs*b + j] = beta*C + sum_k X[t, x_bs*b + k] * W[w_bs*b + j*ldw + k]
  * for t < T, j < N, b < batch; all row-major, X and W in the compute
  * dtype. In cuBLAS's column-major terms that is C^T = W^T(op T) * X^T:
@@ -122,11 +118,11 @@ static ls_status op_blas(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan *p, co
     char *cp = C.p + op->c_off * cs;
     const char *xp = X.p + op->x_off * xs, *wp = W.p + op->w_off * ws;
     if (!op->sum_batches)
-        return gemm(c, h, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, cuda_type(C.t), op->ldc,
+        return gemm(c, h, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, ls_cuda_type(C.t), op->ldc,
                     op->c_bs, op->batch, op->beta ? 1.0f : 0.0f, err);
     for (int b = 0; b < op->batch; b++) /* one after another: their sums meet in C */
         LS_TRY(gemm(c, h, rows, N, K, wp + b * op->w_bs * ws, op->ldw, 0, xp + b * op->x_bs * xs, op->ldx, 0,
-                    cp + b * op->c_bs * cs, cuda_type(C.t), op->ldc, 0, 1, 1.0f, err));
+                    cp + b * op->c_bs * cs, ls_cuda_type(C.t), op->ldc, 0, 1, 1.0f, err));
     return LS_OK;
 }
 

@@ -36,7 +36,6 @@ typedef struct {
     ls_dims dims;      /* as created */
     ls_pool_dims pool;
     int n, H, F, L, S, R, O, max_tokens;
-    ls_w13_layout w13_layout;
     ls_dtype dt;            /* compute and storage dtype of weights and activations */
     cudaDataType_t cdt;     /* the same for cuBLAS */
     cublasComputeType_t ct; /* fp32 accumulation; pedantic for f32 (no TF32) */
@@ -50,7 +49,7 @@ typedef struct {
      * four buffers back to back, kept on the host for slot_read) and
      * derived (compute dtype, on the device, each part padded to 8
      * elements so 16-byte loads stay aligned). */
-    size_t canon_len, gu_a_len, gu_b_len, d_a_len, d_b_len;
+    ls_factor_layout canon; /* common/dims.h at the pool's O and R */
     size_t der_len, der_agu, der_b13, der_ad, der_bd; /* der_*: offsets */
     int *rank; /* [S][L] each slot and layer's rank (gpu/slot_rank.h), host */
 
@@ -80,7 +79,7 @@ typedef struct {
     size_t blas_ws_bytes, blas_ws_side_bytes;
 
     /* Host memory. */
-    float *h_canon;   /* [S][L][canon_len] what slot_write received (malloc) */
+    float *h_canon;   /* [S][L][canon.total] what slot_write received (malloc) */
     float *h_der32;   /* [der_len] one slot write's derived operands in fp32 (malloc) */
     /* Pinned host staging. */
     float *h_io;      /* [max_tokens, H]: x in, then y out */
@@ -111,12 +110,17 @@ typedef struct {
 
 static inline ls_cuda *ls_cuda_of(const ls_backend *be) { return (ls_cuda *)be->ctx; }
 
+/* cuBLAS's name for a float dtype. */
+static inline cudaDataType_t ls_cuda_type(ls_dtype t) {
+    return t == LS_DTYPE_BF16 ? CUDA_R_16BF : t == LS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 /* Derived operands of one slot and layer (compute dtype, device). */
 static inline char *ls_cuda_der(const ls_cuda *c, int slot, int layer) {
     return (char *)c->d_der + ((size_t)slot * c->L + layer) * c->der_len * c->esz;
 }
 static inline float *ls_cuda_canon(const ls_cuda *c, int slot, int layer) {
-    return c->h_canon + ((size_t)slot * c->L + layer) * c->canon_len;
+    return c->h_canon + ((size_t)slot * c->L + layer) * c->canon.total;
 }
 
 /* After a failed step whose copies may still read pinned staging: waits
