@@ -17,8 +17,9 @@
 /* The CUDA part of the plan: the LoRA's rank, and the SGMV tasks
  * (LS_SGMV_BM rows of one slot each, slots in the token plan's order,
  * each with that slot's rank) in pinned memory. */
-static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, ls_cuda_plan *p) {
+static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, bool has_gammas, ls_cuda_plan *p) {
     p->tokens = tp;
+    p->has_gammas = has_gammas;
     p->T = tp->T;
     p->n_lora = tp->n_lora;
     p->n_slots = tp->n_slots;
@@ -280,8 +281,7 @@ static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
 static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const float *gammas,
                                 const ls_token_plan *tp, float *y, ls_error *err) {
     ls_cuda_plan p;
-    plan_tasks(c, layer, tp, &p);
-    p.has_gammas = gammas != NULL;
+    plan_tasks(c, layer, tp, gammas != NULL, &p);
     cudaGraphExec_t g = graph_for(c, &p);
     ls_status st = gather(c, &p, x, gammas, err);
     if (st == LS_OK && g) {
@@ -326,6 +326,11 @@ static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p) {
     return exec;
 }
 
+static ls_status sync_main(ls_cuda *c, ls_error *err) {
+    LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
+    return LS_OK;
+}
+
 static ls_status time_runs(ls_cuda *c, const ls_cuda_plan *p, cudaGraphExec_t exec, int iters, float *ms,
                            ls_error *err) {
     ls_status st = LS_OK;
@@ -348,20 +353,12 @@ static ls_status time_runs(ls_cuda *c, const ls_cuda_plan *p, cudaGraphExec_t ex
 static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
                              int iters, float *ms, int *graph_used, ls_error *err) {
     ls_cuda_plan p;
-    plan_tasks(c, layer, tp, &p);
-    p.has_gammas = gammas != NULL;
-    ls_status st = gather(c, &p, x, gammas, err);
-    if (st == LS_OK) {
-        cudaError_t e = cudaStreamSynchronize(c->stream);
-        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
-    }
+    plan_tasks(c, layer, tp, gammas != NULL, &p);
     /* One direct run first: handles and kernels are then loaded before
      * the capture, as in serving, where a shape is captured when seen again. */
+    ls_status st = gather(c, &p, x, gammas, err);
     if (st == LS_OK) st = run_device(c, &p, err);
-    if (st == LS_OK) {
-        cudaError_t e = cudaStreamSynchronize(c->stream);
-        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaStreamSynchronize", __FILE__, __LINE__);
-    }
+    if (st == LS_OK) st = sync_main(c, err);
     cudaGraphExec_t exec = st == LS_OK ? capture(c, &p) : NULL;
     if (graph_used) *graph_used = exec != NULL;
     if (st == LS_OK) st = time_runs(c, &p, exec, iters, ms, err);
