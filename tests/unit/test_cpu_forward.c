@@ -87,27 +87,11 @@ static void rand_lora_make(rand_lora *a, const ls_dims *d, int r, int outer, uns
 static void write_slot(ls_backend *be, int slot, int layer, const ls_ref_lora *a) {
     const ls_dims *d = ls_backend_dims(be);
     const ls_pool_dims *p = ls_backend_pool_dims(be);
-    const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
     float *ga = ls_test_calloc(ls_pool_gu_a_len(d, p), sizeof(float));
     float *gb = ls_test_calloc(ls_pool_gu_b_len(d, p), sizeof(float));
     float *da = ls_test_calloc(ls_pool_d_a_len(d, p), sizeof(float));
     float *db = ls_test_calloc(ls_pool_d_b_len(d, p), sizeof(float));
-    for (long o = 0; o < O; o++) {
-        long src = a->outer == 1 ? 0 : o;
-        for (long k = 0; k < r; k++)
-            for (long h = 0; h < H; h++) {
-                ga[(o * 2 * R + k) * H + h] = (float)a->gu_a[(src * 2 * r + k) * H + h];
-                ga[(o * 2 * R + R + k) * H + h] = (float)a->gu_a[(src * 2 * r + r + k) * H + h];
-            }
-        for (long h = 0; h < H; h++)
-            for (long k = 0; k < r; k++) db[(o * H + h) * R + k] = (float)a->d_b[(src * H + h) * r + k];
-    }
-    for (long e = 0; e < n; e++) {
-        for (long i = 0; i < 2 * F; i++)
-            for (long k = 0; k < r; k++) gb[(e * 2 * F + i) * R + k] = (float)a->gu_b[(e * 2 * F + i) * r + k];
-        for (long k = 0; k < r; k++)
-            for (long j = 0; j < F; j++) da[(e * R + k) * F + j] = (float)a->d_a[(e * r + k) * F + j];
-    }
+    ls_ref_lora_pad(d, p, a, ga, gb, da, db);
     ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
     ls_error err;
     ls_error_init(&err);

@@ -36,31 +36,20 @@ typedef struct {
 } slot;
 
 static void slot_make(slot *s, const ls_dims *d, const ls_pool_dims *p, int r, unsigned long long *seed) {
-    const long n = d->n, H = d->H, F = d->F, O = ls_pool_outer(d, p);
-    const ls_factor_layout pl = ls_pool_layout(d, p), cl = ls_factor_layout_of(d, (int)O, r);
+    const int O = ls_pool_outer(d, p);
+    const ls_factor_layout pl = ls_pool_layout(d, p), cl = ls_factor_layout_of(d, O, r);
     for (int k = 0; k < 4; k++) s->f[k] = ls_test_calloc(pl.len[k], sizeof(float));
     s->compact = ls_test_calloc(cl.total + 1, sizeof(double));
     ls_ref_fill_uniform(s->compact, (long)cl.total, 0.5, seed);
     for (size_t i = 0; i < cl.total; i++) s->compact[i] = (double)(float)s->compact[i];
-    const double *ga = s->compact + cl.off[0], *gb = s->compact + cl.off[1], *da = s->compact + cl.off[2],
-                 *db = s->compact + cl.off[3];
-    for (long o = 0; o < O; o++)
-        for (long k = 0; k < r; k++)
-            for (long h = 0; h < H; h++) {
-                s->f[0][(o * 2 * R + k) * H + h] = (float)ga[(o * 2 * r + k) * H + h];
-                s->f[0][(o * 2 * R + R + k) * H + h] = (float)ga[(o * 2 * r + r + k) * H + h];
-            }
-    for (long e = 0; e < n; e++) {
-        for (long i = 0; i < 2 * F; i++)
-            for (long k = 0; k < r; k++) s->f[1][(e * 2 * F + i) * R + k] = (float)gb[(e * 2 * F + i) * r + k];
-        for (long k = 0; k < r; k++)
-            for (long j = 0; j < F; j++) s->f[2][(e * R + k) * F + j] = (float)da[(e * r + k) * F + j];
-    }
-    for (long o = 0; o < O; o++)
-        for (long h = 0; h < H; h++)
-            for (long k = 0; k < r; k++) s->f[3][(o * H + h) * R + k] = (float)db[(o * H + h) * r + k];
     s->r = r;
-    s->ref = (ls_ref_lora){.r = r, .outer = (int)O, .gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
+    s->ref = (ls_ref_lora){.r = r,
+                           .outer = O,
+                           .gu_a = s->compact + cl.off[0],
+                           .gu_b = s->compact + cl.off[1],
+                           .d_a = s->compact + cl.off[2],
+                           .d_b = s->compact + cl.off[3]};
+    ls_ref_lora_pad(d, p, &s->ref, s->f[0], s->f[1], s->f[2], s->f[3]);
 }
 
 /* The derived operands, with every element at a rank index >= r made NaN. */

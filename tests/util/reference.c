@@ -157,3 +157,28 @@ void ls_ref_fill_uniform_f(float *v, size_t count, double scale, unsigned long l
         v[i] = (float)d;
     }
 }
+
+void ls_ref_lora_pad(const ls_dims *d, const ls_pool_dims *p, const ls_ref_lora *a, float *ga, float *gb, float *da,
+                     float *db) {
+    const long n = d->n, H = d->H, F = d->F, R = p->max_rank, r = a->r, O = ls_pool_outer(d, p);
+    memset(ga, 0, ls_pool_gu_a_len(d, p) * sizeof *ga);
+    memset(gb, 0, ls_pool_gu_b_len(d, p) * sizeof *gb);
+    memset(da, 0, ls_pool_d_a_len(d, p) * sizeof *da);
+    memset(db, 0, ls_pool_d_b_len(d, p) * sizeof *db);
+    for (long o = 0; o < O; o++) {
+        long src = a->outer == 1 ? 0 : o;
+        for (long k = 0; k < r; k++)
+            for (long h = 0; h < H; h++) {
+                ga[(o * 2 * R + k) * H + h] = (float)a->gu_a[(src * 2 * r + k) * H + h];
+                ga[(o * 2 * R + R + k) * H + h] = (float)a->gu_a[(src * 2 * r + r + k) * H + h];
+            }
+        for (long h = 0; h < H; h++)
+            for (long k = 0; k < r; k++) db[(o * H + h) * R + k] = (float)a->d_b[(src * H + h) * r + k];
+    }
+    for (long e = 0; e < n; e++) {
+        for (long i = 0; i < 2 * F; i++)
+            for (long k = 0; k < r; k++) gb[(e * 2 * F + i) * R + k] = (float)a->gu_b[(e * 2 * F + i) * r + k];
+        for (long k = 0; k < r; k++)
+            for (long j = 0; j < F; j++) da[(e * R + k) * F + j] = (float)a->d_a[(e * r + k) * F + j];
+    }
+}

@@ -38,4 +38,11 @@ void ls_ref_fill_uniform(double *v, long count, double scale, unsigned long long
 /* The same stream rounded to float. */
 void ls_ref_fill_uniform_f(float *v, size_t count, double scale, unsigned long long *state);
 
+/* Writes adapter a as a pool slot's four fp32 factors at pool p's (O, R)
+ * (common/dims.h): its values below its rank, an outer-1 adapter
+ * broadcast over O, +0 everywhere else. The buffers are the caller's,
+ * ls_pool_*_len(d, p) floats each. */
+void ls_ref_lora_pad(const ls_dims *d, const ls_pool_dims *p, const ls_ref_lora *a, float *gu_a, float *gu_b,
+                     float *d_a, float *d_b);
+
 #endif
