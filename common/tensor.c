@@ -159,7 +159,6 @@ bool ls_convert_dtype(ls_dtype from, const void *src, ls_dtype to, void *dst, si
     return true;
 }
 
-/* By the bits: an all-ones exponent is Inf or NaN in each of the three. */
 /* F32: scanned in blocks with no branch per value, which the compiler
  * vectorises (a T=2048 forward body holds 4 Mi values, and a branch each
  * took some 5 ms of the HTTP thread); only a block holding a bad value is
@@ -186,6 +185,7 @@ static bool ls_find_nonfinite_f32(const uint8_t *p, size_t count, size_t *at) {
     return false;
 }
 
+/* By the bits: an all-ones exponent is Inf or NaN in each of the three. */
 bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
     const uint8_t *p = v;
     if (dt == LS_DTYPE_F32) return ls_find_nonfinite_f32(p, count, at);

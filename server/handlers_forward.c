@@ -64,7 +64,6 @@ void ls_forward_job_free(ls_forward_job *fj) {
     free(fj);
 }
 
-
 /* --auto-load, the look an HTTP thread may take: the adapters the
  * forward names that are not registered, what is left to do for them
  * (the largest step of all), and the answers that come at once: no such
