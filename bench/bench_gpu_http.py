@@ -23,7 +23,7 @@ to last byte received. Prints one JSON object per line: first
 {"url", "backend", "n", "hidden", "intermediate"}, then per row
 {"body", "T", "adapters", "ms" (median), "min_ms", "max_ms", "n"}.
 Standard library only (tests/system/lsys.py for the safetensors writer
-and the upload client). tests/gpu/check.sh runs it against
+and the upload client, bench/raw_client.py for the timed one). tests/gpu/check.sh runs it against
 lorasink --device cuda at the bench shape; any server works:
 
     bench/bench_gpu_http.py --url http://127.0.0.1:8080 [--adapters 8] [--rank 16] [--reps 50]
@@ -33,59 +33,14 @@ import base64
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import threading
 import time
-import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "system"))
 import lsys  # noqa: E402 - the system checks' helper, beside them
-
-
-class RawClient:
-    """One kept-alive connection; request() returns (status, reply body,
-    seconds from the first byte sent to the last byte received)."""
-
-    def __init__(self, url, reply_bytes):
-        u = urllib.parse.urlparse(url)
-        self.host = u.hostname
-        self.sock = socket.create_connection((u.hostname, u.port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray(reply_bytes + (1 << 20))  # y and room for the head and metadata
-        self.view = memoryview(self.buf)
-
-    def _recv(self, got, limit):
-        n = self.sock.recv_into(self.view[got:limit], limit - got)
-        if not n:
-            raise RuntimeError("the server closed the connection")
-        return got + n
-
-    def request(self, path, body, ctype):
-        head = ("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-                % (path, self.host, ctype, len(body))).encode()
-        t0 = time.perf_counter()
-        self.sock.sendall(head)
-        self.sock.sendall(body)
-        got, end = 0, -1
-        while end < 0:
-            got = self._recv(got, len(self.buf))
-            end = self.buf.find(b"\r\n\r\n", 0, got)
-        text = bytes(self.buf[:end]).decode("latin-1")
-        lengths = [ln.split(":", 1)[1] for ln in text.split("\r\n") if ln.lower().startswith("content-length:")]
-        if not lengths:
-            raise RuntimeError("a reply without Content-Length: %r" % text[:300])
-        total = end + 4 + int(lengths[0])
-        if total > len(self.buf):
-            raise RuntimeError("a reply of %d bytes, past the client's buffer" % total)
-        while got < total:
-            got = self._recv(got, total)
-        seconds = time.perf_counter() - t0
-        return int(text.split(" ", 2)[1]), bytes(self.buf[end + 4:total]), seconds
-
-    def close(self):
-        self.sock.close()
+from raw_client import RawClient  # noqa: E402 - bench/, this file's own folder
 
 
 def upload_adapters(url, model, count, rank):
@@ -131,14 +86,14 @@ def check_reply(status, reply, ctype, want):
     """Raises unless the reply is a 200 carrying y (safetensors: at least
     `want` bytes; JSON: base64 y and `want` distinct adapters)."""
     if status != 200:
-        raise SystemExit("bench_gpu_http: forward: %d %s" % (status, reply[:300]))
+        raise SystemExit("bench_gpu_http: forward: %d %s" % (status, bytes(reply[:300])))
     if ctype == "application/octet-stream":
         if len(reply) < want:
             raise SystemExit("bench_gpu_http: a %d-byte reply, expected at least %d" % (len(reply), want))
         return
-    j = json.loads(reply)
+    j = json.loads(bytes(reply))
     if not isinstance(j.get("y"), dict) or len(j.get("adapters", [])) != want:
-        raise SystemExit("bench_gpu_http: unexpected reply %s" % reply[:300])
+        raise SystemExit("bench_gpu_http: unexpected reply %s" % bytes(reply[:300]))
 
 
 def emit(body, T, A, times):

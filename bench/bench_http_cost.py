@@ -33,7 +33,6 @@ gammas, the adapter here rank 16 too).
 import argparse
 import json
 import os
-import socket
 import statistics
 import struct
 import subprocess
@@ -45,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "system"))
 import lsys  # noqa: E402
+from raw_client import RawClient  # noqa: E402 - bench/, this file's own folder
 
 H, F, N, RANK = 2048, 1024, 2, 16
 SIZES = ((16, 30), (2048, 3))  # (T, forwards a round of each side)
@@ -72,43 +72,13 @@ def x_body(T):
     return struct.pack("<Q", len(header)) + header + data
 
 
-class RawClient:
-    """One kept-alive connection; forward() returns the seconds of one
-    request and checks its status and length."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray(64 << 20)
-        self.view = memoryview(self.buf)
-
-    def forward(self, path, body, want_len):
-        head = ("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
-                "Content-Length: %d\r\n\r\n" % (path, len(body))).encode()
-        t0 = _now()
-        self.sock.sendall(head)
-        self.sock.sendall(body)
-        got, end = 0, -1
-        while end < 0:
-            n = self.sock.recv_into(self.view[got:], 65536)
-            if not n:
-                raise RuntimeError("the server closed the connection")
-            got += n
-            end = self.buf.find(b"\r\n\r\n", 0, got)
-        head_text = bytes(self.buf[:end]).decode("latin-1")
-        length = int([ln.split(":", 1)[1] for ln in head_text.split("\r\n")
-                      if ln.lower().startswith("content-length:")][0])
-        total = end + 4 + length
-        while got < total:
-            n = self.sock.recv_into(self.view[got:total], total - got)
-            if not n:
-                raise RuntimeError("the server closed the connection")
-            got += n
-        t1 = _now()
-        status = int(head_text.split(" ", 2)[1])
-        if status != 200 or length < want_len:
-            raise RuntimeError("%s: %d, %d bytes: %r" % (path, status, length, bytes(self.buf[end + 4:total])[:300]))
-        return t1 - t0
+def forward(cli, path, body, want_len):
+    """The seconds of one safetensors forward; raises unless it is a 200
+    carrying at least want_len bytes."""
+    status, reply, seconds = cli.request(path, body)
+    if status != 200 or len(reply) < want_len:
+        raise RuntimeError("%s: %d, %d bytes: %r" % (path, status, len(reply), bytes(reply[:300])))
+    return seconds
 
 
 def _now():
@@ -174,13 +144,13 @@ def measure(build, compute, adir, rounds, sizes):
     args = server_args(compute, adir)
     srv = lsys.Server(os.path.join(build, "lorasink"), args, os.path.join(adir, "server-%s.log" % compute)).start()
     inp = InProcess(os.path.join(build, "bench", "bench_forward"), args)
-    cli = RawClient(srv.port)
+    cli = RawClient("http://127.0.0.1:%d" % srv.port, 64 << 20)
     res = {}
     try:
         bodies = {T: x_body(T) for T, _ in sizes}
         cases = [(T, reps, name) for T, reps in sizes for name in (None, "a1")]
         for T, reps, name in cases:  # warm-up
-            cli.forward("/forward" + ("?adapter=" + name if name else ""), bodies[T], T * H * 4)
+            forward(cli, "/forward" + ("?adapter=" + name if name else ""), bodies[T], T * H * 4)
             inp.times(T, name, 1)
         for r in range(rounds):
             for T, reps, name in cases:
@@ -188,7 +158,7 @@ def measure(build, compute, adir, rounds, sizes):
                 h, p, _, cost = res.setdefault((T, name), ([], [], [], [0, 0, 0]))
                 def http_side():
                     c0 = server_cost(srv.proc.pid)
-                    out = [cli.forward(path, bodies[T], T * H * 4) for _ in range(reps)]
+                    out = [forward(cli, path, bodies[T], T * H * 4) for _ in range(reps)]
                     c1 = server_cost(srv.proc.pid)
                     cost[0] += c1[0] - c0[0]
                     cost[1] += c1[1] - c0[1]
