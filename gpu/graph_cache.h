@@ -57,8 +57,9 @@ void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture
  * used entry when full. graph NULL (capture failed) marks the shape as
  * one to launch directly, so it is not captured again. */
 void ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
-/* Destroys every graph and forgets every sighting (the backend's buffers
- * a graph points at are about to change). */
+/* Destroys every graph and forgets every sighting: ls_graph_cache_free's
+ * first step, and what an owner whose buffers move would call (the CUDA
+ * backend's never do: they are allocated once, at create). */
 void ls_graph_cache_clear(ls_graph_cache *c);
 
 #ifdef __cplusplus
