@@ -35,8 +35,10 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
                                     ls_forward_req *req, ls_error *err);
 
 /* Parses a safetensors body holding x [T, H] (and optionally gammas
- * [T, n]); layer and adapter come from the query (NULL = absent; an
- * empty adapter is refused, never the base model). max_tokens > 0 caps T
+ * [T, n]), and in its metadata optionally "adapters" (JSON text: a name
+ * or null per token); layer and adapter come from the query (NULL =
+ * absent; an empty adapter is refused, never the base model; with
+ * "adapters" every name must be that one). max_tokens > 0 caps T
  * (payload_too_large past it). An F32 x that is aligned in body is
  * borrowed, not copied (x_borrowed): body must outlive req. */
 ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,

@@ -11,8 +11,9 @@ TCP_NODELAY, reply read into one buffer):
 - T = 1 and T = 64 on one adapter, safetensors bodies (x F32 [T, H]; the
   adapter in the query);
 - T = 64 spread over every adapter (token t on adapter t % ADAPTERS): a
-  JSON body with x as a base64 object and "encoding": "base64", since a
-  safetensors body names one adapter for all of its tokens (docs/api.md);
+  safetensors body naming each token's adapter in its metadata, and the
+  same as a JSON body with x as a base64 object and "encoding": "base64"
+  (docs/api.md);
 - the same 64 tokens as ADAPTERS concurrent safetensors requests of
   64 / ADAPTERS tokens, one adapter and one connection each, as clients
   serving several adapters send them and the server batches them: the
@@ -75,9 +76,19 @@ def safetensors_case(T, H, layer, name):
     return path, body, "application/octet-stream", T * H * 4
 
 
+def spread(T, names):
+    return [names[t % len(names)] for t in range(T)]
+
+
+def safetensors_mixed_case(T, H, layer, names):
+    meta = {"adapters": json.dumps(spread(T, names))}
+    body = lsys.safetensors_bytes({"x": ((T, H), x_values(T, H))}, meta)
+    return "/forward?layer=%d" % layer, body, "application/octet-stream", T * H * 4
+
+
 def json_b64_case(T, H, layer, names):
     x = {"dtype": "f32", "shape": [T, H], "data": base64.b64encode(lsys.f32_bytes(x_values(T, H))).decode()}
-    body = json.dumps({"x": x, "layer": layer, "adapters": [names[t % len(names)] for t in range(T)],
+    body = json.dumps({"x": x, "layer": layer, "adapters": spread(T, names),
                        "encoding": "base64"}).encode()
     return "/forward", body, "application/json", len(names)
 
@@ -176,6 +187,7 @@ def main():
     H, layer = model["hidden"], model["layers"][0]
     tokens = [int(t) for t in a.tokens.split(",")]
     cases = [("safetensors", T, 1, safetensors_case(T, H, layer, names[0])) for T in tokens]
+    cases.append(("safetensors, mixed", max(tokens), len(names), safetensors_mixed_case(max(tokens), H, layer, names)))
     cases.append(("json-base64", max(tokens), len(names), json_b64_case(max(tokens), H, layer, names)))
     client = RawClient(a.url, 2 * max(tokens) * H * 4)  # base64 JSON y is 4/3 of the bytes
     try:

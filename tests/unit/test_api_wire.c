@@ -473,9 +473,84 @@ static void test_forward_x_in_body(void **state) {
     }
 }
 
+/* A safetensors /forward body of x [3, 4] F32 whose __metadata__ is
+ * meta (a JSON object's members, "" for none). */
+static uint8_t *forward_body_meta(const char *meta, size_t *len) {
+    char h[512];
+    const char *x = "\"x\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}";
+    int n = meta[0] ? snprintf(h, sizeof h, "{\"__metadata__\":{%s},%s}", meta, x) : snprintf(h, sizeof h, "{%s}", x);
+    while (n % 8) h[n++] = ' ';
+    *len = 8 + (size_t)n + 48;
+    uint8_t *b = calloc(1, *len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, h, (size_t)n);
+    return b;
+}
+
+/* Per-token adapters ride in the body's metadata: each token's name (or
+ * null) is kept by index, the query's adapter must agree with them, and
+ * a key the server does not read is refused, never ignored. */
+static void test_forward_metadata_adapters(void **state) {
+    (void)state;
+    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
+    size_t len;
+    ls_forward_req req;
+    ls_error err;
+    ls_error_init(&err);
+    uint8_t *body = forward_body_meta("\"adapters\":\"[\\\"a1\\\", null, \\\"b2\\\"]\",\"format\":\"pt\"", &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err), LS_OK);
+    assert_int_equal(req.names.n, 2);
+    assert_string_equal(req.names.names[0], "a1");
+    assert_string_equal(req.names.names[1], "b2");
+    assert_non_null(req.names.of_token);
+    assert_int_equal(req.names.of_token[0], 0);
+    assert_int_equal(req.names.of_token[1], -1);
+    assert_int_equal(req.names.of_token[2], 1);
+    ls_forward_req_free(&req);
+    /* The query names a1 for every token, the metadata b2 for token 2. */
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, "a1", &dims, 0, &req, &err),
+                     LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "token 2"));
+    ls_error_free(&err);
+    free(body);
+    /* No metadata: no token names an adapter. */
+    body = forward_body_meta("", &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err), LS_OK);
+    assert_null(req.names.of_token);
+    ls_forward_req_free(&req);
+    free(body);
+
+    static const struct {
+        const char *meta;
+        ls_status want;
+        const char *says;
+    } bad[] = {
+        {"\"adapters\":\"[\\\"a1\\\", null]\"", LS_INVALID_SHAPE, "2 entries for 3 tokens"},
+        {"\"adapters\":\"[\\\"a1\\\", 7, null]\"", LS_INVALID_REQUEST, "adapters[1] must be a string or null"},
+        {"\"adapters\":\"[\\\"a1\\\", \\\"\\\", null]\"", LS_INVALID_REQUEST, "not a valid adapter name"},
+        {"\"adapters\":\"a1\"", LS_INVALID_REQUEST, "not JSON"},
+        {"\"adapters\":\"{}\"", LS_INVALID_REQUEST, "must be an array"},
+        {"\"adaptors\":\"[]\"", LS_INVALID_REQUEST, "did you mean \"adapters\""},
+        {"\"layer\":\"1\"", LS_INVALID_REQUEST, "from the query"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        body = forward_body_meta(bad[i].meta, &len);
+        ls_status st = ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err);
+        if (st != bad[i].want || !strstr(err.message, bad[i].says)) fprintf(stderr, "%s: %s\n", bad[i].meta, err.message);
+        assert_int_equal(st, bad[i].want);
+        assert_non_null(strstr(err.message, bad[i].says));
+        assert_null(req.x);
+        assert_null(req.names.of_token);
+        ls_error_free(&err);
+        free(body);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_x_in_body),
+        cmocka_unit_test(test_forward_metadata_adapters),
         cmocka_unit_test(test_upload_gate_up_order),
         cmocka_unit_test(test_upload_null_is_not_given),
         cmocka_unit_test(test_error_body_invalid_utf8),

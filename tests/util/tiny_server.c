@@ -217,6 +217,41 @@ json_t *tiny_post_json(tiny_server *ts, const char *path, const json_t *body, lo
     return j;
 }
 
+/* The forward tiny_check_forward makes, as a safetensors body with the
+ * adapters [name, null, name] in its metadata; y (count entries, malloc'd)
+ * of the reply. */
+static float *tiny_forward_safetensors(tiny_server *ts, const char *name, long *count) {
+    ls_tensor_set set;
+    ls_tensor_set_init(&set);
+    ls_tensor x = tiny_tensor(json_object_get(ts->tiny, "x"), LS_DTYPE_F32);
+    ls_tensor g = tiny_tensor(json_object_get(ts->tiny, "gammas"), LS_DTYPE_F32);
+    char names[320];
+    snprintf(names, sizeof names, "[\"%s\", null, \"%s\"]", name, name);
+    assert_true(ls_tensor_set_add(&set, "x", &x) && ls_tensor_set_add(&set, "gammas", &g));
+    assert_true(ls_tensor_set_add_meta(&set, "adapters", names));
+    uint8_t *body = NULL;
+    size_t len = 0;
+    assert_int_equal(ls_safetensors_write(&set, &body, &len, NULL), LS_OK);
+    ls_tensor_set_free(&set);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts->srv, "POST", "/forward", "application/octet-stream", body, len, NULL, &r), 0);
+    if (r.status != 200) fprintf(stderr, "safetensors forward: %ld %s\n", r.status, r.body);
+    assert_int_equal(r.status, 200);
+    ls_tensor_set out;
+    ls_tensor_set_init(&out);
+    assert_int_equal(ls_safetensors_parse((uint8_t *)r.body, r.len, &out, NULL), LS_OK);
+    const ls_tensor *ty = ls_tensor_set_find(&out, "y");
+    assert_non_null(ty);
+    *count = (long)(ty->nbytes / sizeof(float));
+    float *y = malloc(ty->nbytes);
+    memcpy(y, ty->data, ty->nbytes);
+    assert_non_null(strstr(ls_tensor_set_meta(&out, "adapters"), name));
+    ls_tensor_set_free(&out);
+    ls_test_response_free(&r);
+    free(body);
+    return y;
+}
+
 void tiny_check_forward(tiny_server *ts, const char *name, const char *layout) {
     json_t *req = json_pack("{s:O, s:O, s:[s, n, s]}", "x", json_object_get(ts->tiny, "x"), "gammas",
                             json_object_get(ts->tiny, "gammas"), "adapters", name, name);
@@ -231,6 +266,12 @@ void tiny_check_forward(tiny_server *ts, const char *name, const char *layout) {
     json_t *used = json_object_get(resp, "adapters");
     assert_int_equal(json_array_size(used), 1);
     assert_string_equal(json_string_value(json_object_get(json_array_get(used, 0), "name")), name);
+    /* The same tokens and adapters as a safetensors body: the same bits. */
+    long n_st;
+    float *y_st = tiny_forward_safetensors(ts, name, &n_st);
+    assert_int_equal(n_st, n);
+    for (long i = 0; i < n; i++) assert_true((float)y[i] == y_st[i]);
+    free(y_st);
     free(y);
     free(ref);
     json_decref(resp);

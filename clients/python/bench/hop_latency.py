@@ -1,9 +1,10 @@
 """The latency of one layer's hop to lorasink, as an engine in Python sees
 it: median and p99 of RemoteSharedExperts (torch in, torch out) and of
-Client.forward (numpy; one adapter as a safetensors body, mixed adapters
-as JSON with base64), for T=1 and T=128 tokens, at the tiny DeepSeek-V3
-checkpoint of the tests (H=32) and at H=2048 (the demo model with one
-shared expert of F=2816, DeepSeek-V2-Lite's 2 x 1408, bf16 weights).
+Client.forward (numpy, a safetensors body: one adapter in the query,
+mixed adapters per token in the body's metadata), for T=1 and T=128
+tokens, at the tiny DeepSeek-V3 checkpoint of the tests (H=32) and at
+H=2048 (the demo model with one shared expert of F=2816,
+DeepSeek-V2-Lite's 2 x 1408, bf16 weights).
 Beside them: GET /health on the same connection (the HTTP round trip
 alone) and the server's own time per forward from its access log. Prints
 a Markdown table for docs/perf.md; never fails on time.
@@ -69,7 +70,7 @@ def measure(label, server, client, layer, H, n, rows):
                  ("Client.forward, numpy, one adapter", lambda: client.forward(layer, xn, adapters="a"), True)]
         if T > 1:
             names = [mixed[t % 2] for t in range(T)]
-            cases.append(("Client.forward, numpy, mixed adapters (JSON)",
+            cases.append(("Client.forward, numpy, mixed adapters",
                           lambda: client.forward(layer, xn, adapters=names), True))
         for what, fn, fwd in cases:
             since = len(server.logtext().splitlines())

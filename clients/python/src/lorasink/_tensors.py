@@ -81,14 +81,6 @@ def b64_object(w):
     return {"dtype": _JSON_NAME[w.dtype], "shape": list(w.shape), "data": base64.b64encode(w.data).decode("ascii")}
 
 
-def f32_from_b64_object(obj):
-    """The float32 array of a base64 JSON tensor the server wrote."""
-    if not isinstance(obj, dict) or obj.get("dtype") != "f32":
-        raise ValueError("expected a base64 f32 tensor in the reply")
-    data = base64.b64decode(obj["data"], validate=True)
-    return np.frombuffer(data, dtype="<f4").reshape(obj["shape"]).astype(np.float32)
-
-
 def st_encode(tensors, metadata=None):
     """A safetensors file holding the Wires of tensors (name -> Wire), in
     the given order, with optional string metadata."""

@@ -1,8 +1,8 @@
 """Client: every route of lorasink over one kept-alive HTTP connection.
 
-Forwards travel as safetensors bodies (no JSON numbers to write or read);
-a forward whose tokens name different adapters travels as JSON with base64
-tensors, as a safetensors forward body names one adapter for every token.
+Forwards travel as safetensors bodies (no JSON numbers to write or read):
+one adapter for every token in the query, different adapters per token in
+the body's metadata.
 """
 import http.client
 import json
@@ -218,45 +218,35 @@ class Client:
         """
         xw = _tensors.to_wire(x, "x")
         gw = None if gammas is None else _tensors.to_wire(gammas, "gammas")
-        one = adapters
+        one, per_token = adapters, None
         if adapters is not None and not isinstance(adapters, str):
-            # A list that names one adapter (or none) for every token is
-            # the query's ?adapter=; one of another length goes as JSON,
-            # for the server to refuse it (422 invalid_shape).
+            # A list that names one adapter (or none) for every token goes
+            # as the query's ?adapter=, which a proxy can route on; any
+            # other, in the body's metadata (one of another length for the
+            # server to refuse: 422 invalid_shape).
             adapters = list(adapters)
             tokens = xw.shape[0] if xw.shape else -1
-            one = adapters[0] if len(adapters) == tokens and len(set(adapters)) == 1 else _MIXED
-        if one is _MIXED:
-            y, meta = self._forward_json(layer, xw, gw, adapters)
-        else:
-            y, meta = self._forward_st(layer, xw, gw, one)
+            same = len(adapters) == tokens and len(set(adapters)) == 1
+            one, per_token = (adapters[0], None) if same else (None, adapters)
+        y, meta = self._forward_st(layer, xw, gw, one, per_token)
         if _tensors.is_torch(x):
             import torch
 
             y = torch.from_numpy(y).to(x.device)
         return (y, meta) if return_meta else y
 
-    def _forward_st(self, layer, xw, gw, adapter):
+    def _forward_st(self, layer, xw, gw, adapter, per_token):
         query = {"layer": int(layer)}
         if adapter is not None:
             query["adapter"] = adapter
-        body = _tensors.st_encode({"x": xw} if gw is None else {"x": xw, "gammas": gw})
+        tensors = {"x": xw} if gw is None else {"x": xw, "gammas": gw}
+        metadata = None if per_token is None else {"adapters": json.dumps(per_token)}
+        body = _tensors.st_encode(tensors, metadata)
         path = "/forward?" + urllib.parse.urlencode(query)
         _, _, data = self._request("POST", path, body, "application/octet-stream")
         out, meta = _tensors.st_decode(data)
         y = _tensors.wire_to_numpy(out["y"])
         return y, {"layer": int(meta["layer"]), "tokens": y.shape[0], "adapters": json.loads(meta["adapters"])}
-
-    def _forward_json(self, layer, xw, gw, adapters):
-        body = {"layer": int(layer), "x": _tensors.b64_object(xw), "adapters": adapters, "encoding": "base64"}
-        if gw is not None:
-            body["gammas"] = _tensors.b64_object(gw)
-        r = self._json("POST", "/forward", body)
-        y = _tensors.f32_from_b64_object(r["y"])
-        return y, {"layer": r["layer"], "tokens": r["tokens"], "adapters": r["adapters"]}
-
-
-_MIXED = object()
 
 
 def _load_body(name, path, peft_dir, tensors, options):
