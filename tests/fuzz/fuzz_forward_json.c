@@ -14,7 +14,6 @@
  * Everything is freed with the module's own functions (ASan's leak check).
  * Built only with clang (tests/fuzz/CMakeLists.txt). */
 #include <math.h>
-#include <sanitizer/allocator_interface.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +22,10 @@
 #include "api/json_tensor.h"
 #include "format/safetensors.h"
 #include "fuzz_common.h"
+#include "fuzz_forward_common.h"
 
 enum { MAX_TOKENS = 8 };
 static const ls_dims DIMS = {.n = 2, .H = 4, .F = 3, .L = 2, .w13_layout = LS_W13_INTERLEAVED};
-
-/* p holds at least n bytes of one allocation. */
-static void check_alloc(const void *p, size_t n) {
-    FUZZ_CHECK(p && __sanitizer_get_ownership(p) && __sanitizer_get_allocated_size(p) >= n);
-}
 
 static bool same_float(float a, float b) { return !memcmp(&a, &b, sizeof a); }
 
@@ -70,33 +65,6 @@ static void check_y(const json_t *y, const float *v, int rows, int cols) {
     }
     ls_tensor_free(&t);
     ls_error_free(&err);
-}
-
-/* Token t's adapter name, NULL for the base model. */
-static const char *token_name(const ls_forward_req *req, int t) {
-    const ls_token_names *tn = &req->names;
-    return tn->of_token && tn->of_token[t] >= 0 ? tn->names[tn->of_token[t]] : NULL;
-}
-
-/* The table's rule: valid names, each once, each first named by a token
- * in the order of the table (so every one is named). */
-static void check_names(const ls_forward_req *req) {
-    const ls_token_names *tn = &req->names;
-    FUZZ_CHECK(tn->n >= 0 && tn->n <= req->T && (tn->n == 0 || tn->of_token));
-    if (!tn->of_token) return;
-    FUZZ_CHECK(tn->T == req->T);
-    check_alloc(tn->of_token, (size_t)req->T * sizeof *tn->of_token);
-    for (int k = 0; k < tn->n; k++) {
-        FUZZ_CHECK(ls_adapter_pool_name_valid(tn->names[k]));
-        for (int j = 0; j < k; j++) FUZZ_CHECK(strcmp(tn->names[j], tn->names[k]));
-    }
-    int seen = 0;
-    for (int t = 0; t < req->T; t++) {
-        const int k = tn->of_token[t];
-        FUZZ_CHECK(k >= -1 && k < tn->n && k <= seen);
-        if (k == seen) seen++;
-    }
-    FUZZ_CHECK(seen == tn->n);
 }
 
 static void check_accepted(const ls_forward_req *req, const json_t *doc) {

@@ -3,9 +3,10 @@
 
 A handful of small valid and near-valid inputs per harness (docs/fuzzing.md);
 scripts/fuzz.sh runs each harness on a temporary copy, so these files only
-change when this script is run again. The fuzz_forward_json seeds use the
-harness's model: n=2 experts, H=4, L=2 layers, at most 8 tokens. The raw
-upload harness also reads tests/data/hostile (make_hostile.py) as it is.
+change when this script is run again. The fuzz_forward_json and
+fuzz_forward_safetensors seeds use the harnesses' model: n=2 experts, H=4,
+L=2 layers, at most 8 tokens. The raw upload and safetensors forward
+harnesses also read tests/data/hostile (make_hostile.py) as it is.
 Standard library only.
 
     python3 tests/fuzz/make_seeds.py [CORPUS_DIR]
@@ -89,6 +90,22 @@ def forward_json():
 
 
 LORA_A = "base_model.model.model.layers.0.mlp.shared_experts.gate_proj.lora_A.weight"
+
+
+def forward_safetensors():
+    x2 = f32(0.5, -1e-3, 3.40282347e38, -0.0, 1.401298464e-45, 2, 3, 4)
+    mixed = {"adapters": js(["a", None]).decode(), "format": "pt"}
+    return {
+        "minimal.safetensors": safetensors({"x": ("F32", (1, 4), f32(1, 2, 3, 4))}),
+        "gammas_bf16.safetensors": safetensors({"x": ("BF16", (1, 4), struct.pack("<4H", 0x3F80, 0, 0x8000, 0x4000)),
+                                                "gammas": ("F16", (1, 2), struct.pack("<2H", 0x3C00, 0x3800))}),
+        "per_token.safetensors": safetensors({"x": ("F32", (2, 4), x2)}, mixed),
+        "two_names.safetensors": safetensors({"x": ("F32", (2, 4), x2)}, {"adapters": js(["b", "a.1"]).decode()}),
+        "per_token_routed.safetensors": b"?a\0" + safetensors({"x": ("F32", (2, 4), x2)}, mixed),
+        "routed.safetensors": b"?my-adapter.v1\0" + safetensors({"x": ("F32", (2, 4), x2)}),
+        "wrong_length.safetensors": safetensors({"x": ("F32", (2, 4), x2)}, {"adapters": js(["a"]).decode()}),
+        "unknown_key.safetensors": safetensors({"x": ("F32", (1, 4), f32(1, 2, 3, 4))}, {"layer": "1"}),
+    }
 
 
 def adapter_upload_json():
@@ -239,7 +256,8 @@ def api_keys():
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-    for harness, cases in (("fuzz_forward_json", forward_json()), ("fuzz_adapter_upload_json", adapter_upload_json()),
+    for harness, cases in (("fuzz_forward_json", forward_json()), ("fuzz_forward_safetensors", forward_safetensors()),
+                           ("fuzz_adapter_upload_json", adapter_upload_json()),
                            ("fuzz_adapter_upload_raw", adapter_upload_raw()), ("fuzz_peft_config", peft_config()),
                            ("fuzz_config", config()), ("fuzz_api_keys", api_keys())):
         d = os.path.join(out, harness)
