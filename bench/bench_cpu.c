@@ -45,6 +45,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/cpu/kernels.h"
+#include "bench_util.h"
 
 #define MAX_PEERS 4
 
@@ -65,16 +66,8 @@ static const int Ts[] = {1, 16, 256, 2048}, As[] = {1, 8};
 #define NT 4
 #define NA 2
 
-static double ls_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int ls_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+/* Seconds on the monotonic clock. */
+static double ls_now(void) { return bench_now_ms() * 1e-3; }
 
 static void ls_fill(float *v, size_t n, unsigned *state, float scale) {
     for (size_t i = 0; i < n; i++) {
@@ -124,8 +117,7 @@ static double ls_median_s(ls_bench_fn fn, void *ctx) {
         fn(ctx);
         times[n++] = ls_now() - t0;
     }
-    qsort(times, (size_t)n, sizeof *times, ls_cmp_double);
-    return times[n / 2];
+    return bench_median(times, n);
 }
 
 /* ---- memcpy bandwidth: each of `threads` threads copies its slice ---- */

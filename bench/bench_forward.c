@@ -16,14 +16,9 @@
 
 #include "common/log.h"
 #include "server/server.h"
+#include "bench_util.h"
 
 extern char **environ;
-
-static double ls_now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 /* Runs reps forwards of T tokens of name (NULL: base) and prints their
  * times; false when a forward fails. */
@@ -38,9 +33,9 @@ static bool ls_bench_run(ls_server *srv, int T, const char *name, int reps, int 
         ls_error_init(&err);
         int n_used = 0;
         if (gap_us > 0) nanosleep(&(struct timespec){gap_us / 1000000, (long)(gap_us % 1000000) * 1000}, NULL);
-        double t0 = ls_now_ms();
+        double t0 = bench_now_ms();
         ok = ls_pool_forward(srv->pool, 0, T, x, NULL, name ? &names : NULL, y, used, &n_used, &err) == LS_OK;
-        double ms = ls_now_ms() - t0;
+        double ms = bench_now_ms() - t0;
         if (!ok) fprintf(stderr, "bench_forward: %s\n", err.message);
         else printf("%s%.4f", r ? " " : "", ms);
         ls_error_free(&err);

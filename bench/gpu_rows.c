@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gpu_bench.h"
 #include "common/text.h"
 #include "gpu/cuda/cuda_backend.h"
@@ -95,11 +96,6 @@ ls_backend *bench_backend(int pool_rank, int rank, const bench_inputs *in, uint6
     return be;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median device time of one forward in ms (< 0 on failure, printed);
  * *graph says whether the runs replayed a CUDA graph. */
 static double device_ms(ls_backend *be, int T, const bench_inputs *in, const int *sot, int iters, int *graph) {
@@ -114,19 +110,12 @@ static double device_ms(ls_backend *be, int T, const bench_inputs *in, const int
         fprintf(stderr, "bench_gpu: time_forward: %s\n", err.message);
     else {
         for (int i = 0; i < iters; i++) d[i] = ms[i];
-        qsort(d, (size_t)iters, sizeof *d, cmp_double);
-        med = d[iters / 2];
+        med = bench_median(d, iters);
     }
     free(ms);
     free(d);
     ls_error_free(&err);
     return med;
-}
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
 /* Median wall time in ms of ls_backend_forward from host x to host y, as
@@ -138,18 +127,15 @@ static double e2e_ms(ls_backend *be, int T, const bench_inputs *in, const int *s
     ls_error_init(&err);
     int ok = t != NULL;
     for (int i = -3; i < iters && ok; i++) {
-        const double t0 = now_ms();
+        const double t0 = bench_now_ms();
         if (ls_backend_forward(be, 0, T, in->x, in->gam, sot, in->y, &err) != LS_OK) {
             fprintf(stderr, "bench_gpu: forward: %s\n", err.message);
             ok = 0;
         } else if (i >= 0) {
-            t[i] = now_ms() - t0;
+            t[i] = bench_now_ms() - t0;
         }
     }
-    if (ok) {
-        qsort(t, (size_t)iters, sizeof *t, cmp_double);
-        med = t[iters / 2];
-    }
+    if (ok) med = bench_median(t, iters);
     free(t);
     ls_error_free(&err);
     return med;

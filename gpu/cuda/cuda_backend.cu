@@ -60,6 +60,7 @@ static void cuda_free(ls_backend *be) {
         if (c->ev_stop) cudaEventDestroy(c->ev_stop);
         if (c->stream) cudaStreamDestroy(c->stream);
         for (int i = 0; i < c->n_parts; i++) cudaFree(c->d_parts[i]);
+        if (c->h_xc && c->h_xc != c->h_io) cudaFreeHost(c->h_xc);
         if (c->h_io) cudaFreeHost(c->h_io);
         if (c->h_gam) cudaFreeHost(c->h_gam);
         if (c->h_tasks) cudaFreeHost(c->h_tasks);
@@ -213,7 +214,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
         {&c->d_w2, L * H * n * F * esz},
         {(void **)&c->d_gate, c->gated ? L * H * sizeof(float) : 0},
         {&c->d_der, S * L * c->der_len * esz},
-        {(void **)&c->d_x32, Tm * H * sizeof(float)},
+        {(void **)&c->d_x32, f32 || c->gated ? Tm * H * sizeof(float) : 0},
         {&c->d_xc, f32 ? 0 : Tm * H * esz},
         {(void **)&c->d_gam, Tm * n * sizeof(float)},
         {(void **)&c->d_z, Tm * n * 2 * F * sizeof(float)},
@@ -270,6 +271,10 @@ static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
                             "cuda backend: cannot allocate %.1f MiB of host memory for the slots' factors",
                             MIB(S * L * c->canon.total * sizeof(float)));
     LS_TRY(pinned((void **)&c->h_io, Tm * H * sizeof(float), err));
+    if (c->dt == LS_DTYPE_F32)
+        c->h_xc = c->h_io;
+    else
+        LS_TRY(pinned(&c->h_xc, Tm * H * c->esz, err));
     LS_TRY(pinned((void **)&c->h_gam, Tm * c->n * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
     LS_TRY(pinned(&c->h_der, c->der_len * c->esz, err));

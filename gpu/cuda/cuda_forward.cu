@@ -1,8 +1,8 @@
 /* The CUDA forward of docs/math.md in the stages every backend names alike
  * (gpu/backend_impl.h), on the token plan's rows (gpu/token_plan.h: each
  * slot's tokens contiguous, base-only tokens last): gather on the host
- * into pinned memory; on the device the GEMM list of gpu/lora_plan.h
- * (shrink_gate_up, gate_up with its LoRA expand, the fused SwiGLU x gamma,
+ * into pinned memory, x rounded to the compute dtype on the way; on the
+ * device the GEMM list of gpu/lora_plan.h (shrink_gate_up, gate_up with its LoRA expand, the fused SwiGLU x gamma,
  * shrink_down, down with its LoRA expand), each LoRA GEMM cut to the
  * slot's rank; scatter back on the host. The LoRA GEMMs are cuBLAS when
  * every adapted token uses one slot, one SGMV launch each otherwise. Also
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
+#include "gpu/stage_rows.h"
 
 /* ---- the plan's SGMV tasks --------------------------------------------------------- */
 
@@ -38,13 +39,23 @@ static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, bool has_
     }
 }
 
-/* Stage gather: copies x and gammas in plan order through pinned memory,
- * and the SGMV tasks when more than one slot is used. Asynchronous. */
+/* Whether this forward computes the shared-expert gate (from fp32 x). */
+static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has_gammas && c->gated; }
+
+/* Stage gather: copies x in plan order through pinned memory, rounded to
+ * the compute dtype on the way (gpu/stage_rows.h: the device gets half
+ * the bytes and converts nothing), and in fp32 too when the gate reads
+ * it; gammas; the SGMV tasks when more than one slot is used.
+ * Asynchronous. */
 static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, ls_error *err) {
     const size_t H = c->H, n = c->n, T = p->T;
     const int *order = p->tokens->order;
-    for (size_t i = 0; i < T; i++) memcpy(c->h_io + i * H, x + (size_t)order[i] * H, H * sizeof(float));
-    LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    ls_stage_rows(c->h_xc, c->dt, x, order, T, H);
+    LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_xc, c->h_xc, T * H * c->esz, cudaMemcpyHostToDevice, c->stream));
+    if (needs_gate(c, p) && c->dt != LS_DTYPE_F32) {
+        ls_stage_rows(c->h_io, LS_DTYPE_F32, x, order, T, H);
+        LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    }
     if (gammas) {
         for (size_t i = 0; i < T; i++) memcpy(c->h_gam + i * n, gammas + (size_t)order[i] * n, n * sizeof(float));
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gam, c->h_gam, T * n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
@@ -199,7 +210,7 @@ static ls_status run_forked(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *
  * gamma is its gate, from fp32 x. */
 static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
     const int T = p->T, n = c->n, H = c->H, F = c->F;
-    const bool gate = !p->has_gammas && c->gated;
+    const bool gate = needs_gate(c, p);
     if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * H, c->d_gam, T, H, n, c->stream));
     LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
                                     c->stream));
@@ -213,8 +224,6 @@ static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
  * joined back, so a capture of the main stream holds it all. Enqueues
  * only; no host synchronisation. */
 static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
-    if (c->dt != LS_DTYPE_F32)
-        LS_CUDA_TRY(err, ls_cuda_convert(c->d_x32, c->d_xc, c->dt, (long long)p->T * c->H, c->stream));
     for (int i = 0; i < LS_OPS; i++) {
         const bool shrink = i == LS_OP_SHRINK_GU || i == LS_OP_SHRINK_D;
         const bool expand = i == LS_OP_EXPAND_GU || i == LS_OP_EXPAND_D;
@@ -232,12 +241,10 @@ static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
 /* Stage scatter: copies y out through pinned memory and back to token
  * order; y is complete when this returns. */
 static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *err) {
-    const size_t H = c->H;
-    const int T = p->T, *order = p->tokens->order;
-    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost,
-                                     c->stream));
+    const size_t H = c->H, T = p->T;
+    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, T * H * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < T; i++) memcpy(y + (size_t)order[i] * H, c->h_io + (size_t)i * H, H * sizeof(float));
+    ls_unstage_rows(y, c->h_io, p->tokens->order, T, H);
     return LS_OK;
 }
 

@@ -62,8 +62,8 @@ typedef struct {
     int gated;       /* the model has a shared-expert gate (dims.gate) */
     float *d_gate;   /* [L][H] its weights in fp32 (absent without) */
     void *d_der;     /* [S][L][der_len] derived operands */
-    float *d_x32;    /* [T, H] inputs, grouped by slot */
-    void *d_xc;      /* [T, H] inputs in the compute dtype (= d_x32 for f32) */
+    float *d_x32;    /* [T, H] fp32 inputs in plan order, for the gate (absent when neither gated nor f32) */
+    void *d_xc;      /* [T, H] inputs in the compute dtype, rounded on the host (= d_x32 for f32) */
     float *d_gam;    /* [T, n] */
     float *d_z;      /* [T, 2nF] gate/up sums, [2][n][F] per row */
     void *d_a;       /* [T, n*F] activations, compute dtype */
@@ -82,7 +82,8 @@ typedef struct {
     float *h_canon;   /* [S][L][canon.total] what slot_write received (malloc) */
     float *h_der32;   /* [der_len] one slot write's derived operands in fp32 (malloc) */
     /* Pinned host staging. */
-    float *h_io;      /* [max_tokens, H]: x in, then y out */
+    float *h_io;      /* [max_tokens, H]: fp32 x in (f32, or for the gate), then y out */
+    void *h_xc;       /* [max_tokens, H]: x in the compute dtype (= h_io for f32) */
     float *h_gam;     /* [max_tokens, n] */
     int4 *h_tasks;    /* [max_tasks] */
     void *h_der;      /* [der_len] one slot write's derived operands, compute dtype */

@@ -1,6 +1,6 @@
-/* The CUDA backend's kernels and their launchers: fp32 -> compute dtype,
- * SwiGLU x gamma on the device's gate-first z, the shared-expert gate,
- * and the segmented LoRA GEMM (SGMV) in two variants, tensor cores
+/* The CUDA backend's kernels and their launchers: SwiGLU x gamma on the
+ * device's gate-first z, the shared-expert gate, and the segmented LoRA
+ * GEMM (SGMV) in two variants, tensor cores
  * through WMMA for bf16/f16 weights and fp32 FMA for every dtype, with
  * its fixed-order K-split reduction. */
 #include "gpu/cuda/kernels.cuh"
@@ -30,25 +30,6 @@ static unsigned grid_for(long long count, int threads) {
     long long blocks = (count + threads - 1) / threads;
     if (blocks > 65536) blocks = 65536;
     return (unsigned)(blocks < 1 ? 1 : blocks);
-}
-
-/* ---- conversion ---------------------------------------------------------- */
-
-template <typename T> __global__ void convert_kernel(const float *src, T *dst, long long count) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
-         i += (long long)gridDim.x * blockDim.x)
-        dst[i] = from_f<T>(src[i]);
-}
-
-cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long count, cudaStream_t stream) {
-    if (count <= 0) return cudaSuccess;
-    unsigned g = grid_for(count, 256);
-    switch (t) {
-    case LS_DTYPE_BF16: convert_kernel<<<g, 256, 0, stream>>>(src, (__nv_bfloat16 *)dst, count); break;
-    case LS_DTYPE_F16: convert_kernel<<<g, 256, 0, stream>>>(src, (__half *)dst, count); break;
-    default: return cudaMemcpyAsync(dst, src, (size_t)count * sizeof(float), cudaMemcpyDeviceToDevice, stream);
-    }
-    return cudaGetLastError();
 }
 
 /* ---- SwiGLU x gamma -------------------------------------------------------- */

@@ -1,7 +1,7 @@
-/* The CUDA backend's own kernels, seen from the host: input conversion,
- * the fused SwiGLU x gamma, the derived LoRA operands of a slot write, and
- * the segmented LoRA GEMM (SGMV) for batches with several adapters. Each
- * launcher returns cudaGetLastError() so callers can check it. */
+/* The CUDA backend's own kernels, seen from the host: the fused SwiGLU
+ * x gamma, the shared-expert gate, and the segmented LoRA GEMM (SGMV)
+ * for batches with several adapters. Each launcher returns
+ * cudaGetLastError() so callers can check it. */
 #ifndef LS_GPU_CUDA_KERNELS_CUH
 #define LS_GPU_CUDA_KERNELS_CUH
 
@@ -62,9 +62,6 @@ cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStr
 /* cudaSuccess when this binary holds code the current device can run
  * (its SASS, or PTX it can compile); else the error that says why. */
 cudaError_t ls_cuda_kernels_loadable(void);
-
-/* dst[i] = src[i] rounded to t (F32, BF16 or F16). */
-cudaError_t ls_cuda_convert(const float *src, void *dst, ls_dtype t, long long count, cudaStream_t stream);
 
 /* a[t, e*F + j] = gamma[t, e] * silu(g) * u with g = z[t, e*F + j] and
  * u = z[t, n*F + e*F + j] (z in the device's [2][n][F] order,
