@@ -17,7 +17,9 @@
 
 /* The CUDA part of the plan: the LoRA's rank, and the SGMV tasks
  * (LS_SGMV_BM rows of one slot each, slots in the token plan's order,
- * each with that slot's rank) in pinned memory. */
+ * each with that slot's rank) in pinned memory. A slot of rank 0 at this
+ * layer has no task: every LoRA GEMM cuts to its rank, so its rows of
+ * the shrinks' outputs are never read and its expands add nothing. */
 static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, bool has_gammas, ls_cuda_plan *p) {
     p->tokens = tp;
     p->has_gammas = has_gammas;
@@ -27,16 +29,16 @@ static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, bool has_
     p->single_slot = tp->single_slot;
     p->layer = layer;
     p->rank = p->n_slots == 1 ? c->rank[(size_t)p->single_slot * c->L + layer] : 0;
-    p->lora = p->n_slots > 1 || (p->n_slots == 1 && p->rank > 0);
     p->ntasks = 0;
-    for (int s = 0; s < c->S; s++) {
+    for (int s = 0; s < c->S && p->n_slots > 1; s++) {
         const int pos = tp->start[s], count = tp->start[s + 1] - pos;
         const int r = c->rank[(size_t)s * c->L + layer];
-        for (int r0 = 0; r0 < count; r0 += LS_SGMV_BM) {
+        for (int r0 = 0; r0 < count && r > 0; r0 += LS_SGMV_BM) {
             int rows = count - r0 < LS_SGMV_BM ? count - r0 : LS_SGMV_BM;
             c->h_tasks[p->ntasks++] = make_int4(pos + r0, rows, s, r);
         }
     }
+    p->lora = p->n_slots > 1 ? p->ntasks > 0 : p->n_slots == 1 && p->rank > 0;
 }
 
 /* Whether this forward computes the shared-expert gate (from fp32 x). */
