@@ -2,8 +2,10 @@
 """Writes a PEFT LoRA directory for the checkpoint write-demo-checkpoint.py
 writes, laid out as PEFT's save_pretrained lays it out: adapter_config.json
 and adapter_model.safetensors, with factors on the shared expert's
-gate_proj, up_proj and down_proj of its MoE layers (0 and 2). It stands
-for the adapter you trained: the README's Try it loads it by path.
+gate_proj, up_proj and down_proj of its MoE layers (0 and 2), which its
+target_modules names exactly (PEFT loads it onto the transformers model
+with no key missing: scripts/check-hf.sh checks that). It stands for the
+adapter you trained: the README's Try it loads it by path.
 
 Values are small f32 numbers drawn from SHAKE-256 of --seed; no torch,
 numpy or peft needed.
@@ -56,7 +58,9 @@ def main():
             f.write(blob)
     config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": "demo-checkpoint",
               "r": r, "lora_alpha": a.alpha, "lora_dropout": 0.0, "bias": "none", "use_rslora": False,
-              "target_modules": ["gate_proj", "up_proj", "down_proj"]}
+              # Only the shared expert: the list ["gate_proj", "up_proj", "down_proj"]
+              # would also name layer 1's dense MLP, which this adapter leaves alone.
+              "target_modules": r".*\.shared_expert\.(gate_proj|up_proj|down_proj)"}
     with open(os.path.join(a.out, "adapter_config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")

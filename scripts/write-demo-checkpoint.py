@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes a small Hugging Face checkpoint directory in the Qwen2-MoE layout,
 for the README's first example and for trying --weights DIR: config.json,
-model.safetensors.index.json and two shards, as save_pretrained lays them out.
+model.safetensors.index.json and two shards, as save_pretrained lays them out;
+transformers loads it as it is (scripts/check-hf.sh checks that).
 
 Its 3 decoder layers have H = 1024; layers 0 and 2 are MoE layers with one
 shared expert of width 1024 (mlp.shared_expert.{gate,up,down}_proj and
@@ -20,6 +21,7 @@ import os
 import struct
 
 H, LAYERS, SHARED_F, ROUTED, ROUTED_F, DENSE_F, VOCAB = 1024, 3, 1024, 4, 256, 2048, 512
+HEADS, KV_HEADS, HEAD_DIM = 4, 2, 64  # config.json says head_dim, so q_proj is [256, H] as written
 MOE_LAYERS = (0, 2)
 
 
@@ -52,9 +54,12 @@ def layer_tensors(l, seed):
     """Every tensor of decoder layer l: (name, shape, bytes)."""
     p = f"model.layers.{l}."
     t = lambda name, shape, e: (p + name, shape, bf16_values(p + name, seed, shape[0] * shape[1], e))
-    out = [t("input_layernorm.weight", [1, H], -1), t("self_attn.q_proj.weight", [H // 4, H], -8),
-           t("self_attn.k_proj.weight", [H // 8, H], -8), t("self_attn.v_proj.weight", [H // 8, H], -8),
-           t("self_attn.o_proj.weight", [H, H // 4], -8)]
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    out = [t("input_layernorm.weight", [1, H], -1), t("post_attention_layernorm.weight", [1, H], -1),
+           t("self_attn.q_proj.weight", [q, H], -8), t("self_attn.q_proj.bias", [1, q], -8),
+           t("self_attn.k_proj.weight", [kv, H], -8), t("self_attn.k_proj.bias", [1, kv], -8),
+           t("self_attn.v_proj.weight", [kv, H], -8), t("self_attn.v_proj.bias", [1, kv], -8),
+           t("self_attn.o_proj.weight", [H, q], -8)]
     if l in MOE_LAYERS:
         out += [t("mlp.gate.weight", [ROUTED, H], -6), t("mlp.shared_expert_gate.weight", [1, H], -7),
                 t("mlp.shared_expert.gate_proj.weight", [SHARED_F, H], -7),
@@ -67,8 +72,8 @@ def layer_tensors(l, seed):
     else:
         out += [t("mlp.gate_proj.weight", [DENSE_F, H], -7), t("mlp.up_proj.weight", [DENSE_F, H], -7),
                 t("mlp.down_proj.weight", [H, DENSE_F], -7)]
-    # layer norms are [H] in a real checkpoint
-    return [(n, [s[1]] if "layernorm" in n else s, b) for n, s, b in out]
+    # layer norms and biases are vectors in a real checkpoint
+    return [(n, [s[1]] if "layernorm" in n or n.endswith(".bias") else s, b) for n, s, b in out]
 
 
 def main():
@@ -79,7 +84,8 @@ def main():
     os.makedirs(args.dir, exist_ok=True)
     config = {
         "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": H,
-        "num_hidden_layers": LAYERS, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": VOCAB,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM, "qkv_bias": True, "vocab_size": VOCAB,
         "intermediate_size": DENSE_F, "moe_intermediate_size": ROUTED_F, "shared_expert_intermediate_size": SHARED_F,
         "num_experts": ROUTED, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [1],
         "norm_topk_prob": False, "hidden_act": "silu", "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",

@@ -26,6 +26,11 @@ directories with lorasink as they were saved, and checks:
 - where the entry uses target_parameters, that the plain target_modules
   list still misses the shared experts (docs/adapters.md's table).
 
+First, the README's demo files ("demo"): the checkpoint of
+scripts/write-demo-checkpoint.py loads in transformers with every key in
+place, the adapter of scripts/write-demo-adapter.py loads onto it in PEFT
+with none missing, and lorasink serving them gives the modules' forward.
+
 Usage: check_hf.py LORASINK_BINARY WORKDIR [NAME...]  (run by scripts/check-hf.sh)
 """
 import copy
@@ -55,6 +60,7 @@ from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 # (docs/math.md, "Numerics"), as the reference does; only the CUDA backend
 # rounds operands to bf16 (its bound against the CPU's is 1e-2).
 TOL = 2e-5
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PROJS = ("gate_proj", "up_proj", "down_proj")
 SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:mlp|feed_forward)\.shared_experts?)$")
 
@@ -532,12 +538,57 @@ def check_family(binary, work, fam, notes):
             proc.wait(timeout=30)
 
 
+def check_demo(binary, work, notes):
+    """The README's demo files are what transformers and PEFT read: the
+    checkpoint of scripts/write-demo-checkpoint.py loads with no key
+    missing, unexpected or of another shape, the adapter of
+    scripts/write-demo-adapter.py loads onto it with no adapter key
+    missing, and lorasink serving both gives the modules' own forward."""
+    ckpt, adir = os.path.join(work, "demo", "checkpoint"), os.path.join(work, "demo", "adapters")
+    for script, out in (("write-demo-checkpoint.py", ckpt), ("write-demo-adapter.py", os.path.join(adir, "mine"))):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), out], check=True,
+                       stdout=subprocess.DEVNULL)
+    model, info = tf.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    if bad:
+        raise RuntimeError(f"transformers loaded the demo checkpoint with {bad}")
+    model.eval()
+    shared = shared_modules(model)
+    notes.append(f"checkpoint loads with every key, shared experts on {list(shared)}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adapted = PeftModel.from_pretrained(copy.deepcopy(model), os.path.join(adir, "mine")).eval()
+    said = [str(w.message) for w in caught if "adapter keys" in str(w.message) or "unexpected" in str(w.message)]
+    if said:
+        raise RuntimeError(f"PEFT loading the demo adapter said: {said[0][:300]}")
+    notes.append("adapter loads onto it with no key missing")
+    with open(os.path.join(work, "demo", "lorasink.log"), "w") as log:
+        proc, port = start_server(binary, ckpt, adir, log)
+        try:
+            hidden = check_model(port, Family("demo", "qwen2_moe", None, "modules"), shared, [1], "BF16", notes)
+            st, r = http(port, "POST", "/adapters", {"name": "mine", "path": "mine"})
+            if st != 201:
+                raise RuntimeError(f"loading mine: {st} {json.dumps(r)}")
+            check_forwards(port, None, model, shared, {"mine": adapted}, hidden, notes)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def main():
     binary, work, only = sys.argv[1], sys.argv[2], sys.argv[3:]
     torch.set_default_dtype(torch.float32)
     print(f"transformers {tf.__version__}, peft {peft.__version__}, torch {torch.__version__}, "
           f"numpy {np.__version__}", flush=True)
     failed = []
+    if not only or "demo" in only:
+        notes = []
+        try:
+            check_demo(binary, work, notes)
+            print("PASS demo: " + "; ".join(notes), flush=True)
+        except Exception as e:  # report it with the families
+            failed.append("demo")
+            print("FAIL demo: " + "; ".join(notes + [str(e)]), flush=True)
     for fam in FAMILIES:
         if only and fam.name not in only:
             continue
