@@ -544,6 +544,7 @@ def check_demo(binary, work, notes):
     missing, unexpected or of another shape, the adapter of
     scripts/write-demo-adapter.py loads onto it with no adapter key
     missing, and lorasink serving both gives the modules' own forward."""
+    torch.manual_seed(1)
     ckpt, adir = os.path.join(work, "demo", "checkpoint"), os.path.join(work, "demo", "adapters")
     for script, out in (("write-demo-checkpoint.py", ckpt), ("write-demo-adapter.py", os.path.join(adir, "mine"))):
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), out], check=True,
