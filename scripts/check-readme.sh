@@ -50,8 +50,19 @@ t0=$(date +%s)
 if bash scripts/wait-ready.sh $! "$out.log" 60 >"$out" 2>&1; then fail "wait-ready.sh took an exited server as ready"; fi
 grep -q "the server could not start" "$out" || { cat "$out"; fail "wait-ready.sh did not print the log's end"; }
 [ $(($(date +%s) - t0)) -le 10 ] || fail "wait-ready.sh took more than 10 s to see the server exit"
+# A server that says it listens on another port than LORASINK_URL names:
+# said at once, not waited on for half an hour.
+bash -c 'echo "listening on http://127.0.0.1:18402"; sleep 60' >"$out.log" 2>&1 &
+stand_in=$!
+t0=$(date +%s)
+if LORASINK_URL=http://127.0.0.1:1 bash scripts/wait-ready.sh $stand_in "$out.log" 60 >"$out" 2>&1; then
+  fail "wait-ready.sh took a server on another port as ready"
+fi
+kill "$stand_in" 2>/dev/null || true
+grep -q "listens on http://127.0.0.1:18402 but LORASINK_URL is" "$out" || { cat "$out"; fail "wait-ready.sh did not name both ports"; }
+[ $(($(date +%s) - t0)) -le 10 ] || fail "wait-ready.sh took more than 10 s to see the port differ"
 rm -f "$out.log"
-echo "PASS fail-fast: a taken port refused by demo.sh, an exited server reported by wait-ready.sh, each in seconds"
+echo "PASS fail-fast: a taken port refused by demo.sh, an exited server and a server on another port reported by wait-ready.sh, each in seconds"
 
 # -- the Try it block --------------------------------------------------------
 block=$(awk '/^## Try it/{on=1} on && /^```sh/{grab=1; next} grab && /^```/{exit} grab{print}' README.md)
