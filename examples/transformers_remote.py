@@ -11,14 +11,14 @@ times one layer's hop.
 With no arguments it makes a tiny random Qwen2-MoE checkpoint and a random
 adapter in a temporary directory and starts build/lorasink on it:
 
-    pip install ./clients/python torch transformers peft
-    python examples/transformers_remote.py
+    python3 -m venv .venv && .venv/bin/pip install ./clients/python torch transformers peft
+    .venv/bin/python examples/transformers_remote.py
 
 With your own (the server must serve --weights MODEL_DIR; the adapter is a
 directory PEFT's save_pretrained wrote, on this machine):
 
     ./build/lorasink --weights MODEL_DIR &
-    python examples/transformers_remote.py --model MODEL_DIR --adapter ADAPTER_DIR --server http://127.0.0.1:8080
+    .venv/bin/python examples/transformers_remote.py --model MODEL_DIR --adapter ADAPTER_DIR --server http://127.0.0.1:8080
 
 Exit status 0 when the remote model gave PEFT's logits (relative L2 at
 most --tol) and PEFT's tokens.
