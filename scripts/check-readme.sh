@@ -90,7 +90,12 @@ fi
 grep -q '"status":"ready"' "$out" || fail "the block never saw /ready"
 grep -q '"source":"checkpoint"' "$out" || fail "the block's GET /model did not show the checkpoint it serves"
 grep -q '"name":"mine","version":1,.*"format":"peft"' "$out" || fail "the block did not load its PEFT directory by path"
-grep -q '"y":.*"adapters":\[{"name":"mine"' "$out" || fail "the block's mixed forward did not run through the adapter"
+grep -q 'adapters used: mine v1 (slot' "$out" || fail "the block's mixed forward did not run through the adapter"
+# Tokens 0 and 2 (the same x, both through "mine") agree; token 1, the base
+# model, does not: the adapter changed the numbers it was asked to.
+y0=$(sed -n 's/^y\[0\]\[:4\] = //p' "$out") y1=$(sed -n 's/^y\[1\]\[:4\] = //p' "$out") y2=$(sed -n 's/^y\[2\]\[:4\] = //p' "$out")
+[ -n "$y0" ] && [ "$y0" = "$y2" ] && [ "$y0" != "$y1" ] ||
+  fail "the block's forward: tokens 0 and 2 should match and differ from token 1 (y0 $y0, y1 $y1, y2 $y2)"
 [ "$(grep -c '== delete one' "$out")" = 2 ] || fail "quickstart.sh did not run twice to its end"
 grep -q ' info  stopped' lorasink.log || fail "the server did not stop cleanly on kill %1"
 grep -q -- "--port $port" lorasink.log || grep -q "listening on http://127.0.0.1:$port" lorasink.log ||
