@@ -148,7 +148,7 @@ static ls_status ls_forward_meta_check(const ls_tensor_set *set, ls_error *err) 
  * added when new) or null (-1). */
 static ls_status ls_forward_meta_name(json_t *v, size_t i, ls_token_names *tn, int *index, ls_error *err) {
     char what[48];
-    snprintf(what, sizeof what, "metadata adapters[%zu]", i);
+    snprintf(what, sizeof what, "adapters[%zu]", i);
     *index = -1;
     if (json_is_null(v)) return LS_OK;
     if (!json_is_string(v))
@@ -169,13 +169,14 @@ static ls_status ls_forward_meta_names(const char *text, ls_forward_req *req, ls
     ls_status st = LS_OK;
     if (!a)
         st = ls_error_set(err, LS_INVALID_REQUEST, "write it as JSON text: [\"a1\", null, ...]",
-                          "metadata adapters is not JSON: %.120s at character %d", je.text, je.position);
+                          "the body's metadata \"adapters\" is not JSON: %.120s at character %d", je.text,
+                          je.position);
     else if (!json_is_array(a))
         st = ls_error_set(err, LS_INVALID_REQUEST, "write it as JSON text: [\"a1\", null, ...]",
-                          "metadata adapters must be an array (a name or null per token)");
+                          "the body's metadata \"adapters\" must be an array (a name or null per token)");
     else if (json_array_size(a) != (size_t)req->T)
         st = ls_error_set(err, LS_INVALID_SHAPE, "name one adapter (or null) per row of x",
-                          "metadata adapters has %zu entries for %d tokens", json_array_size(a), req->T);
+                          "\"adapters\" has %zu entries for %d tokens", json_array_size(a), req->T);
     for (size_t i = 0; st == LS_OK && i < json_array_size(a); i++) {
         int k;
         st = ls_forward_meta_name(json_array_get(a, i), i, &req->names, &k, err);

@@ -286,7 +286,10 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
     }
     nm->given = true;
     if (ls_jr_peek(r) != '[') {
-        ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "\"adapters\" must be an array (a name or null per token)");
+        const char *hint = ls_jr_peek(r) == '"' ? "for one adapter for every token send \"adapter\": NAME; "
+                                                  "\"adapters\" is a list, [NAME or null per token]"
+                                                : NULL;
+        ls_fj_note(pb, LS_INVALID_REQUEST, hint, "\"adapters\" must be an array (a name or null per token)");
         return ls_jr_skip(r);
     }
     r->p++;

@@ -211,8 +211,10 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
     else
         snprintf(msg, sizeof msg, "%s names layer %lld, but the model has %d layers (0..%d)", name, (long long)layer,
                  total, total - 1);
-    ls_adapter_add(c, false, LS_LORA_LAYER_OUT_OF_RANGE, as, name, LS_NA, total, layer, d->layer_ids ? hint : NULL,
-                   msg, sizeof msg);
+    /* expected is the limit a layer number must stay under; a dense layer
+     * is under it, and refused for another reason: no expected then. */
+    ls_adapter_add(c, false, LS_LORA_LAYER_OUT_OF_RANGE, as, name, LS_NA, layer < total ? LS_NA : total, layer,
+                   d->layer_ids ? hint : NULL, msg, sizeof msg);
 }
 
 /* Sorts every name: places the shared experts' factors of the chosen

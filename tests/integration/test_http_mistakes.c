@@ -148,6 +148,10 @@ static void test_did_you_mean(void **state) {
     const char *x = "{\"x\": [[0.5, 0.25, 0.125, 1.0]]}";
     expect("POST", "/forward?adaptr=tenant-a", "application/json", x, strlen(x), 400, "invalid_request",
            "unknown query parameter \"adaptr\"; did you mean \"adapter\"?", NULL);
+    /* One name where the list goes: the hint names the key for one name. */
+    const char *one = "{\"x\": [[0.5, 0.25, 0.125, 1.0]], \"adapters\": \"tenant-a\"}";
+    expect("POST", "/forward", "application/json", one, strlen(one), 400, "invalid_request",
+           "\"adapters\" must be an array", "send \"adapter\": NAME");
 }
 
 int main(void) {
