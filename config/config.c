@@ -432,6 +432,16 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
     return LS_CONFIG_RUN;
 }
 
+/* Adds "--ALIAS as --NAME" to cfg->aliases_used, once per alias (a cut
+ * note when it would overflow: it is only for the log). */
+static void note_alias(ls_config *cfg, const char *alias, const char *name) {
+    char item[96];
+    snprintf(item, sizeof item, "--%s as --%s", alias, name);
+    if (strstr(cfg->aliases_used, item)) return;
+    size_t len = strlen(cfg->aliases_used);
+    snprintf(cfg->aliases_used + len, sizeof cfg->aliases_used - len, "%s%s", len ? ", " : "", item);
+}
+
 /* cfg is the caller's (plain values, nothing to free); argv and envp are only
  * read, and no pointer into them is kept. --help / --version go to out
  * (stdout when NULL); an error is one line in errbuf. */
@@ -471,6 +481,7 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
         else origin_of(SRC_FLAG, NULL, vals[i].s, o, sizeof o);
         if (!apply(vals[i].s, vals[i].value, cfg, o, seen, errbuf, errlen))
             goto done;
+        if (vals[i].alias) note_alias(cfg, vals[i].alias, vals[i].s->name);
     }
     if (!finish_source(cfg, seen, SRC_FLAG, NULL, errbuf, errlen)) goto done;
     note_given(given, seen);

@@ -80,6 +80,9 @@ typedef struct {
     int shutdown_timeout_s; /* how long a stop waits for clients, not for replies the server owes */
     ls_log_level log_level;
     bool access_log; /* one line per request on stderr */
+    /* The peers' flag names the command line used, as read ("--max-lora-rank
+     * as --max-rank, ..."; "" for none), for the start-up log. Not a setting. */
+    char aliases_used[256];
 } ls_config;
 
 typedef enum {

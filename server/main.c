@@ -49,6 +49,9 @@ int main(int argc, char **argv) {
     case LS_CONFIG_RUN: break;
     }
     ls_log_set_level(cfg.log_level);
+    /* A peer's flag name works as ours; the log says it was read so, as
+     * the meaning differs in places (docs/configuration.md, Aliases). */
+    if (cfg.aliases_used[0]) ls_log_info("vLLM's flag names read as lorasink's: %s", cfg.aliases_used);
 
     /* SIGTERM and SIGINT are caught by a handler, not blocked for sigwait:
      * libraries start threads before main (OpenBLAS does), and a blocked-

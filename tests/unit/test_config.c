@@ -858,6 +858,9 @@ static void test_peers_and_mistakes(void **state) {
     assert_int_equal(c.slots, 3);
     assert_int_equal(c.max_rank, 16);
     assert_int_equal(c.host_cache, 9);
+    /* ... and the start-up log can say each was read so. */
+    assert_string_equal(c.aliases_used, "--max-loras as --slots, --max-lora-rank as --max-rank, "
+                                        "--max-cpu-loras as --host-cache");
     assert_int_equal(run(&c, ARGS("--max-loras=4"), NULL, err), LS_CONFIG_RUN);
     assert_int_equal(c.slots, 4);
     /* vLLM's --lora-modules takes several entries after one flag. */
