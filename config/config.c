@@ -365,6 +365,7 @@ static void unknown_flag(const char *name, size_t len, char *err, size_t errlen)
     ls_text_near_offer(&n, "config");
     ls_text_near_offer(&n, "help");
     ls_text_near_offer(&n, "version");
+    ls_text_near_offer(&n, "probe");
     snprintf(err, errlen, "unknown flag --%s%s (see lorasink --help)", ls_setting_quote(nm, q, sizeof q),
              ls_text_near_clause(&n, "; did you mean --", "?", near, sizeof near));
 }
@@ -389,10 +390,14 @@ static void unexpected_argument(char **argv, int i, char *err, size_t errlen) {
  * they stand (so "--help --bogus" prints help), finds --config, and lists
  * the (ls_setting, text) pairs to apply after the file and the environment. */
 static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int *nvals, const char **config,
-                                   FILE *out, char *err, size_t errlen) {
+                                   bool *probe, FILE *out, char *err, size_t errlen) {
     *nvals = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        if (!strcmp(arg, "--probe")) {
+            *probe = true;
+            continue;
+        }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             ls_settings_help(out);
             return LS_CONFIG_EXIT;
@@ -457,7 +462,8 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
     const char *config = NULL, *origin = "--config";
     int nvals = 0;
     bool seen[LS_SETTINGS_MAX] = {0}, given[LS_SETTINGS_MAX] = {0};
-    ls_config_result res = scan_flags(argc, argv, vals, &nvals, &config, out, errbuf, errlen);
+    bool probe = false;
+    ls_config_result res = scan_flags(argc, argv, vals, &nvals, &config, &probe, out, errbuf, errlen);
     if (res != LS_CONFIG_RUN) goto done;
 
     res = LS_CONFIG_ERROR;
@@ -491,6 +497,7 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
     }
     if (!check_demo_only(cfg, given, errbuf, errlen)) goto done;
     if (!check_tls(cfg, errbuf, errlen)) goto done;
+    cfg->probe = probe;
     res = LS_CONFIG_RUN;
 done:
     for (int i = 0; i < nvals; i++) free(vals[i].owned);

@@ -594,6 +594,8 @@ void ls_settings_help(FILE *out) {
             ls_help_entry(out, "--config FILE.json", "JSON config file, an object (env LORASINK_CONFIG)");
             ls_help_entry(out, "--help, -h", "print this and exit");
             ls_help_entry(out, "--version, -V", "print the version and exit");
+            ls_help_entry(out, "--probe", "ask the server these settings describe for GET /ready (HTTPS with --tls-cert) "
+                                          "and exit 0 on 200, else 1: a container's health check");
         }
         for (size_t i = 0; i < ls_settings_count; i++)
             if (ls_settings[i].group == (ls_setting_group)g) ls_help_setting(out, &ls_settings[i]);

@@ -37,7 +37,7 @@ die() { echo "FAIL $*"; echo "check-image: FAILED after $((SECONDS - started)) s
 # Root: debootstrap needs it, and rootless podman would keep its images and
 # networks elsewhere and need user namespaces these machines may not allow.
 [ "$(id -u)" -eq 0 ] || die "run as root"
-bash scripts/install-deps.sh podman runc debootstrap curl python3
+bash scripts/install-deps.sh podman runc debootstrap curl python3 openssl
 
 # Under /var/tmp: the base image's root tree may not fit a small tmpfs /tmp.
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/check-image.XXXXXX")
@@ -215,7 +215,7 @@ for e in LORASINK_HOST=0.0.0.0 LORASINK_PORT=8080 LORASINK_ADAPTER_DIR=/adapters
   [[ $envs == *"\"$e\""* ]] || missing_env+=" $e"
 done
 if [ -z "$missing_env" ]; then pass "image env sets host 0.0.0.0, port 8080, /adapters, /state"; else fail "image env lacks$missing_env"; fi
-if [[ $health == *'/ready'* ]]; then pass "image HEALTHCHECK asks /ready"; else fail "image HEALTHCHECK: $health"; fi
+if [[ $health == *'lorasink --probe'* ]]; then pass "image HEALTHCHECK runs lorasink --probe"; else fail "image HEALTHCHECK: $health"; fi
 if podman run --rm --entrypoint ldd "$IMAGE" /usr/local/bin/lorasink >"$work/ldd" 2>>"$work/podman.log" &&
    ! grep -Eq 'not found|openblas|cuda|cublas' "$work/ldd"; then
   pass "runtime links only $(awk '/=>/ {printf "%s ", $1}' "$work/ldd")"
@@ -269,6 +269,34 @@ else
   fail "cpu: after a restart GET /adapters/a: $(head -c 300 "$work/body")"
 fi
 podman stop -t 10 "$cpu" >/dev/null 2>>"$work/podman.log" || true
+
+# TLS in the server: the same HEALTHCHECK asks /ready over HTTPS with the
+# files the environment names, so the container turns healthy.
+mkdir -p "$work/tls"
+if openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout "$work/tls/tls.key" \
+     -out "$work/tls/tls.crt" >"$work/openssl.log" 2>&1; then
+  chmod 0644 "$work/tls/tls.key" # the server's uid 10001 reads it through the read-only mount
+  port=$(free_port)
+  tls=lorasink-check-tls-$$
+  containers+=("$tls")
+  podman run -d --name "$tls" -p "127.0.0.1:$port:8443" -v "$work/tls:/tls:ro" -e LORASINK_PORT=8443 \
+    -e LORASINK_TLS_CERT=/tls/tls.crt -e LORASINK_TLS_KEY=/tls/tls.key "$IMAGE" >/dev/null 2>>"$work/podman.log" ||
+    die "podman run $IMAGE with TLS"
+  healthy=0
+  for _ in $(seq 1 120); do
+    if podman healthcheck run "$tls" >/dev/null 2>&1; then healthy=1; break; fi
+    sleep 0.5
+  done
+  code=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 10 "https://127.0.0.1:$port/ready" || true)
+  if [ "$healthy" = 1 ] && [ "$code" = 200 ]; then
+    pass "tls: HEALTHCHECK reports healthy over HTTPS (GET /ready $code through the published port)"
+  else
+    fail "tls: HEALTHCHECK healthy=$healthy, GET https /ready $code; $(podman logs "$tls" 2>&1 | tail -n 5)"
+  fi
+  podman stop -t 10 "$tls" >/dev/null 2>>"$work/podman.log" || true
+else
+  fail "tls: openssl could not make a certificate: $(tail -n 3 "$work/openssl.log")"
+fi
 
 # --- docker/Dockerfile.cuda, without NVIDIA's images --------------------------------
 # Its defaults must still name NVIDIA's devel and runtime images of one CUDA version...

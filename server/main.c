@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "config/config.h"
+#include "server/probe.h"
 #include "server/server.h"
 #include "server/tls.h"
 #include "server/tenant.h"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     case LS_CONFIG_ERROR: fprintf(stderr, "lorasink: %s\n", errbuf); return 2;
     case LS_CONFIG_RUN: break;
     }
+    if (cfg.probe) return ls_probe_run(&cfg);
     ls_log_set_level(cfg.log_level);
     /* A peer's flag name works as ours; the log says it was read so, as
      * the meaning differs in places (docs/configuration.md, Aliases). */

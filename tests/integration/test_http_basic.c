@@ -73,6 +73,20 @@ static char *x_json(int T, int width) {
     return s;
 }
 
+/* lorasink --probe, the image's health check: exit 0 with /ready's body
+ * for a ready server, 1 saying why where none listens. */
+static void test_probe(void **state) {
+    (void)state;
+    char port[16], out[4096];
+    snprintf(port, sizeof port, "%d", ls_test_server_port(srv));
+    const char *ask[] = {"--probe", "--port", port, NULL};
+    assert_int_equal(ls_test_run_binary(ask, out, sizeof out), 0);
+    assert_non_null(strstr(out, "\"status\":\"ready\""));
+    const char *none[] = {"--probe", "--port", "1", NULL};
+    assert_int_equal(ls_test_run_binary(none, out, sizeof out), 1);
+    assert_non_null(strstr(out, "cannot connect to 127.0.0.1:1"));
+}
+
 static void test_health_ready(void **state) {
     (void)state;
     json_t *j = request_json("GET", "/health", NULL, 200);
@@ -254,6 +268,7 @@ static void test_forward_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_ready),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_model_demo),
         cmocka_unit_test(test_routing_errors),
         cmocka_unit_test(test_forward_json),

@@ -283,6 +283,22 @@ def check_reload(port, ca, srv, d, log):
     lsys.ok("a bad certificate file keeps the last good one, and the log says why")
 
 
+def check_probe(binary, port, srv):
+    """lorasink --probe, the image's health check: given the server's TLS
+    files it asks /ready over HTTPS and exits 0; without them it exits 1
+    within seconds, saying the port may be a TLS one."""
+    base = [binary, "--probe", "--port", str(port)]
+    p = subprocess.run(base + ["--tls-cert", srv[0], "--tls-key", srv[1]], capture_output=True, timeout=30)
+    if p.returncode != 0 or b'"status":"ready"' not in p.stdout:
+        lsys.fail("--probe over TLS: exit %d, %s %s" % (p.returncode, p.stdout[:200], p.stderr[:300]))
+    t0 = time.time()
+    p = subprocess.run(base, capture_output=True, timeout=30)
+    if p.returncode != 1 or b"a TLS port?" not in p.stderr or time.time() - t0 > 10:
+        lsys.fail("--probe in plain HTTP on a TLS port: exit %d after %.1f s: %s" % (p.returncode, time.time() - t0,
+                                                                                   p.stderr[:300]))
+    lsys.ok("--probe asks /ready over TLS with the server's files (exit 0), and without them exits 1 saying why")
+
+
 def check_client_certs(binary, d, ca, other_ca):
     srv = make_leaf(d, "mtls-server", ca, "serverAuth")
     good = make_leaf(d, "good-client", ca, "clientAuth")
@@ -338,6 +354,7 @@ def main():
         check_head_timeout(port, ca, log)
         check_upload_and_forward(port, ca, d)
         check_reload(port, ca, srv, d, log)
+        check_probe(binary, port, srv)
     finally:
         rc = stop(proc)
     if rc != 0:
