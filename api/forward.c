@@ -131,7 +131,9 @@ static const char *const ls_forward_meta_known[] = {"adapters", "format", NULL};
 static ls_status ls_forward_meta_check(const ls_tensor_set *set, ls_error *err) {
     for (size_t i = 0; i < set->n_meta; i++) {
         const char *key = set->meta[i].key;
-        if (!strcmp(key, "adapters") || !strcmp(key, "format")) continue;
+        size_t k = 0;
+        while (ls_forward_meta_known[k] && strcmp(key, ls_forward_meta_known[k])) k++;
+        if (ls_forward_meta_known[k]) continue;
         if (!strcmp(key, "layer") || !strcmp(key, "adapter"))
             return ls_error_set(err, LS_INVALID_REQUEST, "give it in the query: ?layer=1&adapter=NAME",
                                 "the body's metadata holds \"%s\", which a safetensors forward takes from the query",

@@ -24,8 +24,9 @@ to last byte received. Prints one JSON object per line: first
 {"url", "backend", "n", "hidden", "intermediate"}, then per row
 {"body", "T", "adapters", "ms" (median), "min_ms", "max_ms", "n"}.
 Standard library only (tests/system/lsys.py for the safetensors writer
-and the upload client, bench/raw_client.py for the timed one). tests/gpu/check.sh runs it against
-lorasink --device cuda at the bench shape; any server works:
+and the upload client, bench/raw_client.py for the timed one).
+tests/gpu/check.sh runs it against lorasink --device cuda at the bench
+shape; any server works:
 
     bench/bench_gpu_http.py --url http://127.0.0.1:8080 [--adapters 8] [--rank 16] [--reps 50]
 """
@@ -70,20 +71,20 @@ def x_values(T, H):
     return [rng.uniform(-1, 1) for _ in range(T * H)]
 
 
-def safetensors_case(T, H, layer, name):
-    body = lsys.safetensors_bytes({"x": ((T, H), x_values(T, H))})
-    path = "/forward?layer=%d&adapter=%s" % (layer, name)
-    return path, body, "application/octet-stream", T * H * 4
-
-
 def spread(T, names):
     return [names[t % len(names)] for t in range(T)]
 
 
-def safetensors_mixed_case(T, H, layer, names):
-    meta = {"adapters": json.dumps(spread(T, names))}
+def safetensors_case(T, H, layer, names):
+    """One adapter for every token in the query, or (several names) each
+    token's, spread over them, in the body's metadata."""
+    path, meta = "/forward?layer=%d" % layer, None
+    if len(names) == 1:
+        path += "&adapter=%s" % names[0]
+    else:
+        meta = {"adapters": json.dumps(spread(T, names))}
     body = lsys.safetensors_bytes({"x": ((T, H), x_values(T, H))}, meta)
-    return "/forward?layer=%d" % layer, body, "application/octet-stream", T * H * 4
+    return path, body, "application/octet-stream", T * H * 4
 
 
 def json_b64_case(T, H, layer, names):
@@ -186,8 +187,8 @@ def main():
     names = upload_adapters(a.url, model, a.adapters, a.rank)
     H, layer = model["hidden"], model["layers"][0]
     tokens = [int(t) for t in a.tokens.split(",")]
-    cases = [("safetensors", T, 1, safetensors_case(T, H, layer, names[0])) for T in tokens]
-    cases.append(("safetensors, mixed", max(tokens), len(names), safetensors_mixed_case(max(tokens), H, layer, names)))
+    cases = [("safetensors", T, 1, safetensors_case(T, H, layer, names[:1])) for T in tokens]
+    cases.append(("safetensors, mixed", max(tokens), len(names), safetensors_case(max(tokens), H, layer, names)))
     cases.append(("json-base64", max(tokens), len(names), json_b64_case(max(tokens), H, layer, names)))
     client = RawClient(a.url, 2 * max(tokens) * H * 4)  # base64 JSON y is 4/3 of the bytes
     try:
@@ -197,7 +198,7 @@ def main():
         client.close()
     T = max(tokens)
     if T % len(names) == 0:
-        per = [safetensors_case(T // len(names), H, layer, name) for name in names]
+        per = [safetensors_case(T // len(names), H, layer, [name]) for name in names]
         emit("safetensors, %d conns" % len(names), T, len(names), time_concurrent(a.url, per, a.warmup, a.reps))
 
 

@@ -2,11 +2,12 @@
  * (gpu/backend_impl.h), on the token plan's rows (gpu/token_plan.h: each
  * slot's tokens contiguous, base-only tokens last): gather on the host
  * into pinned memory, x rounded to the compute dtype on the way; on the
- * device the GEMM list of gpu/lora_plan.h (shrink_gate_up, gate_up with its LoRA expand, the fused SwiGLU x gamma,
- * shrink_down, down with its LoRA expand), each LoRA GEMM cut to the
- * slot's rank; scatter back on the host. The LoRA GEMMs are cuBLAS when
- * every adapted token uses one slot, one SGMV launch each otherwise. Also
- * the device-only timing entry point of the benchmark. */
+ * device the GEMM list of gpu/lora_plan.h (shrink_gate_up, gate_up with
+ * its LoRA expand, the fused SwiGLU x gamma, shrink_down, down with its
+ * LoRA expand), each LoRA GEMM cut to the slot's rank; scatter back on
+ * the host. The LoRA GEMMs are cuBLAS when every adapted token uses one
+ * slot, one SGMV launch each otherwise. Also the device-only timing entry
+ * point of the benchmark. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +48,8 @@ static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has
 /* Stage gather: copies x in plan order through pinned memory, rounded to
  * the compute dtype on the way (gpu/stage_rows.h: the device gets half
  * the bytes and converts nothing), and in fp32 too when the gate reads
- * it; gammas; the SGMV tasks when more than one slot is used.
- * Asynchronous. */
+ * it; gammas, staged the same way; the SGMV tasks when more than one
+ * slot is used. Asynchronous. */
 static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, ls_error *err) {
     const size_t H = c->H, n = c->n, T = p->T;
     const int *order = p->tokens->order;
@@ -59,7 +60,7 @@ static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
     if (gammas) {
-        for (size_t i = 0; i < T; i++) memcpy(c->h_gam + i * n, gammas + (size_t)order[i] * n, n * sizeof(float));
+        ls_stage_rows(c->h_gam, LS_DTYPE_F32, gammas, order, T, n);
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gam, c->h_gam, T * n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
     if (p->n_slots > 1)

@@ -427,20 +427,28 @@ static void test_forward_base64_object(void **state) {
     free(data);
 }
 
-/* A safetensors /forward body of x [2, 4] F32 (with x[1][2] = bad),
- * its data `shift` bytes past an 8-aligned offset (header padding). */
-static uint8_t *forward_body(int shift, float bad, size_t *len) {
-    char h[128];
-    int n = snprintf(h, sizeof h, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,32]}}");
+/* A safetensors file of the JSON header text and data_len zero bytes
+ * after it, the data `shift` bytes past an 8-aligned offset (header
+ * padding); the data are the last data_len bytes of the *len. */
+static uint8_t *st_body(const char *header, int shift, size_t data_len, size_t *len) {
+    char h[512];
+    int n = snprintf(h, sizeof h, "%s", header);
     while ((n + 8) % 8 != shift) h[n++] = ' ';
-    *len = 8 + (size_t)n + 32;
-    uint8_t *b = malloc(*len);
+    *len = 8 + (size_t)n + data_len;
+    uint8_t *b = calloc(1, *len);
     assert_non_null(b);
     for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
     memcpy(b + 8, h, (size_t)n);
+    return b;
+}
+
+/* A safetensors /forward body of x [2, 4] F32 (with x[1][2] = bad),
+ * its data `shift` bytes past an 8-aligned offset (header padding). */
+static uint8_t *forward_body(int shift, float bad, size_t *len) {
+    uint8_t *b = st_body("{\"x\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,32]}}", shift, 32, len);
     for (int i = 0; i < 8; i++) {
         float v = i == 6 ? bad : (float)i * 0.5f - 1.0f;
-        memcpy(b + 8 + n + 4 * i, &v, 4);
+        memcpy(b + *len - 32 + 4 * i, &v, 4);
     }
     return b;
 }
@@ -476,16 +484,11 @@ static void test_forward_x_in_body(void **state) {
 /* A safetensors /forward body of x [3, 4] F32 whose __metadata__ is
  * meta (a JSON object's members, "" for none). */
 static uint8_t *forward_body_meta(const char *meta, size_t *len) {
-    char h[512];
+    char h[400];
     const char *x = "\"x\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}";
-    int n = meta[0] ? snprintf(h, sizeof h, "{\"__metadata__\":{%s},%s}", meta, x) : snprintf(h, sizeof h, "{%s}", x);
-    while (n % 8) h[n++] = ' ';
-    *len = 8 + (size_t)n + 48;
-    uint8_t *b = calloc(1, *len);
-    assert_non_null(b);
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(b + 8, h, (size_t)n);
-    return b;
+    if (meta[0]) snprintf(h, sizeof h, "{\"__metadata__\":{%s},%s}", meta, x);
+    else snprintf(h, sizeof h, "{%s}", x);
+    return st_body(h, 0, 48, len);
 }
 
 /* Per-token adapters ride in the body's metadata: each token's name (or
