@@ -2,7 +2,8 @@
  * its constructor (in every build: without CUDA compiled in, gpu/backend.c
  * says so plainly), and, only in builds with LS_HAVE_CUDA, the
  * poisoned-context flag for /ready, a switch between its LoRA kernels for
- * tests, and the device-only timing entry points the benchmark uses. */
+ * tests, and the device-only timing and profile entry points the
+ * benchmark uses. */
 #ifndef LS_GPU_CUDA_CUDA_BACKEND_H
 #define LS_GPU_CUDA_CUDA_BACKEND_H
 
@@ -45,8 +46,11 @@ const char *ls_backend_cuda_device_name(const ls_backend *be);
 
 /* Which kernels run the multi-adapter LoRA stages. AUTO: tensor cores
  * (WMMA) for bf16/f16 weights, fp32 FMA for f32. SIMT forces the fp32 FMA
- * kernels (a second implementation the parity test checks too). */
-typedef enum { LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_SIMT } ls_cuda_sgmv_mode;
+ * kernels (a second implementation the parity test checks too). BGMV:
+ * the shrinks through the warp-per-output kernel of gpu/cuda/bgmv.cu, the
+ * expands as AUTO; not the default until a device run has measured it
+ * against AUTO (bench_gpu's stage profile) and the parity suite passed. */
+typedef enum { LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_SIMT, LS_CUDA_SGMV_BGMV } ls_cuda_sgmv_mode;
 void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
 
 /* Stages x, gammas and the token grouping once, then runs the device part
@@ -58,6 +62,35 @@ void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                        const int *slot_of_token, int iters, float *ms, int *graph_used,
                                        ls_error *err);
+
+/* The stages of ls_backend_cuda_profile_forward, in the order a forward
+ * runs them; ls_cuda_stage_name says each in words ("shrink gate_up"). */
+enum {
+    LS_CUDA_STAGE_COPY_IN,
+    LS_CUDA_STAGE_SHRINK_GU,
+    LS_CUDA_STAGE_GATE_UP,
+    LS_CUDA_STAGE_EXPAND_GU,
+    LS_CUDA_STAGE_GATE,
+    LS_CUDA_STAGE_SWIGLU,
+    LS_CUDA_STAGE_SHRINK_D,
+    LS_CUDA_STAGE_DOWN,
+    LS_CUDA_STAGE_EXPAND_D,
+    LS_CUDA_STAGE_COPY_OUT,
+    LS_CUDA_STAGES
+};
+const char *ls_cuda_stage_name(int stage);
+
+/* Where a forward's device time goes. Stages x, gammas and the token
+ * grouping once, then runs every stage of forward (the copies in, the
+ * GEMMs with their LoRA kernels, the gate, SwiGLU, the copy out) with
+ * direct launches on one stream, an event pair around each: no side
+ * stream and no graph, so each stage's own cost shows, and their sum
+ * exceeds a forward's by what the side stream and the graph save. 3 runs
+ * untimed, then `iters` timed: ms[i * LS_CUDA_STAGES + s] is stage s of
+ * run i, 0 for a stage this forward does not run. Arguments as for
+ * forward; ms holds iters * LS_CUDA_STAGES floats. */
+ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                                          const int *slot_of_token, int iters, float *ms, ls_error *err);
 
 /* Device-to-device copy bandwidth: copies a scratch buffer of `bytes`
  * (allocated and freed here) `iters` times and stores the median rate in

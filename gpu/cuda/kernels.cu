@@ -4,25 +4,12 @@
  * through WMMA for bf16/f16 weights and fp32 FMA for every dtype, with
  * its fixed-order K-split reduction. */
 #include "gpu/cuda/kernels.cuh"
+#include "gpu/cuda/dtype.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <mma.h>
 #include <stdint.h>
 
 #include <type_traits>
-
-/* ---- dtype helpers ------------------------------------------------------ */
-
-template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
 /* Grid-stride launches: enough blocks to fill the device, never more than
  * the work needs. */

@@ -1,6 +1,6 @@
 /* The CUDA backend's own kernels, seen from the host: the fused SwiGLU
- * x gamma, the shared-expert gate, and the segmented LoRA GEMM (SGMV)
- * for batches with several adapters. Each launcher returns
+ * x gamma, the shared-expert gate, and the segmented LoRA GEMM (SGMV,
+ * and the BGMV shrink) for batches with several adapters. Each launcher returns
  * cudaGetLastError() so callers can check it. */
 #ifndef LS_GPU_CUDA_KERNELS_CUH
 #define LS_GPU_CUDA_KERNELS_CUH
@@ -58,6 +58,12 @@ typedef struct {
 /* wmma: tensor-core kernel (needs a 16-bit W); otherwise fp32 FMA.
  * num_sms sizes the K split. */
 cudaError_t ls_cuda_sgmv(const ls_sgmv_params *p, int wmma, int num_sms, cudaStream_t stream);
+
+/* The same product for the shrinks of batches with few rows per slot
+ * (gpu/cuda/bgmv.cu): one block per task, batch and 4 outputs, the K
+ * range split over its warps and summed in a fixed order. X and W of one
+ * dtype; split and part are not used. */
+cudaError_t ls_cuda_bgmv(const ls_sgmv_params *p, cudaStream_t stream);
 
 /* cudaSuccess when this binary holds code the current device can run
  * (its SASS, or PTX it can compile); else the error that says why. */
