@@ -8,7 +8,10 @@
  * TFLOP/s (T >= 512), the LoRA overhead over the base forward, and the
  * ratios to PyTorch eager and PyTorch in a CUDA graph (bench/torch_ref.py)
  * when their JSON lines are given; the device-to-device copy bandwidth and
- * the bf16 GEMM peak measured in the same run. Then the HTTP rows
+ * the bf16 GEMM peak measured in the same run. Then where the time of
+ * a few forwards goes, stage by stage, with the default multi-adapter
+ * kernels and with the BGMV shrinks (ls_backend_cuda_profile_forward).
+ * Then the HTTP rows
  * (bench/bench_gpu_http.py) beside the in-process end-to-end ones, and the
  * issue's targets, each met or not. Prints markdown; never passes or
  * fails on time (exit 0 once it ran, 77 without a device).
@@ -24,6 +27,18 @@
 static const int TOKENS[] = {1, 8, 64, 512, 4096};
 static const int GROUPS[][2] = {{16, 16}, {64, 64}, {64, 16}}; /* pool rank, adapter rank */
 #define MAX_ROWS 64
+/* The forwards whose stages are profiled, in the first group (T, adapters). */
+static const int PROFILED[][2] = {{1, 1}, {8, 8}, {64, 8}, {512, 8}, {4096, 1}, {4096, 8}};
+#define MAX_PROF 12
+
+/* One stage profile: a forward, the kernels its LoRA stages ran, its
+ * device-only time and its stages' medians, all in ms. */
+typedef struct {
+    int T, adapters;
+    ls_cuda_sgmv_mode mode;
+    double fwd_ms;
+    double stage[LS_CUDA_STAGES];
+} prof_row;
 
 /* What the whole run measured besides the rows. */
 typedef struct {
@@ -34,6 +49,8 @@ typedef struct {
     double peak_fwd;   /* both at their own rates, the forward's mix of FLOPs */
     bench_row rows[MAX_ROWS];
     int nrows;
+    prof_row prof[MAX_PROF];
+    int nprof;
 } bench_run;
 
 /* ---- run-wide ceilings ----------------------------------------------------- */
@@ -121,6 +138,84 @@ static void print_row(const bench_run *run, const bench_row *r) {
     fflush(stdout);
 }
 
+/* ---- the stage profile -------------------------------------------------- */
+
+/* Profiles one forward with its LoRA stages on mode's kernels; 0 on
+ * success. */
+static int profile_one(bench_run *run, ls_backend *be, const bench_inputs *in, int T, int A, ls_cuda_sgmv_mode mode) {
+    if (run->nprof == MAX_PROF) return 0;
+    prof_row *p = &run->prof[run->nprof];
+    *p = (prof_row){.T = T, .adapters = A, .mode = mode};
+    ls_backend_cuda_set_sgmv_mode(be, mode);
+    p->fwd_ms = bench_forward_ms(be, in, T, A);
+    int rc = p->fwd_ms > 0 ? bench_profile(be, in, T, A, p->stage) : -1;
+    ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_AUTO);
+    if (rc == 0) run->nprof++;
+    return rc;
+}
+
+/* The PROFILED forwards; several adapters run both multi-adapter
+ * kernel sets (SGMV, and BGMV shrinks), one adapter is cuBLAS either way. */
+static int profile_group(bench_run *run, ls_backend *be, const bench_inputs *in) {
+    int rc = 0;
+    for (size_t i = 0; i < sizeof PROFILED / sizeof PROFILED[0] && rc == 0; i++) {
+        const int T = PROFILED[i][0], A = PROFILED[i][1];
+        rc = profile_one(run, be, in, T, A, LS_CUDA_SGMV_AUTO);
+        if (rc == 0 && A > 1) rc = profile_one(run, be, in, T, A, LS_CUDA_SGMV_BGMV);
+    }
+    return rc;
+}
+
+static const char *prof_kernels(const prof_row *p) {
+    if (p->adapters == 1) return "cuBLAS";
+    return p->mode == LS_CUDA_SGMV_BGMV ? "BGMV shrinks, SGMV expands" : "SGMV (WMMA)";
+}
+
+/* The default kernels' forward time for p's T and adapters (0: none). */
+static double prof_default_ms(const bench_run *run, const prof_row *p) {
+    for (int i = 0; i < run->nprof; i++) {
+        const prof_row *q = &run->prof[i];
+        if (q->T == p->T && q->adapters == p->adapters && q->mode == LS_CUDA_SGMV_AUTO) return q->fwd_ms;
+    }
+    return 0;
+}
+
+static int lora_stage(int s) {
+    return s == LS_CUDA_STAGE_SHRINK_GU || s == LS_CUDA_STAGE_EXPAND_GU || s == LS_CUDA_STAGE_SHRINK_D ||
+           s == LS_CUDA_STAGE_EXPAND_D;
+}
+
+static void print_profile(const bench_run *run) {
+    if (run->nprof == 0) return;
+    printf("\nWhere the time goes (pool R %d, rank %d; microseconds): each stage launched directly on one stream "
+           "between CUDA events, no side stream and no graph, median of the e2e run count; forward: the "
+           "device-only time of the whole forward as in the rows above (graph replay, shrinks beside the base "
+           "GEMMs); vs SGMV: that forward over the one with the default kernels; LoRA: the four LoRA stages "
+           "together, and over the forward.\n\n",
+           GROUPS[0][0], GROUPS[0][1]);
+    printf("| T | adapters | LoRA kernels | forward | vs SGMV |");
+    for (int s = 0; s < LS_CUDA_STAGES; s++) printf(" %s |", ls_cuda_stage_name(s));
+    printf(" stages | LoRA | LoRA / forward |\n|---:|---:|:---|---:|---:|");
+    for (int s = 0; s < LS_CUDA_STAGES; s++) printf("---:|");
+    printf("---:|---:|---:|\n");
+    for (int i = 0; i < run->nprof; i++) {
+        const prof_row *p = &run->prof[i];
+        const double def = prof_default_ms(run, p);
+        printf("| %d | %d | %s | %.1f |", p->T, p->adapters, prof_kernels(p), p->fwd_ms * 1e3);
+        if (p->adapters > 1 && def > 0)
+            printf(" %.2f |", p->fwd_ms / def);
+        else
+            printf(" - |");
+        double sum = 0, lora = 0;
+        for (int s = 0; s < LS_CUDA_STAGES; s++) {
+            printf(" %.1f |", p->stage[s] * 1e3);
+            sum += p->stage[s];
+            if (lora_stage(s)) lora += p->stage[s];
+        }
+        printf(" %.1f | %.1f | %.2f |\n", sum * 1e3, lora * 1e3, lora / p->fwd_ms);
+    }
+}
+
 /* Measures and prints one group's rows; 0 on success. */
 static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int rank, uint64_t *seed) {
     ls_backend *be = bench_backend(pool_rank, rank, in, seed);
@@ -144,6 +239,7 @@ static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int 
             if (rc == 0) print_row(run, &run->rows[run->nrows++]);
         }
     }
+    if (rc == 0 && pool_rank == GROUPS[0][0] && rank == GROUPS[0][1]) rc = profile_group(run, be, in);
     ls_backend_free(be);
     return rc;
 }
@@ -307,6 +403,7 @@ int main(int argc, char **argv) {
                "sync); roofline: minimal bytes / time / copy bandwidth; pool R: the pool's rank, rank: the "
                "adapters' (zero past it); ours/torch: our device time / PyTorch eager's, ours/torch graph: / "
                "PyTorch's in a CUDA graph; < 1 is faster.\n");
+        print_profile(&run);
         print_http(&run);
         print_targets(&run);
     }

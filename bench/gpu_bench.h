@@ -1,12 +1,14 @@
 /* What the GPU benchmark's files share (bench_gpu.c prints, gpu_rows.c
- * measures, gpu_refs.c reads the peers' JSON lines): the bench shape, one
- * row's measurements, and the calls between them. */
+ * measures rows and stage profiles, gpu_refs.c reads the peers' JSON
+ * lines): the bench shape, one row's measurements, and the calls between
+ * them. */
 #ifndef LS_BENCH_GPU_BENCH_H
 #define LS_BENCH_GPU_BENCH_H
 
 #include <stdint.h>
 
 #include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
 
 /* Inkling-Small-like: n shared experts of H x F, one layer, bf16 weights,
  * a shared pool of SLOTS slots, forwards of up to TMAX tokens. */
@@ -50,6 +52,14 @@ double bench_base_ms(ls_backend *be, const bench_inputs *in, int T);
 /* Fills r's ms, graph and e2e_ms (r's T and adapters set) on be;
  * in->sot is overwritten. 0 on success, else -1 after printing why. */
 int bench_measure_row(ls_backend *be, const bench_inputs *in, bench_row *r);
+/* Where one forward's time goes (ls_backend_cuda_profile_forward): the
+ * median of each stage in ms, with T tokens over `adapters` slots as in
+ * bench_measure_row and be's LoRA kernels as set; in->sot is
+ * overwritten. 0 on success, else -1 after printing why. */
+int bench_profile(ls_backend *be, const bench_inputs *in, int T, int adapters, double stage_ms[LS_CUDA_STAGES]);
+/* The device-only median ms of that forward (graph replay, as the rows'
+ * ms); < 0 after printing why. */
+double bench_forward_ms(ls_backend *be, const bench_inputs *in, int T, int adapters);
 /* The minimal bytes and the FLOPs (2 per multiply-add, no padding) of a
  * forward of T tokens over `adapters` adapters of rank `rank`. */
 double bench_min_bytes(int T, int adapters, int rank);

@@ -1,8 +1,8 @@
 /* The measurements behind bench_gpu's rows: a CUDA backend at the bench
  * shape with its slots filled, one row's device-only time (graph replay,
  * ls_backend_cuda_time_forward) and end-to-end time (ls_backend_forward
- * with host x and y: staging, PCIe and the sync included), and the bytes
- * and FLOPs the ratios divide by. */
+ * with host x and y: staging, PCIe and the sync included), a forward's
+ * stage profile, and the bytes and FLOPs the ratios divide by. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,11 +152,47 @@ double bench_base_ms(ls_backend *be, const bench_inputs *in, int T) {
     return device_ms(be, T, in, NULL, device_iters(T), &graph);
 }
 
+/* Token t on slot t % adapters: every slot's tokens spread evenly. */
+static void spread_tokens(const bench_inputs *in, int T, int adapters) {
+    for (int t = 0; t < T; t++) in->sot[t] = t % adapters;
+}
+
 int bench_measure_row(ls_backend *be, const bench_inputs *in, bench_row *r) {
-    for (int t = 0; t < r->T; t++) in->sot[t] = t % r->adapters;
+    spread_tokens(in, r->T, r->adapters);
     r->ms = device_ms(be, r->T, in, in->sot, device_iters(r->T), &r->graph);
     r->e2e_ms = e2e_ms(be, r->T, in, in->sot, e2e_iters(r->T));
     return r->ms > 0 && r->e2e_ms > 0 ? 0 : -1;
+}
+
+double bench_forward_ms(ls_backend *be, const bench_inputs *in, int T, int adapters) {
+    int graph = 0;
+    spread_tokens(in, T, adapters);
+    return device_ms(be, T, in, in->sot, device_iters(T), &graph);
+}
+
+int bench_profile(ls_backend *be, const bench_inputs *in, int T, int adapters, double stage_ms[LS_CUDA_STAGES]) {
+    const int iters = e2e_iters(T);
+    float *ms = malloc((size_t)iters * LS_CUDA_STAGES * sizeof *ms);
+    double *d = malloc((size_t)iters * sizeof *d);
+    int rc = -1;
+    ls_error err;
+    ls_error_init(&err);
+    spread_tokens(in, T, adapters);
+    if (!ms || !d) {
+        fprintf(stderr, "bench_gpu: out of host memory\n");
+    } else if (ls_backend_cuda_profile_forward(be, 0, T, in->x, in->gam, in->sot, iters, ms, &err) != LS_OK) {
+        fprintf(stderr, "bench_gpu: profile_forward: %s\n", err.message);
+    } else {
+        for (int s = 0; s < LS_CUDA_STAGES; s++) {
+            for (int i = 0; i < iters; i++) d[i] = ms[(size_t)i * LS_CUDA_STAGES + s];
+            stage_ms[s] = bench_median(d, iters);
+        }
+        rc = 0;
+    }
+    free(ms);
+    free(d);
+    ls_error_free(&err);
+    return rc;
 }
 
 /* Per adapter at rank r: gu_a [2r, H], gu_b [n, 2F, r], d_a [n, r, F],

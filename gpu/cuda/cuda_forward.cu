@@ -49,24 +49,33 @@ static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has
  * the compute dtype on the way (gpu/stage_rows.h: the device gets half
  * the bytes and converts nothing), and in fp32 too when the gate reads
  * it; gammas, staged the same way; the SGMV tasks when more than one
- * slot is used. Asynchronous. */
-static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, ls_error *err) {
+ * slot is used. Each part is copied as soon as it is staged, so the
+ * copies overlap the staging of the next. Without stage the pinned
+ * buffers already hold this plan's parts (x and gammas are not read) and
+ * only the copies are enqueued, as the stage profile times them.
+ * Asynchronous. */
+static ls_status gather_parts(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, bool stage,
+                              ls_error *err) {
     const size_t H = c->H, n = c->n, T = p->T;
     const int *order = p->tokens->order;
-    ls_stage_rows(c->h_xc, c->dt, x, order, T, H);
+    if (stage) ls_stage_rows(c->h_xc, c->dt, x, order, T, H);
     LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_xc, c->h_xc, T * H * c->esz, cudaMemcpyHostToDevice, c->stream));
     if (needs_gate(c, p) && c->dt != LS_DTYPE_F32) {
-        ls_stage_rows(c->h_io, LS_DTYPE_F32, x, order, T, H);
+        if (stage) ls_stage_rows(c->h_io, LS_DTYPE_F32, x, order, T, H);
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
-    if (gammas) {
-        ls_stage_rows(c->h_gam, LS_DTYPE_F32, gammas, order, T, n);
+    if (p->has_gammas) {
+        if (stage) ls_stage_rows(c->h_gam, LS_DTYPE_F32, gammas, order, T, n);
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gam, c->h_gam, T * n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
     if (p->n_slots > 1)
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_tasks, c->h_tasks, (size_t)p->ntasks * sizeof(int4),
                                          cudaMemcpyHostToDevice, c->stream));
     return LS_OK;
+}
+
+static ls_status gather(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, ls_error *err) {
+    return gather_parts(c, p, x, gammas, true, err);
 }
 
 /* ---- the GEMMs of gpu/lora_plan.h ------------------------------------------------ */
@@ -171,7 +180,11 @@ static ls_status op_sgmv(ls_cuda *c, cudaStream_t stream, const ls_cuda_plan *p,
     a.beta = op->beta;
     a.split = op->split;
     a.part = c->d_part;
-    const int wmma = c->sgmv_mode == LS_CUDA_SGMV_AUTO && c->dt != LS_DTYPE_F32;
+    const int wmma = c->sgmv_mode != LS_CUDA_SGMV_SIMT && c->dt != LS_DTYPE_F32;
+    if (c->sgmv_mode == LS_CUDA_SGMV_BGMV && op->cut == LS_CUT_N && !op->sum_batches) {
+        LS_CUDA_TRY(err, ls_cuda_bgmv(&a, stream));
+        return LS_OK;
+    }
     if (!op->sum_batches) {
         LS_CUDA_TRY(err, ls_cuda_sgmv(&a, wmma, c->num_sms, stream));
         return LS_OK;
@@ -209,14 +222,18 @@ static ls_status run_forked(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *
     return LS_OK;
 }
 
-/* SwiGLU x gamma between the two halves: without gammas a gated model's
- * gamma is its gate, from fp32 x. */
+/* Without gammas a gated model's gamma is its gate, from fp32 x. */
+static ls_status gate(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+    if (needs_gate(c, p))
+        LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * c->H, c->d_gam, p->T, c->H, c->n,
+                                      c->stream));
+    return LS_OK;
+}
+
+/* SwiGLU x gamma between the two halves. */
 static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
-    const int T = p->T, n = c->n, H = c->H, F = c->F;
-    const bool gate = needs_gate(c, p);
-    if (gate) LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * H, c->d_gam, T, H, n, c->stream));
-    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, p->has_gammas || gate ? c->d_gam : NULL, c->d_a, c->dt, T, n, F,
-                                    c->stream));
+    const bool gam = p->has_gammas || needs_gate(c, p);
+    LS_CUDA_TRY(err, ls_cuda_swiglu(c->d_z, gam ? c->d_gam : NULL, c->d_a, c->dt, p->T, c->n, c->F, c->stream));
     return LS_OK;
 }
 
@@ -236,16 +253,25 @@ static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
         }
         if (expand && p->lora) LS_CUDA_TRY(err, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
         LS_TRY(run_op(c, p, i, 0, err));
-        if (i == LS_OP_EXPAND_GU) LS_TRY(swiglu(c, p, err));
+        if (i == LS_OP_EXPAND_GU) {
+            LS_TRY(gate(c, p, err));
+            LS_TRY(swiglu(c, p, err));
+        }
     }
     return LS_OK;
 }
 
 /* Stage scatter: copies y out through pinned memory and back to token
  * order; y is complete when this returns. */
+static ls_status copy_out(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+    const size_t bytes = (size_t)p->T * c->H * sizeof(float);
+    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, bytes, cudaMemcpyDeviceToHost, c->stream));
+    return LS_OK;
+}
+
 static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *err) {
     const size_t H = c->H, T = p->T;
-    LS_CUDA_TRY(err, cudaMemcpyAsync(c->h_io, c->d_y, T * H * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    LS_TRY(copy_out(c, p, err));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     ls_unstage_rows(y, c->h_io, p->tokens->order, T, H);
     return LS_OK;
@@ -387,4 +413,92 @@ ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const f
     LS_TRY(ls_cuda_op_begin(c, err));
     ls_token_plan_build(&be->plan, T, slot_of_token); /* as ls_backend_forward does */
     return time_locked(c, layer, x, gammas, &be->plan, iters, ms, graph_used, err);
+}
+
+/* ---- the stage profile ------------------------------------------------------------ */
+
+static const char *const STAGE_NAMES[LS_CUDA_STAGES] = {
+    "copy in", "shrink gate_up", "gate_up", "expand gate_up", "gate", "SwiGLU", "shrink down", "down",
+    "expand down", "copy out"};
+
+const char *ls_cuda_stage_name(int stage) {
+    return stage >= 0 && stage < LS_CUDA_STAGES ? STAGE_NAMES[stage] : "?";
+}
+
+/* The plan op each GEMM stage runs (-1: not a GEMM). */
+static const int STAGE_OP[LS_CUDA_STAGES] = {-1, LS_OP_SHRINK_GU, LS_OP_GATE_UP, LS_OP_EXPAND_GU, -1, -1,
+                                             LS_OP_SHRINK_D, LS_OP_DOWN, LS_OP_EXPAND_D, -1};
+
+/* Whether this forward runs the stage at all. */
+static bool stage_runs(const ls_cuda *c, const ls_cuda_plan *p, int s) {
+    if (s == LS_CUDA_STAGE_GATE) return needs_gate(c, p);
+    const int op = STAGE_OP[s];
+    return op < 0 || !c->gplan.op[op].lora || p->lora;
+}
+
+/* Stage s on the main stream, as run_device would run it (shrinks not
+ * forked: each stage's own time). */
+static ls_status profile_stage(ls_cuda *c, const ls_cuda_plan *p, int s, ls_error *err) {
+    switch (s) {
+    case LS_CUDA_STAGE_COPY_IN: return gather_parts(c, p, NULL, NULL, false, err);
+    case LS_CUDA_STAGE_GATE: return gate(c, p, err);
+    case LS_CUDA_STAGE_SWIGLU: return swiglu(c, p, err);
+    case LS_CUDA_STAGE_COPY_OUT: return copy_out(c, p, err);
+    default: return run_op(c, p, STAGE_OP[s], 0, err);
+    }
+}
+
+/* One forward, stage by stage between events ev[0..LS_CUDA_STAGES];
+ * ms[s] (when not NULL) gets stage s's time, 0 for a stage not run. */
+static ls_status profile_once(ls_cuda *c, const ls_cuda_plan *p, cudaEvent_t *ev, float *ms, ls_error *err) {
+    LS_CUDA_TRY(err, cudaEventRecord(ev[0], c->stream));
+    for (int s = 0; s < LS_CUDA_STAGES; s++) {
+        LS_TRY(profile_stage(c, p, s, err));
+        LS_CUDA_TRY(err, cudaEventRecord(ev[s + 1], c->stream));
+    }
+    LS_CUDA_TRY(err, cudaEventSynchronize(ev[LS_CUDA_STAGES]));
+    for (int s = 0; s < LS_CUDA_STAGES && ms; s++) {
+        ms[s] = 0;
+        if (stage_runs(c, p, s)) LS_CUDA_TRY(err, cudaEventElapsedTime(&ms[s], ev[s], ev[s + 1]));
+    }
+    return LS_OK;
+}
+
+static ls_status profile_runs(ls_cuda *c, const ls_cuda_plan *p, cudaEvent_t *ev, int iters, float *ms,
+                              ls_error *err) {
+    for (int i = -3; i < iters; i++)
+        LS_TRY(profile_once(c, p, ev, i >= 0 ? ms + (size_t)i * LS_CUDA_STAGES : NULL, err));
+    return LS_OK;
+}
+
+static ls_status profile_locked(ls_cuda *c, int layer, const float *x, const float *gammas, const ls_token_plan *tp,
+                                int iters, float *ms, ls_error *err) {
+    ls_cuda_plan p;
+    plan_tasks(c, layer, tp, gammas != NULL, &p);
+    cudaEvent_t ev[LS_CUDA_STAGES + 1];
+    int made = 0;
+    ls_status st = gather(c, &p, x, gammas, err);
+    if (st == LS_OK) st = sync_main(c, err);
+    while (made <= LS_CUDA_STAGES && st == LS_OK) {
+        cudaError_t e = cudaEventCreate(&ev[made]);
+        if (e == cudaSuccess)
+            made++;
+        else
+            st = ls_cuda_fail(err, e, "cudaEventCreate", __FILE__, __LINE__);
+    }
+    if (st == LS_OK) st = profile_runs(c, &p, ev, iters, ms, err);
+    if (st != LS_OK) ls_cuda_drain(c);
+    for (int i = 0; i < made; i++) (void)cudaEventDestroy(ev[i]);
+    return st;
+}
+
+/* See cuda_backend.h; ms is the caller's, iters * LS_CUDA_STAGES long. */
+ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
+                                          const int *slot_of_token, int iters, float *ms, ls_error *err) {
+    ls_cuda *c = ls_cuda_of(be);
+    LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
+    if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "profile_forward needs T and iters > 0");
+    LS_TRY(ls_cuda_op_begin(c, err));
+    ls_token_plan_build(&be->plan, T, slot_of_token);
+    return profile_locked(c, layer, x, gammas, &be->plan, iters, ms, err);
 }
