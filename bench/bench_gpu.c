@@ -27,7 +27,8 @@
 static const int TOKENS[] = {1, 8, 64, 512, 4096};
 static const int GROUPS[][2] = {{16, 16}, {64, 64}, {64, 16}}; /* pool rank, adapter rank */
 #define MAX_ROWS 64
-/* The forwards whose stages are profiled, in the first group (T, adapters). */
+/* The forwards whose stages are profiled (T, adapters), at the first
+ * group's ranks. */
 static const int PROFILED[][2] = {{1, 1}, {8, 8}, {64, 8}, {512, 8}, {4096, 1}, {4096, 8}};
 #define MAX_PROF 12
 
@@ -154,15 +155,23 @@ static int profile_one(bench_run *run, ls_backend *be, const bench_inputs *in, i
     return rc;
 }
 
-/* The PROFILED forwards; several adapters run both multi-adapter
- * kernel sets (SGMV, and BGMV shrinks), one adapter is cuBLAS either way. */
-static int profile_group(bench_run *run, ls_backend *be, const bench_inputs *in) {
+/* The PROFILED forwards on a backend of the first group's ranks, after
+ * every row is measured, the default kernels first: a kernel not yet
+ * run on a device that faults (which poisons the process's CUDA
+ * context) then loses only what follows it. Several adapters run both
+ * multi-adapter kernel sets (SGMV, and the BGMV shrinks); one adapter is
+ * cuBLAS either way. 0 on success. */
+static int profile_all(bench_run *run, const bench_inputs *in, uint64_t *seed) {
+    ls_backend *be = bench_backend(GROUPS[0][0], GROUPS[0][1], in, seed);
+    if (!be) return -1;
+    const ls_cuda_sgmv_mode modes[2] = {LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_BGMV};
     int rc = 0;
-    for (size_t i = 0; i < sizeof PROFILED / sizeof PROFILED[0] && rc == 0; i++) {
-        const int T = PROFILED[i][0], A = PROFILED[i][1];
-        rc = profile_one(run, be, in, T, A, LS_CUDA_SGMV_AUTO);
-        if (rc == 0 && A > 1) rc = profile_one(run, be, in, T, A, LS_CUDA_SGMV_BGMV);
-    }
+    for (int m = 0; m < 2 && rc == 0; m++)
+        for (size_t i = 0; i < sizeof PROFILED / sizeof PROFILED[0] && rc == 0; i++) {
+            const int T = PROFILED[i][0], A = PROFILED[i][1];
+            if (m == 0 || A > 1) rc = profile_one(run, be, in, T, A, modes[m]);
+        }
+    ls_backend_free(be);
     return rc;
 }
 
@@ -171,13 +180,12 @@ static const char *prof_kernels(const prof_row *p) {
     return p->mode == LS_CUDA_SGMV_BGMV ? "BGMV shrinks, SGMV expands" : "SGMV (WMMA)";
 }
 
-/* The default kernels' forward time for p's T and adapters (0: none). */
-static double prof_default_ms(const bench_run *run, const prof_row *p) {
+static const prof_row *find_prof(const bench_run *run, int T, int adapters, ls_cuda_sgmv_mode mode) {
     for (int i = 0; i < run->nprof; i++) {
         const prof_row *q = &run->prof[i];
-        if (q->T == p->T && q->adapters == p->adapters && q->mode == LS_CUDA_SGMV_AUTO) return q->fwd_ms;
+        if (q->T == T && q->adapters == adapters && q->mode == mode) return q;
     }
-    return 0;
+    return NULL;
 }
 
 static int lora_stage(int s) {
@@ -198,9 +206,12 @@ static void print_profile(const bench_run *run) {
     printf(" stages | LoRA | LoRA / forward |\n|---:|---:|:---|---:|---:|");
     for (int s = 0; s < LS_CUDA_STAGES; s++) printf("---:|");
     printf("---:|---:|---:|\n");
-    for (int i = 0; i < run->nprof; i++) {
-        const prof_row *p = &run->prof[i];
-        const double def = prof_default_ms(run, p);
+    for (int i = 0; i < 2 * (int)(sizeof PROFILED / sizeof PROFILED[0]); i++) {
+        const int T = PROFILED[i / 2][0], A = PROFILED[i / 2][1];
+        const prof_row *p = find_prof(run, T, A, i % 2 ? LS_CUDA_SGMV_BGMV : LS_CUDA_SGMV_AUTO);
+        const prof_row *d = find_prof(run, T, A, LS_CUDA_SGMV_AUTO);
+        if (!p) continue;
+        const double def = d ? d->fwd_ms : 0;
         printf("| %d | %d | %s | %.1f |", p->T, p->adapters, prof_kernels(p), p->fwd_ms * 1e3);
         if (p->adapters > 1 && def > 0)
             printf(" %.2f |", p->fwd_ms / def);
@@ -239,7 +250,6 @@ static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int 
             if (rc == 0) print_row(run, &run->rows[run->nrows++]);
         }
     }
-    if (rc == 0 && pool_rank == GROUPS[0][0] && rank == GROUPS[0][1]) rc = profile_group(run, be, in);
     ls_backend_free(be);
     return rc;
 }
@@ -397,6 +407,7 @@ int main(int argc, char **argv) {
     if (rc) fprintf(stderr, "bench_gpu: out of host memory\n");
     for (size_t g = 0; g < sizeof GROUPS / sizeof GROUPS[0] && rc == 0; g++)
         rc = run_group(&run, &in, GROUPS[g][0], GROUPS[g][1], &seed);
+    if (rc == 0) rc = profile_all(&run, &in, &seed);
     if (run.nrows > 0) {
         printf("\nms: median device time of one forward (CUDA graph of the device work when graph says yes, inputs "
                "resident); e2e ms: median wall time of ls_backend_forward from host x to host y (staging, PCIe, "
