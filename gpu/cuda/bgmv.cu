@@ -2,8 +2,8 @@
  * slot's rank) for batches with few tokens per slot, where a tile kernel
  * spends its time waiting on one load after another. Each block of 8
  * warps computes BG_JG outputs of one task and batch; the warps split K
- * in 8 contiguous ranges and every lane keeps several 16-byte loads of W
- * and X in flight. The sums meet in a fixed order (a butterfly inside the
+ * in 8 contiguous ranges and every lane issues the 16-byte loads of a
+ * run of every row of W and X before it multiplies. The sums meet in a fixed order (a butterfly inside the
  * warp, then the warps in order), so there is no split-K scratch, no
  * second launch, and a repeated batch gives the same bits. */
 #include "gpu/cuda/dtype.cuh"
@@ -16,13 +16,9 @@
 #define BG_MR 8 /* token rows per pass over K */
 
 /* V = 16 / sizeof(T) consecutive values from src as fp32, zeros past
- * valid; one 16-byte load when vec and whole. */
-template <typename T> __device__ __forceinline__ void load_run(float *out, const T *src, int valid, int vec) {
+ * valid, one element load each. */
+template <typename T> __device__ __forceinline__ void load_run(float *out, const T *src, int valid) {
     constexpr int V = 16 / sizeof(T);
-    if (vec && valid == V) {
-        unpack16<T>(*reinterpret_cast<const uint4 *>(src), out);
-        return;
-    }
 #pragma unroll
     for (int i = 0; i < V; i++) out[i] = i < valid ? to_f(src[i]) : 0.0f;
 }
@@ -34,38 +30,75 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* acc[j][r] += sum over this warp's K range of X[r0 + r, k] * W[j0 + j, k]
- * for the lane's runs of it: jn outputs and rn rows have data, the rest
- * stay 0. */
+/* acc[j][r] += the products of one run (V values from k) of X's row r
+ * and W's row j, for j < jn and r < rn (both the same in the whole
+ * block, so the branches do not diverge); the rest stay 0, even where X
+ * holds an inf. Whole, aligned runs: every load is issued before the
+ * first product, so a lane has jn + rn loads of 16 bytes in flight. */
+template <typename T>
+__device__ __forceinline__ void bgmv_run_vec(float (&acc)[BG_JG][BG_MR], const T *__restrict__ X, int ldx,
+                                             const T *__restrict__ W, int ldw, int jn, int rn, int k) {
+    constexpr int V = 16 / sizeof(T);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint4 wr[BG_JG], xr[BG_MR];
+#pragma unroll
+    for (int j = 0; j < BG_JG; j++) wr[j] = j < jn ? *reinterpret_cast<const uint4 *>(W + (long long)j * ldw + k) : zero;
+#pragma unroll
+    for (int r = 0; r < BG_MR; r++) xr[r] = r < rn ? *reinterpret_cast<const uint4 *>(X + (long long)r * ldx + k) : zero;
+#pragma unroll
+    for (int r = 0; r < BG_MR; r++) {
+        if (r >= rn) continue;
+        float xv[V];
+        unpack16<T>(xr[r], xv);
+#pragma unroll
+        for (int j = 0; j < BG_JG; j++) {
+            if (j >= jn) continue;
+            float wv[V];
+            unpack16<T>(wr[j], wv);
+#pragma unroll
+            for (int i = 0; i < V; i++) acc[j][r] = fmaf(xv[i], wv[i], acc[j][r]);
+        }
+    }
+}
+
+/* The same for a run that is unaligned or cut short by the warp's K
+ * range (valid values from k): element loads. */
+template <typename T>
+__device__ __forceinline__ void bgmv_run_any(float (&acc)[BG_JG][BG_MR], const T *__restrict__ X, int ldx,
+                                             const T *__restrict__ W, int ldw, int jn, int rn, int k, int valid) {
+    constexpr int V = 16 / sizeof(T);
+#pragma unroll
+    for (int r = 0; r < BG_MR; r++) {
+        if (r >= rn) continue;
+        float xv[V];
+        load_run<T>(xv, X + (long long)r * ldx + k, valid);
+#pragma unroll
+        for (int j = 0; j < BG_JG; j++) {
+            if (j >= jn) continue;
+            float wv[V];
+            load_run<T>(wv, W + (long long)j * ldw + k, valid);
+#pragma unroll
+            for (int i = 0; i < V; i++) acc[j][r] = fmaf(xv[i], wv[i], acc[j][r]);
+        }
+    }
+}
+
+/* acc[j][r] += sum over this warp's K range [kb, ke) of X[r, k] * W[j, k],
+ * the lane taking every 32nd run. Not unrolled: a run's loads are in
+ * flight together already, and the registers then allow two blocks per
+ * SM. */
 template <typename T>
 __device__ __forceinline__ void bgmv_pass(float (&acc)[BG_JG][BG_MR], const T *X, int ldx, const T *W, int ldw,
                                           int jn, int rn, int kb, int ke, int vec) {
     constexpr int V = 16 / sizeof(T);
     const int lane = threadIdx.x % 32;
-    /* Not unrolled: 12 loads per lane are in flight already, and the
-     * registers then allow two blocks per SM. */
 #pragma unroll 1
     for (int k = kb + lane * V; k < ke; k += 32 * V) {
         const int valid = min(V, ke - k);
-        float wv[BG_JG][V];
-#pragma unroll
-        for (int j = 0; j < BG_JG; j++) {
-            if (j < jn)
-                load_run<T>(wv[j], W + (long long)j * ldw + k, valid, vec);
-            else
-#pragma unroll
-                for (int i = 0; i < V; i++) wv[j][i] = 0.0f;
-        }
-#pragma unroll
-        for (int r = 0; r < BG_MR; r++) {
-            if (r >= rn) break;
-            float xv[V];
-            load_run<T>(xv, X + (long long)r * ldx + k, valid, vec);
-#pragma unroll
-            for (int j = 0; j < BG_JG; j++)
-#pragma unroll
-                for (int i = 0; i < V; i++) acc[j][r] = fmaf(xv[i], wv[j][i], acc[j][r]);
-        }
+        if (vec && valid == V)
+            bgmv_run_vec<T>(acc, X, ldx, W, ldw, jn, rn, k);
+        else
+            bgmv_run_any<T>(acc, X, ldx, W, ldw, jn, rn, k, valid);
     }
 }
 
@@ -95,11 +128,12 @@ template <typename T> __global__ void __launch_bounds__(BG_WARPS * 32, 2) bgmv_k
 #pragma unroll
             for (int r = 0; r < BG_MR; r++) acc[j][r] = 0.0f;
         bgmv_pass<T>(acc, X + (long long)r0 * p.ldx, p.ldx, W, p.ldw, jn, rn, kb, ke, vec);
+        /* Only the sums with data: jn and rn are the same in every lane. */
 #pragma unroll
         for (int j = 0; j < BG_JG; j++)
 #pragma unroll
             for (int r = 0; r < BG_MR; r++) {
-                const float s = warp_sum(acc[j][r]);
+                const float s = j < jn && r < rn ? warp_sum(acc[j][r]) : 0.0f;
                 if (lane == 0) red[warp][j][r] = s;
             }
         __syncthreads();

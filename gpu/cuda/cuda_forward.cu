@@ -50,10 +50,11 @@ static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has
  * the bytes and converts nothing), and in fp32 too when the gate reads
  * it; gammas, staged the same way; the SGMV tasks when more than one
  * slot is used. Each part is copied as soon as it is staged, so the
- * copies overlap the staging of the next. Without stage the pinned
- * buffers already hold this plan's parts (x and gammas are not read) and
- * only the copies are enqueued, as the stage profile times them.
- * Asynchronous. */
+ * copies overlap the staging of the next. Without stage (the stage
+ * profile) x and gammas are not read and only the copies are enqueued,
+ * of whatever the pinned buffers hold: after a profile run's copy out,
+ * h_io holds y, so fp32 x for the gate (and all of x with f32) is then
+ * y's bytes, the same bytes and work with other values. Asynchronous. */
 static ls_status gather_parts(ls_cuda *c, const ls_cuda_plan *p, const float *x, const float *gammas, bool stage,
                               ls_error *err) {
     const size_t H = c->H, n = c->n, T = p->T;
