@@ -10,7 +10,8 @@
  * when their JSON lines are given; the device-to-device copy bandwidth and
  * the bf16 GEMM peak measured in the same run. Then where the time of
  * a few forwards goes, stage by stage, with the default multi-adapter
- * kernels and with the BGMV shrinks (ls_backend_cuda_profile_forward).
+ * kernels, with the BGMV shrinks and with cuBLAS per slot
+ * (ls_backend_cuda_profile_forward).
  * Then the HTTP rows
  * (bench/bench_gpu_http.py) beside the in-process end-to-end ones, and the
  * issue's targets, each met or not. Prints markdown; never passes or
@@ -30,7 +31,10 @@ static const int GROUPS[][2] = {{16, 16}, {64, 64}, {64, 16}}; /* pool rank, ada
 /* The forwards whose stages are profiled (T, adapters), at the first
  * group's ranks. */
 static const int PROFILED[][2] = {{1, 1}, {8, 8}, {64, 8}, {512, 8}, {4096, 1}, {4096, 8}};
-#define MAX_PROF 12
+#define MAX_PROF 16
+/* The multi-adapter kernel sets profiled, the default first. */
+static const ls_cuda_sgmv_mode PROF_MODE[] = {LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_BGMV, LS_CUDA_SGMV_BLAS};
+#define PROF_MODES (int)(sizeof PROF_MODE / sizeof PROF_MODE[0])
 
 /* One stage profile: a forward, the kernels its LoRA stages ran, its
  * device-only time and its stages' medians, all in ms. */
@@ -159,17 +163,16 @@ static int profile_one(bench_run *run, ls_backend *be, const bench_inputs *in, i
  * every row is measured, the default kernels first: a kernel not yet
  * run on a device that faults (which poisons the process's CUDA
  * context) then loses only what follows it. Several adapters run both
- * multi-adapter kernel sets (SGMV, and the BGMV shrinks); one adapter is
- * cuBLAS either way. 0 on success. */
+ * multi-adapter kernel sets (SGMV, the BGMV shrinks, cuBLAS per slot);
+ * one adapter is cuBLAS either way. 0 on success. */
 static int profile_all(bench_run *run, const bench_inputs *in, uint64_t *seed) {
     ls_backend *be = bench_backend(GROUPS[0][0], GROUPS[0][1], in, seed);
     if (!be) return -1;
-    const ls_cuda_sgmv_mode modes[2] = {LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_BGMV};
     int rc = 0;
-    for (int m = 0; m < 2 && rc == 0; m++)
+    for (int m = 0; m < PROF_MODES && rc == 0; m++)
         for (size_t i = 0; i < sizeof PROFILED / sizeof PROFILED[0] && rc == 0; i++) {
             const int T = PROFILED[i][0], A = PROFILED[i][1];
-            if (m == 0 || A > 1) rc = profile_one(run, be, in, T, A, modes[m]);
+            if (m == 0 || A > 1) rc = profile_one(run, be, in, T, A, PROF_MODE[m]);
         }
     ls_backend_free(be);
     return rc;
@@ -177,7 +180,9 @@ static int profile_all(bench_run *run, const bench_inputs *in, uint64_t *seed) {
 
 static const char *prof_kernels(const prof_row *p) {
     if (p->adapters == 1) return "cuBLAS";
-    return p->mode == LS_CUDA_SGMV_BGMV ? "BGMV shrinks, SGMV expands" : "SGMV (WMMA)";
+    if (p->mode == LS_CUDA_SGMV_BGMV) return "BGMV shrinks, SGMV expands";
+    if (p->mode == LS_CUDA_SGMV_BLAS) return "cuBLAS per slot";
+    return "SGMV (WMMA)";
 }
 
 static const prof_row *find_prof(const bench_run *run, int T, int adapters, ls_cuda_sgmv_mode mode) {
@@ -198,17 +203,18 @@ static void print_profile(const bench_run *run) {
     printf("\nWhere the time goes (pool R %d, rank %d; microseconds): each stage launched directly on one stream "
            "between CUDA events, no side stream and no graph, median of the e2e run count; forward: the "
            "device-only time of the whole forward as in the rows above (graph replay, shrinks beside the base "
-           "GEMMs); vs SGMV: that forward over the one with the default kernels; LoRA: the four LoRA stages "
-           "together, and over the forward.\n\n",
+           "GEMMs; cuBLAS per slot is replayed here too, though serving launches it directly); vs SGMV: that "
+           "forward over the one with the default kernels; LoRA: the four LoRA stages together, and over the "
+           "forward.\n\n",
            GROUPS[0][0], GROUPS[0][1]);
     printf("| T | adapters | LoRA kernels | forward | vs SGMV |");
     for (int s = 0; s < LS_CUDA_STAGES; s++) printf(" %s |", ls_cuda_stage_name(s));
     printf(" stages | LoRA | LoRA / forward |\n|---:|---:|:---|---:|---:|");
     for (int s = 0; s < LS_CUDA_STAGES; s++) printf("---:|");
     printf("---:|---:|---:|\n");
-    for (int i = 0; i < 2 * (int)(sizeof PROFILED / sizeof PROFILED[0]); i++) {
-        const int T = PROFILED[i / 2][0], A = PROFILED[i / 2][1];
-        const prof_row *p = find_prof(run, T, A, i % 2 ? LS_CUDA_SGMV_BGMV : LS_CUDA_SGMV_AUTO);
+    for (int i = 0; i < PROF_MODES * (int)(sizeof PROFILED / sizeof PROFILED[0]); i++) {
+        const int T = PROFILED[i / PROF_MODES][0], A = PROFILED[i / PROF_MODES][1];
+        const prof_row *p = find_prof(run, T, A, PROF_MODE[i % PROF_MODES]);
         const prof_row *d = find_prof(run, T, A, LS_CUDA_SGMV_AUTO);
         if (!p) continue;
         const double def = d ? d->fwd_ms : 0;

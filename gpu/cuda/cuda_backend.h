@@ -48,9 +48,12 @@ const char *ls_backend_cuda_device_name(const ls_backend *be);
  * (WMMA) for bf16/f16 weights, fp32 FMA for f32. SIMT forces the fp32 FMA
  * kernels (a second implementation the parity test checks too). BGMV:
  * the shrinks through the warp-per-output kernel of gpu/cuda/bgmv.cu, the
- * expands as AUTO; not the default until a device run has measured it
- * against AUTO (bench_gpu's stage profile) and the parity suite passed. */
-typedef enum { LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_SIMT, LS_CUDA_SGMV_BGMV } ls_cuda_sgmv_mode;
+ * expands as AUTO. BLAS: one cuBLAS call per slot on its rows, as for a
+ * single slot, launched directly (no CUDA graph: the calls hold each
+ * slot's rows). BGMV and BLAS are not the default until a device run
+ * has measured them against AUTO (bench_gpu's stage profile) and the
+ * parity suite passed. */
+typedef enum { LS_CUDA_SGMV_AUTO, LS_CUDA_SGMV_SIMT, LS_CUDA_SGMV_BGMV, LS_CUDA_SGMV_BLAS } ls_cuda_sgmv_mode;
 void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
 
 /* Stages x, gammas and the token grouping once, then runs the device part

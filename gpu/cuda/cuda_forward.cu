@@ -133,15 +133,15 @@ static ls_status gemm(ls_cuda *c, cublasHandle_t h, int T, int N, int K, const v
     return LS_OK;
 }
 
-/* One op through cuBLAS handle h on rows 0..rows-1: the base GEMMs, and
- * the LoRA GEMMs of a single slot of rank r. */
-static ls_status op_blas(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan *p, const ls_gemm_op *op, int rows, int slot,
-                         int r, ls_error *err) {
+/* One op through cuBLAS handle h on rows row0..row0+rows-1: the base
+ * GEMMs, and the LoRA GEMMs of one slot of rank r. */
+static ls_status op_blas(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan *p, const ls_gemm_op *op, int row0, int rows,
+                         int slot, int r, ls_error *err) {
     const int N = ls_gemm_op_n(op, r), K = ls_gemm_op_k(op, r);
     const dev_buf C = op_buf(c, p, op->c, slot, 0), X = op_buf(c, p, op->x, slot, 0), W = op_buf(c, p, op->w, slot, 0);
     const size_t cs = ls_dtype_size(C.t), xs = ls_dtype_size(X.t), ws = ls_dtype_size(W.t);
-    char *cp = C.p + op->c_off * cs;
-    const char *xp = X.p + op->x_off * xs, *wp = W.p + op->w_off * ws;
+    char *cp = C.p + ((long long)row0 * op->ldc + op->c_off) * cs;
+    const char *xp = X.p + ((long long)row0 * op->ldx + op->x_off) * xs, *wp = W.p + op->w_off * ws;
     if (!op->sum_batches)
         return gemm(c, h, rows, N, K, wp, op->ldw, op->w_bs, xp, op->ldx, op->x_bs, cp, ls_cuda_type(C.t), op->ldc,
                     op->c_bs, op->batch, op->beta ? 1.0f : 0.0f, err);
@@ -201,15 +201,30 @@ static ls_status op_sgmv(ls_cuda *c, cudaStream_t stream, const ls_cuda_plan *p,
     return LS_OK;
 }
 
+/* One LoRA op as one cuBLAS call per slot on that slot's rows, at its
+ * rank (a slot without rows or of rank 0 has none): the single-slot path,
+ * once per slot. */
+static ls_status op_blas_slots(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan *p, const ls_gemm_op *op,
+                               ls_error *err) {
+    const int *start = p->tokens->start;
+    for (int s = 0; s < c->S; s++) {
+        const int rows = start[s + 1] - start[s], r = c->rank[(size_t)s * c->L + p->layer];
+        if (rows > 0 && r > 0) LS_TRY(op_blas(c, h, p, op, start[s], rows, s, r, err));
+    }
+    return LS_OK;
+}
+
 /* Op i of the plan: base GEMMs on every row, LoRA GEMMs on the adapted
- * rows (cuBLAS for one slot, SGMV for several) or not at all; on the
+ * rows (cuBLAS for one slot; SGMV, or cuBLAS per slot, for several) or
+ * not at all; on the
  * side stream (and its handle) when side. */
 static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, int side, ls_error *err) {
     const ls_gemm_op *op = &c->gplan.op[i];
     cublasHandle_t h = side ? c->blas_side : c->blas;
-    if (!op->lora) return op_blas(c, h, p, op, p->T, 0, c->R, err);
+    if (!op->lora) return op_blas(c, h, p, op, 0, p->T, 0, c->R, err);
     if (!p->lora) return LS_OK;
-    if (p->n_slots == 1) return op_blas(c, h, p, op, p->n_lora, p->single_slot, p->rank, err);
+    if (p->n_slots == 1) return op_blas(c, h, p, op, 0, p->n_lora, p->single_slot, p->rank, err);
+    if (c->sgmv_mode == LS_CUDA_SGMV_BLAS) return op_blas_slots(c, h, p, op, err);
     return op_sgmv(c, side ? c->side : c->stream, p, op, err);
 }
 
@@ -305,6 +320,9 @@ static ls_graph_key graph_key(const ls_cuda *c, const ls_cuda_plan *p) {
  * Called before the copies in are enqueued (capture records nothing of
  * them); the caller launches the graph after them. */
 static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
+    /* Per-slot cuBLAS bakes each slot's rows and rank into its calls,
+     * which the key does not hold: launched directly. */
+    if (p->lora && p->n_slots > 1 && c->sgmv_mode == LS_CUDA_SGMV_BLAS) return NULL;
     const ls_graph_key k = graph_key(c, p);
     bool capture_now = false;
     cudaGraphExec_t g = (cudaGraphExec_t)ls_graph_cache_get(&c->graphs, &k, &capture_now);

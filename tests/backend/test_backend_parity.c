@@ -1,7 +1,7 @@
 /* Backend parity: one list of forward cases run on every device backend
  * (CUDA with its tensor-core LoRA kernels and CUDA graphs, with its
- * fp32 LoRA kernels launched directly, and with the BGMV shrinks) against
- * the CPU
+ * fp32 LoRA kernels launched directly, with the BGMV shrinks, and with
+ * cuBLAS per slot) against the CPU
  * backend, the reference, with docs/math.md's tolerance; on small shapes both
  * are also checked against the tests' double-precision reference. The
  * weights are uploaded typed, at the dtype they are stored in (16-bit
@@ -25,7 +25,7 @@
 #include "tests/util/testutil.h"
 
 #define MAX_T 6
-#define MAX_DEV 3
+#define MAX_DEV 4
 
 typedef struct {
     const char *name;
@@ -427,10 +427,15 @@ static void run_case(const pcase *pc, int threads) {
             ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_SIMT);
             rn.dev[rn.ndev++] = (device){"cuda-simt-direct", be};
         }
-        /* The BGMV shrinks, not the default yet, in every dtype. */
+        /* The BGMV shrinks and cuBLAS per slot, not the default yet, in
+         * every dtype. */
         if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
             ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_BGMV);
             rn.dev[rn.ndev++] = (device){"cuda-bgmv", be};
+        }
+        if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
+            ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_BLAS);
+            rn.dev[rn.ndev++] = (device){"cuda-blas-slots", be};
         }
     }
 #endif
