@@ -146,48 +146,6 @@ static ls_status ls_forward_meta_check(const ls_tensor_set *set, ls_error *err) 
     return LS_OK;
 }
 
-/* One entry of the metadata's "adapters": a name (its index in names,
- * added when new) or null (-1). */
-static ls_status ls_forward_meta_name(json_t *v, size_t i, ls_token_names *tn, int *index, ls_error *err) {
-    char what[48];
-    snprintf(what, sizeof what, "adapters[%zu]", i);
-    *index = -1;
-    if (json_is_null(v)) return LS_OK;
-    if (!json_is_string(v))
-        return ls_error_set(err, LS_INVALID_REQUEST, "name an adapter, or null for the base model",
-                            "%s must be a string or null", what);
-    ls_status st = ls_adapter_name_check(json_string_value(v), what, err);
-    if (st != LS_OK) return st;
-    if ((*index = ls_token_names_index(tn, json_string_value(v))) < 0)
-        return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    return LS_OK;
-}
-
-/* The metadata's "adapters": JSON text of an array of T names or nulls,
- * read into req->names as a JSON body's "adapters" is. */
-static ls_status ls_forward_meta_names(const char *text, ls_forward_req *req, ls_error *err) {
-    json_error_t je;
-    json_t *a = json_loads(text, 0, &je);
-    ls_status st = LS_OK;
-    if (!a)
-        st = ls_error_set(err, LS_INVALID_REQUEST, "write it as JSON text: [\"a1\", null, ...]",
-                          "the body's metadata \"adapters\" is not JSON: %.120s at character %d", je.text,
-                          je.position);
-    else if (!json_is_array(a))
-        st = ls_error_set(err, LS_INVALID_REQUEST, "write it as JSON text: [\"a1\", null, ...]",
-                          "the body's metadata \"adapters\" must be an array (a name or null per token)");
-    else if (json_array_size(a) != (size_t)req->T)
-        st = ls_error_set(err, LS_INVALID_SHAPE, "name one adapter (or null) per row of x",
-                          "\"adapters\" has %zu entries for %d tokens", json_array_size(a), req->T);
-    for (size_t i = 0; st == LS_OK && i < json_array_size(a); i++) {
-        int k;
-        st = ls_forward_meta_name(json_array_get(a, i), i, &req->names, &k, err);
-        if (st == LS_OK && !ls_token_names_push(&req->names, k)) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
-    }
-    json_decref(a);
-    return st;
-}
-
 ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, const char *q_layer,
                                            const char *q_adapter, const ls_dims *dims, int max_tokens,
                                            ls_forward_req *req, ls_error *err) {
@@ -222,7 +180,7 @@ ls_status ls_forward_req_parse_safetensors(const uint8_t *body, size_t len, cons
     int rows;
     if (st == LS_OK && tg) st = ls_forward_take_matrix(tg, "gammas", req->T, dims->n, &req->gammas, &rows, err);
     const char *names = ls_tensor_set_meta(&set, "adapters");
-    if (st == LS_OK && names) st = ls_forward_meta_names(names, req, err);
+    if (st == LS_OK && names) st = ls_forward_names_text(names, req, err);
     ls_tensor_set_free(&set);
     if (st == LS_OK) st = ls_forward_req_route(req, q_adapter, "adapter", err);
     if (st != LS_OK) ls_forward_req_free(req);

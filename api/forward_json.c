@@ -7,6 +7,7 @@
  * was parsed whole first); the rest are reported in the order layer,
  * encoding, x, gammas, names. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -239,7 +240,9 @@ static bool ls_fj_tensor(ls_jr *r, const char *what, int rows, int cols, int max
 typedef struct {
     bool given;
     char *single;        /* owned */
-    ls_token_names list; /* owned, copies */
+    ls_token_names list; /* owned, copies: the first `keep` entries */
+    int count;           /* the list's entries, kept or not */
+    int keep;            /* entries kept at most (> 0); past it only counted */
 } ls_fj_names;
 
 static void ls_fj_names_free(ls_fj_names *nm) {
@@ -272,7 +275,12 @@ static bool ls_fj_name(ls_jr *r, const char *what, char *buf, size_t len, bool *
     return true;
 }
 
-static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem *pb) {
+/* How a JSON body names one adapter for every token. */
+#define ONE_IN_JSON "send \"adapter\": NAME"
+
+/* one_hint: how the request names one adapter for every token, for a
+ * list given as a single name. */
+static bool ls_fj_names_read(ls_jr *r, bool list, const char *one_hint, ls_fj_names *nm, ls_fj_problem *pb) {
     char buf[256];
     bool is_null;
     if (!list) {
@@ -286,10 +294,11 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
     }
     nm->given = true;
     if (ls_jr_peek(r) != '[') {
-        const char *hint = ls_jr_peek(r) == '"' ? "for one adapter for every token send \"adapter\": NAME; "
-                                                  "\"adapters\" is a list, [NAME or null per token]"
-                                                : NULL;
-        ls_fj_note(pb, LS_INVALID_REQUEST, hint, "\"adapters\" must be an array (a name or null per token)");
+        char hint[160];
+        snprintf(hint, sizeof hint, "for one adapter for every token %s; \"adapters\" is a list, [NAME or null per token]",
+                 one_hint);
+        ls_fj_note(pb, LS_INVALID_REQUEST, ls_jr_peek(r) == '"' ? hint : NULL,
+                   "\"adapters\" must be an array (a name or null per token)");
         return ls_jr_skip(r);
     }
     r->p++;
@@ -297,12 +306,15 @@ static bool ls_fj_names_read(ls_jr *r, bool list, ls_fj_names *nm, ls_fj_problem
     r->depth++;
     do {
         char what[32];
-        snprintf(what, sizeof what, "adapters[%d]", nm->list.T);
+        snprintf(what, sizeof what, "adapters[%d]", nm->count);
         if (!ls_fj_name(r, what, buf, sizeof buf, &is_null, pb)) return false;
-        /* After a problem the rest of the list is still read, for its
-         * syntax, and counted, but no longer kept. */
-        const int k = is_null || pb->st != LS_OK ? -1 : ls_token_names_index(&nm->list, buf);
-        if (!is_null && pb->st == LS_OK && k < 0) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
+        /* After a problem, or past `keep`, the rest of the list is still
+         * read, for its syntax, and counted, but no longer kept: a list
+         * far longer than any request costs no memory. */
+        if (nm->count < INT_MAX) nm->count++;
+        if (pb->st != LS_OK || nm->list.T >= nm->keep) continue;
+        const int k = is_null ? -1 : ls_token_names_index(&nm->list, buf);
+        if (!is_null && k < 0) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
         if (!ls_token_names_push(&nm->list, k)) ls_fj_note(pb, LS_INTERNAL, NULL, "out of memory");
     } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
     r->depth--;
@@ -396,8 +408,9 @@ static bool ls_fj_member(ls_fj_parse *ps, int k, const char *key) {
         ps->have_g = true;
         return ls_fj_tensor(r, "gammas", -1, ps->dims->n, 0, &ps->g, &ps->pb[LS_FJ_GAMMAS]);
     }
-    if (!strcmp(key, "adapters")) return ls_fj_names_read(r, true, &ps->per_token, &ps->pb[LS_FJ_NAMES]);
-    return ls_fj_names_read(r, false, &ps->one, &ps->pb[LS_FJ_NAMES]);
+    if (!strcmp(key, "adapters"))
+        return ls_fj_names_read(r, true, ONE_IN_JSON, &ps->per_token, &ps->pb[LS_FJ_NAMES]);
+    return ls_fj_names_read(r, false, ONE_IN_JSON, &ps->one, &ps->pb[LS_FJ_NAMES]);
 }
 
 /* The body: one object of known keys, each at most once, then its end. */
@@ -463,9 +476,9 @@ static ls_status ls_fj_take(ls_fj_parse *ps, ls_error *err) {
     req->x = ps->x.v, ps->x.v = NULL;
     if (ps->have_g) req->gammas = ps->g.v, ps->g.v = NULL;
     if (ps->per_token.given) {
-        if (ps->per_token.list.T != req->T)
+        if (ps->per_token.count != req->T)
             st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
-                              "\"adapters\" has %d entries for %d tokens", ps->per_token.list.T, req->T);
+                              "\"adapters\" has %d entries for %d tokens", ps->per_token.count, req->T);
         else
             req->names = ps->per_token.list, memset(&ps->per_token.list, 0, sizeof ps->per_token.list);
     } else if (ps->one.single) {
@@ -483,6 +496,7 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
     ls_jr_init(&ps.r, body, len);
     ps.dims = dims;
     ps.max_tokens = max_tokens;
+    ps.one.keep = ps.per_token.keep = max_tokens > 0 ? max_tokens : INT_MAX;
     ps.req = req;
     ls_fj_body(&ps);
     ls_status st;
@@ -497,5 +511,32 @@ ls_status ls_forward_req_parse_json(const char *body, size_t len, const ls_dims 
     ls_fj_names_free(&ps.one);
     ls_fj_names_free(&ps.per_token);
     if (st != LS_OK) ls_forward_req_free(req);
+    return st;
+}
+
+/* See forward_internal.h. */
+ls_status ls_forward_names_text(const char *text, ls_forward_req *req, ls_error *err) {
+    ls_jr r;
+    ls_jr_init(&r, text, strlen(text));
+    ls_fj_names nm;
+    memset(&nm, 0, sizeof nm);
+    nm.keep = req->T;
+    ls_fj_problem pb;
+    memset(&pb, 0, sizeof pb);
+    if (ls_fj_names_read(&r, true, "give ?adapter=NAME (or the X-Lorasink-Adapter header)", &nm, &pb) &&
+        !ls_jr_at_end(&r))
+        ls_jr_fail(&r, "end of input expected");
+    ls_status st = LS_OK;
+    if (r.failed)
+        st = ls_error_set(err, LS_INVALID_REQUEST, "write it as JSON text: [\"a1\", null, ...]",
+                          "the body's metadata \"adapters\" is not JSON: %s (at byte %zu)", r.message, r.at);
+    else if (pb.st != LS_OK)
+        st = ls_fj_raise(&pb, err);
+    else if (nm.given && nm.count != req->T)
+        st = ls_error_set(err, LS_INVALID_SHAPE, "name one adapter (or null) per row of x",
+                          "\"adapters\" has %d entries for %d tokens", nm.count, req->T);
+    else if (nm.given)
+        req->names = nm.list, memset(&nm.list, 0, sizeof nm.list);
+    ls_fj_names_free(&nm);
     return st;
 }

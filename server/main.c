@@ -4,6 +4,7 @@
  * server cannot start. */
 #include <errno.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,14 @@ static void ls_main_on_signal(int sig) {
     errno = saved;
 }
 
+/* Whether flag is one of the arguments (flags only: no variable or
+ * file key means it). */
+static bool ls_argv_has(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], flag)) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
 #ifdef M_MMAP_THRESHOLD
     /* A request's large buffers (bodies, tensors, adapters) are mapped
@@ -46,7 +55,14 @@ int main(int argc, char **argv) {
     char errbuf[512];
     switch (ls_config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf)) {
     case LS_CONFIG_EXIT: return 0;
-    case LS_CONFIG_ERROR: fprintf(stderr, "lorasink: %s\n", errbuf); return 2;
+    case LS_CONFIG_ERROR:
+        /* A health check answers 0 or 1: Docker reserves 2. */
+        if (ls_argv_has(argc, argv, "--probe")) {
+            fprintf(stderr, "lorasink --probe: %s\n", errbuf);
+            return 1;
+        }
+        fprintf(stderr, "lorasink: %s\n", errbuf);
+        return 2;
     case LS_CONFIG_RUN: break;
     }
     if (cfg.probe) return ls_probe_run(&cfg);

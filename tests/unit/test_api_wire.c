@@ -431,14 +431,14 @@ static void test_forward_base64_object(void **state) {
  * after it, the data `shift` bytes past an 8-aligned offset (header
  * padding); the data are the last data_len bytes of the *len. */
 static uint8_t *st_body(const char *header, int shift, size_t data_len, size_t *len) {
-    char h[512];
-    int n = snprintf(h, sizeof h, "%s", header);
-    while ((n + 8) % 8 != shift) h[n++] = ' ';
-    *len = 8 + (size_t)n + data_len;
+    size_t n = strlen(header);
+    while ((n + 8) % 8 != (size_t)shift) n++; /* padded with spaces */
+    *len = 8 + n + data_len;
     uint8_t *b = calloc(1, *len);
     assert_non_null(b);
     for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(b + 8, h, (size_t)n);
+    memset(b + 8, ' ', n);
+    memcpy(b + 8, header, strlen(header));
     return b;
 }
 
@@ -536,6 +536,9 @@ static void test_forward_metadata_adapters(void **state) {
         {"\"adapters\":\"{}\"", LS_INVALID_REQUEST, "must be an array"},
         {"\"adaptors\":\"[]\"", LS_INVALID_REQUEST, "did you mean \"adapters\""},
         {"\"layer\":\"1\"", LS_INVALID_REQUEST, "from the query"},
+        /* As in a JSON body: a bad name is said before a wrong count. */
+        {"\"adapters\":\"[\\\"bad name!\\\"]\"", LS_INVALID_REQUEST, "not a valid adapter name"},
+        {"\"adapters\":\"[null, null, null] x\"", LS_INVALID_REQUEST, "not JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         body = forward_body_meta(bad[i].meta, &len);
@@ -550,10 +553,52 @@ static void test_forward_metadata_adapters(void **state) {
     }
 }
 
+/* The metadata's "adapters" follows the JSON body's "adapters": null is
+ * no list, a single name points at the query, and a list far longer
+ * than the tokens is counted, not kept. */
+static void test_forward_metadata_like_json(void **state) {
+    (void)state;
+    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
+    size_t len;
+    ls_forward_req req;
+    ls_error err;
+    ls_error_init(&err);
+    uint8_t *body = forward_body_meta("\"adapters\":\"null\"", &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, "a1", &dims, 0, &req, &err), LS_OK);
+    assert_non_null(req.names.of_token); /* the query's a1, for every token */
+    assert_int_equal(req.names.n, 1);
+    ls_forward_req_free(&req);
+    free(body);
+
+    body = forward_body_meta("\"adapters\":\"\\\"a1\\\"\"", &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err),
+                     LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "must be an array"));
+    assert_non_null(strstr(err.hint, "?adapter=NAME"));
+    ls_error_free(&err);
+    free(body);
+
+    const int entries = 200000;
+    const char *x = "\"x\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}";
+    char *h = malloc((size_t)entries * 6 + 200);
+    assert_non_null(h);
+    size_t at = (size_t)sprintf(h, "{\"__metadata__\":{\"adapters\":\"[");
+    for (int i = 0; i < entries; i++) at += (size_t)sprintf(h + at, i ? ",null" : "null");
+    sprintf(h + at, "]\"},%s}", x);
+    body = st_body(h, 0, 48, &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err),
+                     LS_INVALID_SHAPE);
+    assert_non_null(strstr(err.message, "200000 entries for 3 tokens"));
+    ls_error_free(&err);
+    free(body);
+    free(h);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_x_in_body),
         cmocka_unit_test(test_forward_metadata_adapters),
+        cmocka_unit_test(test_forward_metadata_like_json),
         cmocka_unit_test(test_upload_gate_up_order),
         cmocka_unit_test(test_upload_null_is_not_given),
         cmocka_unit_test(test_error_body_invalid_utf8),
