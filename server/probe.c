@@ -118,10 +118,13 @@ static bool ls_probe_tls_open(const ls_config *cfg, int fd, long long deadline, 
  * the connection after it: HTTP/1.0) into buf, by the deadline: its
  * length, or -1. *tls_err is the TLS error that ended the read (0 when
  * none), which says more than "no reply" when a server refuses the
- * probe's certificate. */
-static long ls_probe_exchange(int fd, ls_probe_tls *t, long long deadline, char *buf, size_t cap, int *tls_err) {
+ * probe's certificate; *closed, whether the server closed the
+ * connection (else the time ran out). */
+static long ls_probe_exchange(int fd, ls_probe_tls *t, long long deadline, char *buf, size_t cap, int *tls_err,
+                              bool *closed) {
     static const char req[] = "GET /ready HTTP/1.0\r\nHost: localhost\r\n\r\n";
     *tls_err = 0;
+    *closed = false;
     ls_probe_timeouts(fd, deadline);
     const long sent = t->session ? (long)gnutls_record_send(t->session, req, sizeof req - 1)
                                  : (long)send(fd, req, sizeof req - 1, MSG_NOSIGNAL);
@@ -135,6 +138,7 @@ static long ls_probe_exchange(int fd, ls_probe_tls *t, long long deadline, char 
         const long n = t->session ? (long)gnutls_record_recv(t->session, buf + got, cap - 1 - got)
                                   : (long)recv(fd, buf + got, cap - 1 - got, 0);
         if (n < 0 && t->session && n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED) *tls_err = (int)n;
+        *closed = n == 0;
         if (n <= 0) break;
         got += (size_t)n;
     }
@@ -168,12 +172,15 @@ int ls_probe_run(const ls_config *cfg) {
     int fd = ls_probe_connect(host, cfg->port, deadline, why, sizeof why);
     if (fd >= 0 && (!cfg->tls_cert[0] || ls_probe_tls_open(cfg, fd, deadline, &t, why, sizeof why))) {
         int tls_err = 0;
-        n = ls_probe_exchange(fd, &t, deadline, reply, sizeof reply, &tls_err);
+        bool closed = false;
+        n = ls_probe_exchange(fd, &t, deadline, reply, sizeof reply, &tls_err, &closed);
+        char when[48];
+        snprintf(when, sizeof when, closed ? ": the connection was closed" : " within %d ms", LS_PROBE_BUDGET_MS);
         if (n <= 0 && tls_err)
             snprintf(why, sizeof why, "no reply from %s: TLS: %s%s", where, gnutls_strerror(tls_err),
                      cfg->tls_client_ca[0] ? " (does the server take this certificate for a client?)" : "");
         else if (n <= 0)
-            snprintf(why, sizeof why, "no reply from %s within %d ms%s", where, LS_PROBE_BUDGET_MS,
+            snprintf(why, sizeof why, "no reply from %s%s%s", where, when,
                      cfg->tls_cert[0] ? "" : " (a TLS port? give its --tls-cert and --tls-key)");
     }
     ls_probe_tls_free(&t);
