@@ -162,8 +162,8 @@ static int profile_one(bench_run *run, ls_backend *be, const bench_inputs *in, i
 /* The PROFILED forwards on a backend of the first group's ranks, after
  * every row is measured, the default kernels first: a kernel not yet
  * run on a device that faults (which poisons the process's CUDA
- * context) then loses only what follows it. Several adapters run both
- * multi-adapter kernel sets (SGMV, the BGMV shrinks, cuBLAS per slot);
+ * context) then loses only what follows it. Several adapters run every
+ * multi-adapter kernel set (SGMV, the BGMV shrinks, cuBLAS per slot);
  * one adapter is cuBLAS either way. 0 on success. */
 static int profile_all(bench_run *run, const bench_inputs *in, uint64_t *seed) {
     ls_backend *be = bench_backend(GROUPS[0][0], GROUPS[0][1], in, seed);
@@ -203,9 +203,8 @@ static void print_profile(const bench_run *run) {
     printf("\nWhere the time goes (pool R %d, rank %d; microseconds): each stage launched directly on one stream "
            "between CUDA events, no side stream and no graph, median of the e2e run count; forward: the "
            "device-only time of the whole forward as in the rows above (graph replay, shrinks beside the base "
-           "GEMMs; cuBLAS per slot is replayed here too, though serving launches it directly); vs SGMV: that "
-           "forward over the one with the default kernels; LoRA: the four LoRA stages together, and over the "
-           "forward.\n\n",
+           "GEMMs; cuBLAS per slot launched directly, as serving runs it); vs SGMV: that forward over the one "
+           "with the default kernels; LoRA: the four LoRA stages together, and over the forward.\n\n",
            GROUPS[0][0], GROUPS[0][1]);
     printf("| T | adapters | LoRA kernels | forward | vs SGMV |");
     for (int s = 0; s < LS_CUDA_STAGES; s++) printf(" %s |", ls_cuda_stage_name(s));

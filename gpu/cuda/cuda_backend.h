@@ -61,7 +61,8 @@ void ls_backend_cuda_set_sgmv_mode(ls_backend *be, ls_cuda_sgmv_mode mode);
  * untimed and `iters` times timed with CUDA events; ms[i] receives the
  * time of run i. Arguments as for forward; ms holds iters floats.
  * *graph_used (when not NULL) says whether the runs replayed a CUDA graph
- * (1) or launched directly because capture failed (0). */
+ * (1) or launched directly (0): capture failed, or the path takes none,
+ * as serving launches it (LS_CUDA_SGMV_BLAS with several slots). */
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                        const int *slot_of_token, int iters, float *ms, int *graph_used,
                                        ls_error *err);

@@ -6,7 +6,8 @@
  * its LoRA expand, the fused SwiGLU x gamma, shrink_down, down with its
  * LoRA expand), each LoRA GEMM cut to the slot's rank; scatter back on
  * the host. The LoRA GEMMs are cuBLAS when every adapted token uses one
- * slot, one SGMV launch each otherwise. Also the device-only timing entry
+ * slot, one SGMV launch each otherwise (or, not by default, BGMV
+ * shrinks, or cuBLAS once per slot). Also the device-only timing entry
  * point of the benchmark. */
 #include <stdlib.h>
 #include <string.h>
@@ -315,14 +316,19 @@ static ls_graph_key graph_key(const ls_cuda *c, const ls_cuda_plan *p) {
     return k;
 }
 
+/* Whether this plan's device part may be a graph: per-slot cuBLAS bakes
+ * each slot's rows and rank into its calls, which the key does not hold,
+ * so it launches directly (in serving and in the benchmark alike). */
+static bool graphs_ok(const ls_cuda *c, const ls_cuda_plan *p) {
+    return !(p->lora && p->n_slots > 1 && c->sgmv_mode == LS_CUDA_SGMV_BLAS);
+}
+
 /* The device part for this plan: its graph when the shape has one (or is
  * seen the second time, then captured first), else direct launches.
  * Called before the copies in are enqueued (capture records nothing of
  * them); the caller launches the graph after them. */
 static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
-    /* Per-slot cuBLAS bakes each slot's rows and rank into its calls,
-     * which the key does not hold: launched directly. */
-    if (p->lora && p->n_slots > 1 && c->sgmv_mode == LS_CUDA_SGMV_BLAS) return NULL;
+    if (!graphs_ok(c, p)) return NULL;
     const ls_graph_key k = graph_key(c, p);
     bool capture_now = false;
     cudaGraphExec_t g = (cudaGraphExec_t)ls_graph_cache_get(&c->graphs, &k, &capture_now);
@@ -414,7 +420,7 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     ls_status st = gather(c, &p, x, gammas, err);
     if (st == LS_OK) st = run_device(c, &p, err);
     if (st == LS_OK) st = sync_main(c, err);
-    cudaGraphExec_t exec = st == LS_OK ? capture(c, &p) : NULL;
+    cudaGraphExec_t exec = st == LS_OK && graphs_ok(c, &p) ? capture(c, &p) : NULL;
     if (graph_used) *graph_used = exec != NULL;
     if (st == LS_OK) st = time_runs(c, &p, exec, iters, ms, err);
     if (exec) cudaGraphExecDestroy(exec);
