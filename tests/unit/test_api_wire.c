@@ -491,18 +491,28 @@ static uint8_t *forward_body_meta(const char *meta, size_t *len) {
     return st_body(h, 0, 48, len);
 }
 
+static const ls_dims META_DIMS = {.n = 2, .H = 4, .F = 2, .L = 1};
+
+/* Parses the body of forward_body_meta(meta) with the query's adapter
+ * q_adapter (NULL: none) at META_DIMS. */
+static ls_status parse_meta(const char *meta, const char *q_adapter, ls_forward_req *req, ls_error *err) {
+    size_t len;
+    uint8_t *body = forward_body_meta(meta, &len);
+    ls_status st = ls_forward_req_parse_safetensors(body, len, NULL, q_adapter, &META_DIMS, 0, req, err);
+    free(body);
+    return st;
+}
+
 /* Per-token adapters ride in the body's metadata: each token's name (or
  * null) is kept by index, the query's adapter must agree with them, and
  * a key the server does not read is refused, never ignored. */
 static void test_forward_metadata_adapters(void **state) {
     (void)state;
-    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
-    size_t len;
     ls_forward_req req;
     ls_error err;
     ls_error_init(&err);
-    uint8_t *body = forward_body_meta("\"adapters\":\"[\\\"a1\\\", null, \\\"b2\\\"]\",\"format\":\"pt\"", &len);
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err), LS_OK);
+    const char *meta = "\"adapters\":\"[\\\"a1\\\", null, \\\"b2\\\"]\",\"format\":\"pt\"";
+    assert_int_equal(parse_meta(meta, NULL, &req, &err), LS_OK);
     assert_int_equal(req.names.n, 2);
     assert_string_equal(req.names.names[0], "a1");
     assert_string_equal(req.names.names[1], "b2");
@@ -512,17 +522,13 @@ static void test_forward_metadata_adapters(void **state) {
     assert_int_equal(req.names.of_token[2], 1);
     ls_forward_req_free(&req);
     /* The query names a1 for every token, the metadata b2 for token 2. */
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, "a1", &dims, 0, &req, &err),
-                     LS_INVALID_REQUEST);
+    assert_int_equal(parse_meta(meta, "a1", &req, &err), LS_INVALID_REQUEST);
     assert_non_null(strstr(err.message, "token 2"));
     ls_error_free(&err);
-    free(body);
     /* No metadata: no token names an adapter. */
-    body = forward_body_meta("", &len);
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err), LS_OK);
+    assert_int_equal(parse_meta("", NULL, &req, &err), LS_OK);
     assert_null(req.names.of_token);
     ls_forward_req_free(&req);
-    free(body);
 
     static const struct {
         const char *meta;
@@ -541,15 +547,13 @@ static void test_forward_metadata_adapters(void **state) {
         {"\"adapters\":\"[null, null, null] x\"", LS_INVALID_REQUEST, "not JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        body = forward_body_meta(bad[i].meta, &len);
-        ls_status st = ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err);
+        ls_status st = parse_meta(bad[i].meta, NULL, &req, &err);
         if (st != bad[i].want || !strstr(err.message, bad[i].says)) fprintf(stderr, "%s: %s\n", bad[i].meta, err.message);
         assert_int_equal(st, bad[i].want);
         assert_non_null(strstr(err.message, bad[i].says));
         assert_null(req.x);
         assert_null(req.names.of_token);
         ls_error_free(&err);
-        free(body);
     }
 }
 
@@ -558,25 +562,18 @@ static void test_forward_metadata_adapters(void **state) {
  * than the tokens is counted, not kept. */
 static void test_forward_metadata_like_json(void **state) {
     (void)state;
-    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
-    size_t len;
     ls_forward_req req;
     ls_error err;
     ls_error_init(&err);
-    uint8_t *body = forward_body_meta("\"adapters\":\"null\"", &len);
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, "a1", &dims, 0, &req, &err), LS_OK);
+    assert_int_equal(parse_meta("\"adapters\":\"null\"", "a1", &req, &err), LS_OK);
     assert_non_null(req.names.of_token); /* the query's a1, for every token */
     assert_int_equal(req.names.n, 1);
     ls_forward_req_free(&req);
-    free(body);
 
-    body = forward_body_meta("\"adapters\":\"\\\"a1\\\"\"", &len);
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err),
-                     LS_INVALID_REQUEST);
+    assert_int_equal(parse_meta("\"adapters\":\"\\\"a1\\\"\"", NULL, &req, &err), LS_INVALID_REQUEST);
     assert_non_null(strstr(err.message, "must be an array"));
     assert_non_null(strstr(err.hint, "?adapter=NAME"));
     ls_error_free(&err);
-    free(body);
 
     const int entries = 200000;
     const char *x = "\"x\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}";
@@ -585,8 +582,9 @@ static void test_forward_metadata_like_json(void **state) {
     size_t at = (size_t)sprintf(h, "{\"__metadata__\":{\"adapters\":\"[");
     for (int i = 0; i < entries; i++) at += (size_t)sprintf(h + at, i ? ",null" : "null");
     sprintf(h + at, "]\"},%s}", x);
-    body = st_body(h, 0, 48, &len);
-    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &dims, 0, &req, &err),
+    size_t len;
+    uint8_t *body = st_body(h, 0, 48, &len);
+    assert_int_equal(ls_forward_req_parse_safetensors(body, len, NULL, NULL, &META_DIMS, 0, &req, &err),
                      LS_INVALID_SHAPE);
     assert_non_null(strstr(err.message, "200000 entries for 3 tokens"));
     ls_error_free(&err);
