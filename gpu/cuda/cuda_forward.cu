@@ -50,7 +50,7 @@ static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has
  * the compute dtype on the way (gpu/stage_rows.h: the device gets half
  * the bytes and converts nothing), and in fp32 too when the gate reads
  * it; gammas, staged the same way; the SGMV tasks when more than one
- * slot is used. Each part is copied as soon as it is staged, so the
+ * slot is used and a kernel of ours reads them. Each part is copied as soon as it is staged, so the
  * copies overlap the staging of the next. Without stage (the stage
  * profile) x and gammas are not read and only the copies are enqueued,
  * of whatever the pinned buffers hold: after a profile run's copy out,
@@ -70,7 +70,7 @@ static ls_status gather_parts(ls_cuda *c, const ls_cuda_plan *p, const float *x,
         if (stage) ls_stage_rows(c->h_gam, LS_DTYPE_F32, gammas, order, T, n);
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gam, c->h_gam, T * n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
-    if (p->n_slots > 1)
+    if (p->n_slots > 1 && c->sgmv_mode != LS_CUDA_SGMV_BLAS) /* per-slot cuBLAS reads no task */
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_tasks, c->h_tasks, (size_t)p->ntasks * sizeof(int4),
                                          cudaMemcpyHostToDevice, c->stream));
     return LS_OK;

@@ -47,13 +47,19 @@ static int *make_order(size_t T) {
 
 static uint16_t want16(ls_dtype dt, float v) { return dt == LS_DTYPE_BF16 ? ls_f32_to_bf16(v) : ls_f32_to_f16(v); }
 
-static void check_staged_isa(ls_dtype dt, size_t T, size_t H, ls_stage_isa isa) {
-    float *x = make_x(T, H, T * 1000003u + H);
+/* The rows staged from src_off floats into a buffer and to dst_off
+ * elements into another (so no vector load or store is aligned), with
+ * guard bytes after the rows that must stay untouched. */
+#define GUARD 64
+static void check_staged_at(ls_dtype dt, size_t T, size_t H, ls_stage_isa isa, size_t src_off, size_t dst_off) {
+    float *x0 = make_x(T * H + src_off, 1, T * 1000003u + H), *x = x0 + src_off;
     int *order = make_order(T);
     const size_t esz = ls_dtype_size(dt);
-    unsigned char *dst = malloc(T * H * esz);
-    assert_non_null(dst);
+    unsigned char *dst0 = malloc((T * H + dst_off) * esz + GUARD), *dst = dst0 + dst_off * esz;
+    assert_non_null(dst0);
+    memset(dst0, 0xa5, (T * H + dst_off) * esz + GUARD);
     ls_stage_rows_isa(dst, dt, x, order, T, H, isa);
+    for (size_t i = 0; i < GUARD; i++) assert_int_equal(dst[T * H * esz + i], 0xa5);
     for (size_t i = 0; i < T; i++)
         for (size_t k = 0; k < H; k++) {
             const float v = x[(size_t)order[i] * H + k];
@@ -67,9 +73,14 @@ static void check_staged_isa(ls_dtype dt, size_t T, size_t H, ls_stage_isa isa) 
                              i, k, g, w);
             }
         }
-    free(dst);
+    free(dst0);
     free(order);
-    free(x);
+    free(x0);
+}
+
+static void check_staged_isa(ls_dtype dt, size_t T, size_t H, ls_stage_isa isa) {
+    check_staged_at(dt, T, H, isa, 0, 0);
+    check_staged_at(dt, T, H, isa, 1, 3);
 }
 
 static const char *const isa_names[] = {"auto", "avx512", "avx2", "scalar"};
