@@ -50,8 +50,9 @@ static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has
  * the compute dtype on the way (gpu/stage_rows.h: the device gets half
  * the bytes and converts nothing), and in fp32 too when the gate reads
  * it; gammas, staged the same way; the SGMV tasks when more than one
- * slot is used and a kernel of ours reads them. Each part is copied as soon as it is staged, so the
- * copies overlap the staging of the next. Without stage (the stage
+ * slot is used and a kernel of ours reads them. Each part is copied as
+ * soon as it is staged, so the copies overlap the staging of the next.
+ * Without stage (the stage
  * profile) x and gammas are not read and only the copies are enqueued,
  * of whatever the pinned buffers hold: after a profile run's copy out,
  * h_io holds y, so fp32 x for the gate (and all of x with f32) is then
@@ -217,8 +218,7 @@ static ls_status op_blas_slots(ls_cuda *c, cublasHandle_t h, const ls_cuda_plan 
 
 /* Op i of the plan: base GEMMs on every row, LoRA GEMMs on the adapted
  * rows (cuBLAS for one slot; SGMV, or cuBLAS per slot, for several) or
- * not at all; on the
- * side stream (and its handle) when side. */
+ * not at all; on the side stream (and its handle) when side. */
 static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, int side, ls_error *err) {
     const ls_gemm_op *op = &c->gplan.op[i];
     cublasHandle_t h = side ? c->blas_side : c->blas;
@@ -428,16 +428,25 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     return st;
 }
 
+/* What the benchmark's entry points check and do before they run
+ * forwards: ls_backend_forward's checks (out is their output), T and
+ * iters past 0, the device selected, and the token plan built as
+ * ls_backend_forward builds it. who names the entry point in errors. */
+static ls_status bench_begin(ls_backend *be, const char *who, int layer, int T, const float *x,
+                             const int *slot_of_token, int iters, const void *out, ls_error *err) {
+    LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, out, err));
+    if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "%s needs T and iters > 0", who);
+    LS_TRY(ls_cuda_op_begin(ls_cuda_of(be), err));
+    ls_token_plan_build(&be->plan, T, slot_of_token);
+    return LS_OK;
+}
+
 /* See cuda_backend.h; ms is the caller's, iters entries long. */
 ls_status ls_backend_cuda_time_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                        const int *slot_of_token, int iters, float *ms, int *graph_used,
                                        ls_error *err) {
-    ls_cuda *c = ls_cuda_of(be);
-    LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
-    if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "time_forward needs T and iters > 0");
-    LS_TRY(ls_cuda_op_begin(c, err));
-    ls_token_plan_build(&be->plan, T, slot_of_token); /* as ls_backend_forward does */
-    return time_locked(c, layer, x, gammas, &be->plan, iters, ms, graph_used, err);
+    LS_TRY(bench_begin(be, "time_forward", layer, T, x, slot_of_token, iters, ms, err));
+    return time_locked(ls_cuda_of(be), layer, x, gammas, &be->plan, iters, ms, graph_used, err);
 }
 
 /* ---- the stage profile ------------------------------------------------------------ */
@@ -520,10 +529,6 @@ static ls_status profile_locked(ls_cuda *c, int layer, const float *x, const flo
 /* See cuda_backend.h; ms is the caller's, iters * LS_CUDA_STAGES long. */
 ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                           const int *slot_of_token, int iters, float *ms, ls_error *err) {
-    ls_cuda *c = ls_cuda_of(be);
-    LS_TRY(ls_backend_check_forward(be, layer, T, x, slot_of_token, ms, err));
-    if (T == 0 || iters < 1) return ls_error_set(err, LS_INTERNAL, NULL, "profile_forward needs T and iters > 0");
-    LS_TRY(ls_cuda_op_begin(c, err));
-    ls_token_plan_build(&be->plan, T, slot_of_token);
-    return profile_locked(c, layer, x, gammas, &be->plan, iters, ms, err);
+    LS_TRY(bench_begin(be, "profile_forward", layer, T, x, slot_of_token, iters, ms, err));
+    return profile_locked(ls_cuda_of(be), layer, x, gammas, &be->plan, iters, ms, err);
 }
