@@ -52,9 +52,11 @@ static const char *ls_probe_host(const ls_config *cfg) {
     return cfg->host;
 }
 
-/* A connected socket with send and receive timeouts, or -1 (why says).
- * Linux bounds a blocking connect by the send timeout. */
-static int ls_probe_connect(const char *host, int port, long long deadline, char *why, size_t len) {
+/* A connected socket with send and receive timeouts, or -1 (why says,
+ * naming where: host and port as messages print them). Linux bounds a
+ * blocking connect by the send timeout. */
+static int ls_probe_connect(const char *host, int port, const char *where, long long deadline, char *why,
+                            size_t len) {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -74,11 +76,7 @@ static int ls_probe_connect(const char *host, int port, long long deadline, char
         }
     }
     freeaddrinfo(ai);
-    if (fd < 0) {
-        char where[280];
-        ls_probe_where(host, port, where, sizeof where);
-        snprintf(why, len, "cannot connect to %s (no server listening there?)", where);
-    }
+    if (fd < 0) snprintf(why, len, "cannot connect to %s (no server listening there?)", where);
     return fd;
 }
 
@@ -146,11 +144,10 @@ static long ls_probe_exchange(int fd, ls_probe_tls *t, long long deadline, char 
     return (long)got;
 }
 
-/* Whether the reply is a whole HTTP/1.x 200: the status line exactly,
- * and the end of its headers. */
-static bool ls_probe_ok(const char *reply) {
+/* Whether the reply's status line says exactly HTTP/1.x 200. */
+static bool ls_probe_status_ok(const char *reply) {
     return !strncmp(reply, "HTTP/1.", 7) && isdigit((unsigned char)reply[7]) && !strncmp(reply + 8, " 200", 4) &&
-           (reply[12] == ' ' || reply[12] == '\r') && strstr(reply, "\r\n\r\n");
+           (reply[12] == ' ' || reply[12] == '\r');
 }
 
 /* The reply's first line for a message, each byte that is not printable
@@ -169,7 +166,7 @@ int ls_probe_run(const ls_config *cfg) {
     ls_probe_where(host, cfg->port, where, sizeof where);
     ls_probe_tls t = {NULL, NULL};
     long n = -1;
-    int fd = ls_probe_connect(host, cfg->port, deadline, why, sizeof why);
+    int fd = ls_probe_connect(host, cfg->port, where, deadline, why, sizeof why);
     if (fd >= 0 && (!cfg->tls_cert[0] || ls_probe_tls_open(cfg, fd, deadline, &t, why, sizeof why))) {
         int tls_err = 0;
         bool closed = false;
@@ -189,13 +186,14 @@ int ls_probe_run(const ls_config *cfg) {
         fprintf(stderr, "lorasink --probe: %s\n", why);
         return 1;
     }
-    if (!ls_probe_ok(reply)) {
+    /* A whole 200: that status line, and the end of its headers. */
+    const char *body = strstr(reply, "\r\n\r\n");
+    if (!ls_probe_status_ok(reply) || !body) {
         char line[200];
         ls_probe_first_line(reply, line, sizeof line);
-        fprintf(stderr, "lorasink --probe: GET /ready on %s answered %s%s\n", where, line,
-                strstr(reply, "\r\n\r\n") ? "" : " (cut short)");
+        fprintf(stderr, "lorasink --probe: GET /ready on %s answered %s%s\n", where, line, body ? "" : " (cut short)");
         return 1;
     }
-    fputs(strstr(reply, "\r\n\r\n") + 4, stdout);
+    fputs(body + 4, stdout);
     return 0;
 }

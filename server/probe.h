@@ -7,9 +7,10 @@
 #include "config/config.h"
 
 /* 0 when GET /ready answered 200 (its body printed on stdout), 1 otherwise
- * (one line on stderr says why), all within 2.5 s. A server bound to every address is asked
- * on the loopback. Over HTTPS the server's certificate is not verified:
- * the probe only asks whether this host's server is ready. With
+ * (one line on stderr says why), all within 2.5 s. A server bound to
+ * every address is asked on the loopback. Over HTTPS the server's
+ * certificate is not verified: the probe only asks whether this host's
+ * server is ready. With
  * --tls-client-ca it shows --tls-cert and --tls-key as its own
  * certificate, which works where that CA signed them. */
 int ls_probe_run(const ls_config *cfg);
