@@ -321,6 +321,16 @@ static bool ls_fj_names_read(ls_jr *r, bool list, const char *one_hint, ls_fj_na
     return ls_jr_punct(r, ']');
 }
 
+/* A given list's entries against the T tokens: 422 when they differ
+ * (hint says how to fix it), else the list moves into *names. */
+static ls_status ls_fj_names_take(ls_fj_names *nm, int T, const char *hint, ls_token_names *names, ls_error *err) {
+    if (nm->count != T)
+        return ls_error_set(err, LS_INVALID_SHAPE, hint, "\"adapters\" has %d entries for %d tokens", nm->count, T);
+    *names = nm->list;
+    memset(&nm->list, 0, sizeof nm->list);
+    return LS_OK;
+}
+
 /* The per-field problems, reported in the order of the fields. */
 enum { LS_FJ_KEYS, LS_FJ_LAYER, LS_FJ_ENCODING, LS_FJ_X, LS_FJ_GAMMAS, LS_FJ_NAMES, LS_FJ_FIELDS };
 
@@ -476,11 +486,7 @@ static ls_status ls_fj_take(ls_fj_parse *ps, ls_error *err) {
     req->x = ps->x.v, ps->x.v = NULL;
     if (ps->have_g) req->gammas = ps->g.v, ps->g.v = NULL;
     if (ps->per_token.given) {
-        if (ps->per_token.count != req->T)
-            st = ls_error_set(err, LS_INVALID_SHAPE, "send one adapter name or null per row of x",
-                              "\"adapters\" has %d entries for %d tokens", ps->per_token.count, req->T);
-        else
-            req->names = ps->per_token.list, memset(&ps->per_token.list, 0, sizeof ps->per_token.list);
+        st = ls_fj_names_take(&ps->per_token, req->T, "send one adapter name or null per row of x", &req->names, err);
     } else if (ps->one.single) {
         if (!ls_token_names_fill(&req->names, ps->one.single, req->T))
             st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
@@ -532,11 +538,8 @@ ls_status ls_forward_names_text(const char *text, ls_forward_req *req, ls_error 
                           "the body's metadata \"adapters\" is not JSON: %s (at byte %zu)", r.message, r.at);
     else if (pb.st != LS_OK)
         st = ls_fj_raise(&pb, err);
-    else if (nm.given && nm.count != req->T)
-        st = ls_error_set(err, LS_INVALID_SHAPE, "name one adapter (or null) per row of x",
-                          "\"adapters\" has %d entries for %d tokens", nm.count, req->T);
     else if (nm.given)
-        req->names = nm.list, memset(&nm.list, 0, sizeof nm.list);
+        st = ls_fj_names_take(&nm, req->T, "name one adapter (or null) per row of x", &req->names, err);
     ls_fj_names_free(&nm);
     return st;
 }
