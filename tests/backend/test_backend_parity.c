@@ -394,6 +394,18 @@ static void upload_layer(run *rn, int l, size_t n13, size_t n2, ls_error *err) {
     free(bg);
 }
 
+#ifdef LS_HAVE_CUDA
+/* One more CUDA backend of cfg (settings NULL: the defaults) with its
+ * LoRA kernels set to mode, named name; a failed create is reported. */
+static void add_cuda(run *rn, const ls_backend_config *cfg, const ls_cuda_settings *settings, ls_cuda_sgmv_mode mode,
+                     const char *name, ls_error *err) {
+    ls_backend *be = NULL;
+    if (!must(ls_backend_cuda_create(cfg, settings, &be, err), err, "cuda create")) return;
+    ls_backend_cuda_set_sgmv_mode(be, mode);
+    rn->dev[rn->ndev++] = (device){name, be};
+}
+#endif
+
 static void run_case(const pcase *pc, int threads) {
     run rn;
     memset(&rn, 0, sizeof rn);
@@ -416,27 +428,16 @@ static void run_case(const pcase *pc, int threads) {
     if (!must(ls_backend_cpu_create(&cfg, &cpu, &rn.cpu, &err), &err, "cpu create")) goto done;
 #ifdef LS_HAVE_CUDA
     {
-        ls_backend *be = NULL;
-        if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create"))
-            rn.dev[rn.ndev++] = (device){"cuda", be};
+        add_cuda(&rn, &cfg, NULL, LS_CUDA_SGMV_AUTO, "cuda", &err);
         /* f32 runs the fp32 kernels already; 16-bit also checks them, and
          * without CUDA graphs, so a failure names its part: the default
          * backend replays graphs, this one launches every kernel. */
         const ls_cuda_settings direct = {.device_id = 0, .graphs = -1};
-        if (pc->dtype != LS_DTYPE_F32 && must(ls_backend_cuda_create(&cfg, &direct, &be, &err), &err, "cuda create")) {
-            ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_SIMT);
-            rn.dev[rn.ndev++] = (device){"cuda-simt-direct", be};
-        }
+        if (pc->dtype != LS_DTYPE_F32) add_cuda(&rn, &cfg, &direct, LS_CUDA_SGMV_SIMT, "cuda-simt-direct", &err);
         /* The BGMV shrinks and cuBLAS per slot, not the default yet, in
          * every dtype. */
-        if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
-            ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_BGMV);
-            rn.dev[rn.ndev++] = (device){"cuda-bgmv", be};
-        }
-        if (must(ls_backend_cuda_create(&cfg, NULL, &be, &err), &err, "cuda create")) {
-            ls_backend_cuda_set_sgmv_mode(be, LS_CUDA_SGMV_BLAS);
-            rn.dev[rn.ndev++] = (device){"cuda-blas-slots", be};
-        }
+        add_cuda(&rn, &cfg, NULL, LS_CUDA_SGMV_BGMV, "cuda-bgmv", &err);
+        add_cuda(&rn, &cfg, NULL, LS_CUDA_SGMV_BLAS, "cuda-blas-slots", &err);
     }
 #endif
     if (rn.ndev == 0) goto done;
