@@ -11,8 +11,7 @@
  * the bf16 GEMM peak measured in the same run. Then where the time of
  * a few forwards goes, stage by stage, with the default multi-adapter
  * kernels, with the BGMV shrinks and with cuBLAS per slot
- * (ls_backend_cuda_profile_forward).
- * Then the HTTP rows
+ * (ls_backend_cuda_profile_forward). Then the HTTP rows
  * (bench/bench_gpu_http.py) beside the in-process end-to-end ones, and the
  * issue's targets, each met or not. Prints markdown; never passes or
  * fails on time (exit 0 once it ran, 77 without a device).
