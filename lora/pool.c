@@ -330,6 +330,7 @@ static void ls_pool_load_switch(ls_pool *p, const char *name, const ls_pool_load
     }
     if (l->reused && l->reused->slot == l->slot) l->reused->slot = -1;
     ls_pool_entry *old = ls_registry_find(p, name); /* a delete may have raced the write */
+    const uint64_t replaced = old ? old->version : 0;
     if (old) {
         /* The metrics count per name: a replace must not reset them. */
         e->requests += old->requests;
@@ -342,7 +343,10 @@ static void ls_pool_load_switch(ls_pool *p, const char *name, const ls_pool_load
     if (l->reused) ls_registry_release(p, l->reused);
     ls_registry_insert(p, e);
     ls_policy_trim_host(p, e);
-    if (info) ls_registry_info(p, e, info);
+    if (info) {
+        ls_registry_info(p, e, info);
+        info->replaced = replaced;
+    }
 }
 
 /* Registers a under name (docs/math.md, the pool); see pool.h. On success *a is zeroed
@@ -414,7 +418,7 @@ ls_status ls_pool_not_found(ls_pool *p, const char *name, ls_error *err) {
 }
 
 /* Unregisters name; its weights live on while requests hold them. */
-ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
+ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err) {
     /* state_mu keeps loads of the name out while the disk is written, so
      * the entry found first is still the live one after. */
     pthread_mutex_lock(&p->state_mu);
@@ -423,6 +427,7 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
     const uint64_t version = e ? e->version : 0;
+    if (e && info) ls_registry_info(p, e, info);
     /* Room for the name's last version first: a delete that could not
      * remember it would let the name's next load reuse its versions. */
     const bool room = !e || ls_pool_floor_reserve(p);

@@ -70,6 +70,7 @@ typedef struct {
     bool auto_loaded; /* registered by --auto-load */
     ls_gate_up_order gate_up_order; /* how its PEFT gate_up_proj.lora_B rows were read */
     char source_path[4096]; /* "" for inline uploads */
+    uint64_t replaced; /* from ls_pool_load: the version this load replaced, 0 when the name was new */
 } ls_adapter_info;
 
 /* Registers a (validated, normalised) adapter under name and tries to make
@@ -89,12 +90,15 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
                        ls_adapter_info *info, ls_error *err);
 
 /* Unregisters name: unknown at once to new requests; the slot is freed at
- * the last release. LS_ADAPTER_NOT_FOUND when unknown. With a state
+ * the last release. info (when not NULL) gets the snapshot of the version
+ * this call removed, taken as it went (a replace racing the delete may
+ * have made it a newer one than a describe before the call saw).
+ * LS_ADAPTER_NOT_FOUND when unknown. With a state
  * directory the delete is durable before this returns (LS_INTERNAL, and
  * nothing changed, when the disk refuses; but when the record was removed
  * and only the sync after it failed, the name is unregistered as the disk
  * says, and LS_INTERNAL says the delete's durability is not confirmed). */
-ls_status ls_pool_delete(ls_pool *p, const char *name, ls_error *err);
+ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);
 
 /* Registers every adapter of the state directory with its version, and
  * the versions of deleted names; call once, before serving. What cannot

@@ -118,10 +118,11 @@ ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *
  * path, in order. */
 ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int count, ls_error *err);
 /* Under state_mu, before a delete or a replace takes the record of name's
- * live version: when that version has no host copy and nothing but the
- * record to read one back from (an inline upload), a request that holds
- * it, or takes it before the name goes, could not be served after. Its
- * copy is read back now and kept (keep_copy) until its last release; the
+ * live version: when that version has nothing but the record to read a
+ * copy back from (an inline upload), a request that holds it, or takes
+ * it before the name goes, could not be served after without one. Its
+ * copy is read back now unless it has one, resident or not, and kept
+ * (keep_copy: the host tier does not drop it) until its last release; the
  * caller clears keep_copy, under mu, if the change fails and the version
  * stays live. Returns that entry, or NULL when nothing needed keeping. */
 ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name);

@@ -142,6 +142,16 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
             ls_error_set(&state_why, LS_INTERNAL, "the state directory was changed behind the server",
                          "state directory: %s.adapter holds other factors than version %" PRIu64, e->name, e->version);
         ls_adapter_free(&tmp);
+        /* A replace or delete may have rewritten or removed the record
+         * between the check of live and the read; it reads the copy back
+         * first (ls_policy_keep_copy), so that copy is the answer. */
+        pthread_mutex_lock(&p->mu);
+        const bool installed = e->host_data;
+        pthread_mutex_unlock(&p->mu);
+        if (installed) {
+            ls_error_free(&state_why);
+            return LS_OK;
+        }
     }
     if (!e->source_path || !p->cfg.reload) {
         /* Nothing else to read it from: the state directory's failure
@@ -196,15 +206,22 @@ ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int coun
 ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = p->cfg.state ? ls_registry_find(p, name) : NULL;
-    if (e && (e->host_data || (e->source_path && p->cfg.reload))) e = NULL;
-    if (e) e->keep_copy = true; /* nothing else unlinks it: the caller holds state_mu */
+    if (e && e->source_path && p->cfg.reload) e = NULL; /* its file stays */
+    /* Kept from now on, also a copy it has already: the host tier would
+     * otherwise drop it before the record goes, and a forward that takes
+     * the version meanwhile would find neither. Nothing else unlinks it:
+     * the caller holds state_mu. */
+    if (e) e->keep_copy = true;
+    const bool have = e && e->host_data;
     pthread_mutex_unlock(&p->mu);
     if (!e) return NULL;
     /* Read whether or not a request holds it now: one may take it until
-     * the name goes, and the record is gone by then. */
+     * the name goes, and the record is gone by then. Resident or not: a
+     * replace may write the new version over its slot, and a forward
+     * holding the old one must then fill a slot from this copy. */
     ls_error why;
     ls_error_init(&why);
-    if (ls_policy_reload_held(p, &e, 1, &why) != LS_OK)
+    if (!have && ls_policy_reload(p, e, &why) != LS_OK)
         ls_log_warn("pool: the copy of adapter '%s' version %" PRIu64 " could not be read back before its record "
                     "goes (a request that holds it will fail): %s",
                     e->name, e->version, why.message);

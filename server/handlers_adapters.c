@@ -137,13 +137,10 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
                               .source_path = j->origin.path[0] ? j->origin.path : NULL,
                               .params = j->origin.params};
     ls_adapter_info info;
-    ls_error scratch;
-    ls_error_init(&scratch);
-    const bool existed = ls_pool_describe(srv->pool, j->up.name, NULL, &scratch) == LS_OK;
-    ls_error_free(&scratch);
     ls_status st = ls_tenant_register(srv, &j->who, j->up.name, &j->a, &opts, &info, &err);
     if (st == LS_OK) {
-        ls_tenant_audit(&j->who, existed ? "replace" : "load", info.name, info.version);
+        /* What the pool replaced as it published, not a look before. */
+        ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) json_object_set_new(d, "ignored", ignored);
         else json_decref(ignored);
@@ -234,8 +231,9 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     char name[LS_TENANT_LOOKUP_MAX];
     ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
     ls_status st = ls_request_check_query(req, NULL, "", &err);
-    if (st == LS_OK) st = ls_pool_describe(req->srv->pool, name, &info, &err);
-    if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &err);
+    /* The reply names the version the delete removed, which a replace
+     * racing it may have made newer than any describe before. */
+    if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &info, &err);
     if (st != LS_OK) {
         ls_reply_error(r, &err);
     } else {

@@ -171,7 +171,7 @@ static ls_status fc_op_run(void *ctx, ls_error *err) {
     case FC_LOAD_EVICT:
         return ls_pool_load(p, "D", &c->a, &o, &c->info, err);
     case FC_DELETE:
-        return ls_pool_delete(p, "A", err);
+        return ls_pool_delete(p, "A", NULL, err);
     case FC_FORWARD:
         return ls_pool_forward(p, 0, FC_T, c->x, c->g, &fc_names, c->y, c->used, &c->n_used, err);
     case FC_RESTORE:
@@ -275,7 +275,7 @@ void fc_init(void) {
     ls_error_init(&err);
     if (ls_pool_load(w->p, "E", &e, &eo, NULL, &err) != LS_OK) fail_msg("load E: %s", err.message);
     ls_adapter_free(&e);
-    if (ls_pool_delete(w->p, "D", &err) != LS_OK) fail_msg("delete D: %s", err.message);
+    if (ls_pool_delete(w->p, "D", NULL, &err) != LS_OK) fail_msg("delete D: %s", err.message);
     ls_error_free(&err);
     fx_world_free(w);
 }

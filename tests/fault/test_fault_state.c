@@ -51,7 +51,7 @@ static void fs_deleted_d(fx_world *w, const char *dir) {
     fx_load(w, "D", 2, 4, false, true);
     ls_error err;
     ls_error_init(&err);
-    if (ls_pool_delete(w->p, "D", &err) != LS_OK) fail_msg("delete D: %s", err.message);
+    if (ls_pool_delete(w->p, "D", NULL, &err) != LS_OK) fail_msg("delete D: %s", err.message);
     ls_error_free(&err);
 }
 
@@ -66,7 +66,7 @@ static void fs_no_floor(fx_world *w, const char *dir) {
 static ls_status fs_op_new(fx_world *w, ls_error *err) { return fs_load(w, "C", 5, false, NULL, err); }
 static ls_status fs_op_replace(fx_world *w, ls_error *err) { return fs_load(w, "A", 6, true, NULL, err); }
 static ls_status fs_op_deleted(fx_world *w, ls_error *err) { return fs_load(w, "D", 7, false, NULL, err); }
-static ls_status fs_op_delete(fx_world *w, ls_error *err) { return ls_pool_delete(w->p, "A", err); }
+static ls_status fs_op_delete(fx_world *w, ls_error *err) { return ls_pool_delete(w->p, "A", NULL, err); }
 
 static const fs_case fs_cases[] = {
     {"load a new name", "C", fs_nothing, fs_op_new},

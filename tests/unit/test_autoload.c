@@ -106,7 +106,7 @@ static void *split_racer(void *arg) {
  * exactly once, and the adapter ends registered. */
 static void race_rounds(bool split) {
     for (int round = 0; round < 40; round++) {
-        ls_pool_delete(srv.pool, "c", NULL);
+        ls_pool_delete(srv.pool, "c", NULL, NULL);
         const unsigned long long before = ls_autoload_attempts(srv.autoload);
         pthread_barrier_init(&start, NULL, RACERS);
         pthread_t th[RACERS];
@@ -138,7 +138,7 @@ static void test_split_loads_race(void **state) {
  * not the file's: the next request reads the file and succeeds. */
 static void test_out_of_descriptors_not_remembered(void **state) {
     (void)state;
-    ls_pool_delete(srv.pool, "c", NULL);
+    ls_pool_delete(srv.pool, "c", NULL, NULL);
     struct rlimit saved;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
     struct rlimit low = {.rlim_cur = 256, .rlim_max = saved.rlim_max};
@@ -165,7 +165,7 @@ static void test_out_of_descriptors_not_remembered(void **state) {
  * file is read for any of them. */
 static void test_check_never_loads(void **state) {
     (void)state;
-    ls_pool_delete(srv.pool, "c", NULL);
+    ls_pool_delete(srv.pool, "c", NULL, NULL);
     char path[1024];
     snprintf(path, sizeof path, "%s/bad.safetensors", dir);
     ls_test_write_file(path, "not a safetensors file", 22);
@@ -202,7 +202,7 @@ static void test_check_never_loads(void **state) {
  * by the first half and remembered. */
 static void test_read_then_register(void **state) {
     (void)state;
-    ls_pool_delete(srv.pool, "c", NULL);
+    ls_pool_delete(srv.pool, "c", NULL, NULL);
     const unsigned long long before = ls_autoload_attempts(srv.autoload);
     ls_autoload_need need = LS_AUTOLOAD_READY;
     ls_error err;
@@ -270,7 +270,7 @@ static void test_read_adapter_never_left(void **state) {
     assert_int_equal(now.version, info.version);
     assert_false(now.auto_loaded);
     /* Deleted, and its file bad now: the file is read again and refused. */
-    assert_int_equal(ls_pool_delete(srv.pool, "up", &err), LS_OK);
+    assert_int_equal(ls_pool_delete(srv.pool, "up", NULL, &err), LS_OK);
     snprintf(path, sizeof path, "%s/up.safetensors", dir);
     ls_test_write_file(path, "not a safetensors file", 22);
     assert_int_equal(ls_http_status(ls_autoload_ensure(srv.autoload, "up", &err)), 422);
@@ -297,7 +297,7 @@ static void test_finish_registers_only_what_was_read(void **state) {
     ls_autoload_need need;
     ls_error err;
     ls_error_init(&err);
-    ls_pool_delete(srv.pool, "c", NULL);
+    ls_pool_delete(srv.pool, "c", NULL, NULL);
     const unsigned long long before = ls_autoload_attempts(srv.autoload);
     assert_int_equal(ls_autoload_finish(srv.autoload, "c", &err), LS_OK);
     assert_int_not_equal(ls_pool_describe(srv.pool, "c", NULL, NULL), LS_OK);
@@ -342,7 +342,7 @@ static void test_vanishing_file_is_404(void **state) {
             fail_msg("round %d: %s (%s)", i, ls_status_code(st), err.message);
         ok += st == LS_OK;
         missing += st == LS_ADAPTER_NOT_FOUND;
-        if (st == LS_OK) ls_pool_delete(srv.pool, "flicker", NULL);
+        if (st == LS_OK) ls_pool_delete(srv.pool, "flicker", NULL, NULL);
         ls_error_free(&err);
     }
     atomic_store(&toggling, false);

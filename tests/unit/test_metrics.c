@@ -589,7 +589,7 @@ static void test_adapter_series(void **state) {
 
     /* A replace keeps the name's counters; a delete drops its series. */
     assert_int_equal(pt_load(p, &d, "a", 2, 9, false, true, NULL, NULL, &err), LS_OK);
-    assert_int_equal(ls_pool_delete(p, "b", &err), LS_OK);
+    assert_int_equal(ls_pool_delete(p, "b", NULL, &err), LS_OK);
     text = ls_metrics_render(&m, p, NULL);
     assert_true(mt_value(text, "lorasink_adapter_requests_total{adapter=\"a\"}") == 2);
     assert_true(mt_value(text, "lorasink_adapter_loads_total{adapter=\"a\"}") >= 2);

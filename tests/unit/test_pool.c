@@ -111,14 +111,14 @@ static void test_delete_unknown_404(void **state) {
     pc_fx f = pc_fx_make(2, 16, 8, NULL, NULL);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(ls_pool_delete(f.p, "nope", &err), LS_ADAPTER_NOT_FOUND);
+    assert_int_equal(ls_pool_delete(f.p, "nope", NULL, &err), LS_ADAPTER_NOT_FOUND);
     assert_non_null(strstr(err.message, "nope"));
     pc_load_ok(f.p, "a", 1, false, false);
-    assert_int_equal(ls_pool_delete(f.p, "a", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "a", NULL, NULL), LS_OK);
     assert_string_equal(pc_slots(f.p), "- -");
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "a", &info, NULL), LS_ADAPTER_NOT_FOUND);
-    assert_int_equal(ls_pool_delete(f.p, "a", NULL), LS_ADAPTER_NOT_FOUND);
+    assert_int_equal(ls_pool_delete(f.p, "a", NULL, NULL), LS_ADAPTER_NOT_FOUND);
     /* The name is free again; its versions continue (never reused). */
     pc_load_ok(f.p, "a", 2, false, false);
     ls_error_free(&err);
@@ -131,7 +131,7 @@ static void test_delete_while_held(void **state) {
     pc_load_ok(f.p, "a", 1, false, false);
     ls_pool_hold *h;
     assert_int_equal(ls_pool_debug_hold(f.p, "a", &h, NULL), LS_OK);
-    assert_int_equal(ls_pool_delete(f.p, "a", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "a", NULL, NULL), LS_OK);
 
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "a", &info, NULL), LS_ADAPTER_NOT_FOUND);
@@ -189,7 +189,7 @@ static void test_delete_during_forward(void **state) {
     pt_fake_wait_blocked(f.fk, 1);
 
     /* The forward is inside the backend holding a. */
-    assert_int_equal(ls_pool_delete(f.p, "a", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "a", NULL, NULL), LS_OK);
     const char *again[] = {"a"};
     assert_int_equal(pc_fwd(f.p, 0, 1, again, NULL, NULL, NULL, NULL), LS_ADAPTER_NOT_FOUND);
     ls_slot_info *s;
@@ -257,7 +257,7 @@ static void test_pin_limit(void **state) {
     /* Replacing a pinned adapter with a pinned one is no extra pin. */
     pc_load_ok(f.p, "p1", 2, true, true);
     assert_int_equal(pc_stats(f.p).pinned, 2);
-    assert_int_equal(ls_pool_delete(f.p, "p2", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "p2", NULL, NULL), LS_OK);
     pc_load_ok(f.p, "p3", 1, true, false);
     assert_int_equal(pc_stats(f.p).pinned, 2);
     ls_error_free(&err);

@@ -4,9 +4,15 @@
  * stop) and a pinned one comes and goes. Every forward must either fail
  * with 404 (a name deleted meanwhile) or 503 (no slot now), or return, for
  * every token, exactly the result of the version it reports in used[]
- * run alone. Built to run clean under TSan and ASan+UBSan. */
+ * run alone; with a state directory too, where inline uploads drop their
+ * host copies and a version a forward still holds is read back from the
+ * record a replace or delete is rewriting. A delete reports the version
+ * it removed, one a load acknowledged. Built to run clean under TSan and
+ * ASan+UBSan. */
 #include "common/text.h"
+#include "lora/state.h"
 #include "tests/util/pool_cases.h"
+#include "tests/util/testutil.h"
 #include "tests/util/pool_fixture.h"
 
 #include <inttypes.h>
@@ -167,7 +173,7 @@ static void *mutate_worker(void *arg) {
         int op = pt_rand(&w->rng, 4);
         ls_error_clear(&err);
         if (registered[k] && op == 0) {
-            W_REQUIRE(ls_pool_delete(w->p, name, &err) == LS_OK, "delete %s: %s", name, err.message);
+            W_REQUIRE(ls_pool_delete(w->p, name, NULL, &err) == LS_OK, "delete %s: %s", name, err.message);
             registered[k] = false;
             w->deletes++;
         } else {
@@ -332,6 +338,9 @@ typedef struct {
     atomic_int *loading; /* loaders still running: deleters go on until 0 */
     uint64_t versions[64]; /* acknowledged, in order */
     int n_versions;
+    bool delete_after_ok; /* a deleter deletes only after a forward that found the name */
+    uint64_t deleted[256]; /* versions the deletes said they removed (the first 256) */
+    int n_deleted;
     long deletes, missed, forwards;
 } rr_worker;
 
@@ -384,30 +393,49 @@ static void *rr_deleter(void *arg) {
             }
             w->forwards++;
         }
-        if (pt_rand(&rng, 4) == 0) {
+        /* A delete waits for the load saving its record and then takes
+         * the name at once: with a state directory it follows only a
+         * forward that saw the name, or no forward would. */
+        if ((!w->delete_after_ok || st == LS_OK) && pt_rand(&rng, 4) == 0) {
             ls_error_clear(&err);
-            st = ls_pool_delete(w->p, "rr", &err);
+            ls_adapter_info info;
+            st = ls_pool_delete(w->p, "rr", &info, &err);
             W_REQUIRE(st == LS_OK || st == LS_ADAPTER_NOT_FOUND, "delete rr: %s", err.message);
-            if (st == LS_OK) w->deletes++;
-            else w->missed++;
+            if (st == LS_OK) {
+                W_REQUIRE(!strcmp(info.name, "rr") && info.version >= 1, "delete info");
+                if (w->n_deleted < (int)(sizeof w->deleted / sizeof w->deleted[0]))
+                    w->deleted[w->n_deleted++] = info.version;
+                w->deletes++;
+            } else {
+                w->missed++;
+            }
         }
     }
     ls_error_free(&err);
     return NULL;
 }
 
-static void test_concurrency_one_name(void **state) {
-    (void)state;
+/* with_state: a state directory and a host tier of one, so most
+ * versions keep no host copy and are read back from their records. */
+static void one_name_run(bool with_state) {
     enum { NLOAD = 8, NDEL = 2, ITERS = 50 };
     pt_fake *fk = pt_fake_create(D, 3, RMAX, 6);
-    ls_pool *p = pt_pool(fk->be, 2, NULL, NULL);
+    char *dir = with_state ? ls_test_mkdtemp() : NULL;
+    ls_state *sd = NULL;
+    ls_error err;
+    ls_error_init(&err);
+    if (dir && ls_state_open(dir, &sd, &err) != LS_OK) fail_msg("ls_state_open: %s", err.message);
+    ls_pool_config cfg = {.host_cache = with_state ? 1 : 2, .state = sd};
+    ls_pool *p = NULL;
+    if (ls_pool_create(fk->be, &cfg, &p, &err) != LS_OK) fail_msg("ls_pool_create: %s", err.message);
     oracle o = {0};
     pthread_mutex_init(&o.mu, NULL);
     rr_worker w[NLOAD + NDEL];
     pthread_t t[NLOAD + NDEL];
     atomic_int loading = NLOAD;
     for (int i = 0; i < NLOAD + NDEL; i++) {
-        w[i] = (rr_worker){.p = p, .o = &o, .id = i, .iters = ITERS, .loading = &loading};
+        w[i] = (rr_worker){.p = p, .o = &o, .id = i, .iters = ITERS, .loading = &loading,
+                           .delete_after_ok = with_state};
         assert_int_equal(pthread_create(&t[i], NULL, i < NLOAD ? rr_loader : rr_deleter, &w[i]), 0);
     }
     for (int i = 0; i < NLOAD + NDEL; i++) pthread_join(t[i], NULL);
@@ -425,12 +453,17 @@ static void test_concurrency_one_name(void **state) {
     assert_true(w[NLOAD].deletes + w[NLOAD + 1].deletes > 0);
     assert_true(w[NLOAD].forwards + w[NLOAD + 1].forwards > 0);
     long deletes = w[NLOAD].deletes + w[NLOAD + 1].deletes, forwards = w[NLOAD].forwards + w[NLOAD + 1].forwards;
-    print_message("one name: %d loads (last version %" PRIu64 "), %ld deletes, %ld forwards\n", n, max, deletes,
-                  forwards);
+    print_message("one name%s: %d loads (last version %" PRIu64 "), %ld deletes, %ld forwards\n",
+                  with_state ? ", state directory" : "", n, max, deletes, forwards);
+    /* Each delete removed a version some load acknowledged. */
+    for (int i = NLOAD; i < NLOAD + NDEL; i++)
+        for (int k = 0; k < w[i].n_deleted; k++) {
+            bool acked = false;
+            for (int j = 0; j < n && !acked; j++) acked = seen[j] == w[i].deleted[k];
+            assert_true(acked);
+        }
     /* Whatever is registered now is the newest version acknowledged. */
     ls_adapter_info info;
-    ls_error err;
-    ls_error_init(&err);
     ls_status st = ls_pool_describe(p, "rr", &info, &err);
     if (st == LS_OK) assert_int_equal(info.version, max);
     else assert_int_equal(st, LS_ADAPTER_NOT_FOUND);
@@ -445,6 +478,19 @@ static void test_concurrency_one_name(void **state) {
     ls_pool_free(p);
     ls_backend_free(fk->be);
     pthread_mutex_destroy(&o.mu);
+    if (sd) ls_state_close(sd);
+    if (dir) ls_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_concurrency_one_name(void **state) {
+    (void)state;
+    one_name_run(false);
+}
+
+static void test_concurrency_one_name_state(void **state) {
+    (void)state;
+    one_name_run(true);
 }
 
 int main(void) {
@@ -453,6 +499,7 @@ int main(void) {
         cmocka_unit_test(test_concurrency_fake),
         cmocka_unit_test(test_concurrency_cpu),
         cmocka_unit_test(test_concurrency_one_name),
+        cmocka_unit_test(test_concurrency_one_name_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -387,7 +387,7 @@ static void run(const run_cfg *rc) {
             counts[1]++;
         } else if (kind < 95) { /* delete */
             int i = pt_rand(&rng, NNAMES);
-            ls_status want = m_delete(&m, i), got = ls_pool_delete(p, NAMES[i], &err);
+            ls_status want = m_delete(&m, i), got = ls_pool_delete(p, NAMES[i], NULL, &err);
             assert_int_equal(got, want);
             counts[2]++;
         } else { /* describe */

@@ -401,8 +401,8 @@ static void test_no_slot_now(void **state) {
     ls_pool_hold *hb, *hc;
     assert_int_equal(ls_pool_debug_hold(f.p, "b", &hb, NULL), LS_OK);
     assert_int_equal(ls_pool_debug_hold(f.p, "c", &hc, NULL), LS_OK);
-    assert_int_equal(ls_pool_delete(f.p, "b", NULL), LS_OK);
-    assert_int_equal(ls_pool_delete(f.p, "c", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "b", NULL, NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(f.p, "c", NULL, NULL), LS_OK);
     assert_string_equal(pc_slots(f.p), "b c P");
 
     ls_error err;

@@ -298,7 +298,7 @@ static void test_lifetimes(void **state) {
     ls_pool_entry *x = rg_find(p, "x");
     assert_ptr_equal(x, h);
     assert_int_equal(x->refs, 1);
-    assert_int_equal(ls_pool_delete(p, "x", NULL), LS_OK);
+    assert_int_equal(ls_pool_delete(p, "x", NULL, NULL), LS_OK);
     assert_null(rg_find(p, "x"));
     assert_true(rg_listed(p, x, NULL));
     ls_pool_debug_release(p, h);

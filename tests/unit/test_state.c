@@ -435,7 +435,7 @@ static int sfx_restore(sfx *f) {
 static void del_ok(ls_pool *p, const char *name) {
     ls_error err;
     ls_error_init(&err);
-    if (ls_pool_delete(p, name, &err) != LS_OK) fail_msg("delete %s: %s", name, err.message);
+    if (ls_pool_delete(p, name, NULL, &err) != LS_OK) fail_msg("delete %s: %s", name, err.message);
     ls_error_free(&err);
 }
 
@@ -653,7 +653,7 @@ static void test_refused_write_changes_nothing(void **state) {
     assert_int_equal(pc_load(f.p, "new", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
     assert_non_null(strstr(err.message, "state directory"));
     ls_error_clear(&err);
-    assert_int_equal(ls_pool_delete(f.p, "keep", &err), LS_INTERNAL);
+    assert_int_equal(ls_pool_delete(f.p, "keep", NULL, &err), LS_INTERNAL);
     ls_error_clear(&err);
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "new", &info, &err), LS_ADAPTER_NOT_FOUND);
@@ -1028,7 +1028,7 @@ static void test_full_disk(void **state) {
     assert_int_equal(litter(dir, "c"), 0);
     ls_error_clear(&err);
     fill_disk(dir);
-    if (ls_pool_delete(f.p, "a", &err) != LS_OK) fail_msg("DELETE on a full disk: %s", err.message);
+    if (ls_pool_delete(f.p, "a", NULL, &err) != LS_OK) fail_msg("DELETE on a full disk: %s", err.message);
     ls_error_free(&err);
     sfx_free(&f);
 
