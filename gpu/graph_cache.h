@@ -2,10 +2,16 @@
  * cache from a forward's shape (everything its launches depend on: layer,
  * rows, path, slot and rank, tasks) to the graph captured for it. A shape
  * is captured the second time it is seen, so a stream of forwards that
- * never repeat pays no capture; the least recently used graph goes when
- * the cache is full. Host data only, so the CPU tests it; the graphs are
- * opaque pointers the owner destroys through the callback. Not
- * thread-safe: the backend's caller serialises its calls. */
+ * never repeat pays no capture. Sightings are kept apart from graphs, so
+ * a shape seen once never pushes out a graph that is replayed; the least
+ * recently used graph goes when the cache is full. A workload whose
+ * shapes do not come back before they are evicted would pay a capture
+ * per forward and gain nothing: once half of the graphs evicted (at least
+ * LS_GRAPH_WASTE_MIN of them) were never replayed, the cache stops
+ * capturing and the forwards launch directly. Host data only, so the CPU
+ * tests it; the graphs are opaque pointers the owner destroys through
+ * the callback. Not thread-safe: the backend's caller serialises its
+ * calls. */
 #ifndef LS_GPU_GRAPH_CACHE_H
 #define LS_GPU_GRAPH_CACHE_H
 
@@ -15,6 +21,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Evicted graphs never replayed before the cache may stop capturing. */
+#define LS_GRAPH_WASTE_MIN 8
 
 /* Everything a forward's device launches depend on besides the contents
  * of buffers (which a replay reads afresh): two forwards with equal keys
@@ -30,36 +39,45 @@ typedef struct {
 
 typedef struct {
     ls_graph_key key;
-    void *graph;  /* NULL: seen once, not captured (or its capture failed) */
-    bool failed;  /* capture failed: direct launches from now on */
-    uint64_t used; /* clock of the last lookup */
+    void *graph;    /* NULL: its capture failed (direct launches from now on) */
+    uint64_t hits;  /* replays since it was captured */
+    uint64_t used;  /* clock of the last lookup */
 } ls_graph_entry;
 
 typedef struct {
-    ls_graph_entry *e;
-    int cap, count;
+    ls_graph_entry *e;    /* graphs, and shapes whose capture failed */
+    ls_graph_entry *seen; /* shapes seen once, not captured */
+    int cap, count, nseen;
     uint64_t clock;
     void (*destroy)(void *graph);
-    uint64_t hits, captures; /* for the log and tests */
+    /* For the log, /metrics-free diagnosis and tests. */
+    uint64_t hits, captures, failures;
+    uint64_t evicted, wasted; /* graphs evicted; of those, never replayed */
+    bool stopped;             /* too many wasted: no more captures */
 } ls_graph_cache;
 
-/* cap entries (graphs and sightings together); cap 0 turns graphs off.
- * False when out of memory (the cache is then off). */
+/* cap graphs (and as many sightings); cap 0 turns graphs off. False when
+ * out of memory (the cache is then off). */
 bool ls_graph_cache_init(ls_graph_cache *c, int cap, void (*destroy)(void *graph));
 /* Destroys every graph; a zeroed cache is a no-op. */
 void ls_graph_cache_free(ls_graph_cache *c);
 
 /* The graph for k, or NULL. With NULL, *capture says whether to capture
- * now (k was seen before) and then hand the graph to put; a first
- * sighting is remembered. */
+ * now (k was seen before and the cache still captures) and then hand the
+ * graph to put; a first sighting is remembered. */
 void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture);
 /* Keeps graph for k (after get said capture); evicts the least recently
- * used entry when full. graph NULL (capture failed) marks the shape as
- * one to launch directly, so it is not captured again. */
-void ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
-/* Destroys every graph and forgets every sighting: ls_graph_cache_free's
- * first step, and what an owner whose buffers move would call (the CUDA
- * backend's never do: they are allocated once, at create). */
+ * used graph when full. graph NULL (capture failed) marks the shape as
+ * one to launch directly, so it is not captured again. True when this
+ * put made the cache stop capturing (for the owner's one log line). */
+bool ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
+/* Drops k's graph after its launch failed (destroyed; the shape then
+ * launches directly, as after a failed capture). */
+void ls_graph_cache_drop(ls_graph_cache *c, const ls_graph_key *k);
+/* Destroys every graph, forgets every sighting and starts capturing
+ * again: ls_graph_cache_free's first step, and what an owner whose
+ * buffers move would call (the CUDA backend's never do: they are
+ * allocated once, at create). */
 void ls_graph_cache_clear(ls_graph_cache *c);
 
 #ifdef __cplusplus

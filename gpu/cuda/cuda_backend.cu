@@ -17,7 +17,10 @@ extern "C" {
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
 #define BLAS_WS_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper */
-#define BLAS_WS_SIDE_BYTES (8u << 20) /* the shrinks' handle: small GEMMs */
+/* The shrinks' handle gets as much: cuBLAS may pick its algorithm by the
+ * workspace it has, and the stage profile times the shrinks on the main
+ * handle, so both must choose alike. */
+#define BLAS_WS_SIDE_BYTES BLAS_WS_BYTES
 #define CHUNK_BYTES (16u << 20)
 
 static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
@@ -26,9 +29,20 @@ static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 /* See cuda_internal.h. */
 void ls_cuda_drain(ls_cuda *c) {
-    if (c->side) (void)cudaStreamSynchronize(c->side);
-    if (c->stream) (void)cudaStreamSynchronize(c->stream);
+    cudaError_t e[2] = {cudaSuccess, cudaSuccess};
+    if (c->side) e[0] = cudaStreamSynchronize(c->side);
+    if (c->stream) e[1] = cudaStreamSynchronize(c->stream);
     (void)cudaGetLastError();
+    /* A kernel fault found only here still poisons the process now, so
+     * /ready says so before the next request finds it. */
+    for (int i = 0; i < 2; i++) {
+        if (!ls_cuda_error_is_sticky(e[i])) continue;
+        ls_error scratch;
+        ls_error_init(&scratch);
+        (void)ls_cuda_fail(&scratch, e[i], "cudaStreamSynchronize (drain)", __FILE__, __LINE__);
+        ls_error_free(&scratch);
+        break;
+    }
 }
 
 /* Every operation: refuse once poisoned, select the device. */
@@ -50,6 +64,13 @@ static void cuda_free(ls_backend *be) {
     if (c) {
         cudaSetDevice(c->device);
         ls_cuda_drain(c);
+        const ls_graph_cache *g = &c->graphs;
+        if (g->captures || g->failures)
+            ls_log_info("cuda backend: CUDA graphs: %llu captured, %llu replays, %llu failed, %llu evicted (%llu never "
+                        "replayed)%s",
+                        (unsigned long long)g->captures, (unsigned long long)g->hits, (unsigned long long)g->failures,
+                        (unsigned long long)g->evicted, (unsigned long long)g->wasted,
+                        g->stopped ? "; capture had stopped" : "");
         ls_graph_cache_free(&c->graphs);
         if (c->blas) cublasDestroy(c->blas);
         if (c->blas_side) cublasDestroy(c->blas_side);
@@ -562,7 +583,8 @@ static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, doub
             (i >= 0 && (e = cudaEventElapsedTime(&ms[i], c->ev_start, c->ev_stop)) != cudaSuccess))
             st = ls_cuda_fail(err, e, "device-to-device copy", __FILE__, __LINE__);
     }
-    cudaFree(buf);
+    (void)cudaFree(buf);
+    (void)cudaGetLastError(); /* a failed free must not be blamed on the next launch */
     if (st == LS_OK) {
         qsort(ms, (size_t)iters, sizeof(float), cmp_float);
         float med = ms[iters / 2];
@@ -570,6 +592,17 @@ static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, doub
     }
     free(ms);
     return st;
+}
+
+/* See cuda_backend.h. */
+void ls_backend_cuda_graph_stats(ls_backend *be, ls_cuda_graph_stats *out) {
+    const ls_graph_cache *g = &ls_cuda_of(be)->graphs;
+    out->captures = g->captures;
+    out->hits = g->hits;
+    out->failures = g->failures;
+    out->evicted = g->evicted;
+    out->wasted = g->wasted;
+    out->stopped = g->stopped;
 }
 
 /* A benchmark helper: allocates its scratch here (not a serving path). */

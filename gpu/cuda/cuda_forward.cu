@@ -9,11 +9,16 @@
  * slot, one SGMV launch each otherwise (or, not by default, BGMV
  * shrinks, or cuBLAS once per slot). Also the device-only timing entry
  * point of the benchmark. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
 #include "gpu/stage_rows.h"
+
+extern "C" {
+#include "common/log.h"
+}
 
 /* ---- the plan's SGMV tasks --------------------------------------------------------- */
 
@@ -230,13 +235,17 @@ static ls_status run_op(ls_cuda *c, const ls_cuda_plan *p, int i, int side, ls_e
 }
 
 /* A shrink on the side stream from this point of the main one; the
- * expand that reads it waits for ev_join. */
+ * expand that reads it waits for ev_join. The side stream is joined back
+ * even when the shrink fails: a capture whose forked stream never
+ * rejoins could not be ended cleanly, and the next forward's wait must
+ * not see a stale join. */
 static ls_status run_forked(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *err) {
     LS_CUDA_TRY(err, cudaEventRecord(c->ev_fork, c->stream));
     LS_CUDA_TRY(err, cudaStreamWaitEvent(c->side, c->ev_fork, 0));
-    LS_TRY(run_op(c, p, i, 1, err));
+    const ls_status st = run_op(c, p, i, 1, err);
     LS_CUDA_TRY(err, cudaEventRecord(c->ev_join, c->side));
-    return LS_OK;
+    if (st != LS_OK) LS_CUDA_TRY(err, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
+    return st;
 }
 
 /* Without gammas a gated model's gamma is its gate, from fp32 x. */
@@ -296,7 +305,7 @@ static ls_status scatter(ls_cuda *c, const ls_cuda_plan *p, float *y, ls_error *
 
 /* ---- entry points ------------------------------------------------------------------- */
 
-static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p);
+static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p, char *why, size_t why_size);
 
 /* Everything the launches of run_device depend on besides buffer
  * contents, which a replay reads afresh (a slot rewritten in place needs
@@ -323,6 +332,15 @@ static bool graphs_ok(const ls_cuda *c, const ls_cuda_plan *p) {
     return !(p->lora && p->n_slots > 1 && c->sgmv_mode == LS_CUDA_SGMV_BLAS);
 }
 
+/* The first failed capture says why, once per backend: a parity run
+ * that passes on direct launches would otherwise hide that serving never
+ * replays a graph. */
+static void capture_failed(ls_cuda *c, const char *why) {
+    if (c->graphs.failures == 0)
+        ls_log_warn("cuda backend: a forward shape's CUDA graph could not be captured or launched (%s); that shape "
+                    "launches its kernels directly", why);
+}
+
 /* The device part for this plan: its graph when the shape has one (or is
  * seen the second time, then captured first), else direct launches.
  * Called before the copies in are enqueued (capture records nothing of
@@ -333,10 +351,30 @@ static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
     bool capture_now = false;
     cudaGraphExec_t g = (cudaGraphExec_t)ls_graph_cache_get(&c->graphs, &k, &capture_now);
     if (!g && capture_now) {
-        g = capture(c, p);
-        ls_graph_cache_put(&c->graphs, &k, (void *)g);
+        char why[256];
+        g = capture(c, p, why, sizeof why);
+        if (!g) capture_failed(c, why);
+        if (ls_graph_cache_put(&c->graphs, &k, (void *)g))
+            ls_log_warn("cuda backend: %llu of the last %llu CUDA graphs evicted were never replayed (forward shapes "
+                        "do not repeat within --cuda-graphs %d): no more captures; new shapes launch directly",
+                        (unsigned long long)c->graphs.wasted, (unsigned long long)c->graphs.evicted,
+                        c->graphs.cap);
     }
     return g;
+}
+
+/* The graph's launch failed: a sticky error ends here (the context is
+ * gone); otherwise the graph is dropped and the forward launches
+ * directly, after the copies in already queued. */
+static ls_status launch_graph(ls_cuda *c, const ls_cuda_plan *p, cudaGraphExec_t g, ls_error *err) {
+    const cudaError_t e = cudaGraphLaunch(g, c->stream);
+    if (e == cudaSuccess) return LS_OK;
+    if (ls_cuda_error_is_sticky(e)) return ls_cuda_fail(err, e, "cudaGraphLaunch", __FILE__, __LINE__);
+    (void)cudaGetLastError();
+    const ls_graph_key k = graph_key(c, p);
+    capture_failed(c, cudaGetErrorString(e));
+    ls_graph_cache_drop(&c->graphs, &k);
+    return run_device(c, p, err);
 }
 
 static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const float *gammas,
@@ -345,12 +383,7 @@ static ls_status forward_locked(ls_cuda *c, int layer, const float *x, const flo
     plan_tasks(c, layer, tp, gammas != NULL, &p);
     cudaGraphExec_t g = graph_for(c, &p);
     ls_status st = gather(c, &p, x, gammas, err);
-    if (st == LS_OK && g) {
-        cudaError_t e = cudaGraphLaunch(g, c->stream);
-        if (e != cudaSuccess) st = ls_cuda_fail(err, e, "cudaGraphLaunch", __FILE__, __LINE__);
-    } else if (st == LS_OK) {
-        st = run_device(c, &p, err);
-    }
+    if (st == LS_OK) st = g ? launch_graph(c, &p, g, err) : run_device(c, &p, err);
     if (st == LS_OK) st = scatter(c, &p, y, err);
     if (st != LS_OK) ls_cuda_drain(c); /* the copies in may still read h_io */
     return st;
@@ -367,22 +400,30 @@ ls_status ls_cuda_forward(ls_backend *be, int layer, const float *x, const float
 
 /* Captures the device part as a CUDA graph: for serving (graph_for) and
  * so the benchmark's timings hold the device work and not the host's
- * launch overhead. NULL when capture is not possible (the caller then
- * launches directly, which reports any error). */
-static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p) {
+ * launch overhead. NULL when capture is not possible, why then says
+ * which step refused and with what (the caller launches directly, which
+ * reports any error of its own). */
+static cudaGraphExec_t capture(ls_cuda *c, const ls_cuda_plan *p, char *why, size_t why_size) {
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        snprintf(why, why_size, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
         (void)cudaGetLastError();
         return NULL;
     }
     ls_error tmp;
     ls_error_init(&tmp);
-    ls_status st = run_device(c, p, &tmp);
+    const ls_status st = run_device(c, p, &tmp);
+    e = cudaStreamEndCapture(c->stream, &graph);
+    if (st != LS_OK) snprintf(why, why_size, "during capture: %s", tmp.message);
+    else if (e != cudaSuccess || !graph) snprintf(why, why_size, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+    else if ((e = cudaGraphInstantiate(&exec, graph, 0)) != cudaSuccess) {
+        snprintf(why, why_size, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+        exec = NULL;
+    }
     ls_error_free(&tmp);
-    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
-    if (st == LS_OK && e == cudaSuccess && graph && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = NULL;
-    if (graph) cudaGraphDestroy(graph);
+    if (graph) (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();
     return exec;
 }
@@ -420,7 +461,12 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     ls_status st = gather(c, &p, x, gammas, err);
     if (st == LS_OK) st = run_device(c, &p, err);
     if (st == LS_OK) st = sync_main(c, err);
-    cudaGraphExec_t exec = st == LS_OK && graphs_ok(c, &p) ? capture(c, &p) : NULL;
+    /* As serving would: no graph with --cuda-graphs 0 or on a path that
+     * launches directly; a refused capture says why on stderr. */
+    char why[256];
+    cudaGraphExec_t exec = st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 ? capture(c, &p, why, sizeof why) : NULL;
+    if (st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 && !exec)
+        ls_log_warn("cuda backend: time_forward could not capture a graph (%s): timing direct launches", why);
     if (graph_used) *graph_used = exec != NULL;
     if (st == LS_OK) st = time_runs(c, &p, exec, iters, ms, err);
     if (exec) cudaGraphExecDestroy(exec);

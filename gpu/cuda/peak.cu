@@ -48,6 +48,7 @@ static void peak_free(peak_run *p) {
     (void)cudaFree(p->a);
     (void)cudaFree(p->b);
     (void)cudaFree(p->c);
+    (void)cudaGetLastError(); /* nor left pending for the next launch to report */
     free(p->ms);
 }
 

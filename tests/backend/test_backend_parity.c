@@ -67,6 +67,7 @@ static const pcase CASES[] = {
 typedef struct {
     const char *name;
     ls_backend *be;
+    int graphs; /* a CUDA backend that replays graphs */
 } device;
 
 /* One slot's factors for every layer, R-padded as the pool holds them. */
@@ -402,7 +403,27 @@ static void add_cuda(run *rn, const ls_backend_config *cfg, const ls_cuda_settin
     ls_backend *be = NULL;
     if (!must(ls_backend_cuda_create(cfg, settings, &be, err), err, "cuda create")) return;
     ls_backend_cuda_set_sgmv_mode(be, mode);
-    rn->dev[rn->ndev++] = (device){name, be};
+    rn->dev[rn->ndev++] = (device){name, be, !settings || settings->graphs >= 0};
+}
+
+/* Serving's graphs were used as docs/server.md says: every forward ran
+ * at least twice, so each backend with graphs captured (the second
+ * sighting) and none failed; a shape run three times (the double
+ * reference's forward) was replayed; --cuda-graphs 0 captured nothing.
+ * A failed capture falls back to direct launches, which pass every other
+ * check: only this one sees it. */
+static void check_graphs(const run *rn) {
+    for (int i = 0; i < rn->ndev; i++) {
+        ls_cuda_graph_stats g;
+        ls_backend_cuda_graph_stats(rn->dev[i].be, &g);
+        char label[256];
+        snprintf(label, sizeof label, "%s %s CUDA graphs: %llu captured, %llu replays, %llu failed", rn->pc->name,
+                 rn->dev[i].name, g.captures, g.hits, g.failures);
+        if (rn->dev[i].graphs)
+            expect(g.captures > 0 && g.failures == 0 && (!rn->ref_ok || g.hits > 0), label);
+        else
+            expect(g.captures == 0 && g.hits == 0, label);
+    }
 }
 #endif
 
@@ -544,6 +565,9 @@ static void run_case(const pcase *pc, int threads) {
         free(x);
         free(sot);
     }
+#ifdef LS_HAVE_CUDA
+    check_graphs(&rn);
+#endif
 
 done:
     for (int i = 0; i < rn.ndev; i++) ls_backend_free(rn.dev[i].be);

@@ -1,7 +1,9 @@
 /* gpu/graph_cache.h: a shape is captured on its second sighting and
- * replayed after; the least recently used entry goes when full, its graph
- * destroyed exactly once; a failed capture is not tried again; a cache
- * of 0 never captures. */
+ * replayed after; the least recently used graph goes when full, its graph
+ * destroyed exactly once, and a shape seen once never pushes a graph
+ * out; a failed capture (or a dropped graph) is not tried again; a cache
+ * whose evicted graphs were mostly never replayed stops capturing; a
+ * cache of 0 never captures. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,18 +68,88 @@ static void test_lru_eviction(void **state) {
     assert_true(ls_graph_cache_init(&c, 2, destroy));
     for (int i = 0; i < 2; i++) use(&c, 0, 1, 1), use(&c, 0, 2, 2); /* both captured */
     assert_ptr_equal(use(&c, 0, 1, 9), (void *)(intptr_t)1);      /* T=1 is now the more recent */
-    assert_null(use(&c, 0, 3, 3));                               /* a third shape evicts T=2 */
-    assert_int_equal(g_destroyed[2], 1);
-    assert_int_equal(g_destroyed[1], 0);
-    assert_ptr_equal(use(&c, 0, 1, 9), (void *)(intptr_t)1);
-    ls_graph_cache_clear(&c); /* buffers about to change: every graph goes */
+    assert_null(use(&c, 0, 3, 3));                               /* a third shape, seen once: nothing goes */
+    assert_int_equal(g_destroyed[2], 0);
+    assert_ptr_equal(use(&c, 0, 2, 9), (void *)(intptr_t)2);
+    assert_null(use(&c, 0, 3, 3)); /* seen again: captured, and T=1, now the older, goes */
     assert_int_equal(g_destroyed[1], 1);
+    assert_int_equal(g_destroyed[2], 0);
+    assert_ptr_equal(use(&c, 0, 3, 9), (void *)(intptr_t)3);
+    assert_int_equal(c.evicted, 1);
+    assert_int_equal(c.wasted, 0); /* T=1 had been replayed */
+    ls_graph_cache_clear(&c); /* buffers about to change: every graph goes */
+    assert_int_equal(g_destroyed[2], 1);
+    assert_int_equal(g_destroyed[3], 1);
     bool capture = true;
     const ls_graph_key k = key(0, 1);
     assert_null(ls_graph_cache_get(&c, &k, &capture));
     assert_false(capture); /* forgotten, sightings too */
     ls_graph_cache_free(&c);
     for (int i = 0; i < 16; i++) assert_true(g_destroyed[i] <= 1);
+}
+
+/* Many one-off shapes between two replays of a hot one keep its graph. */
+static void test_sightings_keep_graphs(void **state) {
+    (void)state;
+    memset(g_destroyed, 0, sizeof g_destroyed);
+    ls_graph_cache c;
+    assert_true(ls_graph_cache_init(&c, 2, destroy));
+    use(&c, 0, 1, 1), use(&c, 0, 1, 1);
+    for (int T = 100; T < 140; T++) assert_null(use(&c, 0, T, 5));
+    assert_ptr_equal(use(&c, 0, 1, 9), (void *)(intptr_t)1);
+    assert_int_equal(g_destroyed[1], 0);
+    assert_int_equal(c.captures, 1);
+    ls_graph_cache_free(&c);
+}
+
+/* Shapes that come back only after they were evicted cost a capture each
+ * and are never replayed: the cache stops capturing, keeps what it has. */
+static void test_waste_stops_capture(void **state) {
+    (void)state;
+    memset(g_destroyed, 0, sizeof g_destroyed);
+    ls_graph_cache c;
+    assert_true(ls_graph_cache_init(&c, 2, destroy));
+    int stops = 0;
+    for (int round = 0; round < 2 * LS_GRAPH_WASTE_MIN + 4; round++) {
+        const ls_graph_key k = key(round, 8);
+        bool capture = false;
+        ls_graph_cache_get(&c, &k, &capture);
+        assert_false(capture);
+        ls_graph_cache_get(&c, &k, &capture);
+        if (!capture) break; /* stopped */
+        stops += ls_graph_cache_put(&c, &k, (void *)(intptr_t)(round % 2 + 1));
+    }
+    assert_int_equal(stops, 1);
+    assert_true(c.stopped);
+    assert_int_equal(c.wasted, LS_GRAPH_WASTE_MIN);
+    assert_int_equal(c.captures, LS_GRAPH_WASTE_MIN + 2);
+    /* The graphs it holds still replay. */
+    const ls_graph_key last = key(LS_GRAPH_WASTE_MIN + 1, 8);
+    bool capture = true;
+    assert_non_null(ls_graph_cache_get(&c, &last, &capture));
+    ls_graph_cache_clear(&c); /* starts again */
+    assert_false(c.stopped);
+    ls_graph_cache_free(&c);
+}
+
+/* A graph whose launch failed is destroyed and not captured again. */
+static void test_drop(void **state) {
+    (void)state;
+    memset(g_destroyed, 0, sizeof g_destroyed);
+    ls_graph_cache c;
+    assert_true(ls_graph_cache_init(&c, 4, destroy));
+    use(&c, 0, 7, 4), use(&c, 0, 7, 4);
+    const ls_graph_key k = key(0, 7);
+    ls_graph_cache_drop(&c, &k);
+    assert_int_equal(g_destroyed[4], 1);
+    bool capture = true;
+    for (int i = 0; i < 3; i++) {
+        assert_null(ls_graph_cache_get(&c, &k, &capture));
+        assert_false(capture);
+    }
+    assert_int_equal(c.failures, 1);
+    ls_graph_cache_free(&c);
+    assert_int_equal(g_destroyed[4], 1);
 }
 
 /* A shape whose capture failed launches directly from then on. */
@@ -116,6 +188,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_sighting_captures),
         cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_sightings_keep_graphs),
+        cmocka_unit_test(test_waste_stops_capture),
+        cmocka_unit_test(test_drop),
         cmocka_unit_test(test_failed_capture_not_retried),
         cmocka_unit_test(test_off),
     };
