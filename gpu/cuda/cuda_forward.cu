@@ -351,7 +351,7 @@ static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
     bool capture_now = false;
     cudaGraphExec_t g = (cudaGraphExec_t)ls_graph_cache_get(&c->graphs, &k, &capture_now);
     if (!g && capture_now) {
-        char why[256];
+        char why[640]; /* room for an ls_error message and a prefix */
         g = capture(c, p, why, sizeof why);
         if (!g) capture_failed(c, why);
         if (ls_graph_cache_put(&c->graphs, &k, (void *)g))
@@ -463,7 +463,7 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     if (st == LS_OK) st = sync_main(c, err);
     /* As serving would: no graph with --cuda-graphs 0 or on a path that
      * launches directly; a refused capture says why on stderr. */
-    char why[256];
+    char why[640]; /* room for an ls_error message and a prefix */
     cudaGraphExec_t exec = st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 ? capture(c, &p, why, sizeof why) : NULL;
     if (st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 && !exec)
         ls_log_warn("cuda backend: time_forward could not capture a graph (%s): timing direct launches", why);
