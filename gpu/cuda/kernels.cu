@@ -130,8 +130,11 @@ __device__ __forceinline__ void sgmv_store(const sgmv_args &a, const sgmv_block 
         a.p.C[row * a.p.ldc + col] = v;
 }
 
-/* C[i] = the splits' partial sums added in split order (rows 0..nrows-1,
- * every column of C written by some block of every split). */
+/* C[i] = the splits' partial sums added in split order, for rows
+ * 0..nrows-1. A row of a task was written by one block of every split;
+ * the rows of a slot of rank 0 at this layer have no task, so they get
+ * stale scratch here, which no expand reads (it cuts to that rank: a host
+ * emulation of the forward gave the same y with the scratch NaN-filled). */
 __global__ void sgmv_reduce_kernel(const float *__restrict__ part, float *__restrict__ C, long long total,
                                    int ksplit) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
