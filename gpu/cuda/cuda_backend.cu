@@ -29,19 +29,17 @@ static size_t pad8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 /* See cuda_internal.h. */
 void ls_cuda_drain(ls_cuda *c) {
-    cudaError_t e[2] = {cudaSuccess, cudaSuccess};
-    if (c->side) e[0] = cudaStreamSynchronize(c->side);
-    if (c->stream) e[1] = cudaStreamSynchronize(c->stream);
+    const cudaError_t e_side = c->side ? cudaStreamSynchronize(c->side) : cudaSuccess;
+    const cudaError_t e_main = c->stream ? cudaStreamSynchronize(c->stream) : cudaSuccess;
     (void)cudaGetLastError();
     /* A kernel fault found only here still poisons the process now, so
      * /ready says so before the next request finds it. */
-    for (int i = 0; i < 2; i++) {
-        if (!ls_cuda_error_is_sticky(e[i])) continue;
+    const cudaError_t sticky = ls_cuda_error_is_sticky(e_side) ? e_side : e_main;
+    if (ls_cuda_error_is_sticky(sticky)) {
         ls_error scratch;
         ls_error_init(&scratch);
-        (void)ls_cuda_fail(&scratch, e[i], "cudaStreamSynchronize (drain)", __FILE__, __LINE__);
+        (void)ls_cuda_fail(&scratch, sticky, "cudaStreamSynchronize (drain)", __FILE__, __LINE__);
         ls_error_free(&scratch);
-        break;
     }
 }
 
@@ -595,15 +593,7 @@ static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, doub
 }
 
 /* See cuda_backend.h. */
-void ls_backend_cuda_graph_stats(ls_backend *be, ls_cuda_graph_stats *out) {
-    const ls_graph_cache *g = &ls_cuda_of(be)->graphs;
-    out->captures = g->captures;
-    out->hits = g->hits;
-    out->failures = g->failures;
-    out->evicted = g->evicted;
-    out->wasted = g->wasted;
-    out->stopped = g->stopped;
-}
+const ls_graph_cache *ls_backend_cuda_graphs(ls_backend *be) { return &ls_cuda_of(be)->graphs; }
 
 /* A benchmark helper: allocates its scratch here (not a serving path). */
 ls_status ls_backend_cuda_copy_bandwidth(ls_backend *be, size_t bytes, int iters, double *bytes_per_s,

@@ -14,6 +14,7 @@ extern "C" {
 #endif
 
 #include "gpu/backend.h"
+#include "gpu/graph_cache.h"
 
 /* The CUDA backend's own settings; all zero is the default. */
 typedef struct {
@@ -96,15 +97,10 @@ const char *ls_cuda_stage_name(int stage);
 ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, const float *x, const float *gammas,
                                           const int *slot_of_token, int iters, float *ms, ls_error *err);
 
-/* What the graph cache of serving's forwards did (gpu/graph_cache.h):
- * for the tests, which check that a repeated shape is captured and then
- * replayed, and for the log at free. Not locked: call it between
- * forwards. */
-typedef struct {
-    unsigned long long captures, hits, failures, evicted, wasted;
-    int stopped;
-} ls_cuda_graph_stats;
-void ls_backend_cuda_graph_stats(ls_backend *be, ls_cuda_graph_stats *out);
+/* The graph cache of serving's forwards (gpu/graph_cache.h), for the
+ * tests, which read its counters to check that a repeated shape is
+ * captured and then replayed. The backend's; read it between forwards. */
+const ls_graph_cache *ls_backend_cuda_graphs(ls_backend *be);
 
 /* Device-to-device copy bandwidth: copies a scratch buffer of `bytes`
  * (allocated and freed here) `iters` times and stores the median rate in

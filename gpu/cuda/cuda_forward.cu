@@ -463,9 +463,10 @@ static ls_status time_locked(ls_cuda *c, int layer, const float *x, const float 
     if (st == LS_OK) st = sync_main(c, err);
     /* As serving would: no graph with --cuda-graphs 0 or on a path that
      * launches directly; a refused capture says why on stderr. */
+    const bool want = st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0;
     char why[640]; /* room for an ls_error message and a prefix */
-    cudaGraphExec_t exec = st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 ? capture(c, &p, why, sizeof why) : NULL;
-    if (st == LS_OK && graphs_ok(c, &p) && c->graphs.cap > 0 && !exec)
+    cudaGraphExec_t exec = want ? capture(c, &p, why, sizeof why) : NULL;
+    if (want && !exec)
         ls_log_warn("cuda backend: time_forward could not capture a graph (%s): timing direct launches", why);
     if (graph_used) *graph_used = exec != NULL;
     if (st == LS_OK) st = time_runs(c, &p, exec, iters, ms, err);

@@ -414,15 +414,15 @@ static void add_cuda(run *rn, const ls_backend_config *cfg, const ls_cuda_settin
  * check: only this one sees it. */
 static void check_graphs(const run *rn) {
     for (int i = 0; i < rn->ndev; i++) {
-        ls_cuda_graph_stats g;
-        ls_backend_cuda_graph_stats(rn->dev[i].be, &g);
+        const ls_graph_cache *g = ls_backend_cuda_graphs(rn->dev[i].be);
         char label[256];
         snprintf(label, sizeof label, "%s %s CUDA graphs: %llu captured, %llu replays, %llu failed", rn->pc->name,
-                 rn->dev[i].name, g.captures, g.hits, g.failures);
+                 rn->dev[i].name, (unsigned long long)g->captures, (unsigned long long)g->hits,
+                 (unsigned long long)g->failures);
         if (rn->dev[i].graphs)
-            expect(g.captures > 0 && g.failures == 0 && (!rn->ref_ok || g.hits > 0), label);
+            expect(g->captures > 0 && g->failures == 0 && (!rn->ref_ok || g->hits > 0), label);
         else
-            expect(g.captures == 0 && g.hits == 0, label);
+            expect(g->captures == 0 && g->hits == 0, label);
     }
 }
 #endif
