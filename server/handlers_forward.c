@@ -184,17 +184,19 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         if (st != LS_OK) ls_forward_req_free(&fj->fr);
     }
     if (st == LS_OK) {
-        /* What this request holds until it is answered: its body, x,
-         * gammas, y and names, and the host copies of adapters it reads
-         * (dropped from the host tier, or loaded by name), at most the
-         * pool's read budget of them at once. Past the server-wide budget
-         * it is refused before y is allocated, as a full queue refuses
-         * (429). */
+        /* What this request holds until it is answered: its body, x
+         * (unless it is read in place from a safetensors body, counted
+         * once as the body), gammas, y and names, and the host copies of
+         * adapters it reads (dropped from the host tier, or loaded by
+         * name), at most the pool's read budget of them at once. Past the
+         * server-wide budget it is refused before y is allocated, as a
+         * full queue refuses (429). */
         const unsigned long long T = (unsigned long long)fj->fr.T, H = (unsigned long long)srv->dims.H;
         const unsigned long long adapters =
             ls_pool_forward_read_bytes(srv->pool, &fj->fr.names, srv->autoload != NULL);
-        const unsigned long long bytes = req->len + T * (2 * H + (unsigned long long)srv->dims.n) * sizeof(float) +
-                                         T * LS_FORWARD_TOKEN_BYTES + adapters;
+        const unsigned long long rows = (fj->fr.x_borrowed ? 1 : 2) * H + (unsigned long long)srv->dims.n;
+        const unsigned long long bytes =
+            req->len + T * rows * sizeof(float) + T * LS_FORWARD_TOKEN_BYTES + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
         unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
         fj->srv = srv;

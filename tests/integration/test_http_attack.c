@@ -563,7 +563,9 @@ static void test_max_request_tokens(void **state) {
 /* One forward in a thread: its status. */
 typedef struct {
     const ls_test_server *srv;
-    const char *body;
+    const void *body;
+    size_t len;        /* 0: body is JSON text */
+    const char *ctype; /* NULL: JSON */
     long status;
     char code[64];
 } fwd_call;
@@ -571,7 +573,8 @@ typedef struct {
 static void *fwd_thread(void *arg) {
     fwd_call *c = arg;
     ls_test_response r;
-    if (ls_test_http(c->srv, "POST", "/forward", NULL, c->body, strlen(c->body), NULL, &r) != 0) {
+    const size_t len = c->len ? c->len : strlen(c->body);
+    if (ls_test_http(c->srv, "POST", "/forward", c->ctype, c->body, len, NULL, &r) != 0) {
         c->status = -1;
         return NULL;
     }
@@ -651,6 +654,43 @@ static void test_queue_budget(void **state) {
     assert_int_equal(again[1].status, 429);
     free(big);
     free(huge);
+    tiny_server_stop(&ts);
+}
+
+/* A safetensors body's x is read in place, so the budget counts it once
+ * (as part of the body), not twice: two forwards of 2100 tokens hold
+ * about 0.96 MiB of the tiny model's body, gammas, y and names, and fit
+ * a 1 MiB budget that counting x again (1.03 MiB) would refuse. */
+static void test_queue_budget_counts_borrowed_x_once(void **state) {
+    (void)state;
+    const char *extra[] = {"--max-queue-mb", "1", "--batch-wait-us", "1000000", "--max-batch-tokens", "1000000",
+                           "--max-request-tokens", "100000", "--max-queue-tokens", "1000000", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    size_t len, big_len;
+    uint8_t *body = forward_safetensors(2100, &len), *big = forward_safetensors(2200, &big_len);
+    const char *oct = "application/octet-stream";
+    int slow = ls_test_open_receiving_forward(ts.srv);
+    assert_true(slow >= 0);
+    fwd_call calls[2] = {{.srv = ts.srv, .body = body, .len = len, .ctype = oct},
+                         {.srv = ts.srv, .body = body, .len = len, .ctype = oct}};
+    run_queued_then(&calls[0], &calls[1]);
+    close(slow);
+    assert_int_equal(calls[0].status, 200);
+    assert_int_equal(calls[1].status, 200);
+    /* The budget still binds: 2200 tokens each are over it (1.01 MiB). */
+    assert_true(ls_test_wait_receiving(ts.srv, 0));
+    slow = ls_test_open_receiving_forward(ts.srv);
+    assert_true(slow >= 0);
+    fwd_call over[2] = {{.srv = ts.srv, .body = big, .len = big_len, .ctype = oct},
+                        {.srv = ts.srv, .body = big, .len = big_len, .ctype = oct}};
+    run_queued_then(&over[0], &over[1]);
+    close(slow);
+    assert_int_equal(over[0].status, 200);
+    assert_int_equal(over[1].status, 429);
+    assert_string_equal(over[1].code, "overloaded");
+    free(body);
+    free(big);
     tiny_server_stop(&ts);
 }
 
@@ -803,6 +843,7 @@ int main(void) {
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
         cmocka_unit_test(test_queue_budget),
+        cmocka_unit_test(test_queue_budget_counts_borrowed_x_once),
         cmocka_unit_test(test_reload_failure_stays_in_its_request),
         cmocka_unit_test(test_forward_peak_memory),
     };
