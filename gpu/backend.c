@@ -106,7 +106,10 @@ ls_status ls_backend_upload_base(ls_backend *be, int layer, const ls_base_layer 
         return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: upload_base of layer %d %s a gate, the model %s one",
                             be->ops->name, layer, w->gate.data ? "with" : "without",
                             be->dims.gate ? "has" : "has none");
-    if ((st = be->ops->upload_base(be, layer, w, err)) == LS_OK) be->uploaded[layer] = true;
+    /* A backend's upload that fails may have written part of the layer:
+     * its forwards are refused until an upload succeeds. */
+    st = be->ops->upload_base(be, layer, w, err);
+    be->uploaded[layer] = st == LS_OK;
     return st;
 }
 
@@ -142,8 +145,8 @@ ls_status ls_backend_check_forward(const ls_backend *be, int layer, int T, const
     if (T == 0) return LS_OK;
     if (!x || !out) return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: forward without x or y", be->ops->name);
     if (!be->uploaded[layer])
-        return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: forward on layer %d, whose base weights were never "
-                                                    "uploaded",
+        return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: forward on layer %d, whose base weights were not "
+                                                    "uploaded (never, or the last upload failed)",
                             be->ops->name, layer);
     for (int t = 0; slot_of_token && t < T; t++)
         if (slot_of_token[t] < -1 || slot_of_token[t] >= be->pool.slots)

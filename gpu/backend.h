@@ -113,7 +113,9 @@ bool ls_backend_utilization(const ls_backend *be, unsigned *percent);
 ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
 /* Copies one layer's base weights (typed host tensors, see ls_base_layer;
  * the caller keeps them); the backend stores w13 and w2 at its dtype
- * (converting: exact when it is at least as wide) and the gate in fp32. */
+ * (converting: exact when it is at least as wide) and the gate in fp32.
+ * When the backend's upload fails, the layer may be half written and
+ * counts as not uploaded. */
 ls_status ls_backend_upload_base(ls_backend *be, int layer, const ls_base_layer *w, ls_error *err);
 /* Writes one layer of a slot and refreshes any operand derived from it. */
 ls_status ls_backend_slot_write(ls_backend *be, int slot, int layer, const ls_slot_factors *f, ls_error *err);

@@ -46,7 +46,7 @@ struct ls_backend {
     size_t pool_bytes;
     const char *isa;
     int threads;
-    bool *uploaded; /* [L] set by a successful upload_base */
+    bool *uploaded; /* [L] whether the last upload_base succeeded */
     ls_token_plan plan; /* the forward's, rebuilt by every ls_backend_forward */
 };
 

@@ -7,7 +7,8 @@
  * (the device is poisoned as CUDA's context is after an illegal address:
  * ls_backend_usable turns false and the server's /ready, driven here
  * in-process through its route table around the failing backend,
- * answers 503). */
+ * answers 503). Also a base-weight upload that fails: its layer is
+ * refused until one succeeds. */
 #include "server/request.h"
 #include "server/routes.h"
 #include "tests/fault/fault_cases.h"
@@ -68,6 +69,39 @@ static void test_ready_follows_the_device(void **state) {
     fx_world_free(w);
 }
 
+/* A re-upload of a layer's base weights that fails on the device may
+ * leave it half written: its forwards are refused (they used to run on
+ * whatever the failed upload left) until an upload succeeds. */
+static void test_failed_upload_refuses_forwards(void **state) {
+    (void)state;
+    fx_opts o = {.slots = 2};
+    fx_world *w = fx_world_new(&o);
+    ls_backend *be = fb_be(w->fb);
+    const size_t nFH = (size_t)fx_dims.n * fx_dims.F * fx_dims.H;
+    float *w13 = calloc(2 * nFH, sizeof(float)), *w2 = calloc(nFH, sizeof(float));
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+    assert_true(w13 && w2 && fx_dims.H == 8);
+    const ls_base_layer bl = ls_base_layer_f32(w13, w2);
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_backend_forward(be, 1, 1, x, NULL, NULL, y, &err), LS_OK);
+    fb_arm(w->fb, 1, false);
+    assert_int_equal(ls_backend_upload_base(be, 1, &bl, &err), LS_DEVICE_ERROR);
+    fb_disarm(w->fb);
+    ls_error_clear(&err);
+    assert_int_equal(ls_backend_forward(be, 1, 1, x, NULL, NULL, y, &err), LS_INTERNAL);
+    assert_non_null(strstr(err.message, "last upload failed"));
+    ls_error_clear(&err);
+    assert_int_equal(ls_backend_forward(be, 0, 1, x, NULL, NULL, y, &err), LS_OK); /* the other layer serves */
+    assert_int_equal(ls_backend_upload_base(be, 1, &bl, &err), LS_OK);
+    assert_int_equal(ls_backend_forward(be, 1, 1, x, NULL, NULL, y, &err), LS_OK);
+    for (int i = 0; i < 8; i++) assert_true(y[i] == 0.0f); /* the zero weights uploaded */
+    ls_error_free(&err);
+    free(w13);
+    free(w2);
+    fx_world_free(w);
+}
+
 static void sweep_all(fx_kind kind) {
     for (size_t i = 0; i < fc_n_specs; i++) {
         if (fc_specs[i].op == FC_DELETE) continue; /* no backend call to fail */
@@ -92,6 +126,7 @@ int main(void) {
     fx_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ready_follows_the_device),
+        cmocka_unit_test(test_failed_upload_refuses_forwards),
         cmocka_unit_test(test_device_errors),
         cmocka_unit_test(test_sticky_device_errors),
     };
