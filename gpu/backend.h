@@ -107,10 +107,14 @@ bool ls_backend_usable(const ls_backend *be);
  * CPU, a CUDA device without NVML). Any thread, any time. */
 bool ls_backend_utilization(const ls_backend *be, unsigned *percent);
 
+/* Bytes free and total of the backend's memory (the whole device's, or
+ * the host's). Any thread, any time: it asks the driver or the kernel
+ * and touches no state of the backend, so /metrics calls it while a
+ * forward runs. */
+ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
+
 /* ---- operations (one at a time per backend) ------------------------------- */
 
-/* Bytes free and total of the backend's memory. */
-ls_status ls_backend_memory(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
 /* Copies one layer's base weights (typed host tensors, see ls_base_layer;
  * the caller keeps them); the backend stores w13 and w2 at its dtype
  * (converting: exact when it is at least as wide) and the gate in fp32.

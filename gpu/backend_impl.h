@@ -18,6 +18,8 @@ typedef struct {
     /* Frees the implementation's context (be->ctx, which may be half
      * initialised or NULL); backend.c frees the rest. */
     void (*free)(ls_backend *be);
+    /* Called from any thread while other operations run: reads no state
+     * of the backend that an operation writes. */
     ls_status (*memory)(ls_backend *be, size_t *free_bytes, size_t *total_bytes, ls_error *err);
     /* w->w13, w->w2 present and of a float dtype; w->gate present
      * exactly when dims.gate. */
