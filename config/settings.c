@@ -113,8 +113,8 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_POOL, "host-cache", host_cache, 1, 100000, "64", "adapters kept in host memory"),
     STR(LS_GROUP_ADAPTERS, "adapter-dir", adapter_dir, 0, "", "DIR", "root of adapter paths; \"\" = the working directory"),
     {.name = "adapter", .group = LS_GROUP_ADAPTERS, .key = "adapters", .type = LS_SET_LIST, FIELD(adapters), .def = "", .meta = "NAME=PATH",
-     .help = "load the adapter at PATH (beneath --adapter-dir) as NAME before serving; \",pinned\" pins it; "
-             "repeatable; the variable and the file's list take several, ';'-separated"},
+     .help = "load the adapter at PATH (beneath --adapter-dir) as NAME before serving (TENANT/NAME: a tenant's); "
+             "\",pinned\" pins it; repeatable; the variable and the file's list take several, ';'-separated"},
     BOOL(LS_GROUP_ADAPTERS, "auto-load", auto_load, "false",
          "a forward naming an unregistered adapter found in --adapter-dir as NAME/ or NAME.safetensors loads it"),
     STR(LS_GROUP_ADAPTERS, "state-dir", state_dir, 0, "", "DIR",
@@ -308,8 +308,10 @@ static bool ls_adapter_entry_split(const char *e, size_t len, ls_config_adapter 
     }
     memcpy(out->name, e, nlen);
     out->name[nlen] = '\0';
-    if (!ls_adapter_name_valid(out->name)) {
-        *why = "has a name that is not 1-128 letters, digits, '.', '_' or '-' (not starting with '.')";
+    if (!ls_adapter_pool_name_valid(out->name)) {
+        *why = "has a name that is not NAME or TENANT/NAME (a tenant's adapter): NAME 1-128 letters, digits, '.', "
+               "'_' or '-' (not starting with '.'), TENANT 1-32 lowercase letters, digits, '_' or '-', 128 bytes "
+               "in all";
         return false;
     }
     /* A path is shown as the adapter's source in GET /adapters and saved

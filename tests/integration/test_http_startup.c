@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "common/sha256.h"
 #include "tests/util/testutil.h"
 #include "tests/util/tiny_server.h"
 
@@ -154,6 +155,38 @@ static void test_environment_and_file(void **state) {
     ts.srv = NULL;
 }
 
+/* TENANT/NAME at start-up is that tenant's adapter, as an admin's upload
+ * of that name is: the tenant's key sees it as NAME, pinned as asked, and
+ * no adapter of no tenant; the path is beneath --adapter-dir. */
+static void test_tenants_adapter(void **state) {
+    (void)state;
+    char keys[1024], hex[65], text[256];
+    snprintf(keys, sizeof keys, "%s/keys.json", ts.dir);
+    ls_sha256_hex("acme-key", strlen("acme-key"), hex);
+    snprintf(text, sizeof text, "{\"keys\": [{\"sha256\": \"%s\", \"tenant\": \"acme\", \"role\": \"tenant\"}]}",
+             hex);
+    ls_test_write_file(keys, text, strlen(text));
+    const char *args[48];
+    const char *extra[] = {"--api-keys", keys, "--adapter", "acme/t=peft,pinned", "--adapter", "plain=peft", NULL};
+    args_with(args, extra);
+    ts.srv = ls_test_server_start(args);
+    assert_non_null(ts.srv);
+    const char *auth[] = {"Authorization: Bearer acme-key", NULL};
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/adapters/t", NULL, NULL, 0, auth, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = ls_test_response_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "name")), "t");
+    assert_true(json_is_true(json_object_get(j, "pinned")));
+    json_decref(j);
+    ls_test_response_free(&r);
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/adapters/plain", NULL, NULL, 0, auth, &r), 0);
+    assert_int_equal(r.status, 404);
+    ls_test_response_free(&r);
+    assert_int_equal(ls_test_server_stop(ts.srv), 0);
+    ts.srv = NULL;
+}
+
 /* With --state-dir a restart finds the adapter restored: same factors,
  * same version; a changed file is loaded as the next version. */
 static void test_state_dir_restart(void **state) {
@@ -261,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_flags_good_and_pinned),
         cmocka_unit_test(test_bad_adapter_stops_start),
         cmocka_unit_test(test_environment_and_file),
+        cmocka_unit_test(test_tenants_adapter),
         cmocka_unit_test(test_state_dir_restart),
         cmocka_unit_test(test_state_dir_damaged_record),
     };
