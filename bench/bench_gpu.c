@@ -11,7 +11,8 @@
  * the bf16 GEMM peak measured in the same run. Then where the time of
  * a few forwards goes, stage by stage, with the default multi-adapter
  * kernels, with the BGMV shrinks and with cuBLAS per slot
- * (ls_backend_cuda_profile_forward). Then the HTTP rows
+ * (ls_backend_cuda_profile_forward). Then serving's graphs under
+ * traces of changing forwards (gpu_traces.c). Then the HTTP rows
  * (bench/bench_gpu_http.py) beside the in-process end-to-end ones, and the
  * issue's targets, each met or not. Prints markdown; never passes or
  * fails on time (exit 0 once it ran, 77 without a device).
@@ -55,6 +56,9 @@ typedef struct {
     int nrows;
     prof_row prof[MAX_PROF];
     int nprof;
+    /* Each trace on a backend with graphs ([k][0]) and without ([k][1]). */
+    bench_trace_result trace[BENCH_TRACES][2];
+    int traced;
 } bench_run;
 
 /* ---- run-wide ceilings ----------------------------------------------------- */
@@ -258,6 +262,51 @@ static int run_group(bench_run *run, const bench_inputs *in, int pool_rank, int 
     return rc;
 }
 
+/* ---- serving's graphs under changing forwards ----------------------------- */
+
+#define TRACE_STEPS 400
+
+/* Every trace on two backends of the first group's ranks, one replaying
+ * graphs (the default cache) and one launching directly, each trace on a
+ * fresh cache: 0 on success. Default kernels only, so it runs before the
+ * stage profile's kernels that no device has run yet. */
+static int trace_all(bench_run *run, const bench_inputs *in, uint64_t *seed) {
+    ls_backend *be[2] = {bench_backend_graphs(GROUPS[0][0], GROUPS[0][1], 0, in, seed),
+                         bench_backend_graphs(GROUPS[0][0], GROUPS[0][1], -1, in, seed)};
+    int rc = be[0] && be[1] ? 0 : -1;
+    for (int k = 0; k < BENCH_TRACES && rc == 0; k++) {
+        bench_trace tr;
+        rc = bench_trace_make(k, TRACE_STEPS, BENCH_SLOTS, 1000 + (uint64_t)k, &tr);
+        for (int g = 0; g < 2 && rc == 0; g++) {
+            ls_backend_cuda_clear_graphs(be[g]);
+            rc = bench_trace_run(be[g], in, &tr, &run->trace[k][g]);
+        }
+        bench_trace_free(&tr);
+    }
+    run->traced = rc == 0;
+    ls_backend_free(be[0]);
+    ls_backend_free(be[1]);
+    return rc;
+}
+
+static void print_traces(const bench_run *run) {
+    if (!run->traced) return;
+    printf("\nServing's CUDA graphs when forwards change (ls_backend_forward end to end, %d forwards a trace, "
+           "pool R %d, rank %d, up to %d tokens over %d slots, one layer). fixed: the same forward every step; "
+           "decode: one request joins or leaves a step, each on its own adapter; random: a new size and new "
+           "adapters every step. A graph is kept per exact shape (tokens, adapted tokens, slot or segment count): "
+           "what fixed saves and decode does not is what bucketing sizes could win back.\n\n",
+           TRACE_STEPS, GROUPS[0][0], GROUPS[0][1], BENCH_TRACE_TMAX, BENCH_SLOTS);
+    printf("| trace | graphs ms | direct ms | graphs / direct | replays | captures | capture failures | stopped |\n"
+           "|:---|---:|---:|---:|---:|---:|---:|:---|\n");
+    for (int k = 0; k < BENCH_TRACES; k++) {
+        const bench_trace_result *on = &run->trace[k][0], *off = &run->trace[k][1];
+        printf("| %s | %.4f | %.4f | %.2f | %llu | %llu | %llu | %s |\n", bench_trace_name(k), on->mean_ms,
+               off->mean_ms, on->mean_ms / off->mean_ms, (unsigned long long)on->hits,
+               (unsigned long long)on->captures, (unsigned long long)on->failures, on->stopped ? "yes" : "no");
+    }
+}
+
 /* ---- HTTP rows and targets -------------------------------------------------- */
 
 static const bench_row *find_row(const bench_run *run, int pool_rank, int rank, int T, int adapters) {
@@ -411,6 +460,7 @@ int main(int argc, char **argv) {
     if (rc) fprintf(stderr, "bench_gpu: out of host memory\n");
     for (size_t g = 0; g < sizeof GROUPS / sizeof GROUPS[0] && rc == 0; g++)
         rc = run_group(&run, &in, GROUPS[g][0], GROUPS[g][1], &seed);
+    if (rc == 0) rc = trace_all(&run, &in, &seed);
     if (rc == 0) rc = profile_all(&run, &in, &seed);
     if (run.nrows > 0) {
         printf("\nms: median device time of one forward (CUDA graph of the device work when graph says yes, inputs "
@@ -419,6 +469,7 @@ int main(int argc, char **argv) {
                "adapters' (zero past it); ours/torch: our device time / PyTorch eager's, ours/torch graph: / "
                "PyTorch's in a CUDA graph; < 1 is faster.\n");
         print_profile(&run);
+        print_traces(&run);
         print_http(&run);
         print_targets(&run);
     }

@@ -46,6 +46,9 @@ void bench_fill(float *v, size_t count, double scale, uint64_t *seed);
  * a slot's rank from the zeros can use it). NULL after printing why. The
  * caller frees it with ls_backend_free. */
 ls_backend *bench_backend(int pool_rank, int rank, const bench_inputs *in, uint64_t *seed);
+/* The same with graphs as ls_cuda_settings.graphs says (0 the default,
+ * < 0 none). */
+ls_backend *bench_backend_graphs(int pool_rank, int rank, int graphs, const bench_inputs *in, uint64_t *seed);
 /* The device-only median ms of a forward of T tokens all on the base;
  * < 0 after printing why. */
 double bench_base_ms(ls_backend *be, const bench_inputs *in, int T);
@@ -64,6 +67,39 @@ double bench_forward_ms(ls_backend *be, const bench_inputs *in, int T, int adapt
  * forward of T tokens over `adapters` adapters of rank `rank`. */
 double bench_min_bytes(int T, int adapters, int rank);
 double bench_flops(int T, int rank);
+
+/* ---- gpu_traces.c -------------------------------------------------------- */
+
+/* A trace of forwards: step s has T[s] tokens, token t on slot
+ * sot[s * BENCH_TRACE_TMAX + t]. Kinds (bench_trace_name): 0 fixed (the
+ * same forward every step), 1 decode (requests join and leave one at a
+ * time, each on its own slot), 2 random (every step a new size and
+ * slots). */
+#define BENCH_TRACES 3
+#define BENCH_TRACE_TMAX 64
+typedef struct {
+    int kind, steps;
+    int *T;   /* [steps] */
+    int *sot; /* [steps][BENCH_TRACE_TMAX] */
+} bench_trace;
+
+/* What a run of a trace measured: the mean wall time of ls_backend_forward
+ * per step, and what the backend's graph cache counted over it. */
+typedef struct {
+    double mean_ms;
+    uint64_t hits, captures, failures;
+    int stopped; /* the cache stopped capturing (by the end) */
+} bench_trace_result;
+
+const char *bench_trace_name(int kind);
+/* Makes the trace of kind over slots 0..slots-1 from seed (the same
+ * trace for the same arguments); 0 on success, else -1 after printing
+ * why. Freed with bench_trace_free (safe after a failure). */
+int bench_trace_make(int kind, int steps, int slots, uint64_t seed, bench_trace *tr);
+void bench_trace_free(bench_trace *tr);
+/* Runs every step on be's layer 0 with in's x and gammas; 0 on success,
+ * else -1 after printing why. */
+int bench_trace_run(ls_backend *be, const bench_inputs *in, const bench_trace *tr, bench_trace_result *out);
 
 /* ---- gpu_refs.c ---------------------------------------------------------- */
 

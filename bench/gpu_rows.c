@@ -73,13 +73,18 @@ static int write_slots(ls_backend *be, const ls_backend_config *cfg, int rank, u
 }
 
 ls_backend *bench_backend(int pool_rank, int rank, const bench_inputs *in, uint64_t *seed) {
+    return bench_backend_graphs(pool_rank, rank, 0, in, seed);
+}
+
+ls_backend *bench_backend_graphs(int pool_rank, int rank, int graphs, const bench_inputs *in, uint64_t *seed) {
     ls_backend_config cfg = {.dims = {BENCH_N, BENCH_H, BENCH_F, 1, LS_W13_INTERLEAVED},
                              .pool = {BENCH_SLOTS, pool_rank, LS_LORA_SHARED, BENCH_TMAX},
                              .dtype = LS_DTYPE_BF16};
+    const ls_cuda_settings cuda = {.device_id = 0, .graphs = graphs};
     ls_backend *be = NULL;
     ls_error err;
     ls_error_init(&err);
-    if (ls_backend_cuda_create(&cfg, NULL, &be, &err) != LS_OK) {
+    if (ls_backend_cuda_create(&cfg, &cuda, &be, &err) != LS_OK) {
         fprintf(stderr, "bench_gpu: create: %s\n", err.message);
     } else {
         const ls_base_layer bl = ls_base_layer_f32(in->w13, in->w2);

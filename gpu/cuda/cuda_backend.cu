@@ -595,6 +595,9 @@ static ls_status copy_bandwidth_locked(ls_cuda *c, size_t bytes, int iters, doub
 /* See cuda_backend.h. */
 const ls_graph_cache *ls_backend_cuda_graphs(ls_backend *be) { return &ls_cuda_of(be)->graphs; }
 
+/* See cuda_backend.h. A graph still running is freed when it ends. */
+void ls_backend_cuda_clear_graphs(ls_backend *be) { ls_graph_cache_clear(&ls_cuda_of(be)->graphs); }
+
 /* A benchmark helper: allocates its scratch here (not a serving path). */
 ls_status ls_backend_cuda_copy_bandwidth(ls_backend *be, size_t bytes, int iters, double *bytes_per_s,
                                          ls_error *err) {

@@ -101,6 +101,10 @@ ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, cons
  * tests, which read its counters to check that a repeated shape is
  * captured and then replayed. The backend's; read it between forwards. */
 const ls_graph_cache *ls_backend_cuda_graphs(ls_backend *be);
+/* Destroys every graph and sighting of that cache and lets it capture
+ * again (its counters go on): the benchmark's fresh start for each trace.
+ * Between forwards, as any other operation. */
+void ls_backend_cuda_clear_graphs(ls_backend *be);
 
 /* Device-to-device copy bandwidth: copies a scratch buffer of `bytes`
  * (allocated and freed here) `iters` times and stores the median rate in
