@@ -304,7 +304,10 @@ static void ls_pool_load_undo(ls_pool *p, const ls_pool_loading *l) {
         ls_error_free(&ignored);
     }
     pthread_mutex_lock(&p->mu);
-    if (l->kept) l->kept->keep_copy = false; /* still the live version */
+    if (l->kept) { /* still the live version: its copy counts in the tier again */
+        l->kept->keep_copy = false;
+        ls_policy_trim_host(p, NULL);
+    }
     if (back) {
         p->slots[l->slot].state = LS_SLOT_RESIDENT;
         p->slots[l->slot].entry = reused;
@@ -451,6 +454,7 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls
     } else if (kept) {
         pthread_mutex_lock(&p->mu);
         kept->keep_copy = false; /* still registered: the tier may drop it again */
+        ls_policy_trim_host(p, NULL);
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->state_mu);

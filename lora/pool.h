@@ -92,7 +92,9 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
 /* Unregisters name: unknown at once to new requests; the slot is freed at
  * the last release. info (when not NULL) gets the snapshot of the version
  * this call removed, taken as it went (a replace racing the delete may
- * have made it a newer one than a describe before the call saw).
+ * have made it a newer one than a describe before the call saw); read it
+ * only when the call returns LS_OK (after a failure it may hold the
+ * version the call meant to remove).
  * LS_ADAPTER_NOT_FOUND when unknown. With a state
  * directory the delete is durable before this returns (LS_INTERNAL, and
  * nothing changed, when the disk refuses; but when the record was removed

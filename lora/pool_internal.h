@@ -126,5 +126,11 @@ ls_status ls_policy_reload_held(ls_pool *p, ls_pool_entry *const *ents, int coun
  * caller clears keep_copy, under mu, if the change fails and the version
  * stays live. Returns that entry, or NULL when nothing needed keeping. */
 ls_pool_entry *ls_policy_keep_copy(ls_pool *p, const char *name);
+/* For the tests only: when set, called with the entry's name as
+ * ls_policy_reload starts, in the window between a caller's look at
+ * host_data and the reload's own, where a delete or replace of the name
+ * may end. Set before the threads that reload start; NULL in the
+ * server. */
+extern void (*ls_policy_reload_hook)(const char *name);
 
 #endif

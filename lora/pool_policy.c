@@ -110,7 +110,10 @@ static ls_status ls_policy_install(ls_pool *p, ls_pool_entry *e, ls_adapter *tmp
         e->host_data = true;
         p->host_used++;
         p->host_bytes += e->meta.bytes;
-        ls_policy_trim_host(p, e);
+        /* A copy kept while its record goes (keep_copy) is there only
+         * for the requests that hold the version: it must not push
+         * another adapter's copy out. It leaves with its entry. */
+        if (!e->keep_copy) ls_policy_trim_host(p, e);
     }
     pthread_mutex_unlock(&p->mu);
     memset(tmp, 0, sizeof *tmp);
@@ -122,14 +125,22 @@ static ls_status ls_policy_install(ls_pool *p, ls_pool_entry *e, ls_adapter *tmp
  * (under mu; another forward may have done it meanwhile). e is held, so
  * the host tier does not drop the copy again before the caller uses it;
  * its name, path and parameters never change. */
+void (*ls_policy_reload_hook)(const char *name) = NULL;
+
 static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
     ls_adapter tmp;
     memset(&tmp, 0, sizeof tmp);
+    if (ls_policy_reload_hook) ls_policy_reload_hook(e->name);
     /* The state directory holds the live version's factors as they were
-     * normalised: read them from there when they are the ones wanted. */
+     * normalised: read them from there when they are the ones wanted.
+     * Both read in one critical section: a replace or delete that ends
+     * between the caller's look at host_data and here installs the copy
+     * (ls_policy_keep_copy) before it unlinks the entry, so a version
+     * no longer live may have its copy, and then that is the answer. */
     pthread_mutex_lock(&p->mu);
-    bool live = e->live;
+    const bool live = e->live, installed = e->host_data;
     pthread_mutex_unlock(&p->mu);
+    if (installed) return LS_OK;
     ls_error state_why;
     ls_error_init(&state_why);
     if (p->cfg.state && live) {
@@ -146,9 +157,9 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
          * between the check of live and the read; it reads the copy back
          * first (ls_policy_keep_copy), so that copy is the answer. */
         pthread_mutex_lock(&p->mu);
-        const bool installed = e->host_data;
+        const bool now = e->host_data;
         pthread_mutex_unlock(&p->mu);
-        if (installed) {
+        if (now) {
             ls_error_free(&state_why);
             return LS_OK;
         }

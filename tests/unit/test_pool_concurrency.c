@@ -7,9 +7,12 @@
  * run alone; with a state directory too, where inline uploads drop their
  * host copies and a version a forward still holds is read back from the
  * record a replace or delete is rewriting. A delete reports the version
- * it removed, one a load acknowledged. Built to run clean under TSan and
- * ASan+UBSan. */
+ * it removed, one a load acknowledged; a forward held in the window
+ * before its reload while the version is deleted or replaced is still
+ * served with it; the copy a delete keeps for such requests drops no
+ * other adapter's. Built to run clean under TSan and ASan+UBSan. */
 #include "common/text.h"
+#include "lora/pool_internal.h"
 #include "lora/state.h"
 #include "tests/util/pool_cases.h"
 #include "tests/util/testutil.h"
@@ -415,19 +418,44 @@ static void *rr_deleter(void *arg) {
     return NULL;
 }
 
+/* A pool on the fake backend with `slots` slots and a host tier of
+ * host_cache, with a state directory of its own when with_state (no
+ * reload function: inline uploads, read back from their records). */
+typedef struct {
+    pt_fake *fk;
+    char *dir;
+    ls_state *sd;
+    ls_pool *p;
+} state_pool;
+
+static state_pool state_pool_make(int slots, int host_cache, bool with_state) {
+    state_pool sp = {.fk = pt_fake_create(D, slots, RMAX, 6), .dir = with_state ? ls_test_mkdtemp() : NULL};
+    ls_error err;
+    ls_error_init(&err);
+    if (sp.dir && ls_state_open(sp.dir, &sp.sd, &err) != LS_OK) fail_msg("ls_state_open: %s", err.message);
+    ls_pool_config cfg = {.host_cache = host_cache, .state = sp.sd};
+    if (ls_pool_create(sp.fk->be, &cfg, &sp.p, &err) != LS_OK) fail_msg("ls_pool_create: %s", err.message);
+    ls_error_free(&err);
+    return sp;
+}
+
+static void state_pool_free(state_pool *sp) {
+    ls_pool_free(sp->p); /* first: it borrows the backend and the state */
+    ls_backend_free(sp->fk->be);
+    if (sp->sd) ls_state_close(sp->sd);
+    if (sp->dir) ls_test_rmtree(sp->dir);
+    free(sp->dir);
+}
+
 /* with_state: a state directory and a host tier of one, so most
  * versions keep no host copy and are read back from their records. */
 static void one_name_run(bool with_state) {
     enum { NLOAD = 8, NDEL = 2, ITERS = 50 };
-    pt_fake *fk = pt_fake_create(D, 3, RMAX, 6);
-    char *dir = with_state ? ls_test_mkdtemp() : NULL;
-    ls_state *sd = NULL;
+    state_pool sp = state_pool_make(3, with_state ? 1 : 2, with_state);
+    pt_fake *fk = sp.fk;
+    ls_pool *p = sp.p;
     ls_error err;
     ls_error_init(&err);
-    if (dir && ls_state_open(dir, &sd, &err) != LS_OK) fail_msg("ls_state_open: %s", err.message);
-    ls_pool_config cfg = {.host_cache = with_state ? 1 : 2, .state = sd};
-    ls_pool *p = NULL;
-    if (ls_pool_create(fk->be, &cfg, &p, &err) != LS_OK) fail_msg("ls_pool_create: %s", err.message);
     oracle o = {0};
     pthread_mutex_init(&o.mu, NULL);
     rr_worker w[NLOAD + NDEL];
@@ -475,12 +503,8 @@ static void one_name_run(bool with_state) {
     free(slots);
     assert_int_equal(atomic_load(&fk->overlaps), 0);
     assert_int_equal(atomic_load(&fk->bad_slots), 0);
-    ls_pool_free(p);
-    ls_backend_free(fk->be);
+    state_pool_free(&sp);
     pthread_mutex_destroy(&o.mu);
-    if (sd) ls_state_close(sd);
-    if (dir) ls_test_rmtree(dir);
-    free(dir);
 }
 
 static void test_concurrency_one_name(void **state) {
@@ -493,6 +517,134 @@ static void test_concurrency_one_name_state(void **state) {
     one_name_run(true);
 }
 
+/* The window between a forward's look at a held version's host_data and
+ * its reload: a delete or replace that ends there reads the version's
+ * copy back and unlinks it, and the reload, finding it no longer live,
+ * refused it (adapter_stale, "no host copy") although the copy was there.
+ * The reload hook holds the forward in that window until the change has
+ * returned. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase; /* 0 armed, 1 the forward waits in the window, 2 let it go */
+} reload_window;
+
+static reload_window g_window = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+/* The first reload of "a" (the forward's) waits; the change's own reload
+ * of it (ls_policy_keep_copy) then passes. */
+static void hold_first_reload(const char *name) {
+    if (strcmp(name, "a")) return;
+    pthread_mutex_lock(&g_window.mu);
+    if (g_window.phase == 0) {
+        g_window.phase = 1;
+        pthread_cond_broadcast(&g_window.cv);
+        while (g_window.phase != 2) pthread_cond_wait(&g_window.cv, &g_window.mu);
+    }
+    pthread_mutex_unlock(&g_window.mu);
+}
+
+typedef struct {
+    ls_pool *p;
+    float x[8], g[2], y[8];
+    ls_pool_used used[1];
+    int n_used;
+    ls_status st;
+    char why[512];
+} window_forward;
+
+static void *window_forward_run(void *arg) {
+    window_forward *f = arg;
+    const char *names[1] = {"a"};
+    ls_error err;
+    ls_error_init(&err);
+    f->st = pc_pool_forward(f->p, 0, 1, f->x, f->g, names, f->y, f->used, &f->n_used, &err);
+    snprintf(f->why, sizeof f->why, "%s", err.message);
+    ls_error_free(&err);
+    return NULL;
+}
+
+static void window_run(bool replace) {
+    state_pool sp = state_pool_make(1, 1, true);
+    ls_pool *p = sp.p;
+    ls_error err;
+    ls_error_init(&err);
+    /* Inline uploads: b takes the one slot and the one host place, so a
+     * has neither and only its record to be read back from. */
+    ls_adapter_info info;
+    assert_int_equal(pt_load(p, &D, "a", rank_of("a", 1), seed_of("a", 1), false, false, NULL, &info, &err), LS_OK);
+    assert_int_equal(pt_load(p, &D, "b", rank_of("b", 1), seed_of("b", 1), false, false, NULL, &info, &err), LS_OK);
+    assert_int_equal(ls_pool_describe(p, "a", &info, &err), LS_OK);
+    assert_true(info.slot < 0 && !info.host_data);
+    window_forward f = {.p = p};
+    for (int i = 0; i < 8; i++) f.x[i] = 0.25f * (float)(i - 3);
+    f.g[0] = 1.0f, f.g[1] = 0.5f;
+    g_window.phase = 0;
+    ls_policy_reload_hook = hold_first_reload;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, window_forward_run, &f), 0);
+    pthread_mutex_lock(&g_window.mu);
+    while (g_window.phase != 1) pthread_cond_wait(&g_window.cv, &g_window.mu);
+    pthread_mutex_unlock(&g_window.mu);
+    if (replace)
+        assert_int_equal(pt_load(p, &D, "a", rank_of("a", 2), seed_of("a", 2), false, true, NULL, &info, &err), LS_OK);
+    else
+        assert_int_equal(ls_pool_delete(p, "a", &info, &err), LS_OK);
+    pthread_mutex_lock(&g_window.mu);
+    g_window.phase = 2;
+    pthread_cond_broadcast(&g_window.cv);
+    pthread_mutex_unlock(&g_window.mu);
+    pthread_join(t, NULL);
+    ls_policy_reload_hook = NULL;
+    if (f.st != LS_OK) fail_msg("forward held across a %s: %s: %s", replace ? "replace" : "delete",
+                                ls_status_code(f.st), f.why);
+    assert_int_equal(f.n_used, 1);
+    assert_int_equal(f.used[0].version, 1);
+    oracle o = {0};
+    float want[8];
+    oracle_expect(&o, "a", 1, 0, f.x, f.g, want);
+    assert_memory_equal(want, f.y, sizeof want);
+    ls_error_free(&err);
+    state_pool_free(&sp);
+}
+
+/* The copy a delete reads back for the requests that may still hold the
+ * version is not the host tier's to make room for: deleting an idle
+ * inline adapter dropped another adapter's copy (tier of one: b held it,
+ * a was resident without one). */
+static void test_delete_keeps_others_copies(void **state) {
+    (void)state;
+    state_pool sp = state_pool_make(2, 1, true);
+    ls_adapter_info info;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pt_load(sp.p, &D, "a", 2, 1, false, false, NULL, &info, &err), LS_OK);
+    assert_int_equal(pt_load(sp.p, &D, "b", 2, 2, false, false, NULL, &info, &err), LS_OK);
+    assert_int_equal(ls_pool_describe(sp.p, "a", &info, &err), LS_OK);
+    assert_true(info.slot >= 0 && !info.host_data);
+    assert_int_equal(ls_pool_describe(sp.p, "b", &info, &err), LS_OK);
+    assert_true(info.host_data);
+    ls_pool_stats before, after;
+    ls_slot_info *slots;
+    assert_int_equal(ls_pool_snapshot(sp.p, &slots, &before, NULL), LS_OK);
+    free(slots);
+    assert_int_equal(ls_pool_delete(sp.p, "a", &info, &err), LS_OK);
+    assert_int_equal(ls_pool_describe(sp.p, "b", &info, &err), LS_OK);
+    assert_true(info.host_data);
+    assert_int_equal(ls_pool_snapshot(sp.p, &slots, &after, NULL), LS_OK);
+    free(slots);
+    assert_int_equal(after.host_drops, before.host_drops);
+    assert_int_equal(after.host_used, 1);
+    ls_error_free(&err);
+    state_pool_free(&sp);
+}
+
+static void test_held_version_across_the_reload_window(void **state) {
+    (void)state;
+    window_run(false);
+    window_run(true);
+}
+
 int main(void) {
     ls_log_set_level(LS_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -500,6 +652,8 @@ int main(void) {
         cmocka_unit_test(test_concurrency_cpu),
         cmocka_unit_test(test_concurrency_one_name),
         cmocka_unit_test(test_concurrency_one_name_state),
+        cmocka_unit_test(test_held_version_across_the_reload_window),
+        cmocka_unit_test(test_delete_keeps_others_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
