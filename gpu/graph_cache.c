@@ -22,7 +22,7 @@ bool ls_graph_cache_init(ls_graph_cache *c, int cap, void (*destroy)(void *graph
 
 void ls_graph_cache_clear(ls_graph_cache *c) {
     for (int i = 0; i < c->count; i++)
-        if (c->e[i].graph && c->destroy) c->destroy(c->e[i].graph);
+        if (c->destroy) c->destroy(c->e[i].graph);
     c->count = c->nseen = 0;
     c->stopped = false;
     c->evicted = c->wasted = 0;
@@ -53,11 +53,9 @@ static int lru(const ls_graph_entry *e, int n) {
 static ls_graph_entry *take_graph(ls_graph_cache *c) {
     if (c->count < c->cap) return &c->e[c->count++];
     ls_graph_entry *e = &c->e[lru(c->e, c->count)];
-    if (e->graph) {
-        if (c->destroy) c->destroy(e->graph);
-        c->evicted++;
-        if (e->hits == 0) c->wasted++;
-    }
+    if (c->destroy) c->destroy(e->graph);
+    c->evicted++;
+    if (e->hits == 0) c->wasted++;
     e->graph = NULL;
     return e;
 }
@@ -65,6 +63,25 @@ static ls_graph_entry *take_graph(ls_graph_cache *c) {
 static void forget_seen(ls_graph_cache *c, const ls_graph_key *k) {
     const int i = find(c->seen, c->nseen, k);
     if (i >= 0) c->seen[i] = c->seen[--c->nseen];
+}
+
+/* k's sighting, made (over the least recently used one when full) when
+ * there is none. */
+static ls_graph_entry *sighting(ls_graph_cache *c, const ls_graph_key *k) {
+    const int i = find(c->seen, c->nseen, k);
+    if (i >= 0) return &c->seen[i];
+    ls_graph_entry *s = c->nseen < c->cap ? &c->seen[c->nseen++] : &c->seen[lru(c->seen, c->nseen)];
+    memset(s, 0, sizeof *s);
+    s->key = *k;
+    return s;
+}
+
+/* k launches directly from now on: its sighting marked failed. */
+static void mark_failed(ls_graph_cache *c, const ls_graph_key *k) {
+    ls_graph_entry *s = sighting(c, k);
+    s->failed = true;
+    s->used = ++c->clock;
+    c->failures++;
 }
 
 void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture) {
@@ -75,7 +92,6 @@ void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture
     if (i >= 0) {
         ls_graph_entry *e = &c->e[i];
         e->used = c->clock;
-        if (!e->graph) return NULL; /* its capture failed */
         e->hits++;
         c->hits++;
         return e->graph;
@@ -83,28 +99,29 @@ void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture
     i = find(c->seen, c->nseen, k);
     if (i >= 0) {
         c->seen[i].used = c->clock;
-        *capture = !c->stopped;
+        *capture = !c->stopped && !c->seen[i].failed;
         return NULL;
     }
-    ls_graph_entry *s = c->nseen < c->cap ? &c->seen[c->nseen++] : &c->seen[lru(c->seen, c->nseen)];
-    memset(s, 0, sizeof *s);
-    s->key = *k;
-    s->used = c->clock;
+    sighting(c, k)->used = c->clock;
     return NULL;
 }
 
 bool ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph) {
     if (c->cap == 0) return false;
-    forget_seen(c, k);
     const int i = find(c->e, c->count, k);
+    if (!graph) {
+        if (i < 0) mark_failed(c, k);
+        return false;
+    }
+    forget_seen(c, k);
     ls_graph_entry *e = i >= 0 ? &c->e[i] : take_graph(c);
-    if (i >= 0 && e->graph && e->graph != graph && c->destroy) c->destroy(e->graph);
+    if (i >= 0 && e->graph != graph && c->destroy) c->destroy(e->graph);
     e->key = *k;
     e->graph = graph;
+    e->failed = false;
     e->hits = 0;
     e->used = ++c->clock;
-    if (graph) c->captures++;
-    else c->failures++;
+    c->captures++;
     const bool stop = !c->stopped && c->wasted >= LS_GRAPH_WASTE_MIN && 2 * c->wasted >= c->evicted;
     if (stop) c->stopped = true;
     return stop;
@@ -112,8 +129,8 @@ bool ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph) {
 
 void ls_graph_cache_drop(ls_graph_cache *c, const ls_graph_key *k) {
     const int i = find(c->e, c->count, k);
-    if (i < 0 || !c->e[i].graph) return;
+    if (i < 0) return;
     if (c->destroy) c->destroy(c->e[i].graph);
-    c->e[i].graph = NULL;
-    c->failures++;
+    c->e[i] = c->e[--c->count];
+    mark_failed(c, k);
 }

@@ -6,9 +6,12 @@
  * a shape seen once never pushes out a graph that is replayed; the least
  * recently used graph goes when the cache is full. A workload whose
  * shapes do not come back before they are evicted would pay a capture
- * per forward and gain nothing: once half of the graphs evicted (at least
- * LS_GRAPH_WASTE_MIN of them) were never replayed, the cache stops
- * capturing and the forwards launch directly. Host data only, so the CPU
+ * per forward and gain nothing: once half of the graphs evicted since
+ * start (or the last clear), and at least LS_GRAPH_WASTE_MIN of them,
+ * were never replayed, the cache stops capturing and the forwards launch
+ * directly. The ratio is over all those evictions, so after a long run
+ * of graphs that were replayed a change to shapes that never repeat
+ * stops capture only once it has wasted as many. Host data only, so the CPU
  * tests it; the graphs are opaque pointers the owner destroys through
  * the callback. Not thread-safe: the backend's caller serialises its
  * calls. */
@@ -39,14 +42,15 @@ typedef struct {
 
 typedef struct {
     ls_graph_key key;
-    void *graph;    /* NULL: its capture failed (direct launches from now on) */
+    void *graph;    /* a graph entry's graph (never NULL there) */
+    bool failed;    /* a sighting whose capture or launch failed: direct launches */
     uint64_t hits;  /* replays since it was captured */
     uint64_t used;  /* clock of the last lookup */
 } ls_graph_entry;
 
 typedef struct {
-    ls_graph_entry *e;    /* graphs, and shapes whose capture failed */
-    ls_graph_entry *seen; /* shapes seen once, not captured */
+    ls_graph_entry *e;    /* graphs */
+    ls_graph_entry *seen; /* shapes seen once, not captured, and shapes whose graph failed */
     int cap, count, nseen;
     uint64_t clock;
     void (*destroy)(void *graph);
@@ -67,12 +71,15 @@ void ls_graph_cache_free(ls_graph_cache *c);
  * graph to put; a first sighting is remembered. */
 void *ls_graph_cache_get(ls_graph_cache *c, const ls_graph_key *k, bool *capture);
 /* Keeps graph for k (after get said capture); evicts the least recently
- * used graph when full. graph NULL (capture failed) marks the shape as
- * one to launch directly, so it is not captured again. True when this
- * put made the cache stop capturing (for the owner's one log line). */
+ * used graph when full. graph NULL (capture failed) marks the shape's
+ * sighting as one to launch directly, so it is not captured again while
+ * the cache remembers it (as long as a sighting lasts: least recently
+ * used first, as many as graphs); a failure never pushes a graph out.
+ * True when this put made the cache stop capturing (for the owner's one
+ * log line). */
 bool ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
-/* Drops k's graph after its launch failed (destroyed; the shape then
- * launches directly, as after a failed capture). */
+/* Drops k's graph after its launch failed: destroyed, and the shape
+ * marked as after a failed capture. */
 void ls_graph_cache_drop(ls_graph_cache *c, const ls_graph_key *k);
 /* Destroys every graph, forgets every sighting and starts capturing
  * again: ls_graph_cache_free's first step, and what an owner whose

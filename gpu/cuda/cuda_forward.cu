@@ -355,8 +355,9 @@ static cudaGraphExec_t graph_for(ls_cuda *c, const ls_cuda_plan *p) {
         g = capture(c, p, why, sizeof why);
         if (!g) capture_failed(c, why);
         if (ls_graph_cache_put(&c->graphs, &k, (void *)g))
-            ls_log_warn("cuda backend: %llu of the last %llu CUDA graphs evicted were never replayed (forward shapes "
-                        "do not repeat within --cuda-graphs %d): no more captures; new shapes launch directly",
+            ls_log_warn("cuda backend: %llu of the %llu CUDA graphs evicted since start were never replayed "
+                        "(forward shapes do not repeat within --cuda-graphs %d): no more captures; new shapes "
+                        "launch directly",
                         (unsigned long long)c->graphs.wasted, (unsigned long long)c->graphs.evicted,
                         c->graphs.cap);
     }

@@ -1,7 +1,8 @@
 /* gpu/graph_cache.h: a shape is captured on its second sighting and
  * replayed after; the least recently used graph goes when full, its graph
  * destroyed exactly once, and a shape seen once never pushes a graph
- * out; a failed capture (or a dropped graph) is not tried again; a cache
+ * out; a failed capture (or a dropped graph) is not tried again and
+ * pushes no graph out; a cache
  * whose evicted graphs were mostly never replayed stops capturing; a
  * cache of 0 never captures. */
 #include <setjmp.h>
@@ -171,6 +172,36 @@ static void test_failed_capture_not_retried(void **state) {
     ls_graph_cache_free(&c);
 }
 
+/* A failed capture in a full cache pushes no graph out (it replaced the
+ * least recently used one, replayed or not), and it is remembered beside
+ * the sightings: other captures later do not make it try again. */
+static void test_failure_evicts_nothing(void **state) {
+    (void)state;
+    memset(g_destroyed, 0, sizeof g_destroyed);
+    ls_graph_cache c;
+    assert_true(ls_graph_cache_init(&c, 2, destroy));
+    for (int i = 0; i < 3; i++) use(&c, 0, 1, 1), use(&c, 0, 2, 2); /* both captured and replayed */
+    const ls_graph_key k = key(0, 9);
+    bool capture = false;
+    ls_graph_cache_get(&c, &k, &capture);
+    ls_graph_cache_get(&c, &k, &capture);
+    assert_true(capture);
+    ls_graph_cache_put(&c, &k, NULL);
+    assert_int_equal(g_destroyed[1] + g_destroyed[2], 0);
+    assert_int_equal(c.evicted, 0);
+    assert_ptr_equal(use(&c, 0, 1, 9), (void *)(intptr_t)1);
+    assert_ptr_equal(use(&c, 0, 2, 9), (void *)(intptr_t)2);
+    /* A new shape captured (evicting one graph) leaves the failure known. */
+    use(&c, 0, 3, 3), use(&c, 0, 3, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_null(ls_graph_cache_get(&c, &k, &capture));
+        assert_false(capture);
+    }
+    assert_int_equal(c.failures, 1);
+    ls_graph_cache_free(&c);
+    for (int i = 0; i < 16; i++) assert_true(g_destroyed[i] <= 1);
+}
+
 static void test_off(void **state) {
     (void)state;
     ls_graph_cache c;
@@ -192,6 +223,7 @@ int main(void) {
         cmocka_unit_test(test_waste_stops_capture),
         cmocka_unit_test(test_drop),
         cmocka_unit_test(test_failed_capture_not_retried),
+        cmocka_unit_test(test_failure_evicts_nothing),
         cmocka_unit_test(test_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
