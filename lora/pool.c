@@ -362,6 +362,7 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
                        ls_adapter_info *info, ls_error *err) {
     static const ls_pool_load_opts no_opts;
     if (!opts) opts = &no_opts;
+    if (info) memset(info, 0, sizeof *info); /* version 0: nothing changed (pool.h) */
     size_t len = name ? strlen(name) : 0;
     if (len < 1 || len > 128)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "adapter names have 1 to 128 characters");
@@ -457,6 +458,7 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls
         ls_policy_trim_host(p, NULL);
         pthread_mutex_unlock(&p->mu);
     }
+    if (st != LS_OK && !made && info) memset(info, 0, sizeof *info); /* nothing changed */
     pthread_mutex_unlock(&p->state_mu);
     return st;
 }

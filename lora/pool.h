@@ -84,22 +84,23 @@ typedef struct {
  * directory renamed the record into place and only the sync after it
  * failed, the adapter is registered as the disk now says (*a taken and
  * info filled as on success) and LS_INTERNAL says its durability is not
- * confirmed. An unpinned adapter that finds no slot now stays registered
- * in the host tier. */
+ * confirmed: after any other failure info->version is 0, so a caller can
+ * tell (and audit) a change that stands. An unpinned adapter that finds
+ * no slot now stays registered in the host tier. */
 ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_pool_load_opts *opts,
                        ls_adapter_info *info, ls_error *err);
 
 /* Unregisters name: unknown at once to new requests; the slot is freed at
  * the last release. info (when not NULL) gets the snapshot of the version
  * this call removed, taken as it went (a replace racing the delete may
- * have made it a newer one than a describe before the call saw); read it
- * only when the call returns LS_OK (after a failure it may hold the
- * version the call meant to remove).
+ * have made it a newer one than a describe before the call saw).
  * LS_ADAPTER_NOT_FOUND when unknown. With a state
  * directory the delete is durable before this returns (LS_INTERNAL, and
  * nothing changed, when the disk refuses; but when the record was removed
  * and only the sync after it failed, the name is unregistered as the disk
- * says, and LS_INTERNAL says the delete's durability is not confirmed). */
+ * says, and LS_INTERNAL says the delete's durability is not confirmed).
+ * After a failure info->version is 0 unless the delete stands (that last
+ * case, info as on success). */
 ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);
 
 /* Registers every adapter of the state directory with its version, and

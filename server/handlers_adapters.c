@@ -149,6 +149,8 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {
+        /* A load the disk made though its sync failed stands: audited. */
+        if (info.version > 0) ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
         json_decref(ignored);
         ls_reply_error(r, &err);
     }
@@ -228,6 +230,7 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_adapter_info info;
+    memset(&info, 0, sizeof info);
     char name[LS_TENANT_LOOKUP_MAX];
     ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
     ls_status st = ls_request_check_query(req, NULL, "", &err);
@@ -235,6 +238,8 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
      * racing it may have made newer than any describe before. */
     if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &info, &err);
     if (st != LS_OK) {
+        /* A delete the disk made though its sync failed stands: audited. */
+        if (info.version > 0) ls_tenant_audit(req->who, "delete", info.name, info.version);
         ls_reply_error(r, &err);
     } else {
         ls_log_info("adapter %s v%llu deleted", info.name, (unsigned long long)info.version);

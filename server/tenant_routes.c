@@ -150,6 +150,7 @@ ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const ch
 
 ls_status ls_tenant_register(ls_server *srv, const ls_principal *who, const char *name, ls_adapter *a,
                              const ls_pool_load_opts *opts, ls_adapter_info *info, ls_error *err) {
+    memset(info, 0, sizeof *info); /* version 0 unless the load stands (lora/pool.h) */
     ls_tenant_load_lock(who);
     ls_status st = ls_tenant_admit_load(srv, who, name, opts->pinned, opts->keep_pin && opts->replace, 0, err);
     if (st == LS_OK) st = ls_pool_load(srv->pool, name, a, opts, info, err);
