@@ -40,6 +40,7 @@ struct ls_forward_job {
     unsigned long long held; /* bytes counted in srv->held_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
     int load_until;    /* with load_err: the index (in fr.names) of the adapter that failed */
+    int again;         /* times the forward went again after its batch (ls_forward_again) */
     ls_principal who;  /* the caller: its names are mapped in and out (server/tenant.h) */
 };
 
@@ -142,6 +143,33 @@ ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r) {
     ls_error_free(&err);
     if (answer) return LS_FORWARD_ANSWERED;
     return LS_FORWARD_BATCH;
+}
+
+/* How many times a forward whose auto-loaded adapter was deleted before
+ * its batch goes again: a client deleting the name as fast as forwards
+ * load it must not keep one waiting for ever. */
+enum { LS_FORWARD_AGAIN_MAX = 3 };
+
+bool ls_forward_again(const ls_forward_job *fj) {
+    return fj->job.status == LS_ADAPTER_NOT_FOUND && fj->srv->autoload && fj->again < LS_FORWARD_AGAIN_MAX;
+}
+
+ls_forward_step ls_forward_restart(ls_forward_job *fj, ls_reply *r) {
+    fj->again++;
+    ls_log_debug("forward: an adapter it names was deleted after it was loaded; loading again (try %d)", fj->again);
+    ls_error_free(&fj->job.err);
+    ls_error_init(&fj->job.err);
+    fj->job.status = LS_OK;
+    fj->job.n_used = 0;
+    ls_forward_step next;
+    ls_error err;
+    ls_error_init(&err);
+    if (ls_forward_autoload_check(fj->srv, &fj->who, &fj->fr, &next, &err) != LS_OK) {
+        ls_reply_error(r, &err);
+        next = LS_FORWARD_ANSWERED;
+    }
+    ls_error_free(&err);
+    return next;
 }
 
 /* The query parameters a forward reads, by body kind. */
@@ -333,17 +361,21 @@ void ls_handle_forward(const ls_request *req, ls_reply *r) {
     ls_forward_step next;
     ls_forward_job *fj = ls_forward_prepare(req, &next, r);
     if (!fj) return;
-    if (next == LS_FORWARD_READ) next = ls_forward_read(fj, r);
-    if (next == LS_FORWARD_LOAD) next = ls_forward_load(fj, r);
-    if (next == LS_FORWARD_ANSWERED) {
-        ls_forward_job_free(fj);
-        return;
+    for (;;) {
+        if (next == LS_FORWARD_READ) next = ls_forward_read(fj, r);
+        if (next == LS_FORWARD_LOAD) next = ls_forward_load(fj, r);
+        if (next == LS_FORWARD_ANSWERED) {
+            ls_forward_job_free(fj);
+            return;
+        }
+        ls_batch_job *job = &fj->job;
+        if (srv->batcher) job->status = ls_batcher_run(srv->batcher, job);
+        else
+            job->status = ls_pool_forward(srv->pool, job->layer, job->T, job->x, job->gammas, job->names, job->y,
+                                          job->used, &job->n_used, &job->err);
+        if (!ls_forward_again(fj)) break;
+        next = ls_forward_restart(fj, r);
     }
-    ls_batch_job *job = &fj->job;
-    if (srv->batcher) job->status = ls_batcher_run(srv->batcher, job);
-    else
-        job->status = ls_pool_forward(srv->pool, job->layer, job->T, job->x, job->gammas, job->names, job->y, job->used,
-                                      &job->n_used, &job->err);
     ls_forward_complete(srv, fj, r);
     ls_forward_job_free(fj);
 }

@@ -394,7 +394,20 @@ static void ls_http_resume(ls_conn_state *st, ls_phase phase) {
 }
 
 /* The batcher's done(): the batch has run the forward. */
-static void ls_http_computed(void *ctx) { ls_http_resume(ctx, LS_PHASE_COMPUTED); }
+static void ls_http_forward_again(void *ctx);
+
+/* The batch has run (on the batcher's worker, or at a failed submit). A
+ * forward that goes again (server/jobs.h) does so from a disk worker,
+ * its connection still suspended; else the connection resumes. */
+static void ls_http_computed(void *ctx) {
+    ls_conn_state *st = ctx;
+    if (!ls_forward_again(st->fjob)) {
+        ls_http_resume(st, LS_PHASE_COMPUTED);
+        return;
+    }
+    st->ojob.run = ls_http_forward_again; /* no worker holds ojob while the batch has the forward */
+    ls_offload_submit(st->srv->offload_disk, &st->ojob);
+}
 
 /* On a worker: st->reply holds the answer; the resumed connection sends
  * it. */
@@ -494,6 +507,15 @@ static void ls_http_forward_read(void *ctx) {
 static void ls_http_forward_load(void *ctx) {
     ls_conn_state *st = ctx;
     ls_http_forward_next(st, ls_forward_load(st->fjob, &st->reply));
+}
+
+/* On a disk worker: the forward's adapters looked at again after its
+ * batch found one deleted; it goes on from the step that leaves. */
+static void ls_http_forward_again(void *ctx) {
+    ls_conn_state *st = ctx;
+    const ls_forward_step next = ls_forward_restart(st->fjob, &st->reply);
+    if (next == LS_FORWARD_READ) ls_http_forward_read(st);
+    else ls_http_forward_next(st, next);
 }
 
 /* Parses the forward, suspends the connection and hands the job to the

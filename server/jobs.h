@@ -25,6 +25,15 @@ struct ls_batch_job;
 ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next, ls_reply *r);
 ls_forward_step ls_forward_read(ls_forward_job *fj, ls_reply *r);
 ls_forward_step ls_forward_load(ls_forward_job *fj, ls_reply *r);
+/* After the batch: true when the forward goes again. It failed with
+ * adapter_not_found on a server that auto-loads, so an adapter it loaded
+ * may have been deleted before the batch looked it up, and a forward
+ * after a delete loads the name again (at most a few times). Then
+ * ls_forward_restart, on a thread that may read the disk, takes the
+ * look prepare took and gives the next step (READ, LOAD, BATCH, or
+ * ANSWERED with r filled: the file is gone now, say). */
+bool ls_forward_again(const ls_forward_job *fj);
+ls_forward_step ls_forward_restart(ls_forward_job *fj, ls_reply *r);
 struct ls_batch_job *ls_forward_batch_job(ls_forward_job *fj);
 void ls_forward_complete(ls_server *srv, ls_forward_job *fj, ls_reply *r);
 void ls_forward_job_free(ls_forward_job *fj);

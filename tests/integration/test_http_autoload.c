@@ -4,7 +4,8 @@
  * GET /adapters, gives a bad file's error without reading it again until
  * it changes, refuses names that leave the directory; the adapter may be
  * named by the query or X-Lorasink-Adapter, and a body naming another is
- * a 400. */
+ * a 400; a forward whose adapter is deleted between its load and its
+ * batch loads it again. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +247,61 @@ static void test_state_dir_keeps_auto_loaded(void **state) {
     ts.srv = keep;
 }
 
+/* A forward whose auto-loaded adapter is deleted after its load and
+ * before its batch looks it up loads it again, as a forward after a
+ * delete does (it answered 404 "not registered; load it first"). The
+ * batch is held open by a client still sending a forward, so the delete
+ * lands in that window every time. */
+typedef struct {
+    const ls_test_server *srv;
+    const char *body;
+    long status;
+    long long version;
+} held_forward;
+
+static void *held_forward_run(void *arg) {
+    held_forward *h = arg;
+    ls_test_response r;
+    if (ls_test_http(h->srv, "POST", "/forward", NULL, h->body, strlen(h->body), NULL, &r) != 0) return NULL;
+    h->status = r.status;
+    json_t *j = ls_test_response_json(&r);
+    json_t *used = j ? json_array_get(json_object_get(j, "adapters"), 0) : NULL;
+    h->version = used ? json_integer_value(json_object_get(used, "version")) : -1;
+    if (h->status != 200) fprintf(stderr, "forward: %ld %s\n", r.status, r.body);
+    json_decref(j);
+    ls_test_response_free(&r);
+    return NULL;
+}
+
+static void test_delete_before_the_batch_loads_again(void **state) {
+    (void)state;
+    const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
+    tiny_server held;
+    assert_true(tiny_server_start(&held, "interleaved", extra));
+    tiny_write_adapter_file(&held, "raced.safetensors", "4");
+    json_t *req = json_pack("{s:O, s:O, s:s}", "x", json_object_get(held.tiny, "x"), "gammas",
+                            json_object_get(held.tiny, "gammas"), "adapter", "raced");
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    int slow = ls_test_open_receiving_forward(held.srv);
+    assert_true(slow >= 0);
+    held_forward h = {.srv = held.srv, .body = body, .status = -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_forward_run, &h), 0);
+    /* Loaded and queued: the batch waits for the slow client. */
+    assert_true(ls_test_wait_metric(held.srv, "lorasink_queue_depth", 1));
+    ls_test_response r;
+    assert_int_equal(ls_test_http(held.srv, "DELETE", "/adapters/raced", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    close(slow);
+    pthread_join(t, NULL);
+    assert_int_equal(h.status, 200);
+    assert_int_equal(h.version, 2); /* loaded again, as the next version */
+    free(body);
+    tiny_server_stop(&held);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads_directory_and_file),
@@ -255,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_adapter_beside_the_body),
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_state_dir_keeps_auto_loaded),
+        cmocka_unit_test(test_delete_before_the_batch_loads_again),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
