@@ -220,8 +220,9 @@ void ls_handle_adapter_get(const ls_request *req, ls_reply *r) {
     ls_error_init(&err);
     ls_adapter_info info;
     char name[LS_TENANT_LOOKUP_MAX];
-    ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
-    if (ls_pool_describe(req->srv->pool, name, &info, &err) != LS_OK) ls_reply_error(r, &err);
+    if (ls_tenant_name_lookup(req->who, req->param, name, sizeof name, &err) != LS_OK ||
+        ls_pool_describe(req->srv->pool, name, &info, &err) != LS_OK)
+        ls_reply_error(r, &err);
     else ls_reply_json(r, 200, ls_json_take_text(ls_tenant_describe(req->srv, req->who, &info)));
     ls_error_free(&err);
 }
@@ -232,8 +233,8 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     ls_adapter_info info;
     memset(&info, 0, sizeof info);
     char name[LS_TENANT_LOOKUP_MAX];
-    ls_tenant_name_lookup(req->who, req->param, name, sizeof name);
-    ls_status st = ls_request_check_query(req, NULL, "", &err);
+    ls_status st = ls_tenant_name_lookup(req->who, req->param, name, sizeof name, &err);
+    if (st == LS_OK) st = ls_request_check_query(req, NULL, "", &err);
     /* The reply names the version the delete removed, which a replace
      * racing it may have made newer than any describe before. */
     if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &info, &err);

@@ -57,12 +57,13 @@ ls_auth ls_tenants_authorize(ls_tenants *t, const char *api_key, const char *tok
  * (an adapter of no tenant) or TENANT/NAME. 400 invalid_request else. */
 ls_status ls_tenant_name_in(const ls_principal *who, const char *name, char *out, size_t len, ls_error *err);
 /* The pool name to look a request's name up by (GET and DELETE), into
- * out (LS_TENANT_LOOKUP_MAX bytes): no rule is checked, as a name that
- * breaks it is simply not registered (404): an admin's name as it is, a
- * scoped caller's behind "TENANT/" (one with a '/' of its own is then no
- * pool name, so it answers as any absent name). */
+ * out (LS_TENANT_LOOKUP_MAX bytes): an admin's name as it is, a scoped
+ * caller's behind "TENANT/". No name rule is checked, as a name that
+ * breaks it is simply not registered (404), but one: a scoped caller's
+ * name with a '/' is 400 invalid_request whether such an adapter exists
+ * or not, as in a forward (a tenant key names its adapters bare). */
 #define LS_TENANT_LOOKUP_MAX (LS_TENANT_NAME_MAX + 2 + 256)
-void ls_tenant_name_lookup(const ls_principal *who, const char *name, char *out, size_t len);
+ls_status ls_tenant_name_lookup(const ls_principal *who, const char *name, char *out, size_t len, ls_error *err);
 /* The name the caller knows a pool name by (borrowed from internal), or
  * NULL when the adapter is not the caller's to see. */
 const char *ls_tenant_name_out(const ls_principal *who, const char *internal);

@@ -36,9 +36,18 @@ ls_status ls_tenant_name_in(const ls_principal *who, const char *name, char *out
     return LS_OK;
 }
 
-void ls_tenant_name_lookup(const ls_principal *who, const char *name, char *out, size_t len) {
-    if (ls_principal_scoped(who)) snprintf(out, len, "%s/%s", who->tenant, name);
-    else snprintf(out, len, "%s", name);
+ls_status ls_tenant_name_lookup(const ls_principal *who, const char *name, char *out, size_t len, ls_error *err) {
+    if (!ls_principal_scoped(who)) {
+        snprintf(out, len, "%s", name);
+        return LS_OK;
+    }
+    if (strchr(name, '/')) {
+        if (len) out[0] = '\0';
+        return ls_error_set(err, LS_INVALID_REQUEST, "name your tenant's adapters without a TENANT/ prefix",
+                            "a tenant key names adapters without a '/'");
+    }
+    snprintf(out, len, "%s/%s", who->tenant, name);
+    return LS_OK;
 }
 
 const char *ls_tenant_name_out(const ls_principal *who, const char *internal) {
