@@ -72,6 +72,28 @@ static const char *ls_metrics_label(const char *line, size_t len, size_t *n) {
     return l;
 }
 
+/* Pool-wide gauges a scoped caller does not see, as GET /pool nulls
+ * host_cache.registered and .pinned: they count other tenants'
+ * adapters. */
+static const char *const ls_tenant_hidden_gauges[] = {"lorasink_adapters_registered", "lorasink_pool_slots_pinned",
+                                                      NULL};
+
+/* Whether line (len bytes) is a sample, HELP or TYPE line of a hidden
+ * gauge. */
+static bool ls_tenant_hidden_line(const char *line, size_t len) {
+    static const char help[] = "# HELP ", type[] = "# TYPE ";
+    const char *name = line;
+    if (len > sizeof help - 1 && (!strncmp(line, help, sizeof help - 1) || !strncmp(line, type, sizeof type - 1)))
+        name = line + sizeof help - 1;
+    const size_t rest = len - (size_t)(name - line);
+    for (int k = 0; ls_tenant_hidden_gauges[k]; k++) {
+        const size_t n = strlen(ls_tenant_hidden_gauges[k]);
+        if (rest > n && !strncmp(name, ls_tenant_hidden_gauges[k], n) && (name[n] == ' ' || name[n] == '{'))
+            return true;
+    }
+    return false;
+}
+
 char *ls_tenant_metrics_view(const ls_principal *who, char *text) {
     if (!ls_principal_scoped(who) || !text) return text;
     const size_t tl = strlen(who->tenant);
@@ -88,7 +110,7 @@ char *ls_tenant_metrics_view(const ls_principal *who, char *text) {
         const char *label = ls_metrics_label(p, len, &n);
         /* The list of adapters forwards run with names everyone's. */
         static const char info[] = "lorasink_lora_requests_info{";
-        if (!strncmp(p, info, sizeof info - 1)) {
+        if (!strncmp(p, info, sizeof info - 1) || ls_tenant_hidden_line(p, len)) {
         } else if (!label) {
             memcpy(out + o, p, len);
             o += len;

@@ -456,10 +456,17 @@ static void test_sweep_every_route_as_each_role(void **state) {
     ls_test_response r;
     assert_int_equal(req("GET", "/metrics", bob_auth, NULL, &r), 200);
     assert_non_null(strstr(r.body, "adapter=\"bob-secret\""));
+    /* Counts of everyone's adapters, which GET /pool nulls for a tenant,
+     * are not its to see here either. */
+    assert_null(strstr(r.body, "lorasink_adapters_registered"));
+    assert_null(strstr(r.body, "lorasink_pool_slots_pinned"));
+    assert_non_null(strstr(r.body, "lorasink_pool_slots_used "));
     ls_test_response_free(&r);
     assert_int_equal(req("GET", "/metrics", admin_auth, NULL, &r), 200);
     assert_non_null(strstr(r.body, "adapter=\"bob/bob-secret\""));
     assert_non_null(strstr(r.body, "adapter=\"acme/acme-secret\""));
+    assert_non_null(strstr(r.body, "lorasink_adapters_registered "));
+    assert_non_null(strstr(r.body, "lorasink_pool_slots_pinned "));
     ls_test_response_free(&r);
 }
 
