@@ -118,8 +118,12 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
         ls_autoload_stat(al->ld->dirfd, rel, 1, p);
         return true;
     }
+    /* Whatever NAME.safetensors is (a FIFO, a link to a device) is the
+     * file asked for: the loader's open refuses what is not a regular
+     * file beneath the directory, with the error an upload of that path
+     * gets, where "holds neither" would send the client looking. */
     snprintf(rel, sizeof rel, "%s.safetensors", name);
-    if (!fstatat(al->ld->dirfd, rel, &st, 0) && S_ISREG(st.st_mode)) {
+    if (!fstatat(al->ld->dirfd, rel, &st, 0)) {
         snprintf(path, len, "%s", rel);
         ls_autoload_stat(al->ld->dirfd, rel, 0, p);
         return true;

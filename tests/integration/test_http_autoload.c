@@ -7,6 +7,7 @@
  * a 400; a forward whose adapter is deleted between its load and its
  * batch loads it again. */
 #include <pthread.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +137,28 @@ static void test_escape_refused(void **state) {
     tiny_make_escape_link(&ts, "evil");
     assert_int_equal(forward("/forward", "\"adapter\": \"evil\"", NULL, NULL), 400);
     assert_int_equal(forward("/forward", "\"adapter\": \"../evil\"", NULL, NULL), 400);
+}
+
+/* NAME.safetensors that is no regular file (a FIFO, a link to a device)
+ * is refused as a path upload of it is, not answered as absent ("holds
+ * neither"); reading it never hangs the server. */
+static void test_not_a_regular_file(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/pipe.safetensors", ts.dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/zero.safetensors", ts.dir);
+    assert_int_equal(symlink("/dev/zero", path), 0);
+    const char *names[] = {"pipe", "zero"};
+    for (int i = 0; i < 2; i++) {
+        char adapter[64];
+        snprintf(adapter, sizeof adapter, "\"adapter\": \"%s\"", names[i]);
+        ls_test_response r;
+        const long st = forward("/forward", adapter, NULL, &r);
+        if (st != 400) fail_msg("%s: %ld %s", names[i], st, r.body);
+        assert_null(strstr(r.body, "holds neither"));
+        ls_test_response_free(&r);
+    }
 }
 
 static void *forward_thread(void *arg) {
@@ -307,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_loads_directory_and_file),
         cmocka_unit_test(test_bad_file_remembered),
         cmocka_unit_test(test_escape_refused),
+        cmocka_unit_test(test_not_a_regular_file),
         cmocka_unit_test(test_concurrent_requests_one_load),
         cmocka_unit_test(test_adapter_beside_the_body),
         cmocka_unit_test(test_off_by_default),
