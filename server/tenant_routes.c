@@ -157,11 +157,13 @@ ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const ch
     bool has, was_pinned;
     ls_status st = ls_tenant_holds(srv, who->tenant, name, &count, &pins, &has, &was_pinned, err);
     if (st != LS_OK) return st;
-    count += also;
-    if (!has && who->max_adapters >= 0 && (long long)count >= who->max_adapters)
+    if (!has && who->max_adapters >= 0 && (long long)(count + also) >= who->max_adapters) {
+        char more[96] = "";
+        if (also) snprintf(more, sizeof more, " and this forward loads %zu more before this one", also);
         return ls_error_set(err, LS_ADAPTER_QUOTA, NULL,
-                            "tenant %s holds %zu adapters: its quota is %lld (max_adapters of key %s)", who->tenant,
-                            count, who->max_adapters, who->key_id);
+                            "tenant %s holds %zu adapters%s: its quota is %lld (max_adapters of key %s)", who->tenant,
+                            count, more, who->max_adapters, who->key_id);
+    }
     const bool pin = pinned || (keep_pin && was_pinned);
     if (pin && !was_pinned && who->max_pins >= 0 && (long long)pins >= who->max_pins)
         return ls_error_set(err, LS_TENANT_PIN_LIMIT, NULL,

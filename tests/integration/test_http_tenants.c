@@ -606,6 +606,9 @@ static void test_files_are_the_tenants(void **state) {
                      403);
     j = ls_test_response_json(&r);
     assert_string_equal(ls_test_error_code(j), "adapter_quota");
+    /* It says what is held and what the forward would add, apart. */
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                           "holds 2 adapters and this forward loads 1 more"));
     json_decref(j);
     ls_test_response_free(&r);
     listed(acme_auth, names, sizeof names);
