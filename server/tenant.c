@@ -35,6 +35,7 @@ struct ls_tenants {
     ls_bucket *buckets; /* one per key */
     ls_file_stamp id;
     ls_ticker *watcher;
+    bool gone; /* the file was not there at the last look (the watcher's own) */
 };
 
 /* Reads and parses path; *id is the version read. keys is the caller's
@@ -92,7 +93,23 @@ static void ls_tenants_swap(ls_tenants *t, ls_api_keys *keys, ls_bucket *buckets
 static void ls_tenants_poll(void *arg) {
     ls_tenants *t = arg;
     struct stat s;
-    if (stat(t->path, &s) != 0) return; /* gone for now (a rename in progress): the keys stay */
+    if (stat(t->path, &s) != 0) {
+        /* Deleted or moved away (a rename over it never leaves it gone):
+         * the keys stay, which an operator revoking them must hear. */
+        if (!t->gone) {
+            const int e = errno;
+            pthread_mutex_lock(&t->mu);
+            const size_t n = t->keys.n;
+            pthread_mutex_unlock(&t->mu);
+            ls_log_warn("--api-keys %s: %s; keeping the %zu keys read before (to revoke keys, write the file without "
+                        "them)",
+                        t->path, strerror(e), n);
+        }
+        t->gone = true;
+        return;
+    }
+    if (t->gone) ls_log_info("--api-keys %s: the file is there again", t->path);
+    t->gone = false;
     const ls_file_stamp now = ls_file_stamp_of(&s);
     pthread_mutex_lock(&t->mu);
     const bool same = ls_file_stamp_same(&now, &t->id);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -502,6 +503,13 @@ static void test_key_file_reload(void **state) {
     write_keys(false);
     assert_true(wait_count("read 6 keys", 2));
     assert_int_equal(req("GET", "/adapters", late, NULL, NULL), 401);
+    /* A deleted file keeps the keys too, and says so once. */
+    assert_int_equal(unlink(keys_path), 0);
+    assert_true(wait_count("No such file or directory; keeping the 6 keys read before", 1));
+    assert_int_equal(req("GET", "/adapters", acme_auth, NULL, NULL), 200);
+    write_keys(false);
+    assert_true(wait_count("the file is there again", 1));
+    assert_true(wait_count("read 6 keys", 3));
 }
 
 static void test_bad_key_file_at_start(void **state) {
