@@ -130,9 +130,11 @@ ls_status ls_tenant_path_in(const ls_principal *who, char *path, size_t len, ls_
     char full[4096];
     const int n = snprintf(full, sizeof full, "%s/%s", who->tenant, path);
     if (path[0] == '/' || dotdot || n < 0 || (size_t)n >= len)
+        /* Not "--adapter-dir/TENANT/": a scoped caller's bodies lose
+         * every "TENANT/" (ls_tenant_strip_body). */
         return ls_error_set(err, LS_INVALID_REQUEST, "a tenant key's paths are relative to its tenant's directory",
-                            "a tenant key names files beneath --adapter-dir/%s/ by a relative path without '..'",
-                            who->tenant);
+                            "a tenant key names files by a relative path without '..', beneath its tenant's own "
+                            "directory of --adapter-dir (named as the tenant)");
     memcpy(path, full, (size_t)n + 1);
     return LS_OK;
 }

@@ -576,6 +576,9 @@ static void test_files_are_the_tenants(void **state) {
     ls_test_response r;
     assert_int_equal(req("POST", "/adapters", bob_auth, "{\"name\": \"p\", \"path\": \"../acme/by-path\"}", &r), 400);
     assert_null(strstr(r.body, "acme"));
+    /* The message still says where its files are (its tenant's prefix
+     * is taken out of its replies, so it cannot be "--adapter-dir/bob/"). */
+    assert_non_null(strstr(r.body, "beneath its tenant's own directory of --adapter-dir"));
     ls_test_response_free(&r);
     assert_int_equal(req("POST", "/adapters", bob_auth, "{\"name\": \"p\", \"path\": \"by-path\"}", NULL), 400);
     /* acme's auto-load takes its third and last place. */
