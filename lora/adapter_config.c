@@ -294,9 +294,22 @@ ls_status ls_adapter_params_rules_from_meta(const ls_tensor_set *t, const char *
     return st;
 }
 
+/* The framework markers safetensors writers put in __metadata__
+ * "format" (transformers' and PEFT's save_pretrained write "pt" into
+ * every file): the writer's word, not our format option. */
+static const char *const ls_writer_formats[] = {"pt", "tf", "flax", "mlx", "np", NULL};
+
+/* The file's own "format", unless it is a writer's marker. */
+static const char *ls_meta_format(const ls_tensor_set *t) {
+    const char *v = ls_tensor_set_meta(t, "format");
+    for (int k = 0; v && ls_writer_formats[k]; k++)
+        if (!strcmp(v, ls_writer_formats[k])) return NULL;
+    return v;
+}
+
 ls_adapter_text_params ls_adapter_text_params_meta(const ls_tensor_set *t, const char *where) {
     return (ls_adapter_text_params){ls_tensor_set_meta(t, "lora_alpha"), ls_tensor_set_meta(t, "use_rslora"),
-                                    ls_tensor_set_meta(t, "format"),     ls_tensor_set_meta(t, "r"),
+                                    ls_meta_format(t),                   ls_tensor_set_meta(t, "r"),
                                     ls_tensor_set_meta(t, "scale"),      ls_tensor_set_meta(t, "gate_up_order"),
                                     where};
 }
@@ -311,7 +324,11 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
         (st = ls_params_bool(t->use_rslora, "use_rslora", w, &p->use_rslora, err)) == LS_OK)
         p->has_rslora = true;
     if (st == LS_OK && t->format && !ls_adapter_format_parse(t->format, &p->format))
-        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not peft, pool or auto",
+        st = ls_error_set(err, LS_INVALID_REQUEST,
+                          "format names the adapter's layout: peft, pool or auto (a safetensors writer's \"pt\", "
+                          "\"tf\", \"flax\", \"mlx\" or \"np\" in __metadata__ is taken as its own word and not "
+                          "read)",
+                          "%s is not peft, pool or auto",
                           ls_params_subject(subject, sizeof subject, "format", t->format, w));
     if (st == LS_OK && t->r) {
         long long v;

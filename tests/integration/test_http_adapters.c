@@ -138,6 +138,50 @@ static void test_raw_body(void **state) {
     free(body);
 }
 
+/* PEFT's files carry __metadata__ "format": "pt" (tiny's do too, as every
+ * upload above shows): a writer's marker, not our format option; a value
+ * that is neither ours nor a writer's is refused, naming both kinds. */
+static void test_metadata_format(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *pt = tiny_adapter_safetensors(&ts, "4", &len);
+    ls_tensor_set parsed, set;
+    ls_error err;
+    ls_error_init(&err);
+    ls_tensor_set_init(&parsed);
+    assert_int_equal(ls_safetensors_parse(pt, len, &parsed, &err), LS_OK);
+    ls_tensor_set_init(&set);
+    for (size_t i = 0; i < parsed.n; i++) {
+        ls_tensor t = parsed.items[i].t;
+        t.owned = false; /* pt's bytes */
+        assert_true(ls_tensor_set_add(&set, parsed.items[i].name, &t));
+    }
+    assert_true(ls_tensor_set_add_meta(&set, "format", "pool-ish") && ls_tensor_set_add_meta(&set, "lora_alpha", "4"));
+    uint8_t *bogus = NULL;
+    size_t blen;
+    assert_int_equal(ls_safetensors_write(&set, &bogus, &blen, &err), LS_OK);
+    ls_tensor_set_free(&set);
+    ls_tensor_set_free(&parsed);
+    ls_test_response resp;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=meta-bogus", "application/octet-stream", bogus, blen,
+                                  NULL, &resp),
+                     0);
+    assert_int_equal(resp.status, 400);
+    assert_non_null(strstr(resp.body, "is not peft, pool or auto"));
+    assert_non_null(strstr(resp.body, "writer"));
+    ls_test_response_free(&resp);
+    /* The query's format goes over the file's. */
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters?name=meta-pt&format=peft", "application/octet-stream", pt,
+                                  len, NULL, &resp),
+                     0);
+    assert_int_equal(resp.status, 201);
+    ls_test_response_free(&resp);
+    tiny_check_forward(&ts, "meta-pt", "interleaved");
+    ls_error_free(&err);
+    free(pt);
+    free(bogus);
+}
+
 /* A path to the adapter_model.safetensors of a PEFT directory reads the
  * directory's adapter_config.json: the same adapter as the directory. */
 static void test_path_file_in_peft_dir(void **state) {
@@ -228,6 +272,7 @@ int main(void) {
         cmocka_unit_test(test_inline_peft),           cmocka_unit_test(test_inline_bf16_base64),
         cmocka_unit_test(test_inline_pool_format),    cmocka_unit_test(test_path_peft_dir),
         cmocka_unit_test(test_path_safetensors_file), cmocka_unit_test(test_raw_body),
+        cmocka_unit_test(test_metadata_format),
         cmocka_unit_test(test_names_replace_delete),  cmocka_unit_test(test_paths_outside_refused),
         cmocka_unit_test(test_validate_touches_nothing), cmocka_unit_test(test_path_file_in_peft_dir),
     };

@@ -168,6 +168,8 @@ uint8_t *tiny_adapter_safetensors(tiny_server *ts, const char *alpha_meta, size_
         ls_tensor t = tiny_tensor(tiny_peft_tensor(ts, i), LS_DTYPE_F32);
         ls_tensor_set_add(&set, tiny_peft_names[i], &t);
     }
+    /* As PEFT's save_pretrained writes every adapter file. */
+    ls_tensor_set_add_meta(&set, "format", "pt");
     if (alpha_meta) ls_tensor_set_add_meta(&set, "lora_alpha", alpha_meta);
     uint8_t *buf = NULL;
     assert_int_equal(ls_safetensors_write(&set, &buf, len, NULL), LS_OK);

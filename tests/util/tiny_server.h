@@ -34,8 +34,9 @@ bool tiny_server_restart(tiny_server *ts, bool crash);
 json_t *tiny_adapter_inline(tiny_server *ts, const char *name, const char *dtype);
 /* The example adapter in pool format (scaled factors at rank 2). */
 json_t *tiny_adapter_pool_format(tiny_server *ts, const char *name);
-/* The example adapter's PEFT tensors as a safetensors body (malloc'd);
- * alpha_meta non-NULL puts lora_alpha into __metadata__. */
+/* The example adapter's PEFT tensors as a safetensors body (malloc'd),
+ * its __metadata__ "format": "pt" as PEFT writes it; alpha_meta non-NULL
+ * puts lora_alpha there too. */
 uint8_t *tiny_adapter_safetensors(tiny_server *ts, const char *alpha_meta, size_t *len);
 /* Writes sub/adapter_config.json (config_json) and
  * sub/adapter_model.safetensors under the adapter dir. */
