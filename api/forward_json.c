@@ -261,7 +261,12 @@ static bool ls_fj_name(ls_jr *r, const char *what, char *buf, size_t len, bool *
         return ls_jr_literal(r, &w);
     }
     if (c != '"') {
-        ls_fj_note(pb, LS_INVALID_REQUEST, NULL, "%s must be a string or null", what);
+        /* "adapter" is one name for the whole request; a list of one per
+         * token is "adapters". */
+        const bool one_for_all = c == '[' && !strcmp(what, "adapter");
+        ls_fj_note(pb, LS_INVALID_REQUEST,
+                   one_for_all ? "for a name per token send \"adapters\": [...] (T names or nulls)" : NULL,
+                   "%s must be a string or null", what);
         return ls_jr_skip(r);
     }
     size_t got;

@@ -414,10 +414,10 @@ void ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len) {
     pthread_mutex_unlock(&p->mu);
 }
 
-ls_status ls_pool_not_found(ls_pool *p, const char *name, ls_error *err) {
+ls_status ls_pool_not_found(ls_pool *p, const char *name, const char *hint, ls_error *err) {
     char near[136] = "";
     if (name) ls_pool_nearest(p, name, near, sizeof near);
-    return ls_error_set(err, LS_ADAPTER_NOT_FOUND, NULL, "adapter '%s' is not registered%s%s%s", name ? name : "",
+    return ls_error_set(err, LS_ADAPTER_NOT_FOUND, hint, "adapter '%s' is not registered%s%s%s", name ? name : "",
                         near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }
 
@@ -436,7 +436,8 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls
      * remember it would let the name's next load reuse its versions. */
     const bool room = !e || ls_pool_floor_reserve(p);
     pthread_mutex_unlock(&p->mu);
-    ls_status st = e ? LS_OK : ls_pool_not_found(p, name, err);
+    ls_status st =
+        e ? LS_OK : ls_pool_not_found(p, name, "nothing was deleted; GET /adapters lists the registered adapters", err);
     if (st == LS_OK && !room) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory deleting adapter '%s'", name);
     /* As in a load: a delete the disk made, though its sync failed, is
      * made here too. */
@@ -572,7 +573,7 @@ ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, 
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
     if (e && info) ls_registry_info(p, e, info);
     pthread_mutex_unlock(&p->mu);
-    return e ? LS_OK : ls_pool_not_found(p, name, err);
+    return e ? LS_OK : ls_pool_not_found(p, name, NULL, err);
 }
 
 static int ls_pool_info_cmp(const void *a, const void *b) {
@@ -670,7 +671,7 @@ ls_status ls_pool_debug_hold(ls_pool *p, const char *name, ls_pool_hold **out, l
     if (e) e->refs++;
     pthread_mutex_unlock(&p->mu);
     *out = e;
-    return e ? LS_OK : ls_pool_not_found(p, name, err);
+    return e ? LS_OK : ls_pool_not_found(p, name, NULL, err);
 }
 
 ls_status ls_pool_debug_read_back(ls_pool *p, ls_pool_hold *h, ls_error *err) {

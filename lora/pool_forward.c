@@ -165,7 +165,7 @@ static ls_status ls_fwd_resolve(ls_pool *p, ls_fwd *f, const ls_token_names *nam
         for (int d = 0; d < f->D; d++) f->ent[d]->refs++;
     }
     pthread_mutex_unlock(&p->mu);
-    return unknown ? ls_pool_not_found(p, unknown, err) : LS_OK;
+    return unknown ? ls_pool_not_found(p, unknown, NULL, err) : LS_OK;
 }
 
 int ls_pool_read_budget(const ls_pool *p) {

@@ -98,8 +98,9 @@ void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info 
 void ls_registry_nearest(const ls_pool *p, const char *name, char *out, size_t len);
 
 /* pool.c, with mu not held: adapter_not_found for name, with the nearest
- * registered name when one is near. */
-ls_status ls_pool_not_found(ls_pool *p, const char *name, ls_error *err);
+ * registered name when one is near; hint NULL: the code's own ("load it
+ * first with POST /adapters"). */
+ls_status ls_pool_not_found(ls_pool *p, const char *name, const char *hint, ls_error *err);
 
 /* pool.c, under mu: a deleted name's last version (0 when none), and
  * raising it (false on out of memory). */

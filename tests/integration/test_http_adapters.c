@@ -227,6 +227,9 @@ static void test_names_replace_delete(void **state) {
     ls_test_response_free(&resp);
     assert_int_equal(ls_test_http(ts.srv, "DELETE", "/adapters/dup", NULL, NULL, 0, NULL, &resp), 0);
     assert_int_equal(resp.status, 404);
+    /* Not "load it first": a delete's hint is about deleting. */
+    assert_non_null(strstr(resp.body, "nothing was deleted"));
+    assert_null(strstr(resp.body, "load it first"));
     ls_test_response_free(&resp);
 }
 

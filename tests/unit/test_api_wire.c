@@ -427,6 +427,21 @@ static void test_forward_base64_object(void **state) {
     free(data);
 }
 
+/* "adapter" is one name for the request: a list there is refused with a
+ * hint that names "adapters", the per-token key. */
+static void test_forward_adapter_list_hint(void **state) {
+    (void)state;
+    const ls_dims dims = {.n = 2, .H = 4, .F = 2, .L = 1};
+    const char *body = "{\"x\": [[1, 2, 3, 4]], \"adapter\": [\"a\"]}";
+    ls_forward_req req;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_forward_req_parse_json(body, strlen(body), &dims, 0, &req, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "adapter must be a string or null"));
+    assert_non_null(strstr(err.hint, "\"adapters\""));
+    ls_error_free(&err);
+}
+
 /* A safetensors file of the JSON header text and data_len zero bytes
  * after it, the data `shift` bytes past an 8-aligned offset (header
  * padding); the data are the last data_len bytes of the *len. */
@@ -595,6 +610,7 @@ static void test_forward_metadata_like_json(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_x_in_body),
+        cmocka_unit_test(test_forward_adapter_list_hint),
         cmocka_unit_test(test_forward_metadata_adapters),
         cmocka_unit_test(test_forward_metadata_like_json),
         cmocka_unit_test(test_upload_gate_up_order),
