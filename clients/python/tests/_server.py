@@ -90,4 +90,4 @@ def write_peft_dir(path, tensors, config):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "adapter_config.json"), "w") as f:
         json.dump({"peft_type": "LORA", "target_modules": ["gate_up_proj", "down_proj"], **config}, f)
-    save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
+    save_file(tensors, os.path.join(path, "adapter_model.safetensors"), metadata={"format": "pt"})  # as PEFT's

@@ -164,6 +164,14 @@ class TestLoad(Base):
             self.c.load("x", path="a1", pined=True)
         with self.assertRaises(FileNotFoundError):
             self.c.load("x", peft_dir=os.path.join(self.dir, "absent"))
+        # Factors of a dtype lorasink does not read: every one is named.
+        f64 = os.path.join(self.dir, "f64")
+        write_peft_dir(f64, {k: v.astype(np.float64) for k, v in self.t1.items()}, CONFIG)
+        with self.assertRaises(ValueError) as e:
+            self.c.load("x", peft_dir=f64)
+        self.assertIn(f"{len(self.t1)} tensor(s) are not", str(e.exception))
+        for k in self.t1:
+            self.assertIn(repr(k), str(e.exception))
 
 
 class TestErrors(Base):

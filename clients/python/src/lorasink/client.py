@@ -281,7 +281,8 @@ def _read_peft_dir(d):
         config = json.load(f)
     with open(st_path, "rb") as f:
         tensors, _ = _tensors.st_decode(f.read())
-    for k, w in tensors.items():
-        if w.dtype not in ("F32", "F16", "BF16"):
-            raise ValueError(f"{st_path}: tensor {k!r} is {w.dtype}; lorasink reads F32, F16 and BF16 factors")
+    bad = [f"{k!r} is {w.dtype}" for k, w in tensors.items() if w.dtype not in ("F32", "F16", "BF16")]
+    if bad:  # every one, as the server's own refusal lists them
+        raise ValueError(f"{st_path}: lorasink reads F32, F16 and BF16 factors; {len(bad)} tensor(s) are not: "
+                         + ", ".join(bad))
     return config, tensors
