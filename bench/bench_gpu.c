@@ -293,7 +293,7 @@ static void print_traces(const bench_run *run) {
     if (!run->traced) return;
     printf("\nServing's CUDA graphs when forwards change (ls_backend_forward end to end, %d forwards a trace, "
            "pool R %d, rank %d, up to %d tokens over %d slots, one layer). fixed: the same forward every step; "
-           "decode: one request joins or leaves a step, each on its own adapter; random: a new size and new "
+           "decode: one request joins or leaves a step, each keeping the adapter it drew for its life; random: a new size and new "
            "adapters every step. A graph is kept per exact shape (tokens, adapted tokens, slot or segment count): "
            "what fixed saves and decode does not is what bucketing sizes could win back.\n\n",
            TRACE_STEPS, GROUPS[0][0], GROUPS[0][1], BENCH_TRACE_TMAX, BENCH_SLOTS);

@@ -22,7 +22,8 @@ const char *bench_trace_name(int kind) { return kind >= 0 && kind < BENCH_TRACES
 static int draw(uint64_t *seed, int n) { return (int)(ls_splitmix64(seed) % (uint64_t)n); }
 
 /* fixed: every step BENCH_TRACE_TMAX tokens, token t on slot t % slots.
- * decode: a batch of requests, each on one slot for its life, in the
+ * decode: a batch of requests, each on one slot (drawn at random, so
+ * requests share slots) for its life, in the
  * order they joined; every step one leaves or one joins, each half the
  * time, the batch kept within 1..BENCH_TRACE_TMAX (32 at the start).
  * random: every step 1..BENCH_TRACE_TMAX tokens, each on a slot drawn

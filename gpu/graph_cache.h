@@ -82,9 +82,10 @@ bool ls_graph_cache_put(ls_graph_cache *c, const ls_graph_key *k, void *graph);
  * marked as after a failed capture. */
 void ls_graph_cache_drop(ls_graph_cache *c, const ls_graph_key *k);
 /* Destroys every graph, forgets every sighting and starts capturing
- * again: ls_graph_cache_free's first step, and what an owner whose
- * buffers move would call (the CUDA backend's never do: they are
- * allocated once, at create). */
+ * again (evicted and wasted back to 0): ls_graph_cache_free's first
+ * step, and what an owner whose buffers move would call (the CUDA
+ * backend's never do: they are allocated once, at create; its benchmark
+ * clears between traces, ls_backend_cuda_clear_graphs). */
 void ls_graph_cache_clear(ls_graph_cache *c);
 
 #ifdef __cplusplus

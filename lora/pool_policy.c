@@ -71,8 +71,8 @@ int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
     return slot;
 }
 
-/* Under mu: while more adapters hold host copies than the tier allows,
- * drops the host copy of the least recently used one that is live,
+/* Under mu: while more live adapters hold host copies than the tier
+ * allows, drops the host copy of the least recently used one that is live,
  * unpinned, idle, not keep, and can be read back (it has a source path
  * and the pool a reload function); it stays registered and is read again
  * when it must be made resident. An adapter that cannot be read back
@@ -81,7 +81,12 @@ int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
  * over its size: it is a soft cap, because refusing a load or losing an
  * adapter would be worse than using the memory. */
 void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
-    while (p->host_used > p->cfg.host_cache) {
+    /* Copies kept only for the requests that hold a version no longer
+     * live, or one whose record is going (keep_copy), leave with their
+     * entries: they are no reason to drop a live adapter's copy. */
+    int spare = 0;
+    for (const ls_pool_entry *e = p->all; e; e = e->next) spare += e->host_data && (!e->live || e->keep_copy);
+    while (p->host_used - spare > p->cfg.host_cache) {
         ls_pool_entry *victim = NULL;
         for (ls_pool_entry *e = p->all; e; e = e->next) {
             if (e == keep || !e->live || e->pinned || e->refs > 0 || !e->host_data || e->keep_copy) continue;
@@ -110,10 +115,7 @@ static ls_status ls_policy_install(ls_pool *p, ls_pool_entry *e, ls_adapter *tmp
         e->host_data = true;
         p->host_used++;
         p->host_bytes += e->meta.bytes;
-        /* A copy kept while its record goes (keep_copy) is there only
-         * for the requests that hold the version: it must not push
-         * another adapter's copy out. It leaves with its entry. */
-        if (!e->keep_copy) ls_policy_trim_host(p, e);
+        ls_policy_trim_host(p, e); /* which does not count e's copy if it is kept for its holders only */
     }
     pthread_mutex_unlock(&p->mu);
     memset(tmp, 0, sizeof *tmp);

@@ -156,6 +156,12 @@ bool ls_forward_again(const ls_forward_job *fj) {
 
 ls_forward_step ls_forward_restart(ls_forward_job *fj, ls_reply *r) {
     fj->again++;
+    /* What it may read now (the deleted adapter from its file) is held
+     * until it is answered, as at prepare: counted again, not refused
+     * (it was admitted; a request alone is always served). */
+    const unsigned long long more = ls_pool_forward_read_bytes(fj->srv->pool, &fj->fr.names, true);
+    atomic_fetch_add(&fj->srv->held_bytes, more);
+    fj->held += more;
     ls_log_debug("forward: an adapter it names was deleted after it was loaded; loading again (try %d)", fj->again);
     ls_error_free(&fj->job.err);
     ls_error_init(&fj->job.err);

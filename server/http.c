@@ -393,10 +393,9 @@ static void ls_http_resume(ls_conn_state *st, ls_phase phase) {
     atomic_fetch_sub(&srv->suspended, 1);
 }
 
-/* The batcher's done(): the batch has run the forward. */
 static void ls_http_forward_again(void *ctx);
 
-/* The batch has run (on the batcher's worker, or at a failed submit). A
+/* The batcher's done(): the batch has run (on the batcher's worker, or at a failed submit). A
  * forward that goes again (server/jobs.h) does so from a disk worker,
  * its connection still suspended; else the connection resumes. */
 static void ls_http_computed(void *ctx) {
@@ -405,7 +404,9 @@ static void ls_http_computed(void *ctx) {
         ls_http_resume(st, LS_PHASE_COMPUTED);
         return;
     }
-    st->ojob.run = ls_http_forward_again; /* no worker holds ojob while the batch has the forward */
+    /* No worker holds ojob while the batch has the forward; a forward
+     * whose adapters were all registered never had one set up. */
+    st->ojob = (ls_offload_job){.run = ls_http_forward_again, .ctx = st};
     ls_offload_submit(st->srv->offload_disk, &st->ojob);
 }
 

@@ -314,9 +314,11 @@ bool ls_server_init_with_backend(ls_server *srv, const ls_config *cfg, ls_backen
 }
 
 void ls_server_free(ls_server *srv) {
-    /* In the order work flows (ls_http_stop has let it all run out): a
-     * validated upload moves on to the backend workers, and their jobs
-     * to the batcher. */
+    /* Work flows both ways between these (a validated upload moves on to
+     * the backend workers and their forwards to the batcher; a batch
+     * whose auto-loaded adapter went sends its forward back to a disk
+     * worker), so any order is safe only because ls_http_stop has let it
+     * all run out: no connection is suspended, so no job is queued. */
     ls_offload_free(srv->offload_disk);
     srv->offload_disk = NULL;
     ls_offload_free(srv->offload);

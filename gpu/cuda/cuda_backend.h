@@ -102,7 +102,8 @@ ls_status ls_backend_cuda_profile_forward(ls_backend *be, int layer, int T, cons
  * captured and then replayed. The backend's; read it between forwards. */
 const ls_graph_cache *ls_backend_cuda_graphs(ls_backend *be);
 /* Destroys every graph and sighting of that cache and lets it capture
- * again (its counters go on): the benchmark's fresh start for each trace.
+ * again (hits, captures and failures go on; the waste counts and the
+ * stop start afresh): the benchmark's fresh start for each trace.
  * Between forwards, as any other operation. */
 void ls_backend_cuda_clear_graphs(ls_backend *be);
 

@@ -296,8 +296,10 @@ static void *held_forward_run(void *arg) {
     return NULL;
 }
 
-static void test_delete_before_the_batch_loads_again(void **state) {
-    (void)state;
+/* One round: registered is whether the adapter is already registered
+ * when the forward arrives (then it goes straight to the batch) or is
+ * auto-loaded by it; either way the delete lands before its batch. */
+static void delete_before_the_batch(bool registered) {
     const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
     tiny_server held;
     assert_true(tiny_server_start(&held, "interleaved", extra));
@@ -306,6 +308,11 @@ static void test_delete_before_the_batch_loads_again(void **state) {
                             json_object_get(held.tiny, "gammas"), "adapter", "raced");
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
+    if (registered) {
+        held_forward first = {.srv = held.srv, .body = body, .status = -1};
+        held_forward_run(&first); /* auto-loads it: version 1 */
+        assert_int_equal(first.status, 200);
+    }
     int slow = ls_test_open_receiving_forward(held.srv);
     assert_true(slow >= 0);
     held_forward h = {.srv = held.srv, .body = body, .status = -1};
@@ -323,6 +330,12 @@ static void test_delete_before_the_batch_loads_again(void **state) {
     assert_int_equal(h.version, 2); /* loaded again, as the next version */
     free(body);
     tiny_server_stop(&held);
+}
+
+static void test_delete_before_the_batch_loads_again(void **state) {
+    (void)state;
+    delete_before_the_batch(false);
+    delete_before_the_batch(true);
 }
 
 int main(void) {

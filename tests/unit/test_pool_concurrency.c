@@ -12,6 +12,7 @@
  * served with it; the copy a delete keeps for such requests drops no
  * other adapter's. Built to run clean under TSan and ASan+UBSan. */
 #include "common/text.h"
+#include "lora/pool_debug.h"
 #include "lora/pool_internal.h"
 #include "lora/state.h"
 #include "tests/util/pool_cases.h"
@@ -639,6 +640,34 @@ static void test_delete_keeps_others_copies(void **state) {
     state_pool_free(&sp);
 }
 
+/* The same for a replace of a version a request holds: the old
+ * version's copy, kept for that request, took another adapter's place
+ * in the tier (of two: a and b; the new a takes the old one's). */
+static void test_replace_of_held_keeps_others_copies(void **state) {
+    (void)state;
+    state_pool sp = state_pool_make(3, 2, true);
+    ls_adapter_info info;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(pt_load(sp.p, &D, "a", 2, 1, false, false, NULL, &info, &err), LS_OK);
+    assert_int_equal(pt_load(sp.p, &D, "b", 2, 2, false, false, NULL, &info, &err), LS_OK);
+    ls_pool_hold *held;
+    assert_int_equal(ls_pool_debug_hold(sp.p, "a", &held, &err), LS_OK);
+    assert_int_equal(pt_load(sp.p, &D, "a", 2, 3, false, true, NULL, &info, &err), LS_OK);
+    assert_int_equal(ls_pool_describe(sp.p, "b", &info, &err), LS_OK);
+    assert_true(info.host_data);
+    assert_int_equal(ls_pool_debug_read_back(sp.p, held, &err), LS_OK); /* the holder still has its version */
+    ls_pool_debug_release(sp.p, held);
+    ls_pool_stats stats;
+    ls_slot_info *slots;
+    assert_int_equal(ls_pool_snapshot(sp.p, &slots, &stats, NULL), LS_OK);
+    free(slots);
+    assert_int_equal(stats.host_drops, 0);
+    assert_int_equal(stats.host_used, 2); /* the old copy left with its last holder */
+    ls_error_free(&err);
+    state_pool_free(&sp);
+}
+
 static void test_held_version_across_the_reload_window(void **state) {
     (void)state;
     window_run(false);
@@ -654,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_concurrency_one_name_state),
         cmocka_unit_test(test_held_version_across_the_reload_window),
         cmocka_unit_test(test_delete_keeps_others_copies),
+        cmocka_unit_test(test_replace_of_held_keeps_others_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
