@@ -325,9 +325,8 @@ ls_status ls_adapter_params_from_text(const ls_adapter_text_params *t, ls_adapte
         p->has_rslora = true;
     if (st == LS_OK && t->format && !ls_adapter_format_parse(t->format, &p->format))
         st = ls_error_set(err, LS_INVALID_REQUEST,
-                          "format names the adapter's layout: peft, pool or auto (a safetensors writer's \"pt\", "
-                          "\"tf\", \"flax\", \"mlx\" or \"np\" in __metadata__ is taken as its own word and not "
-                          "read)",
+                          "format names the adapter's layout: peft, pool or auto (a safetensors writer's own mark "
+                          "there, such as PEFT's \"pt\", is not read as this option)",
                           "%s is not peft, pool or auto",
                           ls_params_subject(subject, sizeof subject, "format", t->format, w));
     if (st == LS_OK && t->r) {

@@ -81,6 +81,8 @@ int ls_policy_take_slot(ls_pool *p, ls_pool_entry *e, uint64_t group) {
  * over its size: it is a soft cap, because refusing a load or losing an
  * adapter would be worse than using the memory. */
 void ls_policy_trim_host(ls_pool *p, const ls_pool_entry *keep) {
+    /* Called after every forward: within the tier it looks at nothing. */
+    if (p->host_used <= p->cfg.host_cache) return;
     /* Copies kept only for the requests that hold a version no longer
      * live, or one whose record is going (keep_copy), leave with their
      * entries: they are no reason to drop a live adapter's copy. */
@@ -122,13 +124,13 @@ static ls_status ls_policy_install(ls_pool *p, ls_pool_entry *e, ls_adapter *tmp
     return LS_OK;
 }
 
+void (*ls_policy_reload_hook)(const char *name) = NULL;
+
 /* Without a lock: reads e's factors back from its source path and, when
  * they are still the ones registered, installs them as its host copy
  * (under mu; another forward may have done it meanwhile). e is held, so
  * the host tier does not drop the copy again before the caller uses it;
  * its name, path and parameters never change. */
-void (*ls_policy_reload_hook)(const char *name) = NULL;
-
 static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
     ls_adapter tmp;
     memset(&tmp, 0, sizeof tmp);

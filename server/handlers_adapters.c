@@ -138,9 +138,11 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
                               .params = j->origin.params};
     ls_adapter_info info;
     ls_status st = ls_tenant_register(srv, &j->who, j->up.name, &j->a, &opts, &info, &err);
+    /* Every load that stands, also one the disk made though its sync
+     * failed (a version: lora/pool.h); what the pool replaced as it
+     * published, not a look before. */
+    if (info.version > 0) ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
     if (st == LS_OK) {
-        /* What the pool replaced as it published, not a look before. */
-        ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) json_object_set_new(d, "ignored", ignored);
         else json_decref(ignored);
@@ -149,8 +151,6 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {
-        /* A load the disk made though its sync failed stands: audited. */
-        if (info.version > 0) ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
         json_decref(ignored);
         ls_reply_error(r, &err);
     }
@@ -238,13 +238,13 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r) {
     /* The reply names the version the delete removed, which a replace
      * racing it may have made newer than any describe before. */
     if (st == LS_OK) st = ls_pool_delete(req->srv->pool, name, &info, &err);
+    /* Every delete that stands, also one the disk made though its sync
+     * failed (a version: lora/pool.h). */
+    if (info.version > 0) ls_tenant_audit(req->who, "delete", info.name, info.version);
     if (st != LS_OK) {
-        /* A delete the disk made though its sync failed stands: audited. */
-        if (info.version > 0) ls_tenant_audit(req->who, "delete", info.name, info.version);
         ls_reply_error(r, &err);
     } else {
         ls_log_info("adapter %s v%llu deleted", info.name, (unsigned long long)info.version);
-        ls_tenant_audit(req->who, "delete", info.name, info.version);
         ls_reply_json(r, 200,
                       ls_json_take_text(json_pack("{s:s, s:I, s:b}", "deleted", ls_tenant_name_out(req->who, info.name), "version",
                                                   (json_int_t)info.version, "in_flight", info.in_flight > 0)));

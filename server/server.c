@@ -214,8 +214,9 @@ static ls_status ls_server_register_autoload(void *ctx, const void *actor, const
     static const ls_principal none = {.role = LS_ROLE_ADMIN, .key_id = "-", .max_adapters = -1, .max_pins = -1};
     const ls_principal *who = actor ? actor : &none;
     ls_status st = ls_tenant_register(ctx, who, name, a, opts, info, err);
-    /* One the disk made though its sync failed stands too (pool.h). */
-    if (st == LS_OK || info->version > 0) ls_tenant_audit(who, "auto-load", name, info->version);
+    /* Every load that stands, also one the disk made though its sync
+     * failed (a version: lora/pool.h). */
+    if (info->version > 0) ls_tenant_audit(who, "auto-load", name, info->version);
     return st;
 }
 
