@@ -220,8 +220,9 @@ static ls_status ls_pool_load_claim(ls_pool *p, const char *name, const ls_pool_
                             old->version);
     /* Not pool_exhausted: waiting does not help, only the client's own change. */
     if (e->pinned && pins >= p->S - 1)
-        return ls_error_set(err, LS_PIN_LIMIT, NULL, "at most S-1 = %d adapters can be pinned (%d are)", p->S - 1,
-                            pins);
+        return ls_error_set(err, LS_PIN_LIMIT, NULL,
+                            "adapter '%s' cannot be pinned: %d adapters are, and at most S-1 = %d can be", name,
+                            pins, p->S - 1);
     if (opts->restore_version && (opts->restore_version <= last || opts->restore_version > LS_STATE_VERSION_MAX))
         return ls_error_set(err, LS_INTERNAL, NULL,
                             "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64, name,

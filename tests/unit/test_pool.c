@@ -249,6 +249,7 @@ static void test_pin_limit(void **state) {
     /* pin_limit, not pool_exhausted: no wait helps, only unpinning or deleting one does. */
     assert_int_equal(pc_load(f.p, "p3", 1, true, false, NULL, NULL, &err), LS_PIN_LIMIT);
     assert_non_null(strstr(err.message, "at most S-1 = 2"));
+    assert_non_null(strstr(err.message, "'p3'")); /* which upload was refused */
     ls_adapter_info info;
     assert_int_equal(ls_pool_describe(f.p, "p3", &info, NULL), LS_ADAPTER_NOT_FOUND);
     assert_int_equal(pc_stats(f.p).pinned, 2);
