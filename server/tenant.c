@@ -46,7 +46,8 @@ static bool ls_tenants_read(const char *path, ls_api_keys *keys, ls_file_stamp *
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat s;
     if (fd < 0 || fstat(fd, &s) != 0) {
-        snprintf(why, len, "--api-keys %s: %s", path, strerror(errno));
+        char ebuf[128]; /* strerror_r: the watcher thread reads this file too */
+        snprintf(why, len, "--api-keys %s: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
         if (fd >= 0) close(fd);
         return false;
     }
@@ -98,12 +99,13 @@ static void ls_tenants_poll(void *arg) {
          * the keys stay, which an operator revoking them must hear. */
         if (!t->gone) {
             const int e = errno;
+            char ebuf[128];
             pthread_mutex_lock(&t->mu);
             const size_t n = t->keys.n;
             pthread_mutex_unlock(&t->mu);
             ls_log_warn("--api-keys %s: %s; keeping the %zu keys read before (to revoke keys, write the file without "
                         "them)",
-                        t->path, strerror(e), n);
+                        t->path, strerror_r(e, ebuf, sizeof ebuf), n);
         }
         t->gone = true;
         return;

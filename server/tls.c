@@ -75,7 +75,9 @@ static bool ls_tls_read(int which, const char *path, char **out, char *why, size
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(why, len, "%s %s: cannot read it: %s", ls_tls_flags[which], path, strerror(errno));
+        char ebuf[128]; /* strerror_r: certificates are read again on the watcher thread */
+        snprintf(why, len, "%s %s: cannot read it: %s", ls_tls_flags[which], path,
+                 strerror_r(errno, ebuf, sizeof ebuf));
         return false;
     }
     char *buf = malloc(LS_TLS_FILE_MAX + 1);
