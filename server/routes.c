@@ -35,7 +35,10 @@ static const ls_route ls_routes[] = {
 
 /* Matches path against a pattern; copies the {name} segment into param.
  * A name is one segment, or two (TENANT/NAME: a tenant's adapter as an
- * admin names it, docs/api.md), neither empty. */
+ * admin names it, docs/api.md), neither empty. A segment too long for
+ * param still matches, cut and marked "...": no adapter has so long a
+ * name, so the route answers adapter_not_found as it does for any name
+ * past the limit, not "no route". */
 static bool ls_route_match(const char *pattern, const char *path, char *param, size_t plen) {
     const char *brace = strchr(pattern, '{');
     if (!brace) return !strcmp(pattern, path);
@@ -43,8 +46,10 @@ static bool ls_route_match(const char *pattern, const char *path, char *param, s
     if (strncmp(pattern, path, prefix)) return false;
     const char *seg = path + prefix, *slash = strchr(seg, '/');
     if (slash && (slash == seg || !slash[1] || strchr(slash + 1, '/'))) return false;
-    if (!*seg || strlen(seg) >= plen) return false;
-    snprintf(param, plen, "%s", seg);
+    if (!*seg) return false;
+    const size_t len = strlen(seg);
+    if (len < plen) snprintf(param, plen, "%s", seg);
+    else snprintf(param, plen, "%.*s...", (int)(plen - 4), seg);
     return true;
 }
 

@@ -90,6 +90,13 @@ static void test_nul_in_names(void **state) {
     /* The name asked for is "a%00x", which nothing may be called. */
     expect_error_free(ts.srv, "GET", "/adapters/a%00x", NULL, NULL, 0, 404, "adapter_not_found");
     expect_error_free(ts.srv, "DELETE", "/adapters/a%00x", NULL, NULL, 0, 404, "adapter_not_found");
+    /* A name too long for the route's buffer was "no route GET ...". */
+    char url[400] = "/adapters/";
+    memset(url + strlen(url), 'n', 300);
+    ls_test_response lng = expect_error(ts.srv, "GET", url, NULL, NULL, 0, 404, "adapter_not_found");
+    assert_non_null(strstr(lng.body, "nnn..."));
+    ls_test_response_free(&lng);
+    expect_error_free(ts.srv, "DELETE", url, NULL, NULL, 0, 404, "adapter_not_found");
     /* A JSON name holding \u0000 is refused by the JSON reader. */
     const char *body = "{\"name\": \"a\\u0000evil\", \"path\": \"x.safetensors\"}";
     ls_test_response nul = expect_error(ts.srv, "POST", "/adapters", NULL, body, strlen(body), 400, "invalid_json");
