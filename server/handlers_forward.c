@@ -349,10 +349,18 @@ static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
         ls_forward_reply_safetensors(srv, fj, wire, r);
     } else if (!fj->fr.base64 && ls_find_nonfinite(LS_DTYPE_F32, fj->y, (size_t)fj->fr.T * (size_t)srv->dims.H, &bad)) {
         /* JSON numbers cannot carry Inf or NaN; a 200 without y would be a
-         * silent wrong answer. */
-        ls_reply_fail(r, LS_INVALID_REQUEST, "scale x or gammas down, or send \"encoding\": \"base64\" to receive them",
-                      "y[%zu][%zu] is not finite: the result overflows float32", bad / (size_t)srv->dims.H,
-                      bad % (size_t)srv->dims.H);
+         * silent wrong answer. The token's adapter is named: factors that
+         * are finite but huge overflow as surely as a large x. */
+        const size_t t = bad / (size_t)srv->dims.H;
+        const int k = fj->fr.names.of_token ? fj->fr.names.of_token[t] : -1;
+        char by[200] = " (the base model)";
+        if (k >= 0 && k < job->n_used)
+            snprintf(by, sizeof by, " (adapter '%s' v%llu)", wire[k].name ? wire[k].name : "?",
+                     (unsigned long long)wire[k].version);
+        ls_reply_fail(r, LS_INVALID_REQUEST,
+                      "scale x or gammas down, check the factors of the token's adapter, or send \"encoding\": "
+                      "\"base64\" to receive them",
+                      "y[%zu][%zu] is not finite: the result overflows float32%s", t, bad % (size_t)srv->dims.H, by);
     } else {
         ls_reply_json(r, 200, ls_forward_resp_json(&fj->fr, srv->dims.H, fj->y, wire, job->n_used));
     }

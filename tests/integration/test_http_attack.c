@@ -263,6 +263,44 @@ static void test_safetensors_empty_adapter(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* Sets every number under j to v. */
+static void set_numbers(json_t *j, double v) {
+    size_t i;
+    const char *k;
+    json_t *e;
+    if (json_is_array(j)) {
+        json_array_foreach(j, i, e) {
+            if (json_is_number(e)) json_array_set_new(j, i, json_real(v));
+            else set_numbers(e, v);
+        }
+    } else if (json_is_object(j)) {
+        json_object_foreach(j, k, e) set_numbers(e, v);
+    }
+}
+
+/* Finite factors so large that y overflows: the 400 blamed x and gammas
+ * ("scale x or gammas down") and said nothing of the adapter. */
+static void test_overflow_names_adapter(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    json_t *big = tiny_adapter_inline(&ts, "big", NULL);
+    set_numbers(json_object_get(big, "tensors"), 1e30);
+    json_decref(tiny_post_json(&ts, "/adapters", big, 201));
+    json_decref(big);
+    json_t *req = json_pack("{s:O, s:O, s:[n, s, n]}", "x", json_object_get(ts.tiny, "x"), "gammas",
+                            json_object_get(ts.tiny, "gammas"), "adapters", "big");
+    char *text = json_dumps(req, JSON_COMPACT);
+    ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, text, strlen(text), 400, "invalid_request");
+    assert_non_null(strstr(r.body, "y[1]["));
+    assert_non_null(strstr(r.body, "(adapter 'big' v1)"));
+    assert_non_null(strstr(r.body, "factors of the token's adapter"));
+    ls_test_response_free(&r);
+    free(text);
+    json_decref(req);
+    tiny_server_stop(&ts);
+}
+
 /* Pins past S-1 answered 503 with Retry-After though no retry helps. */
 static void test_pin_limit(void **state) {
     (void)state;
@@ -841,6 +879,7 @@ int main(void) {
         cmocka_unit_test(test_server_errors_are_logged),
         cmocka_unit_test(test_safetensors_empty_adapter),
         cmocka_unit_test(test_pin_limit),
+        cmocka_unit_test(test_overflow_names_adapter),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),

@@ -124,6 +124,10 @@ static void test_nonfinite_y(void **state) {
     char body[256];
     snprintf(body, sizeof body, "{\"x\": %s, \"gammas\": %s}", x, g);
     expect_error_at(srv, "POST", "/forward", NULL, body, strlen(body), 400, "invalid_request");
+    ls_test_response e;
+    assert_int_equal(ls_test_http(srv, "POST", "/forward", NULL, body, strlen(body), NULL, &e), 0);
+    assert_non_null(strstr(e.body, "overflows float32 (the base model)"));
+    ls_test_response_free(&e);
     /* base64 carries them: 200 with every value present */
     snprintf(body, sizeof body, "{\"x\": %s, \"gammas\": %s, \"encoding\": \"base64\"}", x, g);
     ls_test_response r;
