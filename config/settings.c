@@ -142,7 +142,7 @@ const ls_setting ls_settings[] = {
     INT(LS_GROUP_LIMITS, "max-request-tokens", max_request_tokens, 1, 16777216, "16384",
         "tokens of one forward request, checked while x is read (413 past it)"),
     INT(LS_GROUP_LIMITS, "max-queue-mb", max_queue_mb, 1, 1048576, "1024",
-        "MiB that forward requests being served may hold at once (body, x, gammas, y); 429 past it"),
+        "MiB that forward requests may hold at once (bodies as they arrive, x, gammas, y); 429 past it"),
     BOOL(LS_GROUP_POOL, "batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
     INT(LS_GROUP_HTTP, "http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections; as many offload workers for adapter loads, and for validations"),
     INT(LS_GROUP_LIMITS, "max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),

@@ -45,7 +45,8 @@
 typedef enum {
     LS_PHASE_LINE,       /* only the request line has come */
     LS_PHASE_BODY,       /* the head passed its checks: the body (if any) arrives */
-    LS_PHASE_DISCARDING, /* the body ran past the cap: dropped, 413 once it ends */
+    LS_PHASE_DISCARDING, /* the body ran past the cap, or the --max-queue-mb budget: dropped, 413
+                          * (429 when overloaded) once it ends */
     LS_PHASE_AWAY,       /* suspended: a worker or the batcher has the request */
     LS_PHASE_ANSWERED,   /* resumed: a worker left its reply in reply */
     LS_PHASE_COMPUTED,   /* resumed: the batch has run fjob */
@@ -64,6 +65,11 @@ typedef struct {
     uint8_t *body;
     size_t len, cap;
     size_t discarded; /* body bytes dropped past the limit */
+    /* A /forward body's bytes counted in srv->held_bytes while it
+     * arrives (--max-queue-mb), until it is whole: the handler then
+     * counts it with the rest of the request. */
+    size_t held;
+    bool overloaded; /* discarded for the budget, not the size */
     ls_forward_job *fjob; /* a /forward bound for the batcher */
     /* Counted by ls_batcher_arriving, not yet submitted: a count the
      * batcher reads to wait for companions, not a phase of the request. */
@@ -304,6 +310,38 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
     return ok;
 }
 
+/* Counts a /forward body of total bytes (its buffer) in the server's
+ * budget while it arrives. False, counting nothing more, when other
+ * requests hold bytes and this would pass --max-queue-mb: a request
+ * alone is always served, as at the handler's count. */
+static bool ls_http_hold_body(ls_server *srv, ls_conn_state *st, size_t total) {
+    if (st->route->steps != LS_STEPS_FORWARD || total <= st->held) return true;
+    const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
+    const size_t more = total - st->held;
+    const unsigned long long before = atomic_fetch_add(&srv->held_bytes, more);
+    if (before > st->held && before + more > budget) {
+        atomic_fetch_sub(&srv->held_bytes, more);
+        return false;
+    }
+    st->held = total;
+    return true;
+}
+
+/* The body is whole, or will never be: it leaves the budget's count. */
+static void ls_http_release_body(ls_server *srv, ls_conn_state *st) {
+    if (!st->held) return;
+    atomic_fetch_sub(&srv->held_bytes, st->held);
+    st->held = 0;
+}
+
+static void ls_http_refuse_budget(ls_server *srv, ls_reply *r, size_t bytes) {
+    ls_metrics_overload(&srv->metrics);
+    ls_reply_fail(r, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
+                  "forward requests in flight hold the %d MiB budget (--max-queue-mb): this body of %.1f MiB does "
+                  "not fit beside them",
+                  srv->cfg.max_queue_mb, (double)bytes / 1048576.0);
+}
+
 /* First call of a request: head rules, route, auth, size and media type.
  * Returns true when a reply was queued already. */
 static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
@@ -343,6 +381,9 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         else if (cl && strtoull(cl, NULL, 10) > max)
             ls_reply_fail(&r, LS_PAYLOAD_TOO_LARGE, NULL, "the body of %s bytes is over the limit of %d MiB", cl,
                           srv->cfg.max_body_mb);
+        /* Refused before it is read: a body counts from its head on. */
+        else if (cl && !ls_http_hold_body(srv, st, (size_t)strtoull(cl, NULL, 10)))
+            ls_http_refuse_budget(srv, &r, (size_t)strtoull(cl, NULL, 10));
         else return false;
     } else {
         return false;
@@ -367,6 +408,10 @@ static ls_request ls_http_request(ls_server *srv, struct MHD_Connection *conn, c
 }
 
 static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_reply *r) {
+    if (st->phase == LS_PHASE_DISCARDING && st->overloaded) {
+        ls_http_refuse_budget(srv, r, st->discarded);
+        return;
+    }
     if (st->phase == LS_PHASE_DISCARDING) {
         ls_reply_fail(r, LS_PAYLOAD_TOO_LARGE, NULL, "the body is over the limit of %d MiB", srv->cfg.max_body_mb);
         return;
@@ -597,6 +642,18 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
          * large body is neither copied as it grows nor held twice. */
         size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
         while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
+        if (!ls_http_hold_body(srv, st, cap)) {
+            /* A chunked body past the budget: dropped as it comes, 429
+             * when it ends. */
+            st->overloaded = true;
+            st->phase = LS_PHASE_DISCARDING;
+            st->discarded = st->len + n;
+            free(st->body);
+            st->body = NULL;
+            st->len = st->cap = 0;
+            ls_http_release_body(srv, st);
+            return MHD_YES;
+        }
         uint8_t *b = realloc(st->body, cap);
         if (!b) return MHD_NO;
         ls_mem_advise_large(b, cap);
@@ -663,6 +720,7 @@ enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const ch
     if (!st->body_done) {
         /* Whole: what remains is the server's work, on no deadline. */
         st->body_done = true;
+        ls_http_release_body(srv, st);
         if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }
     ls_reply r = {0};
@@ -692,6 +750,7 @@ void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     }
     ls_http_arrived(srv, st); /* a body cut short */
+    ls_http_release_body(srv, st);
     ls_forward_job_free(st->fjob);
     ls_adapter_load_job_free(st->ljob);
     free(st->reply.body); /* a reply never sent */

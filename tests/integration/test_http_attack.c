@@ -739,6 +739,85 @@ static void test_queue_budget_counts_borrowed_x_once(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* Sends all of len bytes on fd. */
+static void send_all(int fd, const char *p, size_t len) {
+    while (len) {
+        ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+        assert_true(k > 0);
+        p += k;
+        len -= (size_t)k;
+    }
+}
+
+/* The answer on fd (the request asked Connection: close) into buf. */
+static void read_answer(int fd, char *buf, size_t cap) {
+    size_t got;
+    ls_test_raw_read_all(fd, buf, cap, &got);
+    close(fd);
+}
+
+/* Bodies still arriving held no part of --max-queue-mb: twelve clients
+ * each holding back the last byte of a 60 MiB forward made the server
+ * hold 720 MiB under a 64 MiB budget. A body counts from its head on
+ * (Content-Length) or as it grows (chunked); past the budget it is 429
+ * before it is read, or once the chunked body ends. */
+static void test_queue_budget_counts_arriving_bodies(void **state) {
+    (void)state;
+    const char *extra[] = {"--max-queue-mb", "1", "--max-body-mb", "4", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    const size_t len = 700000; /* JSON padded with blanks: 0.67 MiB, one x row */
+    char *body = malloc(len + 1);
+    assert_non_null(body);
+    memset(body, ' ', len);
+    memcpy(body, "{\"x\": [[1, 2, 3, 4]]", 20);
+    body[len - 1] = '}';
+    body[len] = '\0';
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+             "Content-Length: %zu\r\n\r\n",
+             len);
+    /* The first holds back all but 20 bytes of its body. */
+    int first = ls_test_raw_connect(ts.srv);
+    assert_true(first >= 0);
+    send_all(first, head, strlen(head));
+    send_all(first, body, 20);
+    assert_true(ls_test_wait_receiving(ts.srv, 1));
+    /* A second by Content-Length: refused from its head. */
+    ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, body, len, 429, "overloaded");
+    assert_non_null(strstr(r.body, "--max-queue-mb"));
+    assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
+    ls_test_response_free(&r);
+    /* A chunked one: read and dropped, 429 at its end. */
+    int chunked = ls_test_raw_connect(ts.srv);
+    assert_true(chunked >= 0);
+    char chead[256];
+    snprintf(chead, sizeof chead,
+             "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n%zx\r\n",
+             len);
+    send_all(chunked, chead, strlen(chead));
+    send_all(chunked, body, len);
+    send_all(chunked, "\r\n0\r\n\r\n", 7);
+    char buf[4096];
+    read_answer(chunked, buf, sizeof buf);
+    assert_memory_equal(buf, "HTTP/1.1 429", 12);
+    assert_non_null(strstr(buf, "\"overloaded\""));
+    /* The first, once whole, is served. */
+    send_all(first, body + 20, len - 20);
+    read_answer(first, buf, sizeof buf);
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    /* Its bytes were given back: alone, the same body runs. */
+    assert_true(ls_test_wait_receiving(ts.srv, 0));
+    ls_test_response ok;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, body, len, NULL, &ok), 0);
+    assert_int_equal(ok.status, 200);
+    ls_test_response_free(&ok);
+    free(body);
+    tiny_server_stop(&ts);
+}
+
 /* An adapter whose file changed under the server fails its own request
  * with 409 adapter_stale; the requests batched with it are answered as
  * if it were not there (they all failed with its 500 before). */
@@ -880,6 +959,7 @@ int main(void) {
         cmocka_unit_test(test_safetensors_empty_adapter),
         cmocka_unit_test(test_pin_limit),
         cmocka_unit_test(test_overflow_names_adapter),
+        cmocka_unit_test(test_queue_budget_counts_arriving_bodies),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
