@@ -1,8 +1,10 @@
 /* The API reference against the status table: docs/api.md names every
- * wire code (as `code`), and docs/openapi.json's ErrorCode enum is exactly
- * the table's codes, with each ErrorNNN response listing exactly the codes
- * of status NNN (server/http_status.c). So a code added to common/status.h
- * fails here until both documents say what it is. */
+ * wire code (as `code`), docs/server.md's table of codes names each under
+ * its status, and docs/openapi.json's ErrorCode enum is exactly the
+ * table's codes, with each ErrorNNN response listing exactly the codes
+ * of status NNN (server/http_status.c), and every operation the statuses
+ * the head rules give on any route. So a code added to common/status.h
+ * fails here until the documents say what it is. */
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -84,6 +86,53 @@ static void test_api_md_names_every_code(void **state) {
     assert_int_equal(missing, 0);
 }
 
+/* server.md's "| NNN | codes |" rows: each code in the row of its
+ * status (it lacked eleven, 403 and 408 whole). */
+static void test_server_md_table_names_every_code(void **state) {
+    (void)state;
+    char *md = read_doc("docs/server.md");
+    int missing = 0;
+    for (int s = 0; s < LS_STATUS_COUNT; s++) {
+        if (s == LS_OK) continue;
+        char row[16], quoted[96];
+        snprintf(row, sizeof row, "\n| %d | ", ls_http_status((ls_status)s));
+        snprintf(quoted, sizeof quoted, "`%s`", ls_status_code((ls_status)s));
+        const char *at = strstr(md, row), *end = at ? strchr(at + 1, '\n') : NULL;
+        const char *hit = at ? strstr(at, quoted) : NULL;
+        if (!at || !hit || (end && hit > end)) {
+            fprintf(stderr, "docs/server.md's row %d does not name %s\n", ls_http_status((ls_status)s), quoted);
+            missing++;
+        }
+    }
+    free(md);
+    assert_int_equal(missing, 0);
+}
+
+/* Every operation can get the head rules' answers (400, 403 host or
+ * origin, 408, 414) and 500, whatever it serves: GET /model listed none
+ * of the first four. */
+static void test_openapi_operations_list_head_statuses(void **state) {
+    (void)state;
+    json_t *doc = load_openapi();
+    const char *const every[] = {"400", "403", "408", "414", "500"};
+    const char *path, *method;
+    json_t *ops, *op;
+    int bad = 0;
+    json_object_foreach(json_object_get(doc, "paths"), path, ops) {
+        json_object_foreach(ops, method, op) {
+            const json_t *resp = json_object_get(op, "responses");
+            if (!resp) continue;
+            for (size_t i = 0; i < sizeof every / sizeof *every; i++)
+                if (!json_object_get(resp, every[i])) {
+                    fprintf(stderr, "%s %s does not list %s\n", method, path, every[i]);
+                    bad++;
+                }
+        }
+    }
+    assert_int_equal(bad, 0);
+    json_decref(doc);
+}
+
 static void test_openapi_enum_is_the_table(void **state) {
     (void)state;
     json_t *doc = load_openapi();
@@ -150,6 +199,8 @@ static void test_openapi_error_responses_follow_the_table(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_md_names_every_code),
+        cmocka_unit_test(test_server_md_table_names_every_code),
+        cmocka_unit_test(test_openapi_operations_list_head_statuses),
         cmocka_unit_test(test_openapi_enum_is_the_table),
         cmocka_unit_test(test_openapi_error_responses_follow_the_table),
     };
