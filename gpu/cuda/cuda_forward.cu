@@ -269,15 +269,19 @@ static ls_status swiglu(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
  * writes its output, and the expand waits for it. Every side branch is
  * joined back, so a capture of the main stream holds it all. Enqueues
  * only; no host synchronisation. */
-static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+static ls_status run_ops(ls_cuda *c, const ls_cuda_plan *p, bool *forked, ls_error *err) {
     for (int i = 0; i < LS_OPS; i++) {
         const bool shrink = i == LS_OP_SHRINK_GU || i == LS_OP_SHRINK_D;
         const bool expand = i == LS_OP_EXPAND_GU || i == LS_OP_EXPAND_D;
         if (shrink && p->lora) {
-            LS_TRY(run_forked(c, p, i, err));
+            LS_TRY(run_forked(c, p, i, err)); /* joined back when it fails */
+            *forked = true;
             continue;
         }
-        if (expand && p->lora) LS_CUDA_TRY(err, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
+        if (expand && p->lora) {
+            LS_CUDA_TRY(err, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
+            *forked = false;
+        }
         LS_TRY(run_op(c, p, i, 0, err));
         if (i == LS_OP_EXPAND_GU) {
             LS_TRY(gate(c, p, err));
@@ -285,6 +289,18 @@ static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
         }
     }
     return LS_OK;
+}
+
+/* A main-stream op that fails between a shrink's fork and its expand
+ * would leave the side stream unjoined: a capture could not end cleanly
+ * and the side stream might stay in it. It is joined back, best effort
+ * (the error reported is the op's; the wait's own is cleared). */
+static ls_status run_device(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
+    bool forked = false;
+    const ls_status st = run_ops(c, p, &forked, err);
+    if (st != LS_OK && forked && cudaStreamWaitEvent(c->stream, c->ev_join, 0) != cudaSuccess)
+        (void)cudaGetLastError();
+    return st;
 }
 
 /* Stage scatter: copies y out through pinned memory and back to token
