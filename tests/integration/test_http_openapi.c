@@ -16,6 +16,7 @@
 #include <curl/curl.h>
 
 #include "tests/util/server_driver.h"
+#include "tests/util/testutil.h"
 
 #ifndef LS_SOURCE_DIR
 #error "LS_SOURCE_DIR must name the source tree (tests/CMakeLists.txt sets it)"
@@ -39,27 +40,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* docs/openapi.json whole; the caller frees it. */
-static char *read_file(size_t *len) {
-    FILE *f = fopen(LS_SOURCE_DIR "/docs/openapi.json", "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    assert_true(n > 0);
-    char *text = malloc((size_t)n + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    text[n] = '\0';
-    *len = (size_t)n;
-    return text;
-}
-
 static void test_same_bytes_as_the_file(void **state) {
     (void)state;
     size_t len;
-    char *file = read_file(&len);
+    char *file = ls_test_read_file(LS_SOURCE_DIR "/docs/openapi.json", &len);
     ls_test_response r;
     assert_int_equal(ls_test_http(srv, "GET", "/openapi.json", NULL, NULL, 0, auth, &r), 0);
     assert_int_equal(r.status, 200);
@@ -96,7 +80,7 @@ static void test_needs_the_key(void **state) {
 static void test_every_documented_route_exists(void **state) {
     (void)state;
     size_t len;
-    char *file = read_file(&len);
+    char *file = ls_test_read_file(LS_SOURCE_DIR "/docs/openapi.json", &len);
     json_t *doc = json_loads(file, 0, NULL);
     assert_non_null(doc);
     const char *path;

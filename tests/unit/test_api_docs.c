@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "server/http_status.h"
+#include "tests/util/testutil.h"
 
 #ifndef LS_SOURCE_DIR
 #error "LS_SOURCE_DIR must name the source tree (tests/CMakeLists.txt sets it)"
@@ -27,19 +28,7 @@
 static char *read_doc(const char *rel) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", LS_SOURCE_DIR, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    assert_true(n >= 0);
-    char *text = malloc((size_t)n + 1);
-    assert_non_null(text);
-    size_t got = fread(text, 1, (size_t)n, f);
-    fclose(f);
-    assert_int_equal(got, (size_t)n);
-    text[n] = '\0';
-    return text;
+    return ls_test_read_file(path, NULL);
 }
 
 /* The parsed OpenAPI document; the caller owns the reference. */

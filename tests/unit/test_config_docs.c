@@ -12,26 +12,11 @@
 #include <cmocka.h>
 
 #include "config/settings.h"
+#include "tests/util/testutil.h"
 
 #ifndef LS_SOURCE_DIR
 #error "LS_SOURCE_DIR must name the source tree (tests/CMakeLists.txt sets it)"
 #endif
-
-/* The whole file, NUL-terminated; the caller frees it. */
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    assert_true(n >= 0);
-    char *text = malloc((size_t)n + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    text[n] = '\0';
-    return text;
-}
 
 static void test_configuration_md_holds_help(void **state) {
     (void)state;
@@ -43,7 +28,7 @@ static void test_configuration_md_holds_help(void **state) {
     ls_settings_help(out);
     fputs("```\n", out);
     fclose(out);
-    char *md = read_file(LS_SOURCE_DIR "/docs/configuration.md");
+    char *md = ls_test_read_file(LS_SOURCE_DIR "/docs/configuration.md", NULL);
     if (!strstr(md, help))
         fprintf(stderr, "docs/configuration.md must hold, under \"Every setting\", exactly:\n%s", help);
     assert_non_null(strstr(md, help));

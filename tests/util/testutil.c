@@ -85,6 +85,21 @@ void *ls_test_calloc(size_t count, size_t size) {
     return p;
 }
 
+char *ls_test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    char *text = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
+    if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "cannot read %s\n", path);
+        abort();
+    }
+    fclose(f);
+    text[n] = '\0';
+    if (len) *len = (size_t)n;
+    return text;
+}
+
 void ls_test_write_file(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {

@@ -39,6 +39,10 @@ void *ls_test_calloc(size_t count, size_t size);
  * it cannot. */
 void ls_test_write_file(const char *path, const void *data, size_t len);
 
+/* The whole file at path, NUL-terminated (malloc'd; *len its bytes when
+ * len is non-NULL); aborts the test when it cannot be read. */
+char *ls_test_read_file(const char *path, size_t *len);
+
 /* A field of /proc/PID/status in KiB (VmRSS, VmHWM: the peak resident
  * set); pid 0 is this process. Aborts the test when it cannot be read. */
 long ls_test_proc_kib(int pid, const char *field);
