@@ -81,6 +81,8 @@ typedef struct {
     struct MHD_Connection *conn;
     struct timespec t0;
     const char *method, *url; /* MHD's, valid for the whole request: for the access log */
+    bool absolute;            /* the target came in absolute-form: its host is read in place of Host */
+    char authority[256];
     char request_id[LS_REQUEST_ID_MAX + 1];
     ls_guard_conn *gc;  /* the connection's state in the guard (NULL: unguarded) */
     bool body_done;     /* the guard was told the body came whole */
@@ -297,10 +299,11 @@ static enum MHD_Result ls_http_head_visit(void *cls, enum MHD_ValueKind kind, co
 }
 
 /* The head rules (server/http_head.h) on this request's head. */
-static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const char *version, bool open,
-                            ls_reply *r) {
+static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const char *version, const ls_conn_state *st,
+                            bool open, ls_reply *r) {
     ls_http_head h = {.http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0)};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, ls_http_head_visit, &h);
+    if (st->absolute) h.host = st->authority;
     const ls_http_head_policy p = {srv->cfg.allowed_hosts, srv->cfg.allowed_origins};
     ls_error err;
     ls_error_init(&err);
@@ -361,7 +364,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
                       "this connection is past the open-connection cap of its address or of the server: it "
                       "serves only GET /health and GET /ready");
-    } else if (!ls_http_head_ok(srv, conn, version, st->route && st->route->open, &r)) {
+    } else if (!ls_http_head_ok(srv, conn, version, st, st->route && st->route->open, &r)) {
         if (!st->route) st->label = ls_route_label(url);
     } else if (!st->route && allow[0]) {
         st->label = ls_route_label(url);
@@ -601,7 +604,9 @@ static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn
     st->phase = LS_PHASE_BODY; /* a refusal below moves it on to REPLIED */
     clock_gettime(CLOCK_MONOTONIC, &st->t0);
     st->method = method;
-    st->url = url;
+    st->url = ls_http_target_path(url, st->authority, sizeof st->authority);
+    st->absolute = st->url != url;
+    url = st->url;
     ls_http_request_id(conn, st->request_id);
     st->gc = ls_http_guard_conn(conn);
     *con_cls = st;

@@ -166,6 +166,17 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
     return LS_OK;
 }
 
+const char *ls_http_target_path(const char *target, char *authority, size_t alen) {
+    if (alen) authority[0] = '\0';
+    size_t scheme = !strncasecmp(target, "http://", 7) ? 7 : !strncasecmp(target, "https://", 8) ? 8 : 0;
+    if (!scheme) return target;
+    const char *auth = target + scheme;
+    size_t n = strcspn(auth, "/");
+    /* One too long for the buffer is no host at all, rather than a cut one. */
+    if (n < alen) snprintf(authority, alen, "%.*s", (int)n, auth);
+    return auth[n] ? auth + n : "/";
+}
+
 /* Every answer describes live state (or holds data behind the key), so
  * none may be stored by a cache or a browser; none may be framed (the
  * page's key form could be clickjacked), sniffed into another type, or

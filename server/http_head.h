@@ -52,6 +52,14 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
  * name of the comma list allowed ("*": any name). */
 bool ls_http_host_allowed(const char *host, const char *allowed);
 
+/* The path of a request target (a pointer into target): target itself
+ * in origin-form ("/forward"); in absolute-form ("http://host:8080/forward",
+ * any case of http or https), what follows its authority, or "/" when
+ * nothing does, with the authority copied into authority (alen bytes;
+ * "" when it does not fit, and for origin-form). RFC 9112 3.2.2: a server must
+ * accept absolute-form and read the host from it instead of Host. */
+const char *ls_http_target_path(const char *target, char *authority, size_t alen);
+
 /* Name and value of each header every response carries, besides
  * Content-Security-Policy (below). Static. */
 extern const char *const ls_http_hardening[][2];

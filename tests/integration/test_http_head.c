@@ -117,6 +117,20 @@ static void test_host(void **state) {
                "Host is given 2 times");
 }
 
+/* An absolute-form target (a client sent here as to a proxy) reaches the
+ * route its path names, and its host, not Host, passes the host rule. */
+static void test_absolute_form(void **state) {
+    (void)state;
+    expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 200", "\"slots\"");
+    expect_raw(ts.srv, "GET HTTP://localhost:9/adapters/nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 404",
+               "\"adapter_not_found\"");
+    expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.1\r\nHost: evil.test\r\n\r\n", "HTTP/1.1 200", NULL);
+    expect_raw(ts.srv, "GET http://evil.test/pool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 403",
+               "\"forbidden_host\"");
+    expect_raw(ts.srv, "GET http:///pool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 403", "\"forbidden_host\"");
+    expect_raw(ts.srv, "GET http://evil.test/health HTTP/1.1\r\n\r\n", "HTTP/1.1 200", NULL);
+}
+
 /* --allowed-hosts names more; * takes any. */
 static void test_allowed_hosts(void **state) {
     (void)state;
@@ -390,6 +404,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host),
         cmocka_unit_test(test_allowed_hosts),
+        cmocka_unit_test(test_absolute_form),
         cmocka_unit_test(test_origin),
         cmocka_unit_test(test_adapter_header_once),
         cmocka_unit_test(test_framing),

@@ -154,11 +154,35 @@ static void test_response_headers(void **state) {
     assert_true(nosniff && frames);
 }
 
+/* Absolute-form targets (what a client configured with this server as
+ * its proxy sends) reach the same routes; the host is the target's. */
+static void test_target_path(void **state) {
+    (void)state;
+    const char *cases[][3] = {
+        {"/forward", "/forward", ""},
+        {"http://127.0.0.1:8080/forward", "/forward", "127.0.0.1:8080"},
+        {"HTTPS://lb.example/adapters/a", "/adapters/a", "lb.example"},
+        {"http://lb.example", "/", "lb.example"},
+        {"http:///pool", "/pool", ""},
+        {"httpx://a/b", "httpx://a/b", ""},
+        {"*", "*", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char auth[64] = "garbage";
+        const char *path = ls_http_target_path(cases[i][0], auth, sizeof auth);
+        if (strcmp(path, cases[i][1]) || strcmp(auth, cases[i][2]))
+            fail_msg("%s: path %s host %s, wanted %s and %s", cases[i][0], path, auth, cases[i][1], cases[i][2]);
+    }
+    char small[6];
+    assert_string_equal(ls_http_target_path("http://lb.example/x", small, sizeof small), "/x");
+    assert_string_equal(small, ""); /* no host rather than a cut one */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_values), cmocka_unit_test(test_origin),  cmocka_unit_test(test_sec_fetch_site),
         cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_header_names),
-        cmocka_unit_test(test_response_headers),
+        cmocka_unit_test(test_response_headers), cmocka_unit_test(test_target_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
