@@ -37,7 +37,7 @@ struct ls_forward_job {
     ls_pool_used *used;
     ls_batch_job job;
     ls_server *srv;
-    unsigned long long held; /* bytes counted in srv->held_bytes */
+    unsigned long long held; /* bytes counted in srv->metrics.queue_bytes */
     ls_error load_err; /* an adapter's read failed after another was read: answered once that one is registered */
     int load_until;    /* with load_err: the index (in fr.names) of the adapter that failed */
     int again;         /* times the forward went again after its batch (ls_forward_again) */
@@ -47,7 +47,7 @@ struct ls_forward_job {
 /* Frees the job's tensors and gives its bytes back to the budget; the
  * job itself stays (its connection frees it). Idempotent. */
 static void ls_forward_job_release(ls_forward_job *fj) {
-    if (fj->held) atomic_fetch_sub(&fj->srv->held_bytes, fj->held);
+    if (fj->held) atomic_fetch_sub(&fj->srv->metrics.queue_bytes, fj->held);
     fj->held = 0;
     ls_forward_req_free(&fj->fr);
     free(fj->ybuf);
@@ -160,7 +160,7 @@ ls_forward_step ls_forward_restart(ls_forward_job *fj, ls_reply *r) {
      * until it is answered, as at prepare: counted again, not refused
      * (it was admitted; a request alone is always served). */
     const unsigned long long more = ls_pool_forward_read_bytes(fj->srv->pool, &fj->fr.names, true);
-    atomic_fetch_add(&fj->srv->held_bytes, more);
+    atomic_fetch_add(&fj->srv->metrics.queue_bytes, more);
     fj->held += more;
     ls_log_debug("forward: an adapter it names was deleted after it was loaded; loading again (try %d)", fj->again);
     ls_error_free(&fj->job.err);
@@ -189,6 +189,13 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
     ls_error_init(&err);
     ls_forward_job *fj = calloc(1, sizeof *fj);
     ls_status st = fj ? LS_OK : ls_error_set(&err, LS_INTERNAL, NULL, "out of memory");
+    /* The body's bytes counted as it arrived are the job's from here. */
+    if (fj) {
+        fj->srv = srv;
+        fj->held = req->held;
+    } else if (req->held) {
+        atomic_fetch_sub(&srv->metrics.queue_bytes, req->held);
+    }
     const bool raw = req->kind == LS_BODY_SAFETENSORS;
     if (st == LS_OK)
         st = ls_request_check_query(req, raw ? ls_forward_query_raw : ls_forward_query_json,
@@ -232,17 +239,19 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         const unsigned long long bytes =
             req->len + T * rows * sizeof(float) + T * LS_FORWARD_TOKEN_BYTES + adapters;
         const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
-        unsigned long long before = atomic_fetch_add(&srv->held_bytes, bytes);
-        fj->srv = srv;
-        fj->held = bytes;
-        if (before + bytes > budget && before > 0) {
+        /* The body counted as it arrived is part of it already. */
+        const unsigned long long handed = fj->held, more = bytes > handed ? bytes - handed : 0;
+        unsigned long long others;
+        if (!ls_metrics_queue_take(&srv->metrics, handed, more, budget, &others)) {
             ls_metrics_overload(&srv->metrics);
             st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
                               "forward requests in flight hold %.1f MiB and this one needs %.1f MiB (%.1f MiB of it "
                               "for adapters it reads into host memory): together over the %d MiB budget "
                               "(--max-queue-mb)",
-                              (double)before / 1048576.0, (double)bytes / 1048576.0, (double)adapters / 1048576.0,
-                              srv->cfg.max_queue_mb);
+                              (double)others / 1048576.0, (double)(handed + more) / 1048576.0,
+                              (double)adapters / 1048576.0, srv->cfg.max_queue_mb);
+        } else {
+            fj->held = handed + more;
         }
     }
     if (st == LS_OK) {

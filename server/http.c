@@ -65,9 +65,9 @@ typedef struct {
     uint8_t *body;
     size_t len, cap;
     size_t discarded; /* body bytes dropped past the limit */
-    /* A /forward body's bytes counted in srv->held_bytes while it
-     * arrives (--max-queue-mb), until it is whole: the handler then
-     * counts it with the rest of the request. */
+    /* A /forward body's bytes counted in srv->metrics.queue_bytes as
+     * they arrive (--max-queue-mb), until its handler takes them over
+     * with the rest of the request (ls_request.held). */
     size_t held;
     bool overloaded; /* discarded for the budget, not the size */
     ls_forward_job *fjob; /* a /forward bound for the batcher */
@@ -313,27 +313,33 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
     return ok;
 }
 
-/* Counts a /forward body of total bytes (its buffer) in the server's
- * budget while it arrives. False, counting nothing more, when other
- * requests hold bytes and this would pass --max-queue-mb: a request
- * alone is always served, as at the handler's count. */
+/* Whether a /forward body of total bytes would fit the budget beside
+ * what other requests hold now (a request alone always does, as at the
+ * handler's count). Counts nothing: a head alone costs no memory, and
+ * a few heads that promise large bodies must not refuse everyone. */
+static bool ls_http_body_fits(ls_server *srv, const ls_conn_state *st, size_t total) {
+    if (st->route->steps != LS_STEPS_FORWARD) return true;
+    const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
+    const unsigned long long others = atomic_load(&srv->metrics.queue_bytes) - st->held;
+    return others == 0 || others + total <= budget;
+}
+
+/* Counts a /forward body's total bytes arrived so far in the budget.
+ * False, counting nothing more, when other requests hold bytes and this
+ * would pass --max-queue-mb. */
 static bool ls_http_hold_body(ls_server *srv, ls_conn_state *st, size_t total) {
     if (st->route->steps != LS_STEPS_FORWARD || total <= st->held) return true;
     const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
-    const size_t more = total - st->held;
-    const unsigned long long before = atomic_fetch_add(&srv->held_bytes, more);
-    if (before > st->held && before + more > budget) {
-        atomic_fetch_sub(&srv->held_bytes, more);
-        return false;
-    }
+    unsigned long long others;
+    if (!ls_metrics_queue_take(&srv->metrics, st->held, total - st->held, budget, &others)) return false;
     st->held = total;
     return true;
 }
 
-/* The body is whole, or will never be: it leaves the budget's count. */
+/* The body will never reach its handler: it leaves the budget's count. */
 static void ls_http_release_body(ls_server *srv, ls_conn_state *st) {
     if (!st->held) return;
-    atomic_fetch_sub(&srv->held_bytes, st->held);
+    atomic_fetch_sub(&srv->metrics.queue_bytes, st->held);
     st->held = 0;
 }
 
@@ -384,8 +390,8 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         else if (cl && strtoull(cl, NULL, 10) > max)
             ls_reply_fail(&r, LS_PAYLOAD_TOO_LARGE, NULL, "the body of %s bytes is over the limit of %d MiB", cl,
                           srv->cfg.max_body_mb);
-        /* Refused before it is read: a body counts from its head on. */
-        else if (cl && !ls_http_hold_body(srv, st, (size_t)strtoull(cl, NULL, 10)))
+        /* Refused before it is read when it cannot fit now. */
+        else if (cl && !ls_http_body_fits(srv, st, (size_t)strtoull(cl, NULL, 10)))
             ls_http_refuse_budget(srv, &r, (size_t)strtoull(cl, NULL, 10));
         else return false;
     } else {
@@ -420,6 +426,8 @@ static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_con
         return;
     }
     ls_request req = ls_http_request(srv, conn, st);
+    req.held = st->held; /* the handler's now */
+    st->held = 0;
     st->route->fn(&req, r);
 }
 
@@ -573,6 +581,8 @@ static void ls_http_forward_again(void *ctx) {
 static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st) {
     ls_reply r = {0};
     ls_request req = ls_http_request(srv, conn, st);
+    req.held = st->held; /* the job's now */
+    st->held = 0;
     ls_forward_step next;
     st->fjob = ls_forward_prepare(&req, &next, &r);
     if (next == LS_FORWARD_READ || next == LS_FORWARD_LOAD) {
@@ -641,24 +651,25 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
         st->discarded += n;
         return st->discarded > max ? MHD_NO : MHD_YES;
     }
+    /* Counted as it arrives (the buffer's pages are committed only as
+     * they are written): past the budget, dropped as it comes, 429 when
+     * it ends. */
+    if (!ls_http_hold_body(srv, st, st->len + n)) {
+        st->overloaded = true;
+        st->phase = LS_PHASE_DISCARDING;
+        st->discarded = st->len + n;
+        free(st->body);
+        st->body = NULL;
+        st->len = st->cap = 0;
+        ls_http_release_body(srv, st);
+        return MHD_YES;
+    }
     if (st->len + n > st->cap) {
         /* Sized once from Content-Length when it is given (it is
          * within the limit, or the request was refused above), so a
          * large body is neither copied as it grows nor held twice. */
         size_t cap = st->cap ? st->cap : ls_http_content_length(conn, max);
         while (cap < st->len + n) cap = cap > max / 2 ? max : cap * 2;
-        if (!ls_http_hold_body(srv, st, cap)) {
-            /* A chunked body past the budget: dropped as it comes, 429
-             * when it ends. */
-            st->overloaded = true;
-            st->phase = LS_PHASE_DISCARDING;
-            st->discarded = st->len + n;
-            free(st->body);
-            st->body = NULL;
-            st->len = st->cap = 0;
-            ls_http_release_body(srv, st);
-            return MHD_YES;
-        }
         uint8_t *b = realloc(st->body, cap);
         if (!b) return MHD_NO;
         ls_mem_advise_large(b, cap);
@@ -725,7 +736,10 @@ enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const ch
     if (!st->body_done) {
         /* Whole: what remains is the server's work, on no deadline. */
         st->body_done = true;
-        ls_http_release_body(srv, st);
+        /* A body that reaches its handler stays counted: the handler
+         * takes its bytes over (ls_request.held), so no request that
+         * came later finds the budget empty in between. */
+        if (st->phase == LS_PHASE_DISCARDING) ls_http_release_body(srv, st);
         if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }
     ls_reply r = {0};

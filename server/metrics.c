@@ -136,6 +136,16 @@ void ls_metrics_overload(ls_metrics *m) {
     pthread_mutex_unlock(&m->lock);
 }
 
+bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
+                           unsigned long long budget, unsigned long long *others) {
+    unsigned long long cur = atomic_load(&m->queue_bytes);
+    do {
+        *others = cur - mine;
+        if (*others > 0 && *others + mine + more > budget) return false;
+    } while (!atomic_compare_exchange_weak(&m->queue_bytes, &cur, cur + more));
+    return true;
+}
+
 static void ls_metrics_render_requests(const ls_metrics *m, ls_buf *b) {
     ls_buf_printf(b, "# HELP lorasink_requests_total HTTP requests by route and status.\n"
                      "# TYPE lorasink_requests_total counter\n");
@@ -204,6 +214,10 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                      "(a batch may wait for them).\n"
                      "# TYPE lorasink_forwards_receiving gauge\nlorasink_forwards_receiving %lld\n",
                   (long long)m->receiving);
+    ls_buf_printf(b, "# HELP lorasink_queue_bytes Bytes forward requests hold against --max-queue-mb: bodies "
+                     "arriving, and requests parsed until they are answered.\n"
+                     "# TYPE lorasink_queue_bytes gauge\nlorasink_queue_bytes %llu\n",
+                  (unsigned long long)atomic_load(&m->queue_bytes));
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);

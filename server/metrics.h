@@ -64,6 +64,10 @@ typedef struct {
     atomic_llong connections, connections_reserved; /* gauges: open, and of those taken from the reserve */
     atomic_ullong connections_refused;              /* closed at accept: the address past its cap and reserve */
     atomic_ullong request_timeouts[2];              /* answered 408: [0] the head, [1] the body */
+    /* What /forward requests hold against --max-queue-mb, from their
+     * body's first byte until they are answered (server/http.c and
+     * handlers_forward.c keep it; no lock). */
+    atomic_ullong queue_bytes;
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);
@@ -82,6 +86,13 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
 /* An adapter load began (+1) or ended (-1). */
 void ls_metrics_loads(ls_metrics *m, int delta);
 void ls_metrics_overload(ls_metrics *m);
+/* Adds more bytes to queue_bytes for a request that holds mine there
+ * already, unless others hold some (*others: queue_bytes - mine) and
+ * all of it would pass budget; false then, adding nothing. One atomic
+ * step, so two requests that would fit one at a time are never both
+ * refused for seeing each other's bytes. */
+bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
+                           unsigned long long budget, unsigned long long *others);
 /* Connections opened (+1) or closed (-1), and of those from the reserve. */
 void ls_metrics_connections(ls_metrics *m, int open, int reserved);
 void ls_metrics_connection_refused(ls_metrics *m);

@@ -32,6 +32,10 @@ typedef struct {
     size_t len;
     ls_body_kind kind;
     const ls_principal *who; /* the caller: what it may see and change (server/tenant.h) */
+    /* The body's bytes server/http.c counted in srv->metrics.queue_bytes
+     * as it arrived (a /forward's; else 0): the handler gives them back,
+     * or hands them to what it keeps of the request. */
+    size_t held;
 } ls_request;
 
 typedef struct {

@@ -44,7 +44,6 @@ typedef struct ls_server {
     struct ls_tls *tls;     /* owned; NULL without --tls-cert (server/tls.h) */
     int port;
     atomic_int active;    /* requests being handled, for graceful shutdown */
-    atomic_ullong held_bytes; /* what parsed /forward requests hold until answered (--max-queue-mb) */
     atomic_int suspended; /* connections parked for the batcher or an offload worker, not yet resumed */
     atomic_int dispatching; /* requests an HTTP thread is computing the reply of */
     atomic_bool stopping; /* shutdown began: no new suspensions, Connection: close */

@@ -279,17 +279,21 @@ static void set_numbers(json_t *j, double v) {
 }
 
 /* Finite factors so large that y overflows: the 400 blamed x and gammas
- * ("scale x or gammas down") and said nothing of the adapter. */
+ * ("scale x or gammas down") and said nothing of the adapter. Another
+ * adapter on an earlier token must not be the one named. */
 static void test_overflow_names_adapter(void **state) {
     (void)state;
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    json_t *fine = tiny_adapter_inline(&ts, "fine", NULL);
+    json_decref(tiny_post_json(&ts, "/adapters", fine, 201));
+    json_decref(fine);
     json_t *big = tiny_adapter_inline(&ts, "big", NULL);
     set_numbers(json_object_get(big, "tensors"), 1e30);
     json_decref(tiny_post_json(&ts, "/adapters", big, 201));
     json_decref(big);
-    json_t *req = json_pack("{s:O, s:O, s:[n, s, n]}", "x", json_object_get(ts.tiny, "x"), "gammas",
-                            json_object_get(ts.tiny, "gammas"), "adapters", "big");
+    json_t *req = json_pack("{s:O, s:O, s:[s, s, n]}", "x", json_object_get(ts.tiny, "x"), "gammas",
+                            json_object_get(ts.tiny, "gammas"), "adapters", "fine", "big");
     char *text = json_dumps(req, JSON_COMPACT);
     ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, text, strlen(text), 400, "invalid_request");
     assert_non_null(strstr(r.body, "y[1]["));
@@ -758,9 +762,9 @@ static void read_answer(int fd, char *buf, size_t cap) {
 
 /* Bodies still arriving held no part of --max-queue-mb: twelve clients
  * each holding back the last byte of a 60 MiB forward made the server
- * hold 720 MiB under a 64 MiB budget. A body counts from its head on
- * (Content-Length) or as it grows (chunked); past the budget it is 429
- * before it is read, or once the chunked body ends. */
+ * hold 720 MiB under a 64 MiB budget. A body counts as it arrives (in
+ * lorasink_queue_bytes); one that cannot fit beside them is 429 from its
+ * head (Content-Length), or once it ends (chunked). */
 static void test_queue_budget_counts_arriving_bodies(void **state) {
     (void)state;
     const char *extra[] = {"--max-queue-mb", "1", "--max-body-mb", "4", NULL};
@@ -778,12 +782,13 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
              "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
              "Content-Length: %zu\r\n\r\n",
              len);
-    /* The first holds back all but 20 bytes of its body. */
+    /* The first holds back the last 20 bytes of its body: what came is
+     * counted, byte for byte. */
     int first = ls_test_raw_connect(ts.srv);
     assert_true(first >= 0);
     send_all(first, head, strlen(head));
-    send_all(first, body, 20);
-    assert_true(ls_test_wait_receiving(ts.srv, 1));
+    send_all(first, body, len - 20);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_queue_bytes", (double)(len - 20)));
     /* A second by Content-Length: refused from its head. */
     ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, body, len, 429, "overloaded");
     assert_non_null(strstr(r.body, "--max-queue-mb"));
@@ -805,7 +810,7 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
     assert_memory_equal(buf, "HTTP/1.1 429", 12);
     assert_non_null(strstr(buf, "\"overloaded\""));
     /* The first, once whole, is served. */
-    send_all(first, body + 20, len - 20);
+    send_all(first, body + len - 20, 20);
     read_answer(first, buf, sizeof buf);
     assert_memory_equal(buf, "HTTP/1.1 200", 12);
     /* Its bytes were given back: alone, the same body runs. */
@@ -814,7 +819,36 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
     assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, body, len, NULL, &ok), 0);
     assert_int_equal(ok.status, 200);
     ls_test_response_free(&ok);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_queue_bytes", 0));
     free(body);
+    tiny_server_stop(&ts);
+}
+
+/* Heads that promise large bodies and send none cost no memory, so they
+ * hold none of the budget: two of them refused every forward with 429
+ * until --body-timeout. */
+static void test_queue_budget_ignores_promises(void **state) {
+    (void)state;
+    const char *extra[] = {"--max-queue-mb", "1", "--max-body-mb", "4", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    const char *head = "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 4000000\r\n\r\n";
+    int idle[2];
+    for (int i = 0; i < 2; i++) {
+        idle[i] = ls_test_raw_connect(ts.srv);
+        assert_true(idle[i] >= 0);
+        send_all(idle[i], head, strlen(head));
+    }
+    assert_true(ls_test_wait_receiving(ts.srv, 2));
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_queue_bytes", 0));
+    const char *small = "{\"x\": [[1, 2, 3, 4]]}";
+    ls_test_response ok;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, small, strlen(small), NULL, &ok), 0);
+    if (ok.status != 200) fprintf(stderr, "%s\n", ok.body);
+    assert_int_equal(ok.status, 200);
+    ls_test_response_free(&ok);
+    for (int i = 0; i < 2; i++) close(idle[i]);
     tiny_server_stop(&ts);
 }
 
@@ -960,6 +994,7 @@ int main(void) {
         cmocka_unit_test(test_pin_limit),
         cmocka_unit_test(test_overflow_names_adapter),
         cmocka_unit_test(test_queue_budget_counts_arriving_bodies),
+        cmocka_unit_test(test_queue_budget_ignores_promises),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
