@@ -5,6 +5,7 @@
  * bit: a lane computes exactly what the scalar code would. */
 #include "gpu/cpu/eltwise.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -12,8 +13,10 @@
 static inline float ls_cpu_exp_body(float in) {
     /* Branch-free so the loops below vectorise; a NaN is clamped to a
      * number here (never converted to int) and given back at the end. */
-    float x = in < 88.3f ? in : 88.3f;
-    x = x > -87.3f ? x : -87.3f;
+    /* Past ln(FLT_MAX) = 88.72 the product below overflows to inf, as
+     * e^x does in float; below -103.97 it rounds to 0. */
+    float x = in < 89.0f ? in : 89.0f;
+    x = x > -104.0f ? x : -104.0f;
     /* k = round(x / ln 2) by the 1.5 * 2^23 trick (|x / ln 2| < 2^22). */
     const float shift = 12582912.0f;
     float k = (x * 1.44269504088896341f + shift) - shift;
@@ -30,12 +33,22 @@ static inline float ls_cpu_exp_body(float in) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * z + r + 1.0f;
-    /* Times 2^k, built from its exponent bits (k in [-126, 127]). */
-    int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return in == in ? p * scale : in;
+    /* Times 2^k (k in [-150, 128]) as 2^k1 * 2^k2, each a normal float
+     * built from its exponent bits: p * 2^k1 is exact, and the second
+     * product rounds once (to a subnormal, or to inf past FLT_MAX).
+     * Where e^x is a normal float both products are exact. */
+    const int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
+    const int32_t bits1 = (k1 + 127) << 23, bits2 = (k2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &bits1, sizeof s1);
+    memcpy(&s2, &bits2, sizeof s2);
+    return in == in ? p * s1 * s2 : in;
 }
+
+/* Below it, 1 + e^-v overflows or rounds e^v away: silu(v) and the gate
+ * are taken as v e^v and e^v instead (the divide would give -0 and 0,
+ * or, with e^-v clamped, v / 2^128). At and above it the usual forms. */
+#define LS_CPU_TAIL (-88.0f)
 
 float ls_cpu_expf(float x) { return ls_cpu_exp_body(x); }
 
@@ -47,13 +60,21 @@ float ls_cpu_expf(float x) { return ls_cpu_exp_body(x); }
 static inline __attribute__((always_inline)) void ls_cpu_swiglu_body(const float *g, const float *u, float gamma,
                                                                      float *a, int count) {
     for (int j = 0; j < count; j++) {
-        float v = g[j];
-        a[j] = gamma * (v / (1.0f + ls_cpu_exp_body(-v))) * u[j];
+        const float v = g[j];
+        const bool tail = v < LS_CPU_TAIL;
+        const float e = ls_cpu_exp_body(tail ? v : -v);
+        /* -inf (a gate sum that overflowed) times e^-inf = 0 gives 0, its limit. */
+        const float vt = v > -3.0e38f ? v : -3.0e38f;
+        a[j] = gamma * (tail ? vt * e : v / (1.0f + e)) * u[j];
     }
 }
 
 static inline __attribute__((always_inline)) void ls_cpu_sigmoid_body(float *v, int count) {
-    for (int i = 0; i < count; i++) v[i] = 1.0f / (1.0f + ls_cpu_exp_body(-v[i]));
+    for (int i = 0; i < count; i++) {
+        const bool tail = v[i] < LS_CPU_TAIL;
+        const float e = ls_cpu_exp_body(tail ? v[i] : -v[i]);
+        v[i] = tail ? e : 1.0f / (1.0f + e);
+    }
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)

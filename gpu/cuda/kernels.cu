@@ -22,6 +22,14 @@ static unsigned grid_for(long long count, int threads) {
 /* ---- SwiGLU x gamma -------------------------------------------------------- */
 
 /* One thread per activation; g and u are two coalesced runs of z. */
+/* silu(v) and sigmoid(v) as the CPU engine takes them (gpu/cpu/eltwise.c):
+ * below -88, where 1 + e^-v overflows, v e^v and e^v, so the far tail
+ * gives its limit 0 (a gate sum of -inf gave NaN: -inf / inf). */
+__device__ __forceinline__ float ls_silu(float v) {
+    return v < -88.0f ? fmaxf(v, -3.0e38f) * expf(v) : v / (1.0f + expf(-v));
+}
+__device__ __forceinline__ float ls_sigmoid(float v) { return v < -88.0f ? expf(v) : 1.0f / (1.0f + expf(-v)); }
+
 template <typename T>
 __global__ void swiglu_kernel(const float *__restrict__ z, const float *__restrict__ gam, T *__restrict__ a, int T_,
                               int n, int F) {
@@ -32,7 +40,7 @@ __global__ void swiglu_kernel(const float *__restrict__ z, const float *__restri
         const float *zr = z + t * 2 * nF;
         const float g = zr[rem], u = zr[nF + rem];
         const float gm = gam ? gam[t * n + rem / F] : 1.0f;
-        const float silu = g / (1.0f + expf(-g));
+        const float silu = ls_silu(g);
         a[i] = from_f<T>(gm * silu * u);
     }
 }
@@ -68,7 +76,7 @@ __global__ void gate_kernel(const float *__restrict__ x, const float *__restrict
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        const float g = 1.0f / (1.0f + expf(-part[0]));
+        const float g = ls_sigmoid(part[0]);
         for (int e = 0; e < n; e++) gam[(long long)t * n + e] = g;
     }
 }

@@ -189,15 +189,17 @@ static void test_pack_round_trip(void **state) {
     free(b);
 }
 
-/* Within 2 ulp of e^x over the range the clamp keeps, exact at 0, NaN
- * stays NaN, and the clamp gives finite values far out. */
+/* Within 2 ulp of e^x wherever e^x is a float (the subnormal range's
+ * ulp is 2^-149), exact at 0, NaN stays NaN, inf past ln(FLT_MAX) and 0
+ * far below: it clamped at 88.3 and -87.3, so e^89 was 2.2e38, and
+ * silu(-1e19) came out 0.45. */
 static void test_expf(void **state) {
     (void)state;
     double worst = 0;
     for (int i = 0; i <= 400000; i++) {
-        float x = -87.0f + 175.0f * (float)i / 400000.0f;
+        float x = -103.9f + 192.6f * (float)i / 400000.0f;
         double want = exp((double)x), got = ls_cpu_expf(x);
-        double ulp = ldexp(1.0, ilogb(want) - 23);
+        double ulp = ldexp(1.0, (ilogb(want) > -126 ? ilogb(want) : -126) - 23);
         double err = fabs(got - want) / ulp;
         if (err > worst) worst = err;
     }
@@ -205,8 +207,30 @@ static void test_expf(void **state) {
     assert_true(worst <= 2.0);
     assert_true(ls_cpu_expf(0.0f) == 1.0f);
     assert_true(isnan(ls_cpu_expf(NAN)));
-    assert_true(isfinite(ls_cpu_expf(1000.0f)) && ls_cpu_expf(1000.0f) > 1e38f);
-    assert_true(ls_cpu_expf(-1000.0f) >= 0.0f && ls_cpu_expf(-1000.0f) < 1e-37f);
+    assert_true(isfinite(ls_cpu_expf(88.72f)) && ls_cpu_expf(88.72f) > 3.3e38f);
+    assert_true(isinf(ls_cpu_expf(88.73f)) && isinf(ls_cpu_expf(1000.0f)) && isinf(ls_cpu_expf(INFINITY)));
+    assert_true(ls_cpu_expf(-105.0f) == 0.0f && ls_cpu_expf(-1000.0f) == 0.0f && ls_cpu_expf(-INFINITY) == 0.0f);
+}
+
+/* SiLU and the gate against fp64 far down their negative tail, where
+ * e^-v overflows: silu(-1e19) was 0.45 and sigmoid(-95) 815 times too
+ * large. Relative 1e-5 where the value is a normal float; below, within
+ * two subnormal steps of e^v times |v| (e^v itself is subnormal there). */
+static void test_silu_tail(void **state) {
+    (void)state;
+    const float vs[] = {-20.0f, -87.9f, -88.0f, -88.31f, -90.0f, -95.0f, -100.0f, -120.0f, -1e15f, -1e19f,
+                        -3e38f, -INFINITY, 50.0f, 1e19f};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
+        const double v = vs[i];
+        const double sig = isinf(v) ? 0.0 : v < 0 ? exp(v) / (1.0 + exp(v)) : 1.0 / (1.0 + exp(-v));
+        const double silu = isinf(v) || sig == 0.0 ? 0.0 : v * sig;
+        float g = vs[i], u = 1.0f, a, s = vs[i];
+        ls_cpu_swiglu(&g, &u, 1.0f, &a, 1);
+        ls_cpu_sigmoid(&s, 1);
+        const double tol_a = fmax(1e-5 * fabs(silu), 2 * fabs(v) * 0x1p-149), tol_s = fmax(1e-5 * sig, 2 * 0x1p-149);
+        if (!(fabs(a - silu) <= tol_a)) fail_msg("silu(%g) = %g, wanted %g", v, a, silu);
+        if (!(fabs(s - sig) <= tol_s)) fail_msg("sigmoid(%g) = %g, wanted %g", v, s, sig);
+    }
 }
 
 /* The SiLU loop, vectorised by the compiler, against the scalar formula
@@ -222,10 +246,13 @@ static void test_swiglu_matches_scalar(void **state) {
         g[len / 2] = len % 3 ? 100.0f : -100.0f;
         if (len > 3) g[len - 2] = 0.0f;
         if (len > 5) g[1] = NAN;
+        if (len > 7) g[len - 3] = len % 2 ? -INFINITY : -95.0f; /* the tail's form */
         const float gamma = 0.75f + 0.01f * (float)len;
         ls_cpu_swiglu(g, u, gamma, a, len);
         for (int j = 0; j < len; j++) {
-            float want = gamma * (g[j] / (1.0f + ls_cpu_expf(-g[j]))) * u[j];
+            const float v = g[j];
+            const float silu = v < -88.0f ? (v > -3.0e38f ? v : -3.0e38f) * ls_cpu_expf(v) : v / (1.0f + ls_cpu_expf(-v));
+            float want = gamma * silu * u[j];
             if (isnan(want)) assert_true(isnan(a[j]));
             else assert_memory_equal(&a[j], &want, 4);
         }
@@ -238,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_strided_c),
         cmocka_unit_test(test_pack_round_trip),
         cmocka_unit_test(test_expf),
+        cmocka_unit_test(test_silu_tail),
         cmocka_unit_test(test_swiglu_matches_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
