@@ -205,6 +205,40 @@ bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
     return false;
 }
 
+/* The smallest magnitude that rounds (to nearest even) past dt's
+ * largest finite value, or Inf when every float fits. */
+static float ls_overflow_bound(ls_dtype dt) {
+    if (dt == LS_DTYPE_F16) return 65520.0f; /* halfway from 65504 to 2^16 */
+    if (dt == LS_DTYPE_BF16) {
+        const uint32_t bits = 0x7f7f8000u; /* halfway past 0x7f7f, odd: it rounds up */
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    return INFINITY;
+}
+
+bool ls_find_overflow(ls_dtype from, const void *v, size_t count, ls_dtype to, size_t *at, float *value) {
+    const float bound = ls_overflow_bound(to);
+    /* Every value of a dtype fits itself, and f16's fit bf16. */
+    if (isinf(bound) || !ls_dtype_is_float(from) || from == to || from == LS_DTYPE_F16) return false;
+    const uint8_t *p = v;
+    for (size_t i = 0; i < count; i++) {
+        float f;
+        if (from == LS_DTYPE_F32) memcpy(&f, p + 4 * i, 4);
+        else {
+            const uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            f = from == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
+        }
+        if (isfinite(f) && fabsf(f) >= bound) {
+            *at = i;
+            *value = f;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
  * subnormal (m * 2^-9). Every value is exact in fp32. */
 float ls_f8e4m3_to_f32(uint8_t v) {

@@ -63,6 +63,10 @@ bool ls_convert_dtype(ls_dtype from, const void *src, ls_dtype to, void *dst, si
 /* True when some value of a float dtype is NaN or Inf; *at is then the
  * first one's index. False for other dtypes too (nothing to say). */
 bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at);
+/* True when some finite value of dtype from rounds to Inf in dtype to
+ * (an f32 weight of 1e5 served as f16); *at is then the first one's
+ * index and *value its value. False when to holds every value of from. */
+bool ls_find_overflow(ls_dtype from, const void *v, size_t count, ls_dtype to, size_t *at, float *value);
 /* FP8 E4M3 as deep-learning checkpoints store it (the "fn" variant: no
  * infinities, 0x7f and 0xff are NaN), widened exactly to fp32. */
 float ls_f8e4m3_to_f32(uint8_t v);

@@ -240,6 +240,47 @@ void ls_model_layer_free(ls_model_layer *l) {
 }
 
 /* Reads layer by layer into be: the host holds one layer at a time. */
+/* The name of the tensor that holds value *at of part which (W13 or W2)
+ * of served layer index, *at made its index there: a checkpoint's W13 is
+ * its gate_proj, then its up_proj. */
+static const char *ls_model_part_name(ls_model *m, int index, int which, size_t *at) {
+    if (!m->src) return which == LS_MT_W13 ? "the demo model's w13" : "the demo model's w2";
+    const ls_model_tensor *a = ls_model_tensor_at(m->src, index, which);
+    const ls_model_tensor *up = ls_model_tensor_at(m->src, index, LS_MT_UP);
+    const size_t ca = a->info.nbytes / ls_dtype_size(a->info.dtype);
+    if (which == LS_MT_W13 && up->file >= 0 && *at >= ca) {
+        *at -= ca;
+        return up->info.name;
+    }
+    return a->info.name;
+}
+
+/* Refuses a layer with a value the backend's dtype cannot hold: stored
+ * there it would be Inf, and every forward through it non-finite. */
+static ls_status ls_model_check_fits(ls_model *m, int index, const ls_model_layer *layer, ls_dtype to,
+                                     ls_error *err) {
+    const size_t c = (size_t)m->dims.n * m->dims.F * m->dims.H;
+    const struct {
+        ls_dtype dt;
+        const void *v;
+        size_t count;
+        int which;
+    } part[2] = {{layer->dt13, layer->w13, 2 * c, LS_MT_W13}, {layer->dt2, layer->w2, c, LS_MT_W2}};
+    for (int k = 0; k < 2; k++) {
+        size_t at;
+        float v;
+        if (!ls_find_overflow(part[k].dt, part[k].v, part[k].count, to, &at, &v)) continue;
+        const char *name = ls_model_part_name(m, index, part[k].which, &at);
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "serve with --dtype f32 or bf16 (by default the checkpoint's own dtype), or fix the weights",
+                            "weights: %s holds %g at flat index %zu, past %s's largest value %g: stored as %s it would "
+                            "be infinite, and so would every forward through it",
+                            name, (double)v, at, ls_dtype_name(to), to == LS_DTYPE_F16 ? 65504.0 : 3.3895314e38,
+                            ls_dtype_name(to));
+    }
+    return LS_OK;
+}
+
 ls_status ls_model_upload(ls_model *m, ls_backend *be, ls_error *err) {
     const ls_dims *a = &m->dims, *b = ls_backend_dims(be);
     if (a->n != b->n || a->H != b->H || a->F != b->F || a->L != b->L || a->w13_layout != b->w13_layout ||
@@ -255,7 +296,8 @@ ls_status ls_model_upload(ls_model *m, ls_backend *be, ls_error *err) {
         else st = ls_model_read_layer(m, l, &layer, err);
         if (st != LS_OK) return st;
         const ls_base_layer bl = {{layer.dt13, layer.w13}, {layer.dt2, layer.w2}, {layer.dtg, layer.gate}};
-        st = ls_backend_upload_base(be, l, &bl, err);
+        st = ls_model_check_fits(m, l, &layer, ls_backend_dtype(be), err);
+        if (st == LS_OK) st = ls_backend_upload_base(be, l, &bl, err);
         if (!m->held) ls_model_layer_free(&layer);
         if (st != LS_OK) return st;
     }

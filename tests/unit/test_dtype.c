@@ -323,6 +323,42 @@ static void test_shape_numel(void **state) {
     assert_string_equal(ls_shape_str(s, 0, buf, sizeof buf), "[]");
 }
 
+/* ls_find_overflow names exactly the values that round to Inf in the
+ * narrower dtype, at the rounding's own boundary (checked against the
+ * converters), and nothing when the target holds every value. */
+static void test_find_overflow(void **state) {
+    (void)state;
+    const uint32_t edge_bits = 0x7f7f8000u; /* halfway from bf16's largest to the next step */
+    float bf16_edge;
+    memcpy(&bf16_edge, &edge_bits, 4);
+    const float f16_edge = 65520.0f;
+    const float below[] = {nextafterf(f16_edge, 0), nextafterf(bf16_edge, 0)};
+    const float at[] = {f16_edge, bf16_edge};
+    const ls_dtype to[] = {LS_DTYPE_F16, LS_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        float v[4] = {1.0f, -below[k], INFINITY, -at[k]}, got;
+        uint16_t h[4];
+        assert_true(ls_convert_from_f32(to[k], v, 4, h));
+        size_t where;
+        assert_true(ls_find_overflow(LS_DTYPE_F32, v, 4, to[k], &where, &got));
+        assert_int_equal(where, 3);
+        assert_true(got == -at[k]);
+        /* The converters agree: the value before it is finite there, this one not. */
+        size_t nf;
+        assert_true(ls_find_nonfinite(to[k], h, 4, &nf) && nf == 2);
+        assert_false(ls_find_nonfinite(to[k], h, 2, &nf));
+        assert_true(ls_find_nonfinite(to[k], h + 3, 1, &nf));
+        assert_false(ls_find_overflow(LS_DTYPE_F32, v, 2, to[k], &where, &got));
+    }
+    const uint16_t b[2] = {ls_f32_to_bf16(1.0f), ls_f32_to_bf16(7e4f)};
+    size_t where;
+    float got;
+    assert_true(ls_find_overflow(LS_DTYPE_BF16, b, 2, LS_DTYPE_F16, &where, &got) && where == 1);
+    assert_false(ls_find_overflow(LS_DTYPE_BF16, b, 2, LS_DTYPE_F32, &where, &got));
+    assert_false(ls_find_overflow(LS_DTYPE_F16, b, 2, LS_DTYPE_BF16, &where, &got));
+    assert_false(ls_find_overflow(LS_DTYPE_F32, &bf16_edge, 1, LS_DTYPE_F32, &where, &got));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_table),
@@ -334,6 +370,7 @@ int main(void) {
         cmocka_unit_test(test_f32_sweep),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_shape_numel),
+        cmocka_unit_test(test_find_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

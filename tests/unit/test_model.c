@@ -637,6 +637,47 @@ static void test_upload_forward_matches_reference(void **state) {
     check_forward("contiguous");
 }
 
+/* An f32 weight past f16's range served with --dtype f16 was stored as
+ * Inf, and every forward then answered "the result overflows": the upload
+ * refuses it, naming the tensor and the value. bf16 holds it. */
+static void test_narrowing_that_overflows(void **state) {
+    (void)state;
+    st_file f = {0};
+    float *w13, *w2;
+    unsigned long long st = 5;
+    enum { n = 2, H = 8, F = 4, L = 2 };
+    add_model(&f, n, H, F, L, "F32", "F32", &w13, &w2, &st);
+    const float big = 1e5f;
+    memcpy(find_entry(&f, name_of(1, "w2_weight"))->data + 4 * 7, &big, 4);
+    const char *path = st_write(&f);
+    const ls_dtype dts[] = {LS_DTYPE_F16, LS_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        ls_model m;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_model_open(path, NULL, &m, &err), LS_OK);
+        ls_backend_config cfg = {.dims = m.dims, .pool = {.slots = 1, .max_rank = 4, .max_tokens = 4}, .dtype = dts[k]};
+        ls_backend *be = NULL;
+        assert_int_equal(ls_backend_cpu_create(&cfg, NULL, &be, &err), LS_OK);
+        const ls_status s = ls_model_upload(&m, be, &err);
+        if (k == 0) {
+            assert_int_equal(s, LS_INVALID_REQUEST);
+            if (!strstr(err.message, "model.layers.1.mlp.shared_experts.w2_weight holds 100000 at flat index 7"))
+                fail_msg("%s", err.message);
+            assert_non_null(strstr(err.hint, "--dtype"));
+        } else {
+            assert_int_equal(s, LS_OK);
+        }
+        ls_backend_free(be);
+        ls_model_free(&m);
+        ls_error_free(&err);
+    }
+    unlink(path);
+    free(w13);
+    free(w2);
+    st_free(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_dtypes),
@@ -646,6 +687,7 @@ int main(void) {
         cmocka_unit_test(test_unreadable_files),
         cmocka_unit_test(test_demo_deterministic),
         cmocka_unit_test(test_upload_forward_matches_reference),
+        cmocka_unit_test(test_narrowing_that_overflows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
