@@ -296,13 +296,15 @@ typedef struct {
     char *owned;       /* value when this file wrote it (vLLM's JSON entry): freed with the list */
 } flag_value;
 
-/* vLLM's JSON entry of --lora-modules, {"name", "path", "base_model_name"},
- * as the NAME=PATH text --adapter takes. base_model_name only names the
- * parent model in vLLM's /v1/models, which this server does not serve: it
- * is taken (a string) and changes nothing. NULL with the reason in err.
+/* vLLM's JSON entry of --lora-modules, {"name", "path", "base_model_name",
+ * "is_3d_lora_weight"}, as the NAME=PATH text --adapter takes.
+ * base_model_name only names the parent in vLLM's /v1/models, where this
+ * server always names the model it serves, and is_3d_lora_weight
+ * declares a layout the loader reads from the files: both are taken (a
+ * string, a boolean) and change nothing. NULL with the reason in err.
  * Ownership: the caller frees the result. */
 static char *lora_module_json(const char *flag, const char *text, char *err, size_t errlen) {
-    static const char *const known[] = {"name", "path", "base_model_name", NULL};
+    static const char *const known[] = {"name", "path", "base_model_name", "is_3d_lora_weight", NULL};
     json_error_t je;
     json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     const char *key, *name = NULL, *path = NULL;
@@ -322,7 +324,12 @@ static char *lora_module_json(const char *flag, const char *text, char *err, siz
             snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
             goto done;
         }
-        if (!json_is_string(v) || !json_string_length(v)) {
+        if (!strcmp(key, "is_3d_lora_weight")) {
+            if (!json_is_boolean(v)) {
+                snprintf(err, errlen, "--%s: \"is_3d_lora_weight\" of a JSON entry must be true or false", flag);
+                goto done;
+            }
+        } else if (!json_is_string(v) || !json_string_length(v)) {
             snprintf(err, errlen, "--%s: \"%s\" of a JSON entry must be a non-empty string", flag, key);
             goto done;
         }

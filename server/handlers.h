@@ -21,5 +21,7 @@ void ls_handle_adapter_delete(const ls_request *req, ls_reply *r);
 /* vLLM's names for a load by path and a delete (server/handlers_vllm.c). */
 void ls_handle_vllm_load(const ls_request *req, ls_reply *r);
 void ls_handle_vllm_unload(const ls_request *req, ls_reply *r);
+/* vLLM's GET /v1/models: the base model and the adapters (server/handlers_vllm.c). */
+void ls_handle_vllm_models(const ls_request *req, ls_reply *r);
 
 #endif

@@ -1,13 +1,17 @@
 /* vLLM's and sglang's runtime adapter routes, POST /v1/load_lora_adapter
  * and POST /v1/unload_lora_adapter, mapped onto POST /adapters (by path)
  * and DELETE /adapters/{name}: the same loader and rules, vLLM's status
- * codes and plain-text success replies, our structured error bodies. */
+ * codes and plain-text success replies, our structured error bodies; and
+ * GET /v1/models, the list by which tools see that a load took. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "api/json_tensor.h"
 #include "server/handlers.h"
+#include "server/tenant_routes.h"
 
 /* The body as a JSON object of the keys given (strict: an unknown key
  * is refused, never ignored); NULL with r filled on error. New reference. */
@@ -95,18 +99,23 @@ static ls_request ls_vllm_request(const ls_request *req, const char *body, const
 
 /* {"lora_name", "lora_path", "load_inplace"}: POST /adapters {"name",
  * "path", "replace"}. Without load_inplace a loaded name is 400, as in
- * vLLM; with it the adapter is replaced (a new version). */
+ * vLLM; with it the adapter is replaced (a new version). vLLM's
+ * is_3d_lora_weight declares how MoE factors are laid out on disk; the
+ * loader reads that from the files (as vLLM does unless its mixed-format
+ * switch is on), so it is taken, a boolean, and changes nothing. */
 void ls_handle_vllm_load(const ls_request *req, ls_reply *r) {
-    static const char *const known[] = {"lora_name", "lora_path", "load_inplace", NULL};
+    static const char *const known[] = {"lora_name", "lora_path", "load_inplace", "is_3d_lora_weight", NULL};
     json_t *j = ls_vllm_body(req, r);
     if (!j) return;
     const char *hint = "send {\"lora_name\": NAME, \"lora_path\": PATH} and optionally \"load_inplace\": true";
     const char *name = NULL, *path = NULL;
-    const json_t *inplace = json_object_get(j, "load_inplace");
+    const json_t *inplace = json_object_get(j, "load_inplace"), *is3d = json_object_get(j, "is_3d_lora_weight");
     if (ls_vllm_keys(j, known, hint, r) && (name = ls_vllm_string(j, "lora_name", r)) &&
         (path = ls_vllm_string(j, "lora_path", r))) {
         if (inplace && !json_is_boolean(inplace)) {
             ls_reply_fail(r, LS_INVALID_REQUEST, hint, "load_inplace must be true or false");
+        } else if (is3d && !json_is_boolean(is3d)) {
+            ls_reply_fail(r, LS_INVALID_REQUEST, hint, "is_3d_lora_weight must be true or false");
         } else if (!*name || !*path) {
             ls_reply_fail(r, LS_INVALID_REQUEST, hint, "both lora_name and lora_path must be given");
         } else {
@@ -154,4 +163,39 @@ void ls_handle_vllm_unload(const ls_request *req, ls_reply *r) {
         }
     }
     json_decref(j);
+}
+
+/* One card of GET /v1/models in vLLM's shape. New reference. */
+static json_t *ls_vllm_card(const char *id, json_t *root, const char *parent, json_int_t created) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", id, "object", "model", "created", created, "owned_by",
+                     "lorasink", "root", root ? root : json_null(), "parent", parent ? json_string(parent) : json_null());
+}
+
+/* vLLM's model list: the base model (its --weights as given, "demo" for
+ * the demo), then each adapter the caller may see, by the name it uses,
+ * with its source path as root (null for an upload) and the base as
+ * parent. */
+void ls_handle_vllm_models(const ls_request *req, ls_reply *r) {
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter_info *infos = NULL;
+    size_t n = 0;
+    const char *base = req->srv->cfg.weights[0] ? req->srv->cfg.weights : "demo";
+    const json_int_t now = (json_int_t)time(NULL);
+    if (ls_pool_list(req->srv->pool, &infos, &n, &err) != LS_OK) {
+        ls_reply_error(r, &err);
+    } else {
+        json_t *data = json_array();
+        if (data) json_array_append_new(data, ls_vllm_card(base, json_string(base), NULL, now));
+        for (size_t i = 0; data && i < n; i++) {
+            json_t *d = ls_tenant_describe(req->srv, req->who, &infos[i]);
+            const char *id = json_string_value(json_object_get(d, "name"));
+            json_t *src = json_object_get(d, "source");
+            if (id) json_array_append_new(data, ls_vllm_card(id, json_is_string(src) ? json_incref(src) : NULL, base, now));
+            json_decref(d);
+        }
+        ls_reply_json(r, 200, ls_json_take_text(json_pack("{s:s, s:o}", "object", "list", "data", data)));
+    }
+    free(infos);
+    ls_error_free(&err);
 }

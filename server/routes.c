@@ -30,6 +30,7 @@ static const ls_route ls_routes[] = {
      * validates and registers in one step, on the backend's queue. */
     {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
+    {"GET", "/v1/models", ls_handle_vllm_models, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 

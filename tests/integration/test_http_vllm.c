@@ -138,6 +138,8 @@ static void test_bad_requests(void **state) {
         {"/v1/load_lora_adapter", "{\"lora_name\": \"v-d\", \"lora_path\": \"v-dir\", \"pinned\": true}",
          "invalid_request", 400},
         {"/v1/load_lora_adapter", "{\"lora_name\": \"v-d\", \"lora_path\": 3}", "invalid_request", 400},
+        {"/v1/load_lora_adapter", "{\"lora_name\": \"v-d\", \"lora_path\": \"v-dir\", \"is_3d_lora_weight\": 1}",
+         "invalid_request", 400},
         {"/v1/load_lora_adapter", "{\"lora_name\": \"bad/na/me\", \"lora_path\": \"v-dir\"}", "invalid_request", 400},
         {"/v1/load_lora_adapter", "[1]", "invalid_json", 400},
         {"/v1/load_lora_adapter", "{", "invalid_json", 400},
@@ -155,6 +157,52 @@ static void test_bad_requests(void **state) {
         free(snap);
         free(after);
     }
+}
+
+/* The card of id in a GET /v1/models list, or NULL. Borrowed. */
+static json_t *card_of(json_t *list, const char *id) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(list, "data"), i, c) if (!strcmp(json_string_value(json_object_get(c, "id")), id)) return c;
+    return NULL;
+}
+
+static json_t *models(void) {
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/v1/models", NULL, NULL, 0, auth, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    assert_non_null(j);
+    return j;
+}
+
+/* GET /v1/models as vLLM lists it: the base model first, then each
+ * adapter with its path as root and the base as parent, gone once
+ * unloaded (tools confirm a load by it). is_3d_lora_weight, which vLLM
+ * takes, is taken as a boolean. */
+static void test_models(void **state) {
+    (void)state;
+    tiny_write_peft_dir(&ts, "v-mdir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    free(post("/v1/load_lora_adapter",
+              "{\"lora_name\": \"v-m\", \"lora_path\": \"v-mdir\", \"is_3d_lora_weight\": false}", auth, 200));
+    json_t *j = models();
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+    json_t *base = json_array_get(json_object_get(j, "data"), 0);
+    const char *base_id = json_string_value(json_object_get(base, "id"));
+    assert_non_null(base_id);
+    assert_true(json_is_null(json_object_get(base, "parent")));
+    json_t *c = card_of(j, "v-m");
+    assert_non_null(c);
+    assert_string_equal(json_string_value(json_object_get(c, "object")), "model");
+    assert_string_equal(json_string_value(json_object_get(c, "root")), "v-mdir");
+    assert_string_equal(json_string_value(json_object_get(c, "parent")), base_id);
+    assert_true(json_integer_value(json_object_get(c, "created")) > 1700000000);
+    json_decref(j);
+    free(post("/v1/unload_lora_adapter", "{\"lora_name\": \"v-m\"}", auth, 200));
+    j = models();
+    assert_null(card_of(j, "v-m"));
+    json_decref(j);
 }
 
 /* An adapter that fails validation: ours 422, vLLM's 400, code kept. */
@@ -175,7 +223,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_forward_unload), cmocka_unit_test(test_loaded_adapter_serves),
         cmocka_unit_test(test_auth),                cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_invalid_adapter_is_400),
+        cmocka_unit_test(test_invalid_adapter_is_400), cmocka_unit_test(test_models),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

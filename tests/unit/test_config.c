@@ -874,7 +874,8 @@ static void test_peers_and_mistakes(void **state) {
     assert_int_equal(c.slots, 2);
     /* ... and vLLM's JSON entries, beside NAME=PATH ones. */
     if (run(&c,
-            ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\", \"base_model_name\": \"org/m\"}", "b=y",
+            ARGS("--lora-modules",
+                 "{\"name\": \"a\", \"path\": \"x\", \"base_model_name\": \"org/m\", \"is_3d_lora_weight\": false}", "b=y",
                  "{\"path\": \"z,pinned\", \"name\": \"c\"}"),
             NULL, err) != LS_CONFIG_RUN)
         fail_msg("%s", err);
@@ -886,6 +887,8 @@ static void test_peers_and_mistakes(void **state) {
                  "--lora-modules: unknown key \"pth\" in a JSON entry; did you mean \"path\"?");
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": 3}"), NULL,
                  "--lora-modules: \"path\" of a JSON entry must be a non-empty string");
+    expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\", \"is_3d_lora_weight\": \"no\"}"), NULL,
+                 "--lora-modules: \"is_3d_lora_weight\" of a JSON entry must be true or false");
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"name\": \"b\", \"path\": \"x\"}"), NULL,
                  "--lora-modules: an entry that starts with '{' must be a JSON object");
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\""), NULL,
