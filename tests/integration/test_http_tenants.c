@@ -150,11 +150,33 @@ static void listed(const char *const *auth, char *out, size_t len) {
     ls_test_response_free(&r);
 }
 
+/* The adapters' ids GET /v1/models lists for auth (after the model's
+ * card), comma-joined, into out. */
+static void modeled(const char *const *auth, char *out, size_t len) {
+    ls_test_response r;
+    assert_int_equal(req("GET", "/v1/models", auth, NULL, &r), 200);
+    json_t *j = ls_test_response_json(&r);
+    size_t i;
+    json_t *c;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(j, "data"), i, c) {
+        if (!i) continue;
+        const size_t l = strlen(out);
+        snprintf(out + l, len - l, "%s%s", l ? "," : "", json_string_value(json_object_get(c, "id")));
+    }
+    json_decref(j);
+    ls_test_response_free(&r);
+}
+
 static void test_each_tenant_sees_its_own(void **state) {
     (void)state;
     char names[512];
     listed(acme_auth, names, sizeof names);
     assert_string_equal(names, "a,acme-secret");
+    modeled(acme_auth, names, sizeof names);
+    assert_string_equal(names, "a,acme-secret");
+    modeled(admin_auth, names, sizeof names);
+    assert_string_equal(names, "acme/a,acme/acme-secret,acmf/near-secret,bob/a,bob/bob-secret");
     listed(view_auth, names, sizeof names);
     assert_string_equal(names, "a,acme-secret");
     listed(bob_auth, names, sizeof names);
@@ -421,6 +443,7 @@ static void sweep(const char *const *auth, const char *const *forbidden) {
                  {"DELETE", "/adapters/swept", NULL}, {"DELETE", "/adapters/nope", NULL},
                  {"POST", "/v1/load_lora_adapter", "{\"lora_name\": \"x\", \"lora_path\": \"nope\"}"},
                  {"POST", "/v1/unload_lora_adapter", "{\"lora_name\": \"bob-secreu\"}"},
+                 {"GET", "/v1/models", NULL},
                  {"GET", "/nope", NULL}};
     for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
         ls_test_response r;
