@@ -8,6 +8,7 @@ safetensors (the codec is checked against the library); no torch.
 import importlib.util
 import json
 import os
+import pickle
 import select
 import shutil
 import socket
@@ -211,6 +212,10 @@ class TestErrors(Base):
             self.assertEqual((e.exception.status, e.exception.code), (status, code), str(e.exception))
         with self.assertRaises(TypeError):
             self.c.forward(0, np.zeros((1, H), np.complex64))
+        for layer in (0.9, True, "0"):  # int() would have served layer 0 or 1
+            with self.subTest(layer=layer), self.assertRaises(TypeError):
+                self.c.forward(layer, xs(1))
+        self.assertEqual(self.c.forward(np.int64(1), xs(1)).shape, (1, H))
 
     def test_no_server(self):
         s = socket.socket()
@@ -348,6 +353,130 @@ class TestKeyAndIdle(unittest.TestCase):
                 c.pool()
             self.assertEqual(c.health()["status"], "ok")
             self.assertEqual(c.connections_opened, 2)
+
+
+class TestLargeBodies(unittest.TestCase):
+    """A body past the socket buffers that the server refuses from its
+    head: its answer came back as connection_error (BrokenPipeError) and
+    the body was sent twice. It now asks first (Expect: 100-continue)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(*DEMO, "--max-body-mb", "1", "--api-key", "k")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_refused_from_the_head(self):
+        with Client(self.server.url, api_key="k") as c:
+            with self.assertRaises(LorasinkError) as e:
+                c.forward(0, xs(20000))  # 5 MiB
+            self.assertEqual((e.exception.status, e.exception.code), (413, "payload_too_large"), str(e.exception))
+            self.assertEqual(c.health()["status"], "ok")  # the next call opens another connection
+        with Client(self.server.url, api_key="wrong") as c:
+            with self.assertRaises(LorasinkError) as e:
+                c.forward(0, xs(9000))  # 2.2 MiB, past the limit too: the key is refused first
+            self.assertEqual((e.exception.status, e.exception.code), (401, "unauthorized"), str(e.exception))
+
+    def test_accepted_after_continue(self):
+        with Client(self.server.url, api_key="k") as c:
+            x = xs(4000)  # 1 MiB of x: asks first, then sends
+            y = c.forward(0, x)
+            self.assertEqual(y.shape, (4000, H))
+            np.testing.assert_array_equal(y[:3], c.forward(0, x[:3]))  # a token's bits whatever its batch
+            self.assertEqual(c.connections_opened, 1)
+
+
+class TestThreads(Base):
+    def test_one_client_shared(self):
+        """Threads sharing one Client got each other's answers (wrong y,
+        no error); they now take turns."""
+        inputs = [xs(1 + i % 5) for i in range(40)]
+        want = [self.c.forward(0, x, adapters="a1") for x in inputs]
+        shared = Client(self.server.url)
+        got, errors = [None] * len(inputs), []
+
+        def run(k):
+            try:
+                for i in range(k, len(inputs), 8):
+                    got[i] = shared.forward(0, inputs[i], adapters="a1")
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        shared.close()
+        self.assertEqual(errors, [])
+        for i in range(len(inputs)):
+            np.testing.assert_array_equal(got[i], want[i])
+
+
+class TestErrorObject(unittest.TestCase):
+    def test_pickles(self):
+        e = LorasinkError(409, "adapter_exists", "m", "h", [{"code": "x"}], 2, 1, "rid")
+        back = pickle.loads(pickle.dumps(e))
+        self.assertEqual((back.status, back.code, back.message, back.hint, back.violations, back.violations_dropped,
+                          back.retry_after, back.request_id, str(back)),
+                         (409, "adapter_exists", "m", "h", [{"code": "x"}], 2, 1, "rid", str(e)))
+
+    def test_retry_after(self):
+        from lorasink.client import _retry_after
+        self.assertEqual([_retry_after(v) for v in ("1", "1.5", "0", None, "Wed, 21 Oct 2026 07:28:00 GMT", "-1")],
+                         [1, 2, 0, None, None, None])
+
+
+class StubServer:
+    """An HTTP stub answering every request with one fixed answer (a
+    proxy's or a captive portal's page)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as f:
+                while True:
+                    length, line = 0, f.readline()
+                    while line not in (b"\r\n", b""):
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                        line = f.readline()
+                    if not line:
+                        break
+                    f.read(length)
+                    conn.sendall(self.answer)
+
+    def close(self):
+        self.sock.close()
+
+
+class TestNotLorasink(unittest.TestCase):
+    def test_a_200_that_is_not_ours(self):
+        """A 200 HTML page raised JSONDecodeError, and one that is not
+        safetensors ValueError: both are LorasinkError http_error now."""
+        page = b"<html>sign in</html>"
+        stub = StubServer(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(page), page))
+        with Client(stub.url, timeout=10) as c:
+            for call in (c.health, c.adapters, lambda: c.forward(0, xs(1))):
+                with self.assertRaises(LorasinkError) as e:
+                    call()
+                self.assertEqual((e.exception.status, e.exception.code), (200, "http_error"))
+                self.assertIn("sign in", e.exception.message)
+        stub.close()
 
 
 class DroppingServer:

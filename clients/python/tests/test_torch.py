@@ -240,6 +240,20 @@ class TestTorchTensors(unittest.TestCase):
         got = self.c.forward(0, x.T, adapters=["a1", None, "a1", None])  # a transposed view, needing grad
         np.testing.assert_array_equal(got.numpy(), want)
 
+    def test_forward_subclass_and_lazy_views(self):
+        """A torch.Tensor subclass went through numpy (y came back numpy,
+        or raised for requires_grad), and a negated view raised."""
+        class Tagged(torch.Tensor):
+            pass
+
+        x = torch.randn(3, 64)
+        want = self.c.forward(0, x.numpy(), adapters="a1")
+        for v in (x.clone().as_subclass(Tagged).requires_grad_(), torch._neg_view(-x)):
+            with self.subTest(kind=type(v).__name__):
+                got = self.c.forward(0, v, adapters="a1")
+                self.assertIsInstance(got, torch.Tensor)
+                np.testing.assert_array_equal(got.numpy(), want)
+
     def test_load_bf16_tensors(self):
         """torch bf16 factors travel as bf16: the adapter of float32
         factors holding the same values."""

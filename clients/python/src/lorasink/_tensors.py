@@ -8,6 +8,7 @@ array) travels as its two-byte values, never widened on the client.
 import base64
 import json
 import struct
+import sys
 
 import numpy as np
 
@@ -30,9 +31,10 @@ class Wire:
 
 
 def is_torch(value):
-    """True for a torch.Tensor, without importing torch when it is absent."""
-    mod = type(value).__module__
-    return mod.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
+    """True for a torch.Tensor (a subclass too), without importing torch:
+    a tensor exists only where torch was imported."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def to_wire(value, what):
@@ -56,7 +58,9 @@ def to_wire(value, what):
 def _torch_to_wire(t):
     import torch
 
-    t = t.detach()
+    t = t.detach().resolve_conj().resolve_neg()  # lazy views numpy() refuses
+    if type(t) is not torch.Tensor:
+        t = t.as_subclass(torch.Tensor)
     if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         if t.is_complex():
             raise TypeError(f"dtype {t.dtype} is not a real number type")

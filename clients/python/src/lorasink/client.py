@@ -5,11 +5,15 @@ one adapter for every token in the query, different adapters per token in
 the body's metadata.
 """
 import http.client
+import io
 import json
+import math
+import operator
 import os
 import select
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 
@@ -23,6 +27,41 @@ _LOAD_KEYS = ("format", "config", "scale", "gate_up_order", "pinned", "replace",
 # answer came was closed by the server while idle: the request is sent
 # again once, on a new connection.
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+# A body this large asks first (Expect: 100-continue): a server that
+# refuses it from its head (413, 401, 429) answers before a byte of it is
+# sent, where sending it whole would meet a closed connection and lose the
+# answer. Below it the body fits the socket buffers and the answer is read.
+_EXPECT_BYTES = 1 << 20
+# How long to wait for "100 Continue" before sending the body anyway (a
+# proxy that does not pass it on), as RFC 9110 lets a client do.
+_EXPECT_WAIT = 1.0
+
+
+class _Replayed(io.RawIOBase):
+    """The bytes already read off a socket, then the socket's own."""
+
+    def __init__(self, head, sock):
+        self.head, self.sock = head, sock
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n], self.head = self.head[:n], self.head[n:]
+            return n
+        return self.sock.recv_into(b)
+
+
+class _ReplayedSocket:
+    """What http.client.HTTPResponse reads an answer from."""
+
+    def __init__(self, head, sock):
+        self.head, self.sock = head, sock
+
+    def makefile(self, mode):
+        return io.BufferedReader(_Replayed(self.head, self.sock))
 
 
 class _HTTP(http.client.HTTPConnection):
@@ -46,8 +85,9 @@ class Client:
     api_key: sent as "Authorization: Bearer KEY" (the server's --api-key);
     timeout: seconds for connecting and for each read of an answer;
     ssl_context: for an https url (ssl.create_default_context() if None).
-    One Client holds one connection and is not meant to be shared by
-    threads at once: give each thread its own.
+    One Client holds one connection: threads that share it take turns
+    (each request whole, under a lock); give each thread its own Client
+    for requests in parallel.
     """
 
     def __init__(self, url, api_key=None, timeout=60.0, ssl_context=None):
@@ -65,6 +105,7 @@ class Client:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self.connections_opened = 0  # TCP connections this client opened (1 while keep-alive holds)
+        self._lock = threading.Lock()  # one request at a time on the one connection
 
     def close(self):
         """Closes the connection (the next call opens a new one)."""
@@ -99,8 +140,7 @@ class Client:
         if not reused:
             self.connections_opened += 1
         try:
-            self._conn.request(method, path, body=body, headers=headers)
-            resp = self._conn.getresponse()
+            resp = self._exchange(method, path, body, headers)
         except _DROPPED:
             # Only up to the status line: a connection lost while the
             # answer's body is read is raised, never sent again.
@@ -108,9 +148,45 @@ class Client:
             if not reused:
                 raise
             self.connections_opened += 1
+            resp = self._exchange(method, path, body, headers)
+        data = resp.read()
+        if getattr(resp, "body_unsent", False):
+            self._conn.close()  # the server waits for a body it will never get
+        return resp, data
+
+    def _exchange(self, method, path, body, headers):
+        """Sends the request and returns the answer's response (its body
+        unread). A large body waits for the server's "100 Continue"; an
+        answer that comes instead is returned with body_unsent set."""
+        if body is None or len(body) < _EXPECT_BYTES:
             self._conn.request(method, path, body=body, headers=headers)
-            resp = self._conn.getresponse()
-        return resp, resp.read()
+            return self._conn.getresponse()
+        conn = self._conn
+        conn.putrequest(method, path)
+        for k, v in dict(headers, **{"Content-Length": str(len(body)), "Expect": "100-continue"}).items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        sock = conn.sock
+        pending = isinstance(sock, ssl.SSLSocket) and sock.pending()
+        if pending or select.select([sock], [], [], _EXPECT_WAIT)[0]:
+            head = b""
+            while len(head) < 12:  # "HTTP/1.1 100"
+                got = sock.recv(12 - len(head))
+                if not got:
+                    raise http.client.RemoteDisconnected("the server closed the connection before answering")
+                head += got
+            if head[9:12] != b"100":
+                resp = http.client.HTTPResponse(_ReplayedSocket(head, sock), method=method)
+                resp.begin()
+                resp.body_unsent = True
+                return resp
+            while not head.endswith(b"\r\n\r\n"):  # the rest of the interim answer
+                got = sock.recv(1)
+                if not got:
+                    raise http.client.RemoteDisconnected("the server closed the connection after 100 Continue")
+                head += got
+        conn.send(body)
+        return conn.getresponse()
 
     def _request(self, method, path, body=None, content_type=None, ok=(200,)):
         """(status, response, body bytes) of a request; an answer not in
@@ -118,20 +194,24 @@ class Client:
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        try:
-            resp, data = self._send(method, path, body, headers)
-        except (OSError, http.client.HTTPException) as e:
-            self._conn.close()
-            raise LorasinkError(None, "connection_error", f"{method} {self.url}{path}: {e!r}") from e
+        with self._lock:
+            try:
+                resp, data = self._send(method, path, body, headers)
+            except (OSError, http.client.HTTPException) as e:
+                self._conn.close()
+                raise LorasinkError(None, "connection_error", f"{method} {self.url}{path}: {e!r}") from e
         if resp.status not in ok:
-            retry = resp.getheader("Retry-After")
-            raise LorasinkError.from_reply(resp.status, data, int(retry) if retry and retry.isdigit() else None,
+            raise LorasinkError.from_reply(resp.status, data, _retry_after(resp.getheader("Retry-After")),
                                            resp.getheader("X-Request-Id"))
         return resp.status, resp, data
 
     def _json(self, method, path, body=None, ok=(200,)):
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        return json.loads(self._request(method, path, payload, ok=ok)[2])
+        status, resp, data = self._request(method, path, payload, ok=ok)
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise _not_ours(status, resp, data, f"{method} {path}: the answer is not JSON ({e})") from e
 
     # -- status routes --------------------------------------------------------
 
@@ -149,12 +229,24 @@ class Client:
         raises the last LorasinkError past it."""
         deadline = time.monotonic() + timeout
         while True:
+            # Each try waits no longer than what is left (a server that
+            # accepts but never answers must not hold it for the client's
+            # whole timeout).
+            left = max(deadline - time.monotonic(), 0.01)
+            saved = self._conn.timeout
+            self._conn.timeout = min(saved, left) if saved is not None else left
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(self._conn.timeout)
             try:
                 return self.ready()
             except LorasinkError:
                 if time.monotonic() >= deadline:
                     raise
-            time.sleep(interval)
+            finally:
+                self._conn.timeout = saved
+                if self._conn.sock is not None:
+                    self._conn.sock.settimeout(saved)
+            time.sleep(min(interval, max(deadline - time.monotonic(), 0)))
 
     def model(self):
         """GET /model: n, hidden, intermediate, layers, dtype, gate, ..."""
@@ -236,17 +328,39 @@ class Client:
         return (y, meta) if return_meta else y
 
     def _forward_st(self, layer, xw, gw, adapter, per_token):
-        query = {"layer": int(layer)}
+        if isinstance(layer, bool):  # an int to operator.index, but never meant as a layer
+            raise TypeError("layer must be an integer, not a bool")
+        query = {"layer": operator.index(layer)}  # 0.9 is a mistake, never layer 0
         if adapter is not None:
             query["adapter"] = adapter
         tensors = {"x": xw} if gw is None else {"x": xw, "gammas": gw}
         metadata = None if per_token is None else {"adapters": json.dumps(per_token)}
         body = _tensors.st_encode(tensors, metadata)
         path = "/forward?" + urllib.parse.urlencode(query)
-        _, _, data = self._request("POST", path, body, "application/octet-stream")
-        out, meta = _tensors.st_decode(data)
-        y = _tensors.wire_to_numpy(out["y"])
-        return y, {"layer": int(meta["layer"]), "tokens": y.shape[0], "adapters": json.loads(meta["adapters"])}
+        status, resp, data = self._request("POST", path, body, "application/octet-stream")
+        try:
+            out, meta = _tensors.st_decode(data)
+            y = _tensors.wire_to_numpy(out["y"])
+            return y, {"layer": int(meta["layer"]), "tokens": y.shape[0], "adapters": json.loads(meta["adapters"])}
+        except (ValueError, KeyError, TypeError) as e:
+            raise _not_ours(status, resp, data, f"POST /forward: the answer is not lorasink's y ({e!r})") from e
+
+
+def _retry_after(value):
+    """Retry-After's seconds (whole, rounded up), or None for a date or
+    nothing."""
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        return None
+    return math.ceil(s) if math.isfinite(s) and s >= 0 else None
+
+
+def _not_ours(status, resp, data, what):
+    """A success status whose body is not lorasink's (a proxy's page, a
+    captive portal): LorasinkError http_error, the body's start quoted."""
+    text = data[:120].decode("utf-8", "replace").strip()
+    return LorasinkError(status, "http_error", f"{what}: {text!r}", None, None, 0, None, resp.getheader("X-Request-Id"))
 
 
 def _load_body(name, path, peft_dir, tensors, options):

@@ -25,6 +25,11 @@ class LorasinkError(Exception):
         self.retry_after, self.request_id = retry_after, request_id
         super().__init__(self._text())
 
+    def __reduce__(self):
+        # Rebuilt from its fields, so that it crosses multiprocessing.
+        return (type(self), (self.status, self.code, self.message, self.hint, self.violations,
+                             self.violations_dropped, self.retry_after, self.request_id))
+
     def _text(self):
         head = f"{self.status} {self.code}" if self.status is not None else self.code
         text = f"{head}: {self.message}"

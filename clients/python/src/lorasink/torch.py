@@ -8,6 +8,8 @@ without gammas on a checkpoint with a gate), so the remote module takes
 the place of shared_expert and the gate is replaced by one whose sigmoid
 is exactly 1. Inference only: no gradient flows through the server.
 """
+import warnings
+
 import torch
 from torch import nn
 
@@ -44,6 +46,11 @@ class RemoteSharedExperts(nn.Module):
         return [name for name in a for _ in range(run)]
 
     def forward(self, x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            # Python shows it once per place: training through the model
+            # would silently leave the shared experts out of the gradient.
+            warnings.warn("lorasink.torch: no gradient flows through the remote shared experts (inference "
+                          "only); run under torch.no_grad() or torch.inference_mode()", stacklevel=2)
         flat = x.reshape(-1, x.shape[-1])
         y = self.client.forward(self.layer, flat, adapters=self._adapters(flat.shape[0]))
         return y.to(dtype=x.dtype).reshape(x.shape)
