@@ -415,6 +415,23 @@ class TestThreads(Base):
             np.testing.assert_array_equal(got[i], want[i])
 
 
+class TestWaitReady(unittest.TestCase):
+    def test_bounded_by_its_own_timeout(self):
+        """A server that accepts and never answers held wait_ready for the
+        client's timeout (30 s here), not its own."""
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()  # the kernel completes handshakes; nothing ever answers
+        import time
+        t0 = time.monotonic()
+        with Client("http://127.0.0.1:%d" % s.getsockname()[1], timeout=30) as c:
+            with self.assertRaises(LorasinkError) as e:
+                c.wait_ready(timeout=1)
+        self.assertEqual(e.exception.code, "connection_error")
+        self.assertLess(time.monotonic() - t0, 10)
+        s.close()
+
+
 class TestErrorObject(unittest.TestCase):
     def test_pickles(self):
         e = LorasinkError(409, "adapter_exists", "m", "h", [{"code": "x"}], 2, 1, "rid")
