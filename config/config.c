@@ -3,10 +3,15 @@
  * overriding the one before; values are parsed by the table in settings.c. */
 #include "config/config.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/text.h"
 #include "config/settings.h"
@@ -66,29 +71,59 @@ static bool finish_source(ls_config *cfg, const bool *seen, source src, const ch
     return true;
 }
 
-/* A list in the file: an array of "NAME=PATH[,pinned]" strings or
- * {"name", "path", "pinned"} objects (or one string). An empty array
- * clears what lower sources gave. */
+/* Whether a name and a path given apart (a file's object, vLLM's JSON
+ * entry) survive as one "NAME=PATH" entry: the entry syntax would split
+ * or pin them otherwise, so they are refused, never split. */
+static bool entry_fits(const char *name, const char *path) {
+    const size_t pl = strlen(path), sl = strlen(",pinned");
+    return !strpbrk(name, "=;\n") && !strpbrk(path, ";\n") && !(pl >= sl && !strcmp(path + pl - sl, ",pinned"));
+}
+
+#define LS_ENTRY_RULE "a name may not hold '=', ';' or a newline, a path ';', a newline or a final \",pinned\""
+
+/* Where each setting's value came from: 0 (its default) or the source
+ * + 1 whose value stands (a higher source's replaces a lower one's). */
+typedef unsigned char given_from;
+
 /* Adds one source's seen[] to what every source gave. */
-static void note_given(bool *given, const bool *seen) {
-    for (size_t i = 0; i < ls_settings_count; i++) given[i] = given[i] || seen[i];
+static void note_given(given_from *given, const bool *seen, source src) {
+    for (size_t i = 0; i < ls_settings_count; i++)
+        if (seen[i]) given[i] = (given_from)(src + 1);
+}
+
+/* The name of s as the source whose value stands gave it ("--hidden",
+ * "LORASINK_HIDDEN", "FILE: hidden"); "--NAME" for a default. */
+static const char *given_origin(const ls_config *cfg, const given_from *given, const ls_setting *s, char *buf,
+                                size_t len) {
+    const given_from g = given[s - ls_settings];
+    return origin_of(g ? (source)(g - 1) : SRC_FLAG, cfg->config_file, s, buf, len);
+}
+
+/* Every way to give s: "--tls-key, LORASINK_TLS_KEY or the file's \"tls_key\"". */
+static const char *every_name(const ls_setting *s, char *buf, size_t len) {
+    char env[64], key[64];
+    ls_setting_env_name(s, env, sizeof env);
+    ls_setting_json_key(s, key, sizeof key);
+    snprintf(buf, len, "--%s, %s or the file's \"%s\"", s->name, env, key);
+    return buf;
 }
 
 /* The demo model's sizes mean nothing for a checkpoint, whose sizes come
  * from its config.json: a value given for one while weights are served is
  * a mistake, refused rather than ignored. */
-static bool check_demo_only(const ls_config *cfg, const bool *given, char *err, size_t errlen) {
+static bool check_demo_only(const ls_config *cfg, const given_from *given, char *err, size_t errlen) {
     if (cfg->demo) return true;
+    const ls_setting *weights = ls_setting_find_flag("weights", 7);
     for (size_t i = 0; i < ls_settings_count; i++) {
         const ls_setting *s = &ls_settings[i];
         if (!ls_setting_demo_only(s) || !given[i]) continue;
-        char env[64], key[64];
-        ls_setting_env_name(s, env, sizeof env);
-        ls_setting_json_key(s, key, sizeof key);
+        char from[LS_CONFIG_PATH_MAX + 80], wfrom[LS_CONFIG_PATH_MAX + 80], names[160];
+        const bool file = given[i] == SRC_FILE + 1;
         snprintf(err, errlen,
-                 "--%s sets the demo model, and --weights serves a checkpoint whose sizes come from its config.json "
-                 "(GET /model shows them): drop --%s (or %s, or give the file's \"%s\" as null)",
-                 s->name, s->name, env, key);
+                 "%s sets the demo model, and %s serves a checkpoint whose sizes come from its config.json "
+                 "(GET /model shows them): drop it (%s)%s",
+                 given_origin(cfg, given, s, from, sizeof from), given_origin(cfg, given, weights, wfrom, sizeof wfrom),
+                 every_name(s, names, sizeof names), file ? ", or give it in the file as null" : "");
         return false;
     }
     return true;
@@ -97,15 +132,19 @@ static bool check_demo_only(const ls_config *cfg, const bool *given, char *err, 
 /* TLS takes a certificate and its key together, and client certificates
  * are asked for only over TLS: half of it given is a mistake, refused
  * rather than served as plain HTTP. */
-static bool check_tls(const ls_config *cfg, char *err, size_t errlen) {
+static bool check_tls(const ls_config *cfg, const given_from *given, char *err, size_t errlen) {
+    const ls_setting *cert = ls_setting_find_flag("tls-cert", 8), *key = ls_setting_find_flag("tls-key", 7);
+    char from[LS_CONFIG_PATH_MAX + 80], names[160];
     if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
-        snprintf(err, errlen, "--%s is given without --%s: TLS needs both the certificate and its key (PEM files)",
-                 cfg->tls_cert[0] ? "tls-cert" : "tls-key", cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+        const ls_setting *has = cfg->tls_cert[0] ? cert : key, *lacks = cfg->tls_cert[0] ? key : cert;
+        snprintf(err, errlen, "%s is given without --%s (%s): TLS needs both the certificate and its key (PEM files)",
+                 given_origin(cfg, given, has, from, sizeof from), lacks->name, every_name(lacks, names, sizeof names));
         return false;
     }
     if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {
-        snprintf(err, errlen, "--tls-client-ca is given without --tls-cert and --tls-key: client certificates are "
-                              "asked for only over TLS");
+        snprintf(err, errlen, "%s is given without --tls-cert and --tls-key: client certificates are asked for only "
+                              "over TLS",
+                 given_origin(cfg, given, ls_setting_find_flag("tls-client-ca", 13), from, sizeof from));
         return false;
     }
     return true;
@@ -135,13 +174,8 @@ static bool load_file_list(const ls_setting *s, const json_t *v, ls_config *cfg,
             continue;
         } else if (json_is_object(e) && !json_unpack((json_t *)e, "{s:s, s:s, s?b !}", "name", &name, "path", &path,
                                                      "pinned", &pinned)) {
-            /* The entry syntax cannot carry these; refused, not split. */
-            const size_t pl = strlen(path), sl = strlen(",pinned");
-            if (strpbrk(name, "=;\n") || strpbrk(path, ";\n") || (pl >= sl && !strcmp(path + pl - sl, ",pinned"))) {
-                snprintf(err, errlen,
-                         "%s[%zu]: a name may not hold '=', ';' or a newline, a path ';', a newline or a final "
-                         "\",pinned\"",
-                         origin, i);
+            if (!entry_fits(name, path)) {
+                snprintf(err, errlen, "%s[%zu]: " LS_ENTRY_RULE, origin, i);
                 return false;
             }
             int n = snprintf(entry, sizeof entry, "%s=%s%s", name, path, pinned ? ",pinned" : "");
@@ -218,12 +252,35 @@ static const char *file_value_text(const ls_setting *s, const json_t *v, char *n
     return NULL;
 }
 
-static bool load_file(ls_config *cfg, const char *path, bool *given, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+/* The config file opened for reading past a UTF-8 byte-order mark (RFC
+ * 8259 lets a reader skip one; editors on Windows write it), or NULL with
+ * err: a directory, a FIFO (which would block start-up until a writer
+ * came) or an empty file is named as such, not as bad JSON at 1:0. */
+static FILE *open_config(const char *path, char *err, size_t errlen) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return false;
+        if (fd >= 0) close(fd);
+        return NULL;
     }
+    const char *what = S_ISDIR(st.st_mode) ? "a directory" : !S_ISREG(st.st_mode) ? "not a regular file"
+                       : st.st_size == 0 ? "empty (a config file holds one JSON object; {} sets nothing)" : NULL;
+    FILE *f = what ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (what) snprintf(err, errlen, "%s: the config file is %s", path, what);
+        else snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    unsigned char bom[3];
+    if (fread(bom, 1, 3, f) != 3 || memcmp(bom, "\xef\xbb\xbf", 3)) rewind(f);
+    return f;
+}
+
+static bool load_file(ls_config *cfg, const char *path, given_from *given, char *err, size_t errlen) {
+    FILE *f = open_config(path, err, errlen);
+    if (!f) return false;
     json_error_t jerr;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
@@ -262,7 +319,7 @@ static bool load_file(ls_config *cfg, const char *path, bool *given, char *err, 
         ok = text && apply(s, text, cfg, origin, seen, err, errlen);
     }
     if (ok) ok = finish_source(cfg, seen, SRC_FILE, path, err, errlen);
-    if (ok) note_given(given, seen);
+    if (ok) note_given(given, seen, SRC_FILE);
     json_decref(root);
     return ok;
 }
@@ -275,9 +332,42 @@ static const char *env_lookup(char **envp, const char *name) {
     return NULL;
 }
 
-/* Unknown LORASINK_* variables are ignored: the environment is shared with
- * other tools, unlike the command line and the file, which are ours. */
-static bool load_env(ls_config *cfg, char **envp, bool *given, char *err, size_t errlen) {
+/* A LORASINK_* variable of envp that no setting reads, noted in
+ * cfg->env_unread when it looks meant for one: near a setting's variable
+ * (LORASINK_PROT), or a peer's flag written as one (LORASINK_MAX_LORAS).
+ * Others are left alone: scripts and tools share the prefix. */
+static void note_unread_env(ls_config *cfg, const char *entry) {
+    char name[64], env[64], near[96];
+    const size_t n = strcspn(entry, "=");
+    if (n >= sizeof name || !strncmp(entry, "LORASINK_CONFIG=", 16)) return;
+    snprintf(name, sizeof name, "%.*s", (int)n, entry);
+    ls_text_near nr;
+    ls_text_near_init(&nr, name);
+    for (size_t i = 0; i < ls_settings_count; i++) {
+        ls_setting_env_name(&ls_settings[i], env, sizeof env);
+        if (!strcmp(env, name)) return; /* read */
+        ls_text_near_offer(&nr, env);
+    }
+    for (size_t i = 0; i < ls_flag_aliases_count; i++) {
+        snprintf(env, sizeof env, "LORASINK_%s", ls_flag_aliases[i].name);
+        for (char *p = env; *p; p++) *p = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+        if (strcmp(env, name)) continue;
+        ls_setting_env_name(ls_setting_find_flag(ls_flag_aliases[i].target, strlen(ls_flag_aliases[i].target)), env,
+                            sizeof env);
+        snprintf(nr.best, sizeof nr.best, "%s", env); /* vLLM's name is a flag only */
+    }
+    if (!nr.best[0]) return;
+    const size_t len = strlen(cfg->env_unread);
+    snprintf(cfg->env_unread + len, sizeof cfg->env_unread - len, "%s%s%s", len ? ", " : "", name,
+             ls_text_near_clause(&nr, " (did you mean ", "?)", near, sizeof near));
+}
+
+/* Unknown LORASINK_* variables are not refused: the environment is shared
+ * with other tools, unlike the command line and the file, which are ours;
+ * the ones that look like a mistake are noted for a warning. */
+static bool load_env(ls_config *cfg, char **envp, given_from *given, char *err, size_t errlen) {
+    for (char **e = envp; e && *e; e++)
+        if (!strncmp(*e, "LORASINK_", 9)) note_unread_env(cfg, *e);
     bool seen[LS_SETTINGS_MAX] = {0};
     for (size_t i = 0; i < ls_settings_count; i++) {
         char name[64];
@@ -285,7 +375,7 @@ static bool load_env(ls_config *cfg, char **envp, bool *given, char *err, size_t
         const char *v = env_lookup(envp, name);
         if (v && !apply(&ls_settings[i], v, cfg, name, seen, err, errlen)) return false;
     }
-    note_given(given, seen);
+    note_given(given, seen, SRC_ENV);
     return finish_source(cfg, seen, SRC_ENV, NULL, err, errlen);
 }
 
@@ -301,10 +391,11 @@ typedef struct {
  * base_model_name only names the parent in vLLM's /v1/models, where this
  * server always names the model it serves, and is_3d_lora_weight
  * declares a layout the loader reads from the files: both are taken (a
- * string, a boolean) and change nothing. NULL with the reason in err.
+ * string, a boolean) and change nothing. "pinned" (a boolean, ours) pins,
+ * as ",pinned" does after NAME=PATH. NULL with the reason in err.
  * Ownership: the caller frees the result. */
 static char *lora_module_json(const char *flag, const char *text, char *err, size_t errlen) {
-    static const char *const known[] = {"name", "path", "base_model_name", "is_3d_lora_weight", NULL};
+    static const char *const known[] = {"name", "path", "base_model_name", "is_3d_lora_weight", "pinned", NULL};
     json_error_t je;
     json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     const char *key, *name = NULL, *path = NULL;
@@ -324,9 +415,10 @@ static char *lora_module_json(const char *flag, const char *text, char *err, siz
             snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
             goto done;
         }
-        if (!strcmp(key, "is_3d_lora_weight")) {
+        if (!strcmp(key, "base_model_name") && json_is_null(v)) continue; /* vLLM's default */
+        if (!strcmp(key, "is_3d_lora_weight") || !strcmp(key, "pinned")) {
             if (!json_is_boolean(v)) {
-                snprintf(err, errlen, "--%s: \"is_3d_lora_weight\" of a JSON entry must be true or false", flag);
+                snprintf(err, errlen, "--%s: \"%s\" of a JSON entry must be true or false", flag, key);
                 goto done;
             }
         } else if (!json_is_string(v) || !json_string_length(v)) {
@@ -340,9 +432,14 @@ static char *lora_module_json(const char *flag, const char *text, char *err, siz
         snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? "path" : "name");
         goto done;
     }
-    size_t len = strlen(name) + strlen(path) + 2;
+    if (!entry_fits(name, path)) {
+        snprintf(err, errlen, "--%s: in a JSON entry " LS_ENTRY_RULE " (pin with \"pinned\": true)", flag);
+        goto done;
+    }
+    const bool pinned = json_is_true(json_object_get(o, "pinned"));
+    size_t len = strlen(name) + strlen(path) + sizeof ",pinned" + 1;
     out = malloc(len);
-    if (out) snprintf(out, len, "%s=%s", name, path);
+    if (out) snprintf(out, len, "%s=%s%s", name, path, pinned ? ",pinned" : "");
     else snprintf(err, errlen, "out of memory");
 done:
     json_decref(o);
@@ -377,20 +474,50 @@ static void unknown_flag(const char *name, size_t len, char *err, size_t errlen)
              ls_text_near_clause(&n, "; did you mean --", "?", near, sizeof near));
 }
 
+/* A boolean's value as written: ours (true, false, 1, 0) as it is, the
+ * spellings other tools take (yes, no, on, off) as ours; NULL for neither. */
+static const char *bool_spelling(const char *arg) {
+    bool v;
+    if (ls_text_bool(arg, &v)) return arg;
+    static const char *const yes[] = {"yes", "on", NULL}, *const no[] = {"no", "off", NULL};
+    for (int k = 0; yes[k]; k++) {
+        if (!strcasecmp(arg, yes[k])) return "true";
+        if (!strcasecmp(arg, no[k])) return "false";
+    }
+    return NULL;
+}
+
 /* argv[i] is not a flag. After a boolean flag given alone it is most
  * likely that flag's value, which only "--NAME=VALUE" gives. */
 static void unexpected_argument(char **argv, int i, char *err, size_t errlen) {
     char q[48], q2[48];
-    const char *prev = i > 1 ? argv[i - 1] : "";
+    const char *prev = i > 1 ? argv[i - 1] : "", *spelled = bool_spelling(argv[i]);
     const ls_setting *b = NULL;
-    bool v;
-    if (!strncmp(prev, "--", 2) && !strchr(prev, '=') && ls_text_bool(argv[i], &v))
-        b = ls_setting_find_flag(prev + 2, strlen(prev + 2));
+    if (!strncmp(prev, "--", 2) && !strchr(prev, '=') && spelled) b = ls_setting_find_flag(prev + 2, strlen(prev + 2));
     if (b && b->type == LS_SET_BOOL)
         snprintf(err, errlen, "unexpected argument \"%s\": a boolean flag alone means true; write --%s=%s",
-                 ls_setting_quote(argv[i], q, sizeof q), b->name, ls_setting_quote(argv[i], q2, sizeof q2));
+                 ls_setting_quote(argv[i], q, sizeof q), b->name, ls_setting_quote(spelled, q2, sizeof q2));
     else
         snprintf(err, errlen, "unexpected argument \"%s\" (see lorasink --help)", ls_setting_quote(argv[i], q, sizeof q));
+}
+
+/* The flags that take no value and are not settings. */
+static bool lone_flag(const char *name, size_t len) {
+    static const char *const lone[] = {"probe", "help", "version", NULL};
+    for (int k = 0; lone[k]; k++)
+        if (len == strlen(lone[k]) && !memcmp(name, lone[k], len)) return true;
+    return false;
+}
+
+/* Whether arg is one of our flags ("--NAME" or "--NAME=VALUE", "-h",
+ * "-V"): the value a flag takes from the next argument never is. */
+static bool names_flag(const char *arg) {
+    if (!strcmp(arg, "-h") || !strcmp(arg, "-V")) return true;
+    if (strncmp(arg, "--", 2)) return false;
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    const size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    return (len == 6 && !memcmp(name, "config", 6)) || lone_flag(name, len) || ls_setting_find_flag(name, len) ||
+           ls_flag_alias_find(name, len);
 }
 
 /* First pass over argv: syntax only. Handles --help and --version where
@@ -419,6 +546,10 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
         }
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        if (eq && lone_flag(name, len)) {
+            snprintf(err, errlen, "--%.*s takes no value", (int)len, name);
+            return LS_CONFIG_ERROR;
+        }
         bool is_config = len == 6 && !memcmp(name, "config", 6);
         const ls_setting *s = is_config ? NULL : ls_setting_find_flag(name, len);
         const ls_flag_alias *alias = is_config || s ? NULL : ls_flag_alias_find(name, len);
@@ -427,21 +558,45 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
             unknown_flag(name, len, err, errlen);
             return LS_CONFIG_ERROR;
         }
-        const char *value;
+        const char *value, *flag = is_config ? "config" : alias ? alias->name : s->name;
         if (eq) value = eq + 1;
         else if (s && s->type == LS_SET_BOOL) value = "true";
-        else if (i + 1 < argc) value = argv[++i];
-        else {
-            snprintf(err, errlen, "--%s needs a value", is_config ? "config" : alias ? alias->name : s->name);
+        else if (i + 1 < argc && !names_flag(argv[i + 1])) value = argv[++i];
+        else if (i + 1 < argc) {
+            /* "--api-key --probe": the key forgotten, not a key "--probe". */
+            char q[48];
+            snprintf(err, errlen, "--%s needs a value, and %s is a flag (write --%s=%s if the value is that)", flag,
+                     ls_setting_quote(argv[i + 1], q, sizeof q), flag, ls_setting_quote(argv[i + 1], q, sizeof q));
+            return LS_CONFIG_ERROR;
+        } else {
+            snprintf(err, errlen, "--%s needs a value", flag);
             return LS_CONFIG_ERROR;
         }
         if (is_config) *config = value;
         else if (!add_value(vals, nvals, s, value, alias, err, errlen)) return LS_CONFIG_ERROR;
         /* vLLM's --lora-modules a=x b=y: every argument up to the next flag. */
-        while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+        while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2) &&
+               !names_flag(argv[i + 1]))
             if (!add_value(vals, nvals, s, argv[++i], alias, err, errlen)) return LS_CONFIG_ERROR;
     }
     return LS_CONFIG_RUN;
+}
+
+/* A peer's name and ours for one setting on one command line: which
+ * stands would depend on their order, and the log would name an alias
+ * that lost. Refused (a flag given twice under one name: the last wins). */
+static bool check_alias_twice(const flag_value *vals, int nvals, char *err, size_t errlen) {
+    for (int i = 0; i < nvals; i++) {
+        if (!vals[i].alias) continue;
+        for (int j = 0; j < nvals; j++) {
+            const char *other = vals[j].alias ? vals[j].alias : vals[j].s->name;
+            if (vals[j].s != vals[i].s || !strcmp(other, vals[i].alias)) continue;
+            snprintf(err, errlen, "--%s is vLLM's name for --%s, and --%s is given too: give one of them", vals[i].alias,
+                     vals[i].s->name, other);
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Adds "--ALIAS as --NAME" to cfg->aliases_used, once per alias (a cut
@@ -468,10 +623,15 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
     }
     const char *config = NULL, *origin = "--config";
     int nvals = 0;
-    bool seen[LS_SETTINGS_MAX] = {0}, given[LS_SETTINGS_MAX] = {0};
+    bool seen[LS_SETTINGS_MAX] = {0};
+    given_from given[LS_SETTINGS_MAX] = {0};
     bool probe = false;
     ls_config_result res = scan_flags(argc, argv, vals, &nvals, &config, &probe, out, errbuf, errlen);
     if (res != LS_CONFIG_RUN) goto done;
+    if (!check_alias_twice(vals, nvals, errbuf, errlen)) {
+        res = LS_CONFIG_ERROR;
+        goto done;
+    }
 
     res = LS_CONFIG_ERROR;
     if (!config) {
@@ -497,13 +657,13 @@ ls_config_result ls_config_load(ls_config *cfg, int argc, char **argv, char **en
         if (vals[i].alias) note_alias(cfg, vals[i].alias, vals[i].s->name);
     }
     if (!finish_source(cfg, seen, SRC_FLAG, NULL, errbuf, errlen)) goto done;
-    note_given(given, seen);
+    note_given(given, seen, SRC_FLAG);
     if (!cfg->demo && !cfg->weights[0]) {
         snprintf(errbuf, errlen, "demo is off but no weights file is given (--weights FILE)");
         goto done;
     }
     if (!check_demo_only(cfg, given, errbuf, errlen)) goto done;
-    if (!check_tls(cfg, errbuf, errlen)) goto done;
+    if (!check_tls(cfg, given, errbuf, errlen)) goto done;
     cfg->probe = probe;
     res = LS_CONFIG_RUN;
 done:

@@ -83,6 +83,10 @@ typedef struct {
     /* The peers' flag names the command line used, as read ("--max-lora-rank
      * as --max-rank, ..."; "" for none), for the start-up log. Not a setting. */
     char aliases_used[256];
+    /* LORASINK_* variables that are not read but look meant to be (near a
+     * setting's name, or a peer's flag as a variable), each with what is
+     * read instead, for a start-up warning; "" for none. Not a setting. */
+    char env_unread[512];
     /* --probe: ask a running server's GET /ready and exit (server/probe.h)
      * instead of serving. A command-line action, as --help is: never read
      * from the environment or a file, so no setting can stop a server. */

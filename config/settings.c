@@ -40,31 +40,65 @@ static bool ls_host_check(const char *text, char *why, size_t len) {
     return false;
 }
 
-/* One entry of --allowed-hosts or --allowed-origins (n bytes of e):
- * "*", a host name, or with origins scheme://host[:port]. */
-static bool ls_allow_entry_ok(const char *e, size_t n, bool origins) {
-    if (n == 1 && e[0] == '*') return true;
-    if (origins) {
-        size_t scheme = n > 7 && !strncmp(e, "http://", 7) ? 7 : n > 8 && !strncmp(e, "https://", 8) ? 8 : 0;
-        if (!scheme) return false;
-        e += scheme, n -= scheme;
-    }
+/* Whether n bytes of e are a host name (letters, digits, '.', '-', '_'). */
+static bool ls_allow_name_ok(const char *e, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const unsigned char c = (unsigned char)e[i];
-        const bool port = origins && (c == ':' || c == '[' || c == ']');
-        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || port)) return false;
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_')) return false;
     }
     return n > 0 && n <= 253;
 }
 
-/* A comma list of such entries ("" = none). */
+/* An origin's host[:port] (n bytes of e) after a scheme whose default
+ * port is def: NULL when fine, else why not. A browser leaves the
+ * default port out of Origin, so an entry naming it would never match. */
+static const char *ls_allow_authority_why(const char *e, size_t n, unsigned def) {
+    const char *end = e + n, *colon = NULL;
+    if (n && e[0] == '[') {
+        const char *close = memchr(e, ']', n);
+        if (!close || close == e + 1) return "an IPv6 address goes in brackets, such as http://[::1]:8080";
+        for (const char *c = e + 1; c < close; c++)
+            if (!isxdigit((unsigned char)*c) && *c != ':' && *c != '.') return "is not an IPv6 address in brackets";
+        colon = close + 1 < end ? close + 1 : NULL;
+        if (colon && *colon != ':') return "holds something after its IPv6 address that is not :PORT";
+    } else {
+        colon = memchr(e, ':', n);
+        if (!ls_allow_name_ok(e, (size_t)((colon ? colon : end) - e))) return "has no host name";
+    }
+    if (!colon) return NULL;
+    unsigned port = 0;
+    size_t digits = 0;
+    for (const char *c = colon + 1; c < end; c++, digits++) {
+        if (!isdigit((unsigned char)*c) || digits >= 5) return "has a port that is not a number from 1 to 65535";
+        port = port * 10 + (unsigned)(*c - '0');
+    }
+    if (!digits || port < 1 || port > 65535) return "has a port that is not a number from 1 to 65535";
+    if (port == def) return "names its scheme's default port, which browsers leave out of Origin: drop it";
+    return NULL;
+}
+
+/* One entry of --allowed-hosts or --allowed-origins (n bytes of e):
+ * "*", a host name, or with origins scheme://host[:port]. NULL when
+ * fine, else why not. */
+static const char *ls_allow_entry_why(const char *e, size_t n, bool origins) {
+    if (n == 1 && e[0] == '*') return NULL;
+    if (!origins) return ls_allow_name_ok(e, n) ? NULL : "is not a host name";
+    const bool https = n > 8 && !strncmp(e, "https://", 8);
+    if (!https && !(n > 7 && !strncmp(e, "http://", 7))) return "does not begin with http:// or https://";
+    const size_t scheme = https ? 8 : 7;
+    return ls_allow_authority_why(e + scheme, n - scheme, https ? 443 : 80);
+}
+
+/* A comma list of such entries ("" = none; no empty entry). */
 static bool ls_allow_list_check(const char *text, bool origins, char *why, size_t len) {
     for (const char *e = text; *e;) {
         size_t n = strcspn(e, ",");
-        if (!ls_allow_entry_ok(e, n, origins)) {
-            snprintf(why, len, "%s",
-                     origins ? "is not a comma list of origins such as https://ui.example.com:8443 (no path), or *"
-                             : "is not a comma list of host names such as lorasink.internal (no port), or *");
+        const char *bad = n ? ls_allow_entry_why(e, n, origins) : "is empty (a comma too many)";
+        if (!bad && e[n] == ',' && !e[n + 1]) e += n, n = 0, bad = "is empty (a comma too many)";
+        if (bad) {
+            snprintf(why, len, "entry \"%.*s\" %s: %s", (int)(n < 80 ? n : 80), e, bad,
+                     origins ? "give a comma list of origins such as https://ui.example.com:8443 (no path), or *"
+                             : "give a comma list of host names such as lorasink.internal (no port), or *");
             return false;
         }
         e += n;

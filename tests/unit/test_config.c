@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -179,6 +180,14 @@ static void test_env_alone(void **state) {
     assert_string_equal(c.host, "::1");
     assert_int_equal(c.lora_layout, LS_LORA_PER_EXPERT);
     assert_string_equal(c.api_key, "k3y");
+    assert_string_equal(c.env_unread, ""); /* LORASINK_UNRELATED is near no setting */
+    /* A typo, or vLLM's flag as a variable, changed nothing with no word:
+     * noted for the start-up warning (still not refused). */
+    assert_int_equal(run(&c, NULL, ARGS("LORASINK_PROT=1", "LORASINK_URL=http://x", "LORASINK_MAX_LORAS=2"), err),
+                     LS_CONFIG_RUN);
+    assert_string_equal(c.env_unread,
+                        "LORASINK_PROT (did you mean LORASINK_PORT?), LORASINK_MAX_LORAS (did you mean LORASINK_SLOTS?)");
+    assert_int_equal(c.port, 8080);
 }
 
 static void test_file_alone(void **state) {
@@ -465,6 +474,37 @@ static void test_strings(void **state) {
     assert_null(strstr(err, "kkkk"));
 }
 
+/* Origins and host names a browser or Host can carry, and no other: a
+ * default port (browsers leave it out of Origin) or one past 65535 never
+ * matched, and a trailing comma was taken while a leading one was not. */
+static void test_allowed_lists(void **state) {
+    (void)state;
+    ls_config c;
+    char err[ERRLEN];
+    const char *good[] = {"https://ui.example.com:8443,http://127.0.0.1:1", "http://[::1]:8080", "https://a.com", "*",
+                          "http://[fe80::1]"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (run(&c, ARGS("--allowed-origins", good[i]), NULL, err) != LS_CONFIG_RUN) fail_msg("%s: %s", good[i], err);
+    }
+    const char *bad[][2] = {
+        {"https://a.com:443", "names its scheme's default port"},
+        {"http://a.com:80", "names its scheme's default port"},
+        {"https://a.com:99999", "port that is not a number from 1 to 65535"},
+        {"https://a.com:0", "port that is not a number from 1 to 65535"},
+        {"https://a.com:", "port that is not a number from 1 to 65535"},
+        {"https://:::", "has no host name"},
+        {"https://[::1", "an IPv6 address goes in brackets"},
+        {"ui.example.com", "does not begin with http:// or https://"},
+        {"https://a.com,", "is empty (a comma too many)"},
+        {",https://a.com", "is empty (a comma too many)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(ARGS("--allowed-origins", bad[i][0]), NULL, bad[i][1]);
+    assert_int_equal(run(&c, ARGS("--allowed-hosts", "a.com,b.example"), NULL, err), LS_CONFIG_RUN);
+    expect_error(ARGS("--allowed-hosts", "a.com,"), NULL, "is empty (a comma too many)");
+    expect_error(ARGS("--allowed-hosts", "a.com:8080"), NULL, "entry \"a.com:8080\" is not a host name");
+}
+
 static void test_demo_and_weights(void **state) {
     (void)state;
     ls_config c;
@@ -510,10 +550,12 @@ static void test_tls_pairs(void **state) {
     assert_string_equal(c.tls_key, "/k");
     expect_error(ARGS("--tls-cert", "/c.pem"), NULL, "--tls-cert is given without --tls-key");
     expect_error(ARGS("--tls-key", "/k.pem"), NULL, "--tls-key is given without --tls-cert");
-    expect_error(NULL, ARGS("LORASINK_TLS_CLIENT_CA=/ca.pem"), "--tls-client-ca is given without --tls-cert");
+    expect_error(NULL, ARGS("LORASINK_TLS_CLIENT_CA=/ca.pem"), "LORASINK_TLS_CLIENT_CA is given without --tls-cert");
+    expect_error(NULL, ARGS("LORASINK_TLS_CERT=/c"),
+                 "LORASINK_TLS_CERT is given without --tls-key (--tls-key, LORASINK_TLS_KEY or the file's \"tls_key\")");
     /* "" from a higher source turns a lower one's off: a pair again. */
     expect_error(ARGS("--tls-key="), ARGS("LORASINK_TLS_CERT=/c", "LORASINK_TLS_KEY=/k"),
-                 "--tls-cert is given without --tls-key");
+                 "LORASINK_TLS_CERT is given without --tls-key");
 }
 
 static void test_file_errors(void **state) {
@@ -542,7 +584,7 @@ static void test_file_errors(void **state) {
         {"[1, 2]", "the config file must hold a JSON object"},
         {"{\"slots\": 3,}", path},
         {"{\"slots\": 3, \"slots\": 4}", "duplicate"},
-        {"", path},
+        {"", "the config file is empty"},
     };
     for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
         char name[32];
@@ -560,7 +602,16 @@ static void test_file_errors(void **state) {
     char env[PATH_MAX + 32];
     snprintf(env, sizeof env, "LORASINK_CONFIG=%s", path);
     expect_error(NULL, ARGS(env), "missing.json: cannot open");
-    expect_error(ARGS("--config", tmpdir), NULL, tmpdir); /* a directory */
+    expect_error(ARGS("--config", tmpdir), NULL, "the config file is a directory");
+    /* A FIFO blocked start-up until something wrote to it. */
+    snprintf(path, sizeof path, "%s/fifo.json", tmpdir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    expect_error(ARGS("--config", path), NULL, "the config file is not a regular file");
+    unlink(path);
+    /* A byte-order mark (Windows editors write one) is skipped. */
+    write_file("bom.json", "\xef\xbb\xbf{\"slots\": 3}", path);
+    assert_int_equal(run(&c, ARGS("--config", path), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 3);
 }
 
 /* ---- help, version, dump, example ------------------------------------------ */
@@ -876,10 +927,16 @@ static void test_peers_and_mistakes(void **state) {
     if (run(&c,
             ARGS("--lora-modules",
                  "{\"name\": \"a\", \"path\": \"x\", \"base_model_name\": \"org/m\", \"is_3d_lora_weight\": false}", "b=y",
-                 "{\"path\": \"z,pinned\", \"name\": \"c\"}"),
+                 "{\"path\": \"z\", \"name\": \"c\", \"pinned\": true}", "{\"name\": \"d\", \"path\": \"w\", \"base_model_name\": null}"),
             NULL, err) != LS_CONFIG_RUN)
         fail_msg("%s", err);
-    assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=y|c=z,pinned");
+    assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=y|c=z,pinned|d=w");
+    /* One JSON entry is one adapter, as given: "=", ";", a newline or a
+     * final ",pinned" made it another adapter, two, or a pinned one. */
+    const char *split[] = {"{\"name\": \"a=b\", \"path\": \"x\"}", "{\"name\": \"a\", \"path\": \"x;b=y\"}",
+                           "{\"name\": \"a\", \"path\": \"x,pinned\"}", "{\"name\": \"a\", \"path\": \"x\\ny\"}"};
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++)
+        expect_error(ARGS("--lora-modules", split[i]), NULL, "--lora-modules: in a JSON entry a name may not hold '='");
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\"}"), NULL, "--lora-modules: a JSON entry needs \"path\"");
     expect_error(ARGS("--lora-modules", "a=x", "{\"path\": \"x\"}"), NULL,
                  "--lora-modules: a JSON entry needs \"name\"");
@@ -896,6 +953,12 @@ static void test_peers_and_mistakes(void **state) {
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}", "{bad"), NULL,
                  "--lora-modules: an entry that starts with '{' must be a JSON object");
     expect_error(ARGS("--max-loras"), NULL, "--max-loras needs a value");
+    /* Both names of one setting: which stood depended on their order. */
+    expect_error(ARGS("--slots", "4", "--max-loras", "6"), NULL,
+                 "--max-loras is vLLM's name for --slots, and --slots is given too: give one of them");
+    expect_error(ARGS("--lora-modules", "a=x", "--adapter", "b=y"), NULL, "--lora-modules is vLLM's name for --adapter");
+    assert_int_equal(run(&c, ARGS("--slots", "4", "--slots", "6"), NULL, err), LS_CONFIG_RUN);
+    assert_int_equal(c.slots, 6); /* one name twice: the last wins, as documented */
     expect_error(ARGS("--max-loras", "0"), NULL, "--max-loras: 0 is out of range [1, 1024]");
     expect_error(ARGS("--lora-modules", "a=x", "b"), NULL, "--lora-modules: \"b\" is not NAME=PATH[,pinned]");
 
@@ -908,16 +971,35 @@ static void test_peers_and_mistakes(void **state) {
                  "unexpected argument \"false\": a boolean flag alone means true; write --demo=false");
     expect_error(ARGS("--batching", "0"), NULL, "write --batching=0");
     expect_error(ARGS("--port", "1", "false"), NULL, "unexpected argument \"false\" (see lorasink --help)");
+    expect_error(ARGS("--access-log", "off"), NULL, "write --access-log=false");
+    /* A flag's value is never the next flag: "--api-key --probe" served
+     * with the key "--probe" instead of probing. */
+    expect_error(ARGS("--api-key", "--probe"), NULL,
+                 "--api-key needs a value, and --probe is a flag (write --api-key=--probe if the value is that)");
+    expect_error(ARGS("--weights", "--demo"), NULL, "--weights needs a value, and --demo is a flag");
+    expect_error(ARGS("--api-key", "--port", "9000"), NULL, "--api-key needs a value, and --port is a flag");
+    expect_error(ARGS("--max-lora-rank", "-h"), NULL, "--max-lora-rank needs a value, and -h is a flag");
+    expect_error(ARGS("--lora-modules", "--slots", "3"), NULL, "--lora-modules needs a value, and --slots is a flag");
+    assert_int_equal(run(&c, ARGS("--api-key=--probe"), NULL, err), LS_CONFIG_RUN);
+    assert_string_equal(c.api_key, "--probe");
+    assert_int_equal(run(&c, ARGS("--api-key", "--not-a-flag"), NULL, err), LS_CONFIG_RUN);
+    expect_error(ARGS("--probe=true"), NULL, "--probe takes no value");
+    expect_error(ARGS("--help=1"), NULL, "--help takes no value");
 
     expect_error(ARGS("--weights", "ckpt", "--hidden", "2048"), NULL,
                  "--hidden sets the demo model, and --weights serves a checkpoint");
-    expect_error(ARGS("--weights", "ckpt"), ARGS("LORASINK_EXPERTS=4"), "drop --experts (or LORASINK_EXPERTS");
+    /* Named as it was given: the user never typed --experts here. */
+    expect_error(ARGS("--weights", "ckpt"), ARGS("LORASINK_EXPERTS=4"),
+                 "LORASINK_EXPERTS sets the demo model, and --weights serves a checkpoint");
+    expect_error(ARGS("--weights", "ckpt"), ARGS("LORASINK_EXPERTS=4"),
+                 "drop it (--experts, LORASINK_EXPERTS or the file's \"experts\")");
     /* Not given (or null in the file): nothing to refuse. */
     char path[PATH_MAX];
     write_file("sizes.json", "{\"hidden\": null, \"seed\": null}", path);
     assert_int_equal(run(&c, ARGS("--config", path, "--weights", "ckpt"), NULL, err), LS_CONFIG_RUN);
     write_file("sizes2.json", "{\"layers\": 3}", path);
-    expect_error(ARGS("--config", path, "--weights", "ckpt"), NULL, "drop --layers");
+    expect_error(ARGS("--config", path, "--weights", "ckpt"), NULL, "sizes2.json: layers sets the demo model");
+    expect_error(ARGS("--config", path, "--weights", "ckpt"), NULL, "or give it in the file as null");
     /* The demo takes them, of course. */
     assert_int_equal(run(&c, ARGS("--hidden", "64"), NULL, err), LS_CONFIG_RUN);
 
@@ -945,6 +1027,7 @@ int main(void) {
         cmocka_unit_test(test_host_is_numeric),
         cmocka_unit_test(test_missing_value),
         cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_allowed_lists),
         cmocka_unit_test(test_demo_and_weights),
         cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_tls_pairs),
