@@ -691,7 +691,15 @@ static enum MHD_Result ls_http_run(ls_server *srv, struct MHD_Connection *conn, 
          * number. (An empty safetensors body is the safetensors reader's
          * safetensors_invalid, as any file too short for its header.) */
         ls_http_arrived(srv, st);
-        ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
+        /* Without either header there is no body to read, whatever the
+         * client sent after its head (HTTP/1.0 has no other framing). */
+        const bool framed = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+                            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (framed) ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
+        else
+            ls_reply_fail(&r, LS_INVALID_JSON, "send Content-Length: N with the body (curl -d does)",
+                          "the body is empty: the request has no Content-Length (nor Transfer-Encoding: chunked), so "
+                          "nothing after its head is read as its body");
         return ls_http_send(conn, srv, st, &r);
     }
     const bool away = rt->on != LS_RUN_HTTP || rt->steps != LS_STEPS_HANDLER;

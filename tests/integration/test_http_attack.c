@@ -824,6 +824,26 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* An HTTP/1.0 POST without Content-Length sends its body after the head,
+ * which is never read as one: "the body is empty" with "send a JSON
+ * object" told the client nothing it could fix. */
+static void test_unframed_body(void **state) {
+    (void)state;
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", NULL));
+    const char *req = "POST /forward HTTP/1.0\r\nContent-Type: application/json\r\n\r\n{\"x\": [[1, 2, 3, 4]]}";
+    int fd = ls_test_raw_connect(ts.srv);
+    assert_true(fd >= 0);
+    send_all(fd, req, strlen(req));
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    read_answer(fd, buf, sizeof buf);
+    assert_memory_equal(buf, "HTTP/1.1 400", 12);
+    assert_non_null(strstr(buf, "the request has no Content-Length"));
+    assert_non_null(strstr(buf, "send Content-Length: N with the body"));
+    tiny_server_stop(&ts);
+}
+
 /* Heads that promise large bodies and send none cost no memory, so they
  * hold none of the budget: two of them refused every forward with 429
  * until --body-timeout. */
@@ -995,6 +1015,7 @@ int main(void) {
         cmocka_unit_test(test_overflow_names_adapter),
         cmocka_unit_test(test_queue_budget_counts_arriving_bodies),
         cmocka_unit_test(test_queue_budget_ignores_promises),
+        cmocka_unit_test(test_unframed_body),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
         cmocka_unit_test(test_query_is_strict),
