@@ -303,7 +303,9 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
                             bool open, ls_reply *r) {
     ls_http_head h = {.http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0)};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, ls_http_head_visit, &h);
-    if (st->absolute) h.host = st->authority;
+    /* HTTP/1.1 must send Host even with an absolute target (RFC 9112
+     * 3.2): without one it stays missing and is refused below. */
+    if (st->absolute && (h.host || h.http10)) h.host = st->authority;
     const ls_http_head_policy p = {srv->cfg.allowed_hosts, srv->cfg.allowed_origins};
     ls_error err;
     ls_error_init(&err);

@@ -129,6 +129,10 @@ static void test_absolute_form(void **state) {
                "\"forbidden_host\"");
     expect_raw(ts.srv, "GET http:///pool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 403", "\"forbidden_host\"");
     expect_raw(ts.srv, "GET http://evil.test/health HTTP/1.1\r\n\r\n", "HTTP/1.1 200", NULL);
+    /* HTTP/1.1 still needs Host beside it; HTTP/1.0 may omit it. */
+    expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.1\r\n\r\n", "HTTP/1.1 400", "an HTTP/1.1 request without Host");
+    expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.0\r\n\r\n", "HTTP/1.1 200", NULL);
+    expect_raw(ts.srv, "GET http://evil.test/pool HTTP/1.0\r\n\r\n", "HTTP/1.1 403", "\"forbidden_host\"");
 }
 
 /* --allowed-hosts names more; * takes any. */
