@@ -362,7 +362,7 @@ class TestLargeBodies(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(*DEMO, "--max-body-mb", "1", "--api-key", "k")
+        cls.server = Server(*DEMO, "--max-body-mb", "2", "--api-key", "k")
 
     @classmethod
     def tearDownClass(cls):
@@ -381,11 +381,35 @@ class TestLargeBodies(unittest.TestCase):
 
     def test_accepted_after_continue(self):
         with Client(self.server.url, api_key="k") as c:
-            x = xs(4000)  # 1 MiB of x: asks first, then sends
+            sent = []
+            putheader = c._conn.putheader
+            c._conn.putheader = lambda k, *v: (sent.append(k), putheader(k, *v))[1]
+            x = xs(4200)  # 1.03 MiB of x: asks first, then sends
             y = c.forward(0, x)
-            self.assertEqual(y.shape, (4000, H))
+            self.assertIn("Expect", sent)
+            self.assertEqual(y.shape, (4200, H))
             np.testing.assert_array_equal(y[:3], c.forward(0, x[:3]))  # a token's bits whatever its batch
             self.assertEqual(c.connections_opened, 1)
+
+    def test_high_fds(self):
+        """select() raised ValueError (not LorasinkError) for a socket fd
+        past 1023, common in processes with many files open."""
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard < 1200:
+            self.skipTest(f"RLIMIT_NOFILE hard limit {hard} < 1200")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        try:
+            with Client(self.server.url, api_key="k") as c:
+                self.assertEqual(c.forward(0, xs(4200)).shape, (4200, H))
+                self.assertGreater(c._conn.sock.fileno(), 1023)
+                self.assertEqual(c.health()["status"], "ok")  # the idle check on a reused connection
+                self.assertEqual(c.connections_opened, 1)
+        finally:
+            for fd in held:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 class TestThreads(Base):

@@ -128,6 +128,10 @@ class Client:
         if isinstance(sock, ssl.SSLSocket):
             return False
         try:
+            if hasattr(select, "poll"):  # select() refuses fds past 1023
+                p = select.poll()
+                p.register(sock, select.POLLIN)
+                return bool(p.poll(0))
             return bool(select.select([sock], [], [], 0)[0])
         except (OSError, ValueError):
             return True
@@ -157,24 +161,57 @@ class Client:
     def _exchange(self, method, path, body, headers):
         """Sends the request and returns the answer's response (its body
         unread). A large body waits for the server's "100 Continue"; an
-        answer that comes instead is returned with body_unsent set."""
-        if body is None or len(body) < _EXPECT_BYTES:
-            self._conn.request(method, path, body=body, headers=headers)
-            return self._conn.getresponse()
+        answer that comes instead is returned with body_unsent set, as is
+        one the server sent before a failed send of the body."""
         conn = self._conn
-        conn.putrequest(method, path)
-        for k, v in dict(headers, **{"Content-Length": str(len(body)), "Expect": "100-continue"}).items():
-            conn.putheader(k, v)
-        conn.endheaders()
-        sock = conn.sock
-        pending = isinstance(sock, ssl.SSLSocket) and sock.pending()
-        if pending or select.select([sock], [], [], _EXPECT_WAIT)[0]:
-            head = b""
+        try:
+            if body is None or len(body) < _EXPECT_BYTES:
+                conn.request(method, path, body=body, headers=headers)
+                return conn.getresponse()
+            conn.putrequest(method, path)
+            for k, v in dict(headers, **{"Content-Length": str(len(body)), "Expect": "100-continue"}).items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            early = self._await_continue(conn.sock, method)
+            if early is not None:
+                return early
+            conn.send(body)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            # The server answered and closed while the body went out (it
+            # refused the request from its head): that answer, if it came.
+            try:
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                raise e from None
+            resp.body_unsent = True
+            return resp
+        return conn.getresponse()
+
+    @staticmethod
+    def _await_continue(sock, method):
+        """None once the server said "100 Continue", or said nothing within
+        _EXPECT_WAIT (the body is sent then); else its final answer. Reads
+        with a timeout rather than select(): over TLS a readable socket may
+        hold only a session ticket, and select() refuses fds past 1023."""
+        saved, head = sock.gettimeout(), b""
+        deadline = time.monotonic() + _EXPECT_WAIT
+        try:
             while len(head) < 12:  # "HTTP/1.1 100"
-                got = sock.recv(12 - len(head))
+                if not head:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    sock.settimeout(left)
+                try:
+                    got = sock.recv(12 - len(head))
+                except socket.timeout:  # TimeoutError from Python 3.10 on
+                    if head:
+                        raise
+                    return None
                 if not got:
                     raise http.client.RemoteDisconnected("the server closed the connection before answering")
                 head += got
+                sock.settimeout(saved)
             if head[9:12] != b"100":
                 resp = http.client.HTTPResponse(_ReplayedSocket(head, sock), method=method)
                 resp.begin()
@@ -185,29 +222,43 @@ class Client:
                 if not got:
                     raise http.client.RemoteDisconnected("the server closed the connection after 100 Continue")
                 head += got
-        conn.send(body)
-        return conn.getresponse()
+            return None
+        finally:
+            sock.settimeout(saved)
 
-    def _request(self, method, path, body=None, content_type=None, ok=(200,)):
+    def _request(self, method, path, body=None, content_type=None, ok=(200,), timeout=None):
         """(status, response, body bytes) of a request; an answer not in
-        ok raises LorasinkError with the server's error body."""
+        ok raises LorasinkError with the server's error body. timeout:
+        seconds for this request's connect and reads, if shorter than the
+        client's."""
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         with self._lock:
+            saved = self._conn.timeout
+            if timeout is not None:
+                self._set_timeout(timeout if saved is None else min(saved, timeout))
             try:
                 resp, data = self._send(method, path, body, headers)
             except (OSError, http.client.HTTPException) as e:
                 self._conn.close()
                 raise LorasinkError(None, "connection_error", f"{method} {self.url}{path}: {e!r}") from e
+            finally:
+                if timeout is not None:
+                    self._set_timeout(saved)
         if resp.status not in ok:
             raise LorasinkError.from_reply(resp.status, data, _retry_after(resp.getheader("Retry-After")),
                                            resp.getheader("X-Request-Id"))
         return resp.status, resp, data
 
-    def _json(self, method, path, body=None, ok=(200,)):
+    def _set_timeout(self, seconds):
+        self._conn.timeout = seconds
+        if self._conn.sock is not None:
+            self._conn.sock.settimeout(seconds)
+
+    def _json(self, method, path, body=None, ok=(200,), timeout=None):
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        status, resp, data = self._request(method, path, payload, ok=ok)
+        status, resp, data = self._request(method, path, payload, ok=ok, timeout=timeout)
         try:
             return json.loads(data)
         except ValueError as e:
@@ -232,20 +283,11 @@ class Client:
             # Each try waits no longer than what is left (a server that
             # accepts but never answers must not hold it for the client's
             # whole timeout).
-            left = max(deadline - time.monotonic(), 0.01)
-            saved = self._conn.timeout
-            self._conn.timeout = min(saved, left) if saved is not None else left
-            if self._conn.sock is not None:
-                self._conn.sock.settimeout(self._conn.timeout)
             try:
-                return self.ready()
+                return self._json("GET", "/ready", timeout=max(deadline - time.monotonic(), 0.01))
             except LorasinkError:
                 if time.monotonic() >= deadline:
                     raise
-            finally:
-                self._conn.timeout = saved
-                if self._conn.sock is not None:
-                    self._conn.sock.settimeout(saved)
             time.sleep(min(interval, max(deadline - time.monotonic(), 0)))
 
     def model(self):
