@@ -134,38 +134,33 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* The names GET /adapters lists for auth, comma-joined, into out. */
-static void listed(const char *const *auth, char *out, size_t len) {
+/* The names a list route shows auth, comma-joined, into out: each
+ * element's field of the array under key, past the first skip. */
+static void names_at(const char *path, const char *key, const char *field, size_t skip, const char *const *auth,
+                     char *out, size_t len) {
     ls_test_response r;
-    assert_int_equal(req("GET", "/adapters", auth, NULL, &r), 200);
+    assert_int_equal(req("GET", path, auth, NULL, &r), 200);
     json_t *j = ls_test_response_json(&r);
     size_t i;
     json_t *a;
     out[0] = '\0';
-    json_array_foreach(json_object_get(j, "adapters"), i, a) {
+    json_array_foreach(json_object_get(j, key), i, a) {
+        if (i < skip) continue;
         const size_t l = strlen(out);
-        snprintf(out + l, len - l, "%s%s", l ? "," : "", json_string_value(json_object_get(a, "name")));
+        snprintf(out + l, len - l, "%s%s", l ? "," : "", json_string_value(json_object_get(a, field)));
     }
     json_decref(j);
     ls_test_response_free(&r);
 }
 
-/* The adapters' ids GET /v1/models lists for auth (after the model's
- * card), comma-joined, into out. */
+/* The names GET /adapters lists for auth. */
+static void listed(const char *const *auth, char *out, size_t len) {
+    names_at("/adapters", "adapters", "name", 0, auth, out, len);
+}
+
+/* The adapters' ids GET /v1/models lists for auth (after the model's card). */
 static void modeled(const char *const *auth, char *out, size_t len) {
-    ls_test_response r;
-    assert_int_equal(req("GET", "/v1/models", auth, NULL, &r), 200);
-    json_t *j = ls_test_response_json(&r);
-    size_t i;
-    json_t *c;
-    out[0] = '\0';
-    json_array_foreach(json_object_get(j, "data"), i, c) {
-        if (!i) continue;
-        const size_t l = strlen(out);
-        snprintf(out + l, len - l, "%s%s", l ? "," : "", json_string_value(json_object_get(c, "id")));
-    }
-    json_decref(j);
-    ls_test_response_free(&r);
+    names_at("/v1/models", "data", "id", 1, auth, out, len);
 }
 
 static void test_each_tenant_sees_its_own(void **state) {

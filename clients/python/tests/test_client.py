@@ -470,12 +470,11 @@ class TestErrorObject(unittest.TestCase):
                          [1, 2, 0, None, None, None])
 
 
-class StubServer:
-    """An HTTP stub answering every request with one fixed answer (a
-    proxy's or a captive portal's page)."""
+class _Stub:
+    """An HTTP stub on an ephemeral port: each connection is handed to
+    handle(conn, f), f reading it."""
 
-    def __init__(self, answer):
-        self.answer = answer
+    def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
@@ -489,19 +488,36 @@ class StubServer:
             except OSError:
                 return
             with conn, conn.makefile("rb") as f:
-                while True:
-                    length, line = 0, f.readline()
-                    while line not in (b"\r\n", b""):
-                        if line.lower().startswith(b"content-length:"):
-                            length = int(line.split(b":")[1])
-                        line = f.readline()
-                    if not line:
-                        break
-                    f.read(length)
-                    conn.sendall(self.answer)
+                self.handle(conn, f)
+
+    @staticmethod
+    def read_request(f):
+        """Reads one request's head and body; False at the connection's end."""
+        length, line = 0, f.readline()
+        while line not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+            line = f.readline()
+        if line != b"\r\n":
+            return False
+        f.read(length)
+        return True
 
     def close(self):
         self.sock.close()
+
+
+class StubServer(_Stub):
+    """Answers every request with one fixed answer (a proxy's or a captive
+    portal's page)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        super().__init__()
+
+    def handle(self, conn, f):
+        while self.read_request(f):
+            conn.sendall(self.answer)
 
 
 class TestNotLorasink(unittest.TestCase):
@@ -520,46 +536,25 @@ class TestNotLorasink(unittest.TestCase):
         stub.close()
 
 
-class DroppingServer:
-    """An HTTP stub: each connection answers `answers` requests, then reads
-    one more and closes without answering (a keep-alive closed by the
-    server just as the client reused it)."""
+class DroppingServer(_Stub):
+    """Each connection answers `answers` requests, then reads one more and
+    closes without answering (a keep-alive closed by the server just as
+    the client reused it)."""
 
     def __init__(self, answers):
         self.answers, self.requests = answers, 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn, conn.makefile("rb") as f:
-                for i in range(self.answers + 1):
-                    if not self.read_request(f):
-                        break
-                    self.requests += 1
-                    if i == self.answers:
-                        break  # read, never answered
-                    body = b'{"status":"ok"}\n'
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(body), body))
-
-    @staticmethod
-    def read_request(f):
-        line = f.readline()
-        while line not in (b"\r\n", b""):
-            line = f.readline()
-        return line == b"\r\n"
-
-    def close(self):
-        self.sock.close()
+    def handle(self, conn, f):
+        for i in range(self.answers + 1):
+            if not self.read_request(f):
+                break
+            self.requests += 1
+            if i == self.answers:
+                break  # read, never answered
+            body = b'{"status":"ok"}\n'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
 
 
 class TestRetry(unittest.TestCase):
