@@ -63,19 +63,28 @@ static const char *ls_vllm_string(const json_t *j, const char *key, ls_reply *r)
 
 /* vLLM answers 400 for any adapter it cannot load (but 404 for one not
  * found) and for a name already loaded; 409 and 422 become 400, with
- * our error body (its code says which). */
+ * our error body (its code says which). A name already loaded is
+ * replaced on this route with load_inplace, not POST /adapters' replace:
+ * the hint says so. */
 static void ls_vllm_status(ls_reply *r) {
     if (r->status != 409 && r->status != 422) return;
     r->status = 400;
     /* The body's status says what the status line does. */
-    json_t *j = r->body ? json_loadb(r->body, r->len, 0, NULL) : NULL;
+    json_t *j = r->body ? json_loadb((const char *)r->body + r->skip, r->len, 0, NULL) : NULL;
     json_t *e = json_object_get(j, "error");
-    char *text = e && !json_object_set_new(e, "status", json_integer(400)) ? json_dumps(j, JSON_COMPACT) : NULL;
+    bool ok = e && !json_object_set_new(e, "status", json_integer(400));
+    const char *code_text = json_string_value(json_object_get(e, "code"));
+    if (ok && code_text && !strcmp(code_text, "adapter_exists"))
+        ok = !json_object_set_new(e, "hint", json_string("send \"load_inplace\": true to replace it (a new version), "
+                                                         "or choose another lora_name"));
+    char *text = ok ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!text) return; /* out of memory: the old body, whose code still says which */
+    const ls_status code = r->code;
     free(r->body);
-    r->body = text;
-    r->len = strlen(text);
+    memset(r, 0, sizeof *r);
+    ls_reply_json(r, 400, text); /* its newline, as every JSON reply ends */
+    r->code = code;
 }
 
 /* A vLLM success reply: 200 and one sentence of plain text. */

@@ -82,6 +82,10 @@ static void test_load_forward_unload(void **state) {
     /* vLLM: a name already loaded is 400; our body says which error. */
     t = post("/v1/load_lora_adapter", "{\"lora_name\": \"v-a\", \"lora_path\": \"v-dir\"}", auth, 400);
     assert_code(t, "adapter_exists");
+    /* The hint is this route's way to replace (it said "replace": true,
+     * a key this route refuses), and the body ends as every JSON reply. */
+    assert_non_null(strstr(t, "send \\\"load_inplace\\\": true to replace it"));
+    assert_true(t[strlen(t) - 1] == '\n');
     free(t);
     t = post("/v1/load_lora_adapter", "{\"lora_name\": \"v-a\", \"lora_path\": \"v-dir\", \"load_inplace\": true}",
              auth, 200);
