@@ -81,8 +81,11 @@ typedef struct {
     struct MHD_Connection *conn;
     struct timespec t0;
     const char *method, *url; /* MHD's, valid for the whole request: for the access log */
-    bool absolute;            /* the target came in absolute-form: its host is read in place of Host */
-    char authority[256];
+    /* The target as sent, read before libmicrohttpd decodes it: in
+     * absolute-form its host is read in place of Host, and path (owned)
+     * is what follows the host, decoded here. */
+    ls_http_target target;
+    char *path;
     char request_id[LS_REQUEST_ID_MAX + 1];
     ls_guard_conn *gc;  /* the connection's state in the guard (NULL: unguarded) */
     bool body_done;     /* the guard was told the body came whole */
@@ -305,7 +308,7 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
     MHD_get_connection_values(conn, MHD_HEADER_KIND, ls_http_head_visit, &h);
     /* HTTP/1.1 must send Host even with an absolute target (RFC 9112
      * 3.2): without one it stays missing and is refused below. */
-    if (st->absolute && (h.host || h.http10)) h.host = st->authority;
+    if (st->target.absolute && (h.host || h.http10)) h.host = st->target.host;
     const ls_http_head_policy p = {srv->cfg.allowed_hosts, srv->cfg.allowed_origins};
     ls_error err;
     ls_error_init(&err);
@@ -367,6 +370,11 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
                       "the request target is %zu bytes with %zu query parameters: at most %d bytes and %d "
                       "parameters are read",
                       st->target_len, st->query_n, LS_HTTP_TARGET_MAX, LS_HTTP_QUERY_MAX);
+    } else if (st->target.why || (st->target.absolute && !st->path)) {
+        if (!st->route) st->label = ls_route_label(url);
+        ls_reply_fail(&r, LS_INVALID_REQUEST, "send the target as /PATH, with the host in Host",
+                      "the absolute-form request target's host %s",
+                      st->target.why ? st->target.why : "could not be read (out of memory)");
     } else if (ls_guard_reserved(st->gc) && !(st->route && st->route->probe)) {
         if (!st->route) st->label = ls_route_label(url);
         ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
@@ -616,9 +624,8 @@ static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn
     st->phase = LS_PHASE_BODY; /* a refusal below moves it on to REPLIED */
     clock_gettime(CLOCK_MONOTONIC, &st->t0);
     st->method = method;
-    st->url = ls_http_target_path(url, st->authority, sizeof st->authority);
-    st->absolute = st->url != url;
-    url = st->url;
+    if (st->target.absolute && st->path) url = st->path;
+    st->url = url;
     ls_http_request_id(conn, st->request_id);
     st->gc = ls_http_guard_conn(conn);
     *con_cls = st;
@@ -688,18 +695,20 @@ static enum MHD_Result ls_http_take_body(ls_server *srv, struct MHD_Connection *
 static enum MHD_Result ls_http_run(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st) {
     const ls_route *rt = st->route;
     ls_reply r = {0};
-    if (rt->has_body && st->kind == LS_BODY_JSON && st->len == 0 && st->phase != LS_PHASE_DISCARDING) {
+    /* Without either header there is no body to read, whatever the
+     * client sent after its head (HTTP/1.0 has no other framing). */
+    const bool empty = rt->has_body && st->len == 0 && st->phase != LS_PHASE_DISCARDING;
+    const bool framed = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+                        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (empty && (!framed || st->kind == LS_BODY_JSON)) {
         /* Said plainly: the JSON readers would call it a malformed
-         * number. (An empty safetensors body is the safetensors reader's
-         * safetensors_invalid, as any file too short for its header.) */
+         * number. (An empty safetensors body that was framed is the
+         * safetensors reader's safetensors_invalid, as any file too short
+         * for its header.) */
         ls_http_arrived(srv, st);
-        /* Without either header there is no body to read, whatever the
-         * client sent after its head (HTTP/1.0 has no other framing). */
-        const bool framed = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
-                            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
         if (framed) ls_reply_fail(&r, LS_INVALID_JSON, "send a JSON object", "the body is empty");
         else
-            ls_reply_fail(&r, LS_INVALID_JSON, "send Content-Length: N with the body (curl -d does)",
+            ls_reply_fail(&r, LS_INVALID_REQUEST, "send Content-Length: N with the body (curl -d does)",
                           "the body is empty: the request has no Content-Length (nor Transfer-Encoding: chunked), so "
                           "nothing after its head is read as its body");
         return ls_http_send(conn, srv, st, &r);
@@ -775,6 +784,7 @@ void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!st) return;
     *con_cls = NULL;
     if (st->phase == LS_PHASE_LINE) { /* the head never came whole */
+        free(st->path);
         free(st);
         return;
     }
@@ -784,6 +794,7 @@ void ls_http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     ls_adapter_load_job_free(st->ljob);
     free(st->reply.body); /* a reply never sent */
     free(st->body);
+    free(st->path);
     free(st);
     atomic_fetch_sub(&srv->active, 1);
 }
@@ -808,6 +819,17 @@ void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) 
         for (const char *c = q + 1; *c; c++) st->query_n += *c == '&';
     }
     if (q && (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX)) q[1] = '\0';
+    /* Read as sent: libmicrohttpd hands the handler a decoded copy, in
+     * which an escaped "/" or "@" would move the host's end. */
+    ls_http_target_read(uri, &st->target);
+    if (st->target.absolute && !st->target.why) {
+        const size_t n = strcspn(st->target.path, "?#");
+        if ((st->path = malloc(n + 2))) {
+            snprintf(st->path, n + 2, "%s%.*s", n ? "" : "/", (int)n, st->target.path);
+            MHD_http_unescape(st->path);
+        }
+    }
+    st->target.path = NULL; /* into the library's line, which it splits next */
     return st;
 }
 

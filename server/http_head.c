@@ -166,15 +166,18 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
     return LS_OK;
 }
 
-const char *ls_http_target_path(const char *target, char *authority, size_t alen) {
-    if (alen) authority[0] = '\0';
-    size_t scheme = !strncasecmp(target, "http://", 7) ? 7 : !strncasecmp(target, "https://", 8) ? 8 : 0;
-    if (!scheme) return target;
-    const char *auth = target + scheme;
-    size_t n = strcspn(auth, "/");
-    /* One too long for the buffer is no host at all, rather than a cut one. */
-    if (n < alen) snprintf(authority, alen, "%.*s", (int)n, auth);
-    return auth[n] ? auth + n : "/";
+void ls_http_target_read(const char *raw, ls_http_target *t) {
+    *t = (ls_http_target){0};
+    const size_t scheme = !strncasecmp(raw, "http://", 7) ? 7 : !strncasecmp(raw, "https://", 8) ? 8 : 0;
+    if (!scheme) return;
+    t->absolute = true;
+    const char *auth = raw + scheme;
+    const size_t n = strcspn(auth, "/?#");
+    t->path = auth + n;
+    if (n >= sizeof t->host) t->why = "is longer than 255 bytes";
+    else if (memchr(auth, '@', n)) t->why = "holds userinfo (NAME@), which HTTP does not send";
+    else if (memchr(auth, '%', n)) t->why = "holds a percent escape";
+    else snprintf(t->host, sizeof t->host, "%.*s", (int)n, auth);
 }
 
 /* Every answer describes live state (or holds data behind the key), so

@@ -52,13 +52,21 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
  * name of the comma list allowed ("*": any name). */
 bool ls_http_host_allowed(const char *host, const char *allowed);
 
-/* The path of a request target (a pointer into target): target itself
- * in origin-form ("/forward"); in absolute-form ("http://host:8080/forward",
- * any case of http or https), what follows its authority, or "/" when
- * nothing does, with the authority copied into authority (alen bytes;
- * "" when it does not fit, and for origin-form). RFC 9112 3.2.2: a server must
- * accept absolute-form and read the host from it instead of Host. */
-const char *ls_http_target_path(const char *target, char *authority, size_t alen);
+/* A request target as sent (before any percent-decoding), read for its
+ * form. RFC 9112 3.2.2: a server must accept absolute-form
+ * ("http://host:8080/forward", any case of http or https) and read the
+ * host from it instead of Host. */
+typedef struct {
+    bool absolute;    /* absolute-form; else origin-form (or "*"), served as the target itself */
+    char host[256];   /* absolute-form: the authority as sent ("" for none) */
+    const char *path; /* absolute-form: into the target, what follows the authority ("" or "?..." for none) */
+    const char *why;  /* absolute-form that cannot be read (static text), else NULL */
+} ls_http_target;
+
+/* Reads raw into *t. An authority with userinfo ("a@host"), a percent
+ * escape (whose decoding a proxy in front could read otherwise) or more
+ * than 255 bytes is absolute-form with why set. */
+void ls_http_target_read(const char *raw, ls_http_target *t);
 
 /* Name and value of each header every response carries, besides
  * Content-Security-Policy (below). Static. */

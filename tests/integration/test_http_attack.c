@@ -425,8 +425,12 @@ static void test_empty_body(void **state) {
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
     const char *paths[] = {"/forward", "/adapters", "/adapters/validate"};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-        ls_test_response r = expect_error(ts.srv, "POST", paths[i], NULL, NULL, 0, 400, "invalid_json");
+        ls_test_response r = expect_error(ts.srv, "POST", paths[i], NULL, "", 0, 400, "invalid_json");
         assert_non_null(strstr(r.body, "the body is empty"));
+        ls_test_response_free(&r);
+        /* No body at all (no Content-Length): said so. */
+        r = expect_error(ts.srv, "POST", paths[i], NULL, NULL, 0, 400, "invalid_request");
+        assert_non_null(strstr(r.body, "the request has no Content-Length"));
         ls_test_response_free(&r);
     }
     tiny_server_stop(&ts);
@@ -831,16 +835,21 @@ static void test_unframed_body(void **state) {
     (void)state;
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", NULL));
-    const char *req = "POST /forward HTTP/1.0\r\nContent-Type: application/json\r\n\r\n{\"x\": [[1, 2, 3, 4]]}";
-    int fd = ls_test_raw_connect(ts.srv);
-    assert_true(fd >= 0);
-    send_all(fd, req, strlen(req));
-    shutdown(fd, SHUT_WR);
-    char buf[4096];
-    read_answer(fd, buf, sizeof buf);
-    assert_memory_equal(buf, "HTTP/1.1 400", 12);
-    assert_non_null(strstr(buf, "the request has no Content-Length"));
-    assert_non_null(strstr(buf, "send Content-Length: N with the body"));
+    const char *reqs[] = {"POST /forward HTTP/1.0\r\nContent-Type: application/json\r\n\r\n{\"x\": [[1, 2, 3, 4]]}",
+                          "POST /adapters HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                          "Connection: close\r\n\r\n"};
+    for (size_t i = 0; i < sizeof reqs / sizeof *reqs; i++) {
+        int fd = ls_test_raw_connect(ts.srv);
+        assert_true(fd >= 0);
+        send_all(fd, reqs[i], strlen(reqs[i]));
+        shutdown(fd, SHUT_WR);
+        char buf[4096];
+        read_answer(fd, buf, sizeof buf);
+        assert_memory_equal(buf, "HTTP/1.1 400", 12);
+        assert_non_null(strstr(buf, "\"invalid_request\""));
+        assert_non_null(strstr(buf, "the request has no Content-Length"));
+        assert_non_null(strstr(buf, "send Content-Length: N with the body"));
+    }
     tiny_server_stop(&ts);
 }
 

@@ -133,6 +133,20 @@ static void test_absolute_form(void **state) {
     expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.1\r\n\r\n", "HTTP/1.1 400", "an HTTP/1.1 request without Host");
     expect_raw(ts.srv, "GET http://127.0.0.1/pool HTTP/1.0\r\n\r\n", "HTTP/1.1 200", NULL);
     expect_raw(ts.srv, "GET http://evil.test/pool HTTP/1.0\r\n\r\n", "HTTP/1.1 403", "\"forbidden_host\"");
+    /* Read as sent, before decoding: an escaped "/" served /pool for the
+     * host "127.0.0.1%2Fpool", and a target escaped whole was taken for
+     * absolute-form. */
+    const char *unreadable[] = {"http://127.0.0.1%2Fpool", "http://127.0.0.%31/pool", "http://a@127.0.0.1/pool",
+                                "http://127.0.0.1%2F@evil.com/pool"};
+    for (size_t i = 0; i < sizeof unreadable / sizeof *unreadable; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", unreadable[i]);
+        expect_raw(ts.srv, req, "HTTP/1.1 400", "the absolute-form request target's host");
+    }
+    expect_raw(ts.srv, "GET http%3A%2F%2F127.0.0.1%2Fpool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 404",
+               "\"not_found\"");
+    expect_raw(ts.srv, "GET http://127.0.0.1/adapters/%61bc HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 404",
+               "'abc'"); /* the path is decoded as an origin-form one is */
 }
 
 /* --allowed-hosts names more; * takes any. */

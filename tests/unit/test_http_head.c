@@ -155,34 +155,56 @@ static void test_response_headers(void **state) {
 }
 
 /* Absolute-form targets (what a client configured with this server as
- * its proxy sends) reach the same routes; the host is the target's. */
-static void test_target_path(void **state) {
+ * its proxy sends) are read as sent: the host ends at the first "/", "?"
+ * or "#" of the raw target, and one that a decoding could move (a percent
+ * escape), userinfo or a host too long for the buffer are refused. */
+static void test_target_read(void **state) {
     (void)state;
     const char *cases[][3] = {
-        {"/forward", "/forward", ""},
-        {"http://127.0.0.1:8080/forward", "/forward", "127.0.0.1:8080"},
-        {"HTTPS://lb.example/adapters/a", "/adapters/a", "lb.example"},
-        {"http://lb.example", "/", "lb.example"},
-        {"http:///pool", "/pool", ""},
-        {"httpx://a/b", "httpx://a/b", ""},
-        {"*", "*", ""},
+        {"http://127.0.0.1:8080/forward", "127.0.0.1:8080", "/forward"},
+        {"HTTPS://lb.example/adapters/a?x=1", "lb.example", "/adapters/a?x=1"},
+        {"http://lb.example", "lb.example", ""},
+        {"http://lb.example?x=1", "lb.example", "?x=1"},
+        {"http:///pool", "", "/pool"},
+        {"http://[::1]:9/pool", "[::1]:9", "/pool"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char auth[64] = "garbage";
-        const char *path = ls_http_target_path(cases[i][0], auth, sizeof auth);
-        if (strcmp(path, cases[i][1]) || strcmp(auth, cases[i][2]))
-            fail_msg("%s: path %s host %s, wanted %s and %s", cases[i][0], path, auth, cases[i][1], cases[i][2]);
+        ls_http_target t;
+        ls_http_target_read(cases[i][0], &t);
+        if (!t.absolute || t.why || strcmp(t.host, cases[i][1]) || strcmp(t.path, cases[i][2]))
+            fail_msg("%s: host %s path %s why %s", cases[i][0], t.host, t.path ? t.path : "-", t.why ? t.why : "-");
     }
-    char small[6];
-    assert_string_equal(ls_http_target_path("http://lb.example/x", small, sizeof small), "/x");
-    assert_string_equal(small, ""); /* no host rather than a cut one */
+    const char *origin_form[] = {"/forward", "*", "httpx://a/b", "http%3A%2F%2Fevil.com%2Fpool", "/http://x/"};
+    for (size_t i = 0; i < sizeof origin_form / sizeof *origin_form; i++) {
+        ls_http_target t;
+        ls_http_target_read(origin_form[i], &t);
+        if (t.absolute) fail_msg("%s read as absolute-form", origin_form[i]);
+    }
+    const char *bad[][2] = {
+        {"http://127.0.0.1%2Fpool", "percent escape"},
+        {"http://127.0.0.%31/pool", "percent escape"},
+        {"http://a@127.0.0.1/pool", "userinfo"},
+        {"http://127.0.0.1%2F@evil.com/pool", "userinfo"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ls_http_target t;
+        ls_http_target_read(bad[i][0], &t);
+        if (!t.absolute || !t.why || !strstr(t.why, bad[i][1])) fail_msg("%s: why %s", bad[i][0], t.why ? t.why : "-");
+    }
+    char longest[400] = "http://";
+    memset(longest + 7, 'a', 300);
+    strcpy(longest + 307, "/pool");
+    ls_http_target t;
+    ls_http_target_read(longest, &t);
+    assert_non_null(t.why);
+    assert_non_null(strstr(t.why, "longer than 255 bytes"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_values), cmocka_unit_test(test_origin),  cmocka_unit_test(test_sec_fetch_site),
         cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_header_names),
-        cmocka_unit_test(test_response_headers), cmocka_unit_test(test_target_path),
+        cmocka_unit_test(test_response_headers), cmocka_unit_test(test_target_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
