@@ -325,8 +325,7 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
 static bool ls_http_body_fits(ls_server *srv, const ls_conn_state *st, size_t total) {
     if (st->route->steps != LS_STEPS_FORWARD) return true;
     const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
-    const unsigned long long others = atomic_load(&srv->metrics.queue_bytes) - st->held;
-    return others == 0 || others + total <= budget;
+    return ls_metrics_queue_fits(&srv->metrics, st->held, total > st->held ? total - st->held : 0, budget);
 }
 
 /* Counts a /forward body's total bytes arrived so far in the budget.
@@ -698,8 +697,8 @@ static enum MHD_Result ls_http_run(ls_server *srv, struct MHD_Connection *conn, 
     /* Without either header there is no body to read, whatever the
      * client sent after its head (HTTP/1.0 has no other framing). */
     const bool empty = rt->has_body && st->len == 0 && st->phase != LS_PHASE_DISCARDING;
-    const bool framed = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
-                        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const bool framed = empty && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING));
     if (empty && (!framed || st->kind == LS_BODY_JSON)) {
         /* Said plainly: the JSON readers would call it a malformed
          * number. (An empty safetensors body that was framed is the

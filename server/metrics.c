@@ -136,14 +136,25 @@ void ls_metrics_overload(ls_metrics *m) {
     pthread_mutex_unlock(&m->lock);
 }
 
+/* The budget's one rule: a request alone always fits; beside others,
+ * all of it together must be within the budget. */
+static bool ls_metrics_queue_room(unsigned long long others, unsigned long long mine, unsigned long long more,
+                                  unsigned long long budget) {
+    return others == 0 || others + mine + more <= budget;
+}
+
 bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
                            unsigned long long budget, unsigned long long *others) {
     unsigned long long cur = atomic_load(&m->queue_bytes);
     do {
         *others = cur - mine;
-        if (*others > 0 && *others + mine + more > budget) return false;
+        if (!ls_metrics_queue_room(*others, mine, more, budget)) return false;
     } while (!atomic_compare_exchange_weak(&m->queue_bytes, &cur, cur + more));
     return true;
+}
+
+bool ls_metrics_queue_fits(ls_metrics *m, unsigned long long mine, unsigned long long more, unsigned long long budget) {
+    return ls_metrics_queue_room(atomic_load(&m->queue_bytes) - mine, mine, more, budget);
 }
 
 static void ls_metrics_render_requests(const ls_metrics *m, ls_buf *b) {

@@ -93,6 +93,8 @@ void ls_metrics_overload(ls_metrics *m);
  * refused for seeing each other's bytes. */
 bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
                            unsigned long long budget, unsigned long long *others);
+/* Whether ls_metrics_queue_take would take more now; takes nothing. */
+bool ls_metrics_queue_fits(ls_metrics *m, unsigned long long mine, unsigned long long more, unsigned long long budget);
 /* Connections opened (+1) or closed (-1), and of those from the reserve. */
 void ls_metrics_connections(ls_metrics *m, int open, int reserved);
 void ls_metrics_connection_refused(ls_metrics *m);
