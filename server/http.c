@@ -820,15 +820,14 @@ void *ls_http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn) 
     if (q && (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX)) q[1] = '\0';
     /* Read as sent: libmicrohttpd hands the handler a decoded copy, in
      * which an escaped "/" or "@" would move the host's end. */
-    ls_http_target_read(uri, &st->target);
-    if (st->target.absolute && !st->target.why) {
-        const size_t n = strcspn(st->target.path, "?#");
+    const char *path = ls_http_target_read(uri, &st->target);
+    if (path && !st->target.why) {
+        const size_t n = strcspn(path, "?#");
         if ((st->path = malloc(n + 2))) {
-            snprintf(st->path, n + 2, "%s%.*s", n ? "" : "/", (int)n, st->target.path);
+            snprintf(st->path, n + 2, "%s%.*s", n ? "" : "/", (int)n, path);
             MHD_http_unescape(st->path);
         }
     }
-    st->target.path = NULL; /* into the library's line, which it splits next */
     return st;
 }
 

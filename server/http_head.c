@@ -166,18 +166,18 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
     return LS_OK;
 }
 
-void ls_http_target_read(const char *raw, ls_http_target *t) {
+const char *ls_http_target_read(const char *raw, ls_http_target *t) {
     *t = (ls_http_target){0};
     const size_t scheme = !strncasecmp(raw, "http://", 7) ? 7 : !strncasecmp(raw, "https://", 8) ? 8 : 0;
-    if (!scheme) return;
+    if (!scheme) return NULL;
     t->absolute = true;
     const char *auth = raw + scheme;
     const size_t n = strcspn(auth, "/?#");
-    t->path = auth + n;
     if (n >= sizeof t->host) t->why = "is longer than 255 bytes";
     else if (memchr(auth, '@', n)) t->why = "holds userinfo (NAME@), which HTTP does not send";
     else if (memchr(auth, '%', n)) t->why = "holds a percent escape";
     else snprintf(t->host, sizeof t->host, "%.*s", (int)n, auth);
+    return auth + n;
 }
 
 /* Every answer describes live state (or holds data behind the key), so

@@ -57,16 +57,17 @@ bool ls_http_host_allowed(const char *host, const char *allowed);
  * ("http://host:8080/forward", any case of http or https) and read the
  * host from it instead of Host. */
 typedef struct {
-    bool absolute;    /* absolute-form; else origin-form (or "*"), served as the target itself */
-    char host[256];   /* absolute-form: the authority as sent ("" for none) */
-    const char *path; /* absolute-form: into the target, what follows the authority ("" or "?..." for none) */
-    const char *why;  /* absolute-form that cannot be read (static text), else NULL */
+    bool absolute;   /* absolute-form; else origin-form (or "*"), served as the target itself */
+    char host[256];  /* absolute-form: the authority as sent ("" for none) */
+    const char *why; /* absolute-form that cannot be read (static text), else NULL */
 } ls_http_target;
 
-/* Reads raw into *t. An authority with userinfo ("a@host"), a percent
- * escape (whose decoding a proxy in front could read otherwise) or more
- * than 255 bytes is absolute-form with why set. */
-void ls_http_target_read(const char *raw, ls_http_target *t);
+/* Reads raw into *t; returns, in absolute-form, what follows the
+ * authority (a pointer into raw: "" or "?..." for none), else NULL. An
+ * authority with userinfo ("a@host"), a percent escape (whose decoding a
+ * proxy in front could read otherwise) or more than 255 bytes is
+ * absolute-form with why set. */
+const char *ls_http_target_read(const char *raw, ls_http_target *t);
 
 /* Name and value of each header every response carries, besides
  * Content-Security-Policy (below). Static. */
