@@ -205,32 +205,19 @@ bool ls_find_nonfinite(ls_dtype dt, const void *v, size_t count, size_t *at) {
     return false;
 }
 
-/* The smallest magnitude that rounds (to nearest even) past dt's
- * largest finite value, or Inf when every float fits. */
-static float ls_overflow_bound(ls_dtype dt) {
-    if (dt == LS_DTYPE_F16) return 65520.0f; /* halfway from 65504 to 2^16 */
-    if (dt == LS_DTYPE_BF16) {
-        const uint32_t bits = 0x7f7f8000u; /* halfway past 0x7f7f, odd: it rounds up */
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
-    }
-    return INFINITY;
-}
-
+/* The rounding the backends store with decides: a finite value whose
+ * round trip through to is infinite does not fit. */
 bool ls_find_overflow(ls_dtype from, const void *v, size_t count, ls_dtype to, size_t *at, float *value) {
-    const float bound = ls_overflow_bound(to);
-    /* Every value of a dtype fits itself, and f16's fit bf16. */
-    if (isinf(bound) || !ls_dtype_is_float(from) || from == to || from == LS_DTYPE_F16) return false;
+    /* Every value of a dtype fits itself and f32, and f16's fit bf16. */
+    if (!ls_dtype_is_float(from) || !ls_dtype_is_float(to) || from == to || to == LS_DTYPE_F32 || from == LS_DTYPE_F16)
+        return false;
     const uint8_t *p = v;
     for (size_t i = 0; i < count; i++) {
         float f;
         if (from == LS_DTYPE_F32) memcpy(&f, p + 4 * i, 4);
-        else {
-            const uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            f = from == LS_DTYPE_BF16 ? ls_bf16_to_f32(h) : ls_f16_to_f32(h);
-        }
-        if (isfinite(f) && fabsf(f) >= bound) {
+        else f = ls_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        const float narrowed = to == LS_DTYPE_F16 ? ls_f16_to_f32(ls_f32_to_f16(f)) : ls_bf16_to_f32(ls_f32_to_bf16(f));
+        if (isfinite(f) && isinf(narrowed)) {
             *at = i;
             *value = f;
             return true;
