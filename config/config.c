@@ -3,7 +3,6 @@
  * overriding the one before; values are parsed by the table in settings.c. */
 #include "config/config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -349,8 +348,7 @@ static void note_unread_env(ls_config *cfg, const char *entry) {
         ls_text_near_offer(&nr, env);
     }
     for (size_t i = 0; i < ls_flag_aliases_count; i++) {
-        snprintf(env, sizeof env, "LORASINK_%s", ls_flag_aliases[i].name);
-        for (char *p = env; *p; p++) *p = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+        ls_env_name_of(ls_flag_aliases[i].name, env, sizeof env);
         if (strcmp(env, name)) continue;
         ls_setting_env_name(ls_setting_find_flag(ls_flag_aliases[i].target, strlen(ls_flag_aliases[i].target)), env,
                             sizeof env);

@@ -217,11 +217,13 @@ const char *ls_weight_dtype_name(ls_weight_dtype d) {
 /* ---- names derived from the table ---------------------------------------- */
 
 /* "LORASINK_MAX_RANK" for "max-rank", into the caller's buf (truncated to len). */
-void ls_setting_env_name(const ls_setting *s, char *buf, size_t len) {
-    size_t n = (size_t)snprintf(buf, len, "LORASINK_%s", s->key ? s->key : s->name);
+void ls_env_name_of(const char *name, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "LORASINK_%s", name);
     for (size_t i = 0; i < n && i < len; i++)
         buf[i] = buf[i] == '-' ? '_' : (char)toupper((unsigned char)buf[i]);
 }
+
+void ls_setting_env_name(const ls_setting *s, char *buf, size_t len) { ls_env_name_of(s->key ? s->key : s->name, buf, len); }
 
 /* Likewise: "max_rank" for "max-rank". */
 void ls_setting_json_key(const ls_setting *s, char *buf, size_t len) {

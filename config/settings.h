@@ -68,6 +68,9 @@ const ls_flag_alias *ls_flag_alias_find(const char *name, size_t len);
 
 /* "LORASINK_MAX_RANK" and "max_rank" for "max-rank", written into buf. */
 void ls_setting_env_name(const ls_setting *s, char *buf, size_t len);
+/* The variable a flag named name would have ("LORASINK_MAX_LORAS" for
+ * "max-loras"), written into buf. */
+void ls_env_name_of(const char *name, char *buf, size_t len);
 void ls_setting_json_key(const ls_setting *s, char *buf, size_t len);
 /* Lookups by flag name (len bytes of name, not NUL-terminated) and by JSON
  * key; NULL when no setting has that name. Entries are static. */
