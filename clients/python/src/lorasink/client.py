@@ -38,10 +38,14 @@ _EXPECT_WAIT = 1.0
 
 
 class _Replayed(io.RawIOBase):
-    """The bytes already read off a socket, then the socket's own."""
+    """The bytes already read off a socket, then the socket's own: what
+    http.client.HTTPResponse reads an answer from (its makefile)."""
 
     def __init__(self, head, sock):
         self.head, self.sock = head, sock
+
+    def makefile(self, mode):
+        return io.BufferedReader(self)
 
     def readable(self):
         return True
@@ -52,16 +56,6 @@ class _Replayed(io.RawIOBase):
             b[:n], self.head = self.head[:n], self.head[n:]
             return n
         return self.sock.recv_into(b)
-
-
-class _ReplayedSocket:
-    """What http.client.HTTPResponse reads an answer from."""
-
-    def __init__(self, head, sock):
-        self.head, self.sock = head, sock
-
-    def makefile(self, mode):
-        return io.BufferedReader(_Replayed(self.head, self.sock))
 
 
 class _HTTP(http.client.HTTPConnection):
@@ -213,7 +207,7 @@ class Client:
                 head += got
                 sock.settimeout(saved)
             if head[9:12] != b"100":
-                resp = http.client.HTTPResponse(_ReplayedSocket(head, sock), method=method)
+                resp = http.client.HTTPResponse(_Replayed(head, sock), method=method)
                 resp.begin()
                 resp.body_unsent = True
                 return resp
