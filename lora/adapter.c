@@ -439,6 +439,7 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     }
     ls_adapter_digest(a->data, L * lf, a->meta.sha256);
     a->meta.bytes = ls_adapter_host_bytes(a);
+    memcpy(a->warning, c->warning, sizeof a->warning);
     return true;
 
 oom:

@@ -76,6 +76,7 @@ typedef struct {
     size_t layer_floats; /* the layout's total */
     bool *layer_present; /* owned; layer carries at least one factor */
     char **ignored;      /* owned; meta.n_ignored names skipped as other modules' factors */
+    char warning[512];   /* what its load should tell the client though it stands ("" when nothing) */
 } ls_adapter;
 
 /* Validates tensors completely (every violation goes into err) and, when

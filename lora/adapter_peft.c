@@ -265,6 +265,21 @@ static void ls_peft_scale_refused(ls_adapter_ctx *c, const char *module, bool bo
                          "lora_alpha is stated nowhere (%s): PEFT scales the factors by lora_alpha / r", module);
 }
 
+/* Two alpha_pattern keys that both match a module with different
+ * values: the file's first applies, as in PEFT's loader, but PEFT's
+ * save_pretrained sorts the keys, so the order trained with is not
+ * known. The load stands (it computes what PEFT loads) and says so. */
+static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
+    const char *first, *later;
+    double v1, v2;
+    if (!ls_peft_rules_alpha_shadowed(c->rules, module, &first, &v1, &later, &v2)) return;
+    snprintf(c->warning, sizeof c->warning,
+             "alpha_pattern keys \"%.48s\" (%g) and \"%.48s\" (%g) both match %.96s: the first in the file's order "
+             "applies, as in PEFT's loader, but PEFT saves the keys sorted, so the adapter may have been trained "
+             "with the other; make the keys match disjoint modules",
+             first, v1, later, v2, module);
+}
+
 /* The rank and scale of every module present, once the shapes agree:
  * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
  * and lora_alpha (alpha_pattern's, else the config's), or the scale
@@ -284,6 +299,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             char module[192];
             ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module);
             bool has = ls_peft_rules_alpha(c->rules, module, &alpha, NULL) || p->has_alpha;
+            if (!c->warning[0]) ls_peft_note_shadowed(c, module);
             const double r = md->rank > 0 ? md->rank : 1;
             md->scale = has ? (p->use_rslora ? alpha / sqrt(r) : alpha / r) : p->scale;
             if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;

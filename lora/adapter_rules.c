@@ -429,6 +429,20 @@ bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alp
     return hit != NULL;
 }
 
+bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, const char **first, double *first_v,
+                                  const char **later, double *later_v) {
+    const ls_rule *hit = r ? ls_rules_first(r, r->alpha, r->n_alpha, module) : NULL;
+    if (!hit) return false;
+    char key[256];
+    snprintf(key, sizeof key, ls_rules_is_param(r, module) ? "%s.weight" : "%s", module);
+    for (const ls_rule *k = hit + 1; k < r->alpha + r->n_alpha; k++)
+        if (k->value != hit->value && ls_regex_match(k->re, key) == 1) {
+            *first = hit->key, *first_v = hit->value, *later = k->key, *later_v = k->value;
+            return true;
+        }
+    return false;
+}
+
 /* The digits after the first ".{seg}." of module where seg is pattern
  * (NULL: any segment without dots) and a '.' follows them: PEFT's
  * re.match(r".*?\.{pattern}\.(\d+)\.", key). */

@@ -48,6 +48,14 @@ int ls_peft_rules_rank(const ls_peft_rules *r, const char *module, const char **
 /* alpha_pattern's value for module into *alpha; false when no key matches. */
 bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alpha, const char **key);
 
+/* Whether a later alpha_pattern key than the one that applies to module
+ * matches it too, with another value: the first in the file's order
+ * wins, as in PEFT's loader, but save_pretrained writes the keys sorted,
+ * so the order the adapter was trained with may have been the other.
+ * Fills the two keys (borrowed from r) and their values when true. */
+bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, const char **first, double *first_v,
+                                  const char **later, double *later_v);
+
 /* Whether PEFT's layers_to_transform lets module have an adapter: true
  * when there is no such list, when module is named in full in
  * target_modules, or when the layer index PEFT reads from the name (into

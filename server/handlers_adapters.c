@@ -96,6 +96,14 @@ static json_t *ls_ignored_json(const ls_adapter *a) {
     return arr;
 }
 
+/* What a load that stands should still tell its client: [] or its one
+ * sentence. New reference. */
+static json_t *ls_warnings_json(const ls_adapter *a) {
+    json_t *arr = json_array();
+    if (arr && a->warning[0]) json_array_append_new(arr, json_string(a->warning));
+    return arr;
+}
+
 /* An upload parsed and validated, waiting to be registered. */
 struct ls_adapter_load_job {
     ls_server *srv;
@@ -130,7 +138,9 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     ls_server *srv = j->srv;
     ls_error err;
     ls_error_init(&err);
-    json_t *ignored = ls_ignored_json(&j->a);
+    json_t *ignored = ls_ignored_json(&j->a), *warnings = ls_warnings_json(&j->a);
+    char warning[sizeof j->a.warning];
+    memcpy(warning, j->a.warning, sizeof warning); /* the pool takes the adapter */
     ls_pool_load_opts opts = {.pinned = j->up.pinned,
                               .keep_pin = !j->up.pinned_given,
                               .replace = j->up.replace,
@@ -144,14 +154,21 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     if (info.version > 0) ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
     if (st == LS_OK) {
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
-        if (d) json_object_set_new(d, "ignored", ignored);
-        else json_decref(ignored);
+        if (d) {
+            json_object_set_new(d, "ignored", ignored);
+            json_object_set_new(d, "warnings", warnings);
+        } else {
+            json_decref(ignored);
+            json_decref(warnings);
+        }
         ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
                     info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
+        if (warning[0]) ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version, warning);
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {
         json_decref(ignored);
+        json_decref(warnings);
         ls_reply_error(r, &err);
     }
     ls_error_free(&err);
@@ -182,10 +199,11 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
         json_t *layers = json_array();
         for (int l = 0; layers && l < a.layers; l++)
             if (a.layer_present[l]) json_array_append_new(layers, json_integer(ls_dims_layer_id(&req->srv->dims, l)));
-        json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:s, s:I}", "valid", 1, "format",
+        json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:o, s:s, s:I}", "valid", 1, "format",
                               ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
-                              "sha256", a.meta.sha256, "bytes", (json_int_t)a.meta.bytes);
+                              "warnings", ls_warnings_json(&a), "sha256", a.meta.sha256, "bytes",
+                              (json_int_t)a.meta.bytes);
         if (j && up.name[0]) json_object_set_new(j, "name", json_string(ls_tenant_name_out(req->who, up.name)));
         ls_reply_json(r, 200, ls_json_take_text(j));
         ls_adapter_free(&a);

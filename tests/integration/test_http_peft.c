@@ -302,6 +302,7 @@ static void test_separate_factors_forward(void **state) {
     (void)state;
     json_t *a = load("ds-ranks", "ds-ranks", 201);
     assert_int_equal(json_integer_value(json_object_get(a, "rank")), 6);
+    assert_int_equal(json_array_size(json_object_get(a, "warnings")), 0);
     json_decref(a);
     json_t *b = load("qwen-some-layers", "qwen-some-layers", 201);
     assert_int_equal(json_integer_value(json_object_get(b, "rank")), 3);
@@ -383,6 +384,46 @@ static void test_rules_in_every_carrier(void **state) {
     for (int i = 0; i < nkeep; i++) free(keep[i]);
 }
 
+/* The sha256 and warnings of a PEFT directory of B's factors with
+ * config, validated. */
+static json_t *validate_dir(const char *sub, const char *config) {
+    write_peft_dir(dir, sub, &B, "base_model.model.model.layers.%d.mlp.shared_expert.%s.%s.weight", config);
+    json_t *req = json_pack("{s:s}", "path", sub);
+    json_t *j = post("/adapters/validate", req, 200);
+    json_decref(req);
+    return j;
+}
+
+/* Two alpha_pattern keys matching one module with different values: the
+ * file's first applies (PEFT's loader), and since PEFT's save_pretrained
+ * writes keys sorted, the reply and a load say so; keys that match
+ * disjoint modules say nothing. */
+static void test_shadowed_alpha_pattern_warns(void **state) {
+    (void)state;
+    json_t *shadowed = validate_dir("shadowed", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\".*\": 9, "
+                                                "\"up_proj\": 3}}");
+    json_t *first = validate_dir("first-only", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\".*\": 9}}");
+    json_t *disjoint = validate_dir("disjoint", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"gate_proj|"
+                                                "down_proj\": 9, \"up_proj\": 3}}");
+    assert_string_equal(json_string_value(json_object_get(shadowed, "sha256")),
+                        json_string_value(json_object_get(first, "sha256")));
+    json_t *w = json_object_get(shadowed, "warnings");
+    assert_int_equal(json_array_size(w), 1);
+    const char *text = json_string_value(json_array_get(w, 0));
+    assert_non_null(strstr(text, "\".*\" (9) and \"up_proj\" (3)"));
+    assert_non_null(strstr(text, "sorted"));
+    assert_int_equal(json_array_size(json_object_get(first, "warnings")), 0);
+    assert_int_equal(json_array_size(json_object_get(disjoint, "warnings")), 0);
+    assert_string_not_equal(json_string_value(json_object_get(disjoint, "sha256")),
+                            json_string_value(json_object_get(first, "sha256")));
+    json_decref(shadowed);
+    json_decref(first);
+    json_decref(disjoint);
+    json_t *a = load("shadowed", "shadowed", 201);
+    assert_int_equal(json_array_size(json_object_get(a, "warnings")), 1);
+    json_decref(a);
+}
+
 /* A DoRA adapter: 422 naming use_dora, nothing registered. */
 static void test_dora_refused(void **state) {
     (void)state;
@@ -403,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_separate_factors_forward),
         cmocka_unit_test(test_rules_in_every_carrier),
         cmocka_unit_test(test_dora_refused),
+        cmocka_unit_test(test_shadowed_alpha_pattern_warns),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
