@@ -1,5 +1,5 @@
-/* vLLM's and sglang's runtime adapter routes, POST /v1/load_lora_adapter
- * and POST /v1/unload_lora_adapter, mapped onto POST /adapters (by path)
+/* vLLM's runtime adapter routes, POST /v1/load_lora_adapter and
+ * POST /v1/unload_lora_adapter, mapped onto POST /adapters (by path)
  * and DELETE /adapters/{name}: the same loader and rules, vLLM's status
  * codes and plain-text success replies, our structured error bodies; and
  * GET /v1/models, the list by which tools see that a load took. */
@@ -11,55 +11,8 @@
 
 #include "api/json_tensor.h"
 #include "server/handlers.h"
+#include "server/peer_routes.h"
 #include "server/tenant_routes.h"
-
-/* The body as a JSON object of the keys given (strict: an unknown key
- * is refused, never ignored); NULL with r filled on error. New reference. */
-static json_t *ls_vllm_body(const ls_request *req, ls_reply *r) {
-    if (req->kind != LS_BODY_JSON) {
-        ls_reply_fail(r, LS_UNSUPPORTED_MEDIA_TYPE, "send Content-Type: application/json",
-                      "%s takes a JSON body", req->path);
-        return NULL;
-    }
-    json_error_t je;
-    json_t *j = json_loadb((const char *)req->body, req->len, JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        ls_reply_fail(r, LS_INVALID_JSON, NULL, "invalid JSON at line %d: %s", je.line, je.text);
-        return NULL;
-    }
-    if (!json_is_object(j)) {
-        json_decref(j);
-        ls_reply_fail(r, LS_INVALID_JSON, NULL, "the body must be a JSON object");
-        return NULL;
-    }
-    return j;
-}
-
-/* Checks that j holds only keys of known (NULL-terminated). */
-static bool ls_vllm_keys(const json_t *j, const char *const *known, const char *hint, ls_reply *r) {
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)j, key, v) {
-        bool ok = false;
-        for (size_t i = 0; known[i] && !ok; i++) ok = !strcmp(key, known[i]);
-        if (!ok) {
-            ls_reply_fail(r, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\"", key);
-            return false;
-        }
-    }
-    return true;
-}
-
-/* A string member: "" when absent, NULL (r filled) when not a string. */
-static const char *ls_vllm_string(const json_t *j, const char *key, ls_reply *r) {
-    const json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return "";
-    if (!json_is_string(v)) {
-        ls_reply_fail(r, LS_INVALID_REQUEST, NULL, "%s must be a string", key);
-        return NULL;
-    }
-    return json_string_value(v);
-}
 
 /* vLLM answers 400 for any adapter it cannot load (but 404 for one not
  * found) and for a name already loaded; 409 and 422 become 400, with
@@ -96,16 +49,6 @@ static void ls_vllm_success(ls_reply *r, const char *name, const char *what) {
     ls_reply_copy(r, 200, text, (size_t)n, "text/plain; charset=utf-8");
 }
 
-/* req's fields with another body and param; borrowed from req. */
-static ls_request ls_vllm_request(const ls_request *req, const char *body, const char *param) {
-    ls_request sub = *req;
-    sub.body = (const uint8_t *)body;
-    sub.len = body ? strlen(body) : 0;
-    sub.kind = LS_BODY_JSON;
-    sub.param = param;
-    return sub;
-}
-
 /* {"lora_name", "lora_path", "load_inplace"}: POST /adapters {"name",
  * "path", "replace"}. Without load_inplace a loaded name is 400, as in
  * vLLM; with it the adapter is replaced (a new version). vLLM's
@@ -114,13 +57,13 @@ static ls_request ls_vllm_request(const ls_request *req, const char *body, const
  * switch is on), so it is taken, a boolean, and changes nothing. */
 void ls_handle_vllm_load(const ls_request *req, ls_reply *r) {
     static const char *const known[] = {"lora_name", "lora_path", "load_inplace", "is_3d_lora_weight", NULL};
-    json_t *j = ls_vllm_body(req, r);
+    json_t *j = ls_peer_body(req, r);
     if (!j) return;
     const char *hint = "send {\"lora_name\": NAME, \"lora_path\": PATH} and optionally \"load_inplace\": true";
     const char *name = NULL, *path = NULL;
     const json_t *inplace = json_object_get(j, "load_inplace"), *is3d = json_object_get(j, "is_3d_lora_weight");
-    if (ls_vllm_keys(j, known, hint, r) && (name = ls_vllm_string(j, "lora_name", r)) &&
-        (path = ls_vllm_string(j, "lora_path", r))) {
+    if (ls_peer_keys(j, known, hint, r) && (name = ls_peer_string(j, "lora_name", r)) &&
+        (path = ls_peer_string(j, "lora_path", r))) {
         if (inplace && !json_is_boolean(inplace)) {
             ls_reply_fail(r, LS_INVALID_REQUEST, hint, "load_inplace must be true or false");
         } else if (is3d && !json_is_boolean(is3d)) {
@@ -135,7 +78,7 @@ void ls_handle_vllm_load(const ls_request *req, ls_reply *r) {
             if (!text) {
                 ls_reply_fail(r, LS_INTERNAL, NULL, "out of memory");
             } else {
-                ls_request sub = ls_vllm_request(req, text, NULL);
+                ls_request sub = ls_peer_request(req, text, NULL);
                 ls_handle_adapter_load(&sub, r);
                 free(text);
                 if (r->status == 201) ls_vllm_success(r, name, "added");
@@ -151,12 +94,12 @@ void ls_handle_vllm_load(const ls_request *req, ls_reply *r) {
  * has no integer ids, so lora_int_id is taken only beside lora_name. */
 void ls_handle_vllm_unload(const ls_request *req, ls_reply *r) {
     static const char *const known[] = {"lora_name", "lora_int_id", NULL};
-    json_t *j = ls_vllm_body(req, r);
+    json_t *j = ls_peer_body(req, r);
     if (!j) return;
     const char *hint = "send {\"lora_name\": NAME}";
     const char *name = NULL;
     const json_t *id = json_object_get(j, "lora_int_id");
-    if (ls_vllm_keys(j, known, hint, r) && (name = ls_vllm_string(j, "lora_name", r))) {
+    if (ls_peer_keys(j, known, hint, r) && (name = ls_peer_string(j, "lora_name", r))) {
         if (id && !json_is_null(id) && !json_is_integer(id)) {
             ls_reply_fail(r, LS_INVALID_REQUEST, hint, "lora_int_id must be an integer");
         } else if (!*name && id && !json_is_null(id)) {
@@ -165,7 +108,7 @@ void ls_handle_vllm_unload(const ls_request *req, ls_reply *r) {
         } else if (!*name) {
             ls_reply_fail(r, LS_INVALID_REQUEST, hint, "lora_name must be given");
         } else {
-            ls_request sub = ls_vllm_request(req, NULL, name);
+            ls_request sub = ls_peer_request(req, NULL, name);
             ls_handle_adapter_delete(&sub, r);
             if (r->status == 200) ls_vllm_success(r, name, "removed");
             else ls_vllm_status(r);

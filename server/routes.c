@@ -26,7 +26,7 @@ static const ls_route ls_routes[] = {
     {"POST", "/adapters/validate", ls_handle_adapter_validate, false, true, false, LS_STEPS_HANDLER, LS_RUN_DISK},
     {"GET", "/adapters/{name}", ls_handle_adapter_get, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
     {"DELETE", "/adapters/{name}", ls_handle_adapter_delete, false, false, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
-    /* vLLM's and sglang's names (server/handlers_vllm.c): a load here
+    /* vLLM's names (server/handlers_vllm.c): a load here
      * validates and registers in one step, on the backend's queue. */
     {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
