@@ -406,11 +406,16 @@ static bool ls_rules_is_param(const ls_peft_rules *r, const char *module) {
     return false;
 }
 
-/* The first rule matching the name PEFT matched: the module's, or for a
+/* The name PEFT matched patterns against: the module's, or for a
  * target_parameters adapter its weight's. */
+static void ls_rules_matched_name(const ls_peft_rules *r, const char *module, char key[256]) {
+    snprintf(key, 256, ls_rules_is_param(r, module) ? "%s.weight" : "%s", module);
+}
+
+/* The first rule matching that name. */
 static const ls_rule *ls_rules_first(const ls_peft_rules *r, const ls_rule *rules, size_t n, const char *module) {
     char key[256];
-    snprintf(key, sizeof key, ls_rules_is_param(r, module) ? "%s.weight" : "%s", module);
+    ls_rules_matched_name(r, module, key);
     for (size_t i = 0; i < n; i++)
         if (ls_regex_match(rules[i].re, key) == 1) return &rules[i];
     return NULL;
@@ -434,7 +439,7 @@ bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, co
     const ls_rule *hit = r ? ls_rules_first(r, r->alpha, r->n_alpha, module) : NULL;
     if (!hit) return false;
     char key[256];
-    snprintf(key, sizeof key, ls_rules_is_param(r, module) ? "%s.weight" : "%s", module);
+    ls_rules_matched_name(r, module, key);
     for (const ls_rule *k = hit + 1; k < r->alpha + r->n_alpha; k++)
         if (k->value != hit->value && ls_regex_match(k->re, key) == 1) {
             *first = hit->key, *first_v = hit->value, *later = k->key, *later_v = k->value;

@@ -139,8 +139,6 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     json_t *ignored = ls_ignored_json(&j->a), *warnings = ls_warnings_json(&j->a);
-    char warning[sizeof j->a.warning];
-    memcpy(warning, j->a.warning, sizeof warning); /* the pool takes the adapter */
     ls_pool_load_opts opts = {.pinned = j->up.pinned,
                               .keep_pin = !j->up.pinned_given,
                               .replace = j->up.replace,
@@ -153,6 +151,11 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
      * published, not a look before. */
     if (info.version > 0) ls_tenant_audit(&j->who, info.replaced ? "replace" : "load", info.name, info.version);
     if (st == LS_OK) {
+        ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
+                    info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
+        /* The pool took the adapter: its warning lives on in warnings. */
+        const char *warning = json_string_value(json_array_get(warnings, 0));
+        if (warning) ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version, warning);
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) {
             json_object_set_new(d, "ignored", ignored);
@@ -161,9 +164,6 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
             json_decref(ignored);
             json_decref(warnings);
         }
-        ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
-                    info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
-        if (warning[0]) ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version, warning);
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 json_t *ls_peer_body(const ls_request *req, ls_reply *r) {
     if (req->kind != LS_BODY_JSON) {
         ls_reply_fail(r, LS_UNSUPPORTED_MEDIA_TYPE, "send Content-Type: application/json", "%s takes a JSON body",
