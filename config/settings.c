@@ -153,7 +153,7 @@ const ls_setting ls_settings[] = {
          "a forward naming an unregistered adapter found in --adapter-dir as NAME/ or NAME.safetensors loads it"),
     STR(LS_GROUP_ADAPTERS, "state-dir", state_dir, 0, "", "DIR",
         "keep every acknowledged adapter here and restore them at start; \"\" = none"),
-    BOOL(LS_GROUP_ADAPTERS, "strict-adapters", strict_adapters, "false", "reject adapter factors of modules not served"),
+    BOOL(LS_GROUP_ADAPTERS, "strict-adapters", strict_adapters, "false", "reject adapter tensors of modules not served"),
     INT(LS_GROUP_LIMITS, "max-adapter-mb", max_adapter_mb, 1, 1048576, "4096",
         "largest adapter file read from --adapter-dir, MiB; checked from its size before any read (413 past it)"),
     INT(LS_GROUP_LIMITS, "max-body-mb", max_body_mb, 1, 65536, "256", "largest request body in MiB"),

@@ -114,7 +114,7 @@ def run(url, api_key, model_dir, adapter_dir, tol):
           f"gate {served['gate']}")
     info = client.load("example", peft_dir=adapter_dir, replace=True)
     print(f"loaded adapter 'example' v{info['version']}: rank {info['rank']}, scale {info['scale']}, "
-          f"{len(info['ignored'])} factors of other modules ignored")
+          f"{len(info['ignored'])} tensors of other modules ignored")
     if info["ignored"]:
         print("  the model below applies those locally too, so its logits cannot match: "
               "train the adapter on the shared experts only")

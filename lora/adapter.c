@@ -219,7 +219,7 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
 
 /* Sorts every name: places the shared experts' factors of the chosen
  * format in the layer table, reports the rest. Returns how many names
- * are other modules' factors (ignored unless strict). */
+ * are other modules' tensors (ignored unless strict). */
 static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_peft, size_t n_pool) {
     size_t n_other = 0;
     const bool strict = c->params->strict;
@@ -238,9 +238,8 @@ static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t
             if (strict)
                 ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
                                      "remove it, or load without strict to have it skipped and listed in ignored",
-                                     "%s is a LoRA factor of another module than the shared experts; strict mode "
-                                     "refuses it",
-                                     name);
+                                     "%s is a %s of another module than the shared experts; strict mode refuses it",
+                                     name, nm.lora ? "LoRA factor" : "saved tensor (not a LoRA factor)");
             continue;
         }
         ls_adapter_format f = nm.kind == LS_AN_PEFT ? LS_ADAPTER_FORMAT_PEFT : LS_ADAPTER_FORMAT_POOL;
@@ -507,7 +506,7 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
                              "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A.weight "
                              "(and lora_B, up_proj, down_proj; or the fused gate_up_proj) or the four pool buffers "
                              "of a layer",
-                             "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu factors of "
+                             "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu tensors of "
                              "other modules%s)",
                              tensors->n, n_other, n_other && !params->strict ? ", skipped" : "");
 

@@ -42,7 +42,7 @@ typedef struct {
     bool whole_config;        /* r, alpha and rslora come as one config: merged as a whole */
     bool has_scale; /* pool format: multiply the B factors by scale */
     double scale;
-    bool strict; /* factors of other modules are errors, not ignored */
+    bool strict; /* tensors of other modules are errors, not ignored */
     bool has_order; /* gate_up_order was stated */
     ls_gate_up_order gate_up_order; /* PEFT only */
     /* rank_pattern, alpha_pattern, layers_to_transform (with layers_pattern
@@ -62,7 +62,7 @@ typedef struct {
     double scale;
     char sha256[65]; /* hex SHA-256 of the factors as little-endian fp32 bytes, all layers */
     size_t bytes;    /* host bytes the factors take */
-    size_t n_ignored; /* factors of other modules that were skipped */
+    size_t n_ignored; /* tensors of other modules that were skipped */
 } ls_adapter_meta;
 
 /* A normalised adapter (host, fp32, own rank r). For every layer l < L the
@@ -75,7 +75,7 @@ typedef struct {
     float *data;         /* owned; layers * layer_floats floats */
     size_t layer_floats; /* the layout's total */
     bool *layer_present; /* owned; layer carries at least one factor */
-    char **ignored;      /* owned; meta.n_ignored names skipped as other modules' factors */
+    char **ignored;      /* owned; meta.n_ignored names skipped as other modules' tensors */
     char warning[512];   /* what its load should tell the client though it stands ("" when nothing) */
 } ls_adapter;
 

@@ -15,7 +15,7 @@
 /* What one uploaded name is. */
 typedef enum {
     LS_AN_UNKNOWN, /* not a LoRA factor this server can take: always an error */
-    LS_AN_OTHER,   /* a LoRA factor of another module: ignored, or an error when strict */
+    LS_AN_OTHER,   /* a tensor of another module: ignored, or an error when strict */
     LS_AN_PEFT,    /* ...layers.{l}.{mlp,feed_forward}.shared_expert[s].{gate_up,gate,up,down}_proj.lora_{A,B}.weight */
     LS_AN_POOL,    /* model.layers.{l}.mlp.shared_experts.{gate_up,down}_lora_{a,b} */
 } ls_adapter_name_kind;
@@ -54,6 +54,7 @@ typedef struct {
     ls_adapter_name_kind kind;
     ls_adapter_name_why why; /* UNKNOWN only */
     bool prefixed;           /* carried base_model.model. */
+    bool lora;               /* OTHER: a LoRA factor (else a saved module's weight, a bias, trainable tokens) */
     int64_t layer;           /* PEFT/POOL: the parsed index (may be >= L) */
     int slot;                /* PEFT/POOL: LS_AD_* */
     size_t module_len;       /* PEFT: the module's name is the module_len bytes after the prefix */

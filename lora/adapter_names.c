@@ -48,6 +48,17 @@ static bool ls_is_lora_factor(const char *s) {
            strstr(s, "lora_embedding_A") || strstr(s, "lora_embedding_B");
 }
 
+/* What PEFT saves beside the factors, of modules other than the shared
+ * experts: modules_to_save copies and save_embedding_layers (.weight),
+ * bias="all" or "lora_only" (.bias), trainable tokens. None changes the
+ * shared experts' output. */
+static bool ls_is_module_tensor(const char *s) {
+    const char *dot = strrchr(s, '.');
+    if (!dot || dot == s) return false;
+    const char *last = dot + 1;
+    return !strcmp(last, "weight") || !strcmp(last, "bias") || ls_starts(last, "trainable_tokens_");
+}
+
 /* Digits only, no sign, no leading zero (PyTorch never writes one, and
  * "01" next to "1" would name one layer twice), at most 18 so it fits. */
 static bool ls_parse_index(const char *s, size_t len, int64_t *out) {
@@ -132,7 +143,12 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
         ls_adapter_name_why_not(s, out);
         return;
     }
-    if (ls_is_lora_factor(s)) out->kind = LS_AN_OTHER;
+    if (ls_is_lora_factor(s)) {
+        out->kind = LS_AN_OTHER;
+        out->lora = true;
+    } else if (ls_is_module_tensor(s)) {
+        out->kind = LS_AN_OTHER;
+    }
 }
 
 /* Writes into the caller's buf (truncated to len). */

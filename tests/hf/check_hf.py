@@ -446,7 +446,16 @@ def make_refused(fam, model, adir, active, notes):
                        path_initial_model_for_weight_conversion=os.path.join(adir, "pissa-initial"))
     active["pissa-converted"] = PeftModel.from_pretrained(copy.deepcopy(model),
                                                           os.path.join(adir, "pissa-converted")).eval()
-    notes.append(f"{len(REFUSED)} adapters to refuse, pissa-converted")
+    # Beside its factors PEFT saves trained copies and biases of other
+    # modules: they must load, skipped and listed in ignored.
+    torch.manual_seed(21)
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, init_lora_weights=False, bias="all",
+                                                         modules_to_save=["lm_head"], trainable_token_indices=[0, 1],
+                                                         **projs))
+    pm.save_pretrained(os.path.join(adir, "other-modules"))
+    active["other-modules"] = PeftModel.from_pretrained(copy.deepcopy(model),
+                                                        os.path.join(adir, "other-modules")).eval()
+    notes.append(f"{len(REFUSED)} adapters to refuse, pissa-converted, other-modules")
     return {name: why for name, (_, why) in REFUSED.items()}
 
 
@@ -457,6 +466,20 @@ def check_refusals(port, refused, notes):
             raise RuntimeError(f"{name}: {st} {json.dumps(r)[:300]}, expected 422 naming {why}")
     if refused:
         notes.append(f"refused: {', '.join(refused)} (422 adapter_config_invalid, naming the key)")
+
+
+def check_other_modules(loaded, notes):
+    """The saved copy of lm_head, the biases and the trainable tokens are
+    each listed as skipped."""
+    if "other-modules" not in loaded:
+        return
+    ignored = loaded["other-modules"].get("ignored", [])
+    kinds = {"lm_head.weight": "base_model.model.lm_head.weight", "bias": ".bias",
+             "trainable tokens": "trainable_tokens_delta"}
+    missing = [k for k, part in kinds.items() if not any(part in n for n in ignored)]
+    if missing:
+        raise RuntimeError(f"other-modules: ignored lists no {', '.join(missing)}: {ignored[:8]}")
+    notes.append(f"other-modules: {len(ignored)} tensors of other modules ignored")
 
 
 def check_forwards(port, fam, model, shared, active, hidden, notes):
@@ -531,6 +554,7 @@ def check_family(binary, work, fam, notes):
                     raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
                 notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
             check_refusals(port, refused, notes)
+            check_other_modules(loaded, notes)
             check_forwards(port, fam, model, shared, active, hidden, notes)
             check_other_forms(port, active, loaded, shared, notes)
         finally:
