@@ -102,13 +102,6 @@ static const char *ls_config_init_mutates(const char *v) {
  * server computes: each is refused with its reason. */
 static bool ls_config_refusals(const json_t *obj, bool from_file, ls_error *err) {
     bool ok = true;
-    const json_t *type = json_object_get(obj, "peft_type");
-    if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "LORA"))) {
-        ls_config_refuse(err, "peft_type", "train a LoRA adapter (peft_type \"LORA\")",
-                         "is %s; this server serves LoRA adapters only",
-                         json_is_string(type) && !from_file ? json_string_value(type) : "not \"LORA\"");
-        ok = false;
-    }
     for (size_t i = 0; i < sizeof ls_config_variants / sizeof *ls_config_variants; i++) {
         const json_t *v = json_object_get(obj, ls_config_variants[i].key);
         if (ls_config_unset(v)) continue;
@@ -158,6 +151,28 @@ static bool ls_config_refusals(const json_t *obj, bool from_file, ls_error *err)
     return ok;
 }
 
+/* PEFT's other adapter types, which a file's message may name: a fixed
+ * word of PEFT's, not the file's text. */
+static const char *const ls_peft_types[] = {"LOHA", "LOKR", "IA3", "ADALORA", "OFT", "BOFT", "VERA", "FOURIERFT",
+                                            "HRA", "VBLORA", "XLORA", "PROMPT_TUNING", "PREFIX_TUNING",
+                                            "P_TUNING", "ADAPTION_PROMPT", "LN_TUNING", "POLY"};
+
+/* A peft_type other than LORA: the adapter's tensors mean something else,
+ * so its r or lora_alpha (often absent) are not worth a word. */
+static bool ls_config_other_type(const json_t *obj, bool from_file, ls_error *err) {
+    const json_t *type = json_object_get(obj, "peft_type");
+    if (!type || json_is_null(type) || (json_is_string(type) && !strcmp(json_string_value(type), "LORA")))
+        return false;
+    const char *shown = "not \"LORA\"";
+    for (size_t i = 0; json_is_string(type) && i < sizeof ls_peft_types / sizeof *ls_peft_types; i++)
+        if (!strcmp(json_string_value(type), ls_peft_types[i])) shown = ls_peft_types[i];
+    if (json_is_string(type) && !from_file) shown = json_string_value(type);
+    ls_config_refuse(err, "peft_type", "train a LoRA adapter (peft_type \"LORA\"): its delta is s*B*A, which "
+                     "this server computes; other types' tensors mean something else",
+                     "is %s; this server serves LoRA adapters only", shown);
+    return true;
+}
+
 /* Writes into p only when every key is valid (p's other fields, such as
  * format and strict, are left as the caller set them). */
 static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool from_file, ls_adapter_params *p,
@@ -165,6 +180,7 @@ static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool fro
     if (!obj || !json_is_object(obj))
         return ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, NULL,
                             "adapter config must be a JSON object, found %s", obj ? ls_json_kind(obj) : "nothing");
+    if (ls_config_other_type(obj, from_file, err)) return LS_ADAPTER_CONFIG_INVALID;
     bool ok = true;
 
     /* A JSON null reads as an absent key. */

@@ -182,7 +182,7 @@ static void test_refusals(void **state) {
     ls_error_init(&err);
     const char *cfg = "{\"r\": 8, \"lora_alpha\": 16, \"use_dora\": true, \"lora_bias\": true, "
                       "\"init_lora_weights\": \"pissa_niter_4\", \"modules_to_save\": [\"lm_head\", \"mlp\"], "
-                      "\"alora_invocation_tokens\": [1, 2], \"layer_replication\": [[0, 2]], \"peft_type\": \"LOHA\", "
+                      "\"alora_invocation_tokens\": [1, 2], \"layer_replication\": [[0, 2]], "
                       "\"rank_pattern\": {\"(?=gate)gate_proj\": 4, \"up_proj\": 0}, \"layers_pattern\": \"layers\"}";
     assert_int_equal(parse(cfg, &p, &err), LS_ADAPTER_CONFIG_INVALID);
     find(&err, "\"use_dora\"", "DoRA");
@@ -192,11 +192,20 @@ static void test_refusals(void **state) {
     find(&err, "\"modules_to_save\"", "entry 2");
     find(&err, "\"alora_invocation_tokens\"", NULL);
     find(&err, "\"layer_replication\"", NULL);
-    find(&err, "\"peft_type\"", NULL);
     find(&err, "\"rank_pattern\"", "look-around");
     find(&err, "\"rank_pattern\"", "positive integer");
     find(&err, "\"layers_pattern\"", "without layers_to_transform");
-    assert_int_equal(err.n_violations, 10);
+    assert_int_equal(err.n_violations, 9);
+    /* Another adapter type: that alone is said, not its missing r or
+     * lora_alpha; PEFT's own type names are quoted, a file's other text
+     * never. */
+    assert_int_equal(parse("{\"peft_type\": \"LOHA\", \"alpha\": 8}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    find(&err, "\"peft_type\"", "is LOHA");
+    assert_int_equal(err.n_violations, 1);
+    assert_int_equal(parse("{\"peft_type\": \"s3cret\", \"r\": 8}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
+    const ls_violation *t = find(&err, "\"peft_type\"", "not \"LORA\"");
+    assert_null(strstr(t->message, "s3cret"));
+    assert_int_equal(err.n_violations, 1);
     /* every initialisation that changes the base weights, by its name */
     const char *inits[][2] = {{"pissa", "PiSSA"}, {"olora", "OLoRA"}, {"corda", "CorDA"}, {"loftq", "LoftQ"},
                               {"lora_ga", "LoRA-GA"}};
