@@ -19,6 +19,7 @@
 #include "common/file.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
+#include "lora/loader_absent.h"
 #include "lora/loader_memo.h"
 
 /* adapter_config.json is small; anything larger is not one. */
@@ -263,12 +264,14 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     char cfg_shown[LS_LOADER_PATH_MAX + 64];
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);
     struct stat cfg_sb;
+    if (ls_loader_explain_no_config(f->dir_fd, rel, err)) return err->code;
     f->config_fd = ls_loader_open_file(f->dir_fd, "adapter_config.json", cfg_shown, &cfg_sb, err);
     if (f->config_fd < 0) return err->code;
     ls_status st = ls_loader_read_config(f->config_fd, cfg_shown, own, err);
     own->format = LS_ADAPTER_FORMAT_PEFT;
     if (st != LS_OK) return st;
     snprintf(f->shown, sizeof f->shown, "%s/adapter_model.safetensors", rel);
+    if (ls_loader_explain_no_model(f->dir_fd, rel, err)) return err->code;
     f->model_fd = ls_loader_open_file(f->dir_fd, "adapter_model.safetensors", f->shown, &f->model_sb, err);
     if (f->model_fd < 0) return err->code;
     ls_loader_print_set(&f->print, 0, &f->model_sb);

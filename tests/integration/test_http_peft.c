@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -439,12 +440,52 @@ static void test_dora_refused(void **state) {
     ls_test_response_free(&r);
 }
 
+static const char *error_text(const json_t *e, const char *key) {
+    return json_string_value(json_object_get(json_object_get(e, "error"), key));
+}
+
+/* A directory that lacks a file the load needs says what it holds
+ * instead: a subfolder PEFT saved a named adapter in, a bare model file,
+ * a pickle. */
+static void test_missing_files_explained(void **state) {
+    (void)state;
+    const char *fmt = "base_model.model.model.layers.%d.mlp.shared_expert.%s.%s.weight";
+    char path[600];
+    snprintf(path, sizeof path, "%s/saved", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    write_peft_dir(dir, "saved/tenant-a", &B, fmt, "{\"r\": 3, \"lora_alpha\": 6}");
+    json_t *e = load("saved", "saved", 400);
+    assert_non_null(strstr(error_text(e, "message"), "subfolder \"tenant-a\""));
+    assert_non_null(strstr(error_text(e, "hint"), "\"saved/tenant-a\""));
+    json_decref(e);
+    json_decref(load("saved", "saved/tenant-a", 201));
+
+    write_peft_dir(dir, "noconfig", &B, fmt, "{}");
+    snprintf(path, sizeof path, "%s/noconfig/adapter_config.json", dir);
+    assert_int_equal(unlink(path), 0);
+    e = load("noconfig", "noconfig", 400);
+    assert_non_null(strstr(error_text(e, "message"), "no adapter_config.json"));
+    assert_non_null(strstr(error_text(e, "hint"), "noconfig/adapter_model.safetensors"));
+    json_decref(e);
+
+    write_peft_dir(dir, "pickled", &B, fmt, "{\"r\": 3, \"lora_alpha\": 6}");
+    char to[640];
+    snprintf(path, sizeof path, "%s/pickled/adapter_model.safetensors", dir);
+    snprintf(to, sizeof to, "%s/pickled/adapter_model.bin", dir);
+    assert_int_equal(rename(path, to), 0);
+    e = load("pickled", "pickled", 400);
+    assert_non_null(strstr(error_text(e, "message"), "adapter_model.bin, a pickled PyTorch file"));
+    assert_non_null(strstr(error_text(e, "hint"), "safetensors"));
+    json_decref(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_separate_factors_forward),
         cmocka_unit_test(test_rules_in_every_carrier),
         cmocka_unit_test(test_dora_refused),
         cmocka_unit_test(test_shadowed_alpha_pattern_warns),
+        cmocka_unit_test(test_missing_files_explained),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
