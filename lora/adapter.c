@@ -501,11 +501,17 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
                              ls_gate_up_order_name(params->gate_up_order));
     ls_adapter_check_data(&c);
     ls_adapter_check_finite(&c);
+    /* Factors of other modules only: most often PEFT's target_modules
+     * went to the routed experts' fused parameters (transformers 5). */
+    static const char empty_hint[] = "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A."
+                                     "weight (and lora_B, up_proj, down_proj; or the fused gate_up_proj) or the four "
+                                     "pool buffers of a layer";
+    static const char other_hint[] = "train on the shared experts: where target_modules=[\"gate_proj\", "
+                                     "\"up_proj\", \"down_proj\"] reaches the routed experts (DeepSeek, GLM, "
+                                     "Qwen3-Next and others), use target_parameters=[\"mlp.shared_experts."
+                                     "gate_proj.weight\", ...] (docs/adapters.md lists each family's)";
     if (n_peft + n_pool == 0)
-        ls_adapter_violation(&c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
-                             "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A.weight "
-                             "(and lora_B, up_proj, down_proj; or the fused gate_up_proj) or the four pool buffers "
-                             "of a layer",
+        ls_adapter_violation(&c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA, n_other ? other_hint : empty_hint,
                              "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu tensors of "
                              "other modules%s)",
                              tensors->n, n_other, n_other && !params->strict ? ", skipped" : "");

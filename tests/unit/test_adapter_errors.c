@@ -340,6 +340,7 @@ static void test_empty(void **state) {
     tu_expect_fail(&f->s, &tu_scale1, &f->d, &f->p, LS_LORA_EMPTY, &f->err);
     const ls_violation *v = tu_expect(&f->err, LS_LORA_EMPTY, LS_NA, "", LS_NA, LS_NA, LS_NA);
     assert_non_null(strstr(v->message, "2 tensors of other modules"));
+    assert_non_null(strstr(v->hint, "target_parameters"));
     assert_int_equal(f->err.n_violations, 1);
 }
 
