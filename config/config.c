@@ -352,7 +352,7 @@ static void note_unread_env(ls_config *cfg, const char *entry) {
         if (strcmp(env, name)) continue;
         ls_setting_env_name(ls_setting_find_flag(ls_flag_aliases[i].target, strlen(ls_flag_aliases[i].target)), env,
                             sizeof env);
-        snprintf(nr.best, sizeof nr.best, "%s", env); /* vLLM's name is a flag only */
+        snprintf(nr.best, sizeof nr.best, "%s", env); /* a peer's name is a flag only */
     }
     if (!nr.best[0]) return;
     const size_t len = strlen(cfg->env_unread);
@@ -384,32 +384,49 @@ typedef struct {
     char *owned;       /* value when this file wrote it (vLLM's JSON entry): freed with the list */
 } flag_value;
 
-/* vLLM's JSON entry of --lora-modules, {"name", "path", "base_model_name",
- * "is_3d_lora_weight"}, as the NAME=PATH text --adapter takes.
+/* A peer's JSON entry: vLLM's --lora-modules {"name", "path",
+ * "base_model_name", "is_3d_lora_weight"}, sglang's --lora-paths
+ * {"lora_name", "lora_path", "pinned"}; "pinned" (a boolean) pins in
+ * both, as ",pinned" does after NAME=PATH. */
+typedef struct {
+    const char *name_key, *path_key;
+    const char *const *known;
+} peer_entry;
+
+static const char *const vllm_keys[] = {"name", "path", "base_model_name", "is_3d_lora_weight", "pinned", NULL};
+static const char *const sglang_keys[] = {"lora_name", "lora_path", "pinned", NULL};
+
+static peer_entry peer_entry_of(const ls_flag_alias *alias) {
+    if (!strcmp(alias->peer, "sglang")) return (peer_entry){"lora_name", "lora_path", sglang_keys};
+    return (peer_entry){"name", "path", vllm_keys};
+}
+
+/* A peer's JSON entry as the NAME=PATH text --adapter takes. vLLM's
  * base_model_name only names the parent in vLLM's /v1/models, where this
  * server always names the model it serves, and is_3d_lora_weight
  * declares a layout the loader reads from the files: both are taken (a
- * string, a boolean) and change nothing. "pinned" (a boolean, ours) pins,
- * as ",pinned" does after NAME=PATH. NULL with the reason in err.
+ * string, a boolean) and change nothing. NULL with the reason in err.
  * Ownership: the caller frees the result. */
-static char *lora_module_json(const char *flag, const char *text, char *err, size_t errlen) {
-    static const char *const known[] = {"name", "path", "base_model_name", "is_3d_lora_weight", "pinned", NULL};
+static char *lora_module_json(const ls_flag_alias *alias, const char *text, char *err, size_t errlen) {
+    const char *flag = alias->name;
+    const peer_entry pe = peer_entry_of(alias);
     json_error_t je;
     json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     const char *key, *name = NULL, *path = NULL;
     json_t *v;
     char *out = NULL;
     if (!json_is_object(o)) {
-        snprintf(err, errlen, "--%s: an entry that starts with '{' must be a JSON object (vLLM's {\"name\": ..., "
-                 "\"path\": ...}): %s", flag, o ? "found another JSON value" : je.text);
+        snprintf(err, errlen, "--%s: an entry that starts with '{' must be a JSON object (%s's {\"%s\": ..., "
+                 "\"%s\": ...}): %s", flag, alias->peer, pe.name_key, pe.path_key,
+                 o ? "found another JSON value" : je.text);
         goto done;
     }
     json_object_foreach(o, key, v) {
         bool is_known = false;
-        for (int k = 0; known[k]; k++) is_known |= !strcmp(key, known[k]);
+        for (int k = 0; pe.known[k]; k++) is_known |= !strcmp(key, pe.known[k]);
         if (!is_known) {
             char hint[160], near[96];
-            const char *dym = ls_text_unknown_key(key, known, hint, sizeof hint, near, sizeof near);
+            const char *dym = ls_text_unknown_key(key, pe.known, hint, sizeof hint, near, sizeof near);
             snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
             goto done;
         }
@@ -424,10 +441,10 @@ static char *lora_module_json(const char *flag, const char *text, char *err, siz
             goto done;
         }
     }
-    name = json_string_value(json_object_get(o, "name"));
-    path = json_string_value(json_object_get(o, "path"));
+    name = json_string_value(json_object_get(o, pe.name_key));
+    path = json_string_value(json_object_get(o, pe.path_key));
     if (!name || !path) {
-        snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? "path" : "name");
+        snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? pe.path_key : pe.name_key);
         goto done;
     }
     if (!entry_fits(name, path)) {
@@ -444,14 +461,34 @@ done:
     return out;
 }
 
-/* One value of a flag into vals: a JSON entry of an alias that has one
- * (vLLM's --lora-modules) becomes NAME=PATH first. */
+/* sglang's bare --lora-paths entry: a path that is also the adapter's
+ * name. A plain NAME beneath --adapter-dir is NAME=NAME; a path with a
+ * '/' would make a name the API cannot spell, so it is refused. NULL
+ * with the reason in err; the caller frees the result. */
+static char *lora_path_bare(const ls_flag_alias *alias, const char *value, char *err, size_t errlen) {
+    if (strchr(value, '/') || !*value || !entry_fits(value, value)) {
+        snprintf(err, errlen, "--%s: \"%.80s\" is a bare path, which sglang also takes as the adapter's name; "
+                 "lorasink's names hold no '/': write NAME=PATH (PATH beneath --adapter-dir)", alias->name, value);
+        return NULL;
+    }
+    size_t len = 2 * strlen(value) + 2;
+    char *out = malloc(len);
+    if (out) snprintf(out, len, "%s=%s", value, value);
+    else snprintf(err, errlen, "out of memory");
+    return out;
+}
+
+/* One value of a flag into vals: a peer's JSON entry (vLLM's
+ * --lora-modules, sglang's --lora-paths) or sglang's bare path becomes
+ * NAME=PATH first. */
 static bool add_value(flag_value *vals, int *nvals, const ls_setting *s, const char *value, const ls_flag_alias *alias,
                       char *err, size_t errlen) {
     flag_value *f = &vals[(*nvals)++];
     *f = (flag_value){s, value, alias ? alias->name : NULL, NULL};
-    if (!alias || !alias->several || value[0] != '{') return true;
-    f->owned = lora_module_json(alias->name, value, err, errlen);
+    if (!alias || !alias->several) return true;
+    if (value[0] == '{') f->owned = lora_module_json(alias, value, err, errlen);
+    else if (!strcmp(alias->peer, "sglang") && !strchr(value, '=')) f->owned = lora_path_bare(alias, value, err, errlen);
+    else return true;
     f->value = f->owned;
     return f->owned != NULL;
 }
@@ -572,7 +609,7 @@ static ls_config_result scan_flags(int argc, char **argv, flag_value *vals, int 
         }
         if (is_config) *config = value;
         else if (!add_value(vals, nvals, s, value, alias, err, errlen)) return LS_CONFIG_ERROR;
-        /* vLLM's --lora-modules a=x b=y: every argument up to the next flag. */
+        /* --lora-modules a=x b=y (vLLM's, sglang's --lora-paths too): every argument up to the next flag. */
         while (alias && alias->several && !eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2) &&
                !names_flag(argv[i + 1]))
             if (!add_value(vals, nvals, s, argv[++i], alias, err, errlen)) return LS_CONFIG_ERROR;
@@ -589,8 +626,9 @@ static bool check_alias_twice(const flag_value *vals, int nvals, char *err, size
         for (int j = 0; j < nvals; j++) {
             const char *other = vals[j].alias ? vals[j].alias : vals[j].s->name;
             if (vals[j].s != vals[i].s || !strcmp(other, vals[i].alias)) continue;
-            snprintf(err, errlen, "--%s is vLLM's name for --%s, and --%s is given too: give one of them", vals[i].alias,
-                     vals[i].s->name, other);
+            const ls_flag_alias *a = ls_flag_alias_find(vals[i].alias, strlen(vals[i].alias));
+            snprintf(err, errlen, "--%s is %s's name for --%s, and --%s is given too: give one of them", vals[i].alias,
+                     a ? a->peer : "a peer", vals[i].s->name, other);
             return false;
         }
     }

@@ -543,13 +543,15 @@ bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
 
 /* ---- aliases --------------------------------------------------------------- */
 
-/* vLLM's names for the same knobs (docs/configuration.md, Aliases, says
- * where the meaning differs). */
+/* vLLM's and sglang's names for the same knobs (docs/configuration.md,
+ * Aliases, says where the meaning differs). */
 const ls_flag_alias ls_flag_aliases[] = {
-    {"max-loras", "slots", "N", "vLLM's name for --slots", false},
-    {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false},
-    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (NAME=PATH or vLLM's JSON form)", true},
-    {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false},
+    {"max-loras", "slots", "N", "vLLM's name for --slots", false, "vLLM"},
+    {"max-loras-per-batch", "slots", "N", "sglang's name for --slots", false, "sglang"},
+    {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false, "vLLM"},
+    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (NAME=PATH or vLLM's JSON form)", true, "vLLM"},
+    {"lora-paths", "adapter", "NAME=PATH...", "sglang's name for --adapter, one or more entries (NAME=PATH, NAME, or sglang's JSON form)", true, "sglang"},
+    {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false, "vLLM"},
 };
 const size_t ls_flag_aliases_count = sizeof ls_flag_aliases / sizeof ls_flag_aliases[0];
 

@@ -59,6 +59,7 @@ typedef struct {
     const char *meta;
     const char *note; /* its line of --help */
     bool several;     /* takes every following argument up to the next "--" (vLLM's nargs='+') */
+    const char *peer; /* whose name it is: "vLLM", "sglang" */
 } ls_flag_alias;
 
 extern const ls_flag_alias ls_flag_aliases[];

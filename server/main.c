@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     ls_log_set_level(cfg.log_level);
     /* A peer's flag name works as ours; the log says it was read so, as
      * the meaning differs in places (docs/configuration.md, Aliases). */
-    if (cfg.aliases_used[0]) ls_log_info("vLLM's flag names read as lorasink's: %s", cfg.aliases_used);
+    if (cfg.aliases_used[0]) ls_log_info("peers' flag names read as lorasink's: %s", cfg.aliases_used);
     if (cfg.env_unread[0]) ls_log_warn("environment: not read, as no setting has these names: %s", cfg.env_unread);
 
     /* SIGTERM and SIGINT are caught by a handler, not blocked for sigwait:

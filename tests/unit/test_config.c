@@ -952,6 +952,24 @@ static void test_peers_and_mistakes(void **state) {
                  "--lora-modules: an entry that starts with '{' must be a JSON object");
     expect_error(ARGS("--lora-modules", "{\"name\": \"a\", \"path\": \"x\"}", "{bad"), NULL,
                  "--lora-modules: an entry that starts with '{' must be a JSON object");
+    /* sglang's --lora-paths: NAME=PATH, a bare NAME (also its path), its
+     * JSON entry; a bare path with '/' names no adapter the API can
+     * spell. */
+    if (run(&c,
+            ARGS("--lora-paths", "a=x", "b", "{\"lora_name\": \"c\", \"lora_path\": \"z\", \"pinned\": true}",
+                 "--max-loras-per-batch", "3"),
+            NULL, err) != LS_CONFIG_RUN)
+        fail_msg("%s", err);
+    assert_string_equal(adapters_of(&c, got, sizeof got), "a=x|b=b|c=z,pinned");
+    assert_int_equal(c.slots, 3);
+    assert_string_equal(c.aliases_used, "--lora-paths as --adapter, --max-loras-per-batch as --slots");
+    expect_error(ARGS("--lora-paths", "/data/loras/a"), NULL,
+                 "--lora-paths: \"/data/loras/a\" is a bare path, which sglang also takes as the adapter's name");
+    expect_error(ARGS("--lora-paths", "{\"name\": \"a\", \"path\": \"x\"}"), NULL,
+                 "--lora-paths: unknown key \"name\" in a JSON entry");
+    expect_error(ARGS("--lora-paths", "{\"lora_name\": \"a\"}"), NULL, "--lora-paths: a JSON entry needs \"lora_path\"");
+    expect_error(ARGS("--lora-paths", "a=x", "--lora-modules", "b=y"), NULL,
+                 "--lora-paths is sglang's name for --adapter, and --lora-modules is given too");
     expect_error(ARGS("--max-loras"), NULL, "--max-loras needs a value");
     /* Both names of one setting: which stood depended on their order. */
     expect_error(ARGS("--slots", "4", "--max-loras", "6"), NULL,
