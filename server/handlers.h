@@ -23,5 +23,8 @@ void ls_handle_vllm_load(const ls_request *req, ls_reply *r);
 void ls_handle_vllm_unload(const ls_request *req, ls_reply *r);
 /* vLLM's GET /v1/models: the base model and the adapters (server/handlers_vllm.c). */
 void ls_handle_vllm_models(const ls_request *req, ls_reply *r);
+/* sglang's names for a load by path and a delete (server/handlers_sglang.c). */
+void ls_handle_sglang_load(const ls_request *req, ls_reply *r);
+void ls_handle_sglang_unload(const ls_request *req, ls_reply *r);
 
 #endif

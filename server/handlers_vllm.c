@@ -21,23 +21,18 @@
  * the hint says so. */
 static void ls_vllm_status(ls_reply *r) {
     if (r->status != 409 && r->status != 422) return;
-    r->status = 400;
     /* The body's status says what the status line does. */
-    json_t *j = r->body ? json_loadb((const char *)r->body + r->skip, r->len, 0, NULL) : NULL;
+    json_t *j = ls_peer_reply_json(r);
     json_t *e = json_object_get(j, "error");
     bool ok = e && !json_object_set_new(e, "status", json_integer(400));
     const char *code_text = json_string_value(json_object_get(e, "code"));
     if (ok && code_text && !strcmp(code_text, "adapter_exists"))
         ok = !json_object_set_new(e, "hint", json_string("send \"load_inplace\": true to replace it (a new version), "
                                                          "or choose another lora_name"));
-    char *text = ok ? json_dumps(j, JSON_COMPACT) : NULL;
+    /* Out of memory: the old body, whose code still says which. */
+    ls_peer_rebody(r, 400, ok ? json_dumps(j, JSON_COMPACT) : NULL);
+    r->status = 400;
     json_decref(j);
-    if (!text) return; /* out of memory: the old body, whose code still says which */
-    const ls_status code = r->code;
-    free(r->body);
-    memset(r, 0, sizeof *r);
-    ls_reply_json(r, 400, text); /* its newline, as every JSON reply ends */
-    r->code = code;
 }
 
 /* A vLLM success reply: 200 and one sentence of plain text. */
@@ -130,24 +125,24 @@ static json_t *ls_vllm_card(const char *id, json_t *root, const char *parent, js
 void ls_handle_vllm_models(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
-    ls_adapter_info *infos = NULL;
-    size_t n = 0;
     const char *base = req->srv->cfg.weights[0] ? req->srv->cfg.weights : "demo";
     const json_int_t now = (json_int_t)time(NULL);
-    if (ls_pool_list(req->srv->pool, &infos, &n, &err) != LS_OK) {
+    json_t *list = ls_peer_adapters(req, &err);
+    if (!list) {
         ls_reply_error(r, &err);
     } else {
         json_t *data = json_array();
         if (data) json_array_append_new(data, ls_vllm_card(base, json_string(base), NULL, now));
-        for (size_t i = 0; data && i < n; i++) {
-            json_t *d = ls_tenant_describe(req->srv, req->who, &infos[i]);
+        size_t i;
+        json_t *d;
+        json_array_foreach(list, i, d) {
             const char *id = json_string_value(json_object_get(d, "name"));
             json_t *src = json_object_get(d, "source");
-            if (id) json_array_append_new(data, ls_vllm_card(id, json_is_string(src) ? json_incref(src) : NULL, base, now));
-            json_decref(d);
+            if (id && data)
+                json_array_append_new(data, ls_vllm_card(id, json_is_string(src) ? json_incref(src) : NULL, base, now));
         }
+        json_decref(list);
         ls_reply_json(r, 200, ls_json_take_text(json_pack("{s:s, s:o}", "object", "list", "data", data)));
     }
-    free(infos);
     ls_error_free(&err);
 }

@@ -69,4 +69,6 @@ _Static_assert(0 LS_HTTP_STATUS_LIST(LS_X_COUNT) == LS_STATUS_COUNT,
 int ls_http_status(ls_status s) { return (unsigned)s < LS_STATUS_COUNT ? ls_http_table[s] : 500; }
 
 const char ls_http_routes_hint[] =
-    "the routes are /health, /ready, /forward, /adapters, /pool, /model, /metrics, /dashboard, /openapi.json, /v1/load_lora_adapter, /v1/unload_lora_adapter";
+    "the routes are /health, /ready, /forward, /adapters, /pool, /model, /metrics, /dashboard, /openapi.json, "
+    "/v1/load_lora_adapter, /v1/unload_lora_adapter, /v1/models (vLLM's), /load_lora_adapter, "
+    "/unload_lora_adapter (sglang's)";

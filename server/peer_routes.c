@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
+#include "server/handlers.h"
+#include "server/tenant_routes.h"
+
 json_t *ls_peer_body(const ls_request *req, ls_reply *r) {
     if (req->kind != LS_BODY_JSON) {
         ls_reply_fail(r, LS_UNSUPPORTED_MEDIA_TYPE, "send Content-Type: application/json", "%s takes a JSON body",
@@ -31,7 +35,9 @@ bool ls_peer_keys(const json_t *j, const char *const *known, const char *hint, l
         bool ok = false;
         for (size_t i = 0; known[i] && !ok; i++) ok = !strcmp(key, known[i]);
         if (!ok) {
-            ls_reply_fail(r, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\"", key);
+            char known_hint[256], near[96];
+            ls_text_unknown_key(key, known, known_hint, sizeof known_hint, near, sizeof near);
+            ls_reply_fail(r, LS_INVALID_REQUEST, hint, "unknown key \"%.64s\"%s (%s)", key, near, known_hint);
             return false;
         }
     }
@@ -55,4 +61,32 @@ ls_request ls_peer_request(const ls_request *req, const char *body, const char *
     sub.kind = LS_BODY_JSON;
     sub.param = param;
     return sub;
+}
+
+json_t *ls_peer_adapters(const ls_request *req, ls_error *err) {
+    ls_adapter_info *infos = NULL;
+    size_t n = 0;
+    if (ls_pool_list(req->srv->pool, &infos, &n, err) != LS_OK) return NULL;
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < n; i++) {
+        json_t *d = ls_tenant_describe(req->srv, req->who, &infos[i]);
+        if (d) json_array_append_new(out, d);
+    }
+    free(infos);
+    if (!out) ls_error_set(err, LS_INTERNAL, NULL, "out of memory listing adapters");
+    return out;
+}
+
+json_t *ls_peer_reply_json(const ls_reply *r) {
+    if (!r->body || !r->content_type || strcmp(r->content_type, "application/json")) return NULL;
+    return json_loadb(r->body + r->skip, r->len, 0, NULL);
+}
+
+void ls_peer_rebody(ls_reply *r, int status, char *text) {
+    if (!text) return;
+    const ls_status code = r->code;
+    free(r->body);
+    r->body = NULL;
+    ls_reply_json(r, status, text); /* its newline, as every JSON reply ends */
+    r->code = code;
 }

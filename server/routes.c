@@ -31,6 +31,9 @@ static const ls_route ls_routes[] = {
     {"POST", "/v1/load_lora_adapter", ls_handle_vllm_load, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     {"POST", "/v1/unload_lora_adapter", ls_handle_vllm_unload, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
     {"GET", "/v1/models", ls_handle_vllm_models, false, false, false, LS_STEPS_HANDLER, LS_RUN_HTTP},
+    /* sglang's names (server/handlers_sglang.c), run as vLLM's are. */
+    {"POST", "/load_lora_adapter", ls_handle_sglang_load, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
+    {"POST", "/unload_lora_adapter", ls_handle_sglang_unload, false, true, false, LS_STEPS_HANDLER, LS_RUN_BACKEND},
 };
 #define LS_N_ROUTES (sizeof ls_routes / sizeof *ls_routes)
 
