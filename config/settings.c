@@ -96,7 +96,10 @@ static bool ls_allow_list_check(const char *text, bool origins, char *why, size_
         const char *bad = n ? ls_allow_entry_why(e, n, origins) : "is empty (a comma too many)";
         if (!bad && e[n] == ',' && !e[n + 1]) e += n, n = 0, bad = "is empty (a comma too many)";
         if (bad) {
-            snprintf(why, len, "entry \"%.*s\" %s: %s", (int)(n < 80 ? n : 80), e, bad,
+            /* Quoted like the whole value: the error stays one printable line. */
+            char entry[128], q[88];
+            snprintf(entry, sizeof entry, "%.*s", (int)(n < 120 ? n : 120), e);
+            snprintf(why, len, "entry \"%s\" %s: %s", ls_setting_quote(entry, q, sizeof q), bad,
                      origins ? "give a comma list of origins such as https://ui.example.com:8443 (no path), or *"
                              : "give a comma list of host names such as lorasink.internal (no port), or *");
             return false;

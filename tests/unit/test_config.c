@@ -86,6 +86,8 @@ static void expect_error(const char *const *args, const char *const *env, const 
     char err[ERRLEN];
     assert_int_equal(run(&cfg, args, env, err), LS_CONFIG_ERROR);
     if (!strstr(err, want)) fail_msg("error \"%s\" lacks \"%s\"", err, want);
+    for (const char *c = err; *c; c++) /* printed as one log line */
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) fail_msg("error \"%s\" holds control byte 0x%02x", err, (unsigned char)*c);
 }
 
 /* The dump as a malloc'd string (the caller frees). Through a tmpfile:
@@ -503,6 +505,8 @@ static void test_allowed_lists(void **state) {
     assert_int_equal(run(&c, ARGS("--allowed-hosts", "a.com,b.example"), NULL, err), LS_CONFIG_RUN);
     expect_error(ARGS("--allowed-hosts", "a.com,"), NULL, "is empty (a comma too many)");
     expect_error(ARGS("--allowed-hosts", "a.com:8080"), NULL, "entry \"a.com:8080\" is not a host name");
+    /* A control byte in an entry is quoted as '?': the error stays one printable line (fuzz_config found it). */
+    expect_error(ARGS("--allowed-origins", "ui\x7f\x1b[2Jx"), NULL, "entry \"ui??[2Jx\" does not begin with http://");
 }
 
 static void test_demo_and_weights(void **state) {
