@@ -384,23 +384,6 @@ typedef struct {
     char *owned;       /* value when this file wrote it (vLLM's JSON entry): freed with the list */
 } flag_value;
 
-/* A peer's JSON entry: vLLM's --lora-modules {"name", "path",
- * "base_model_name", "is_3d_lora_weight"}, sglang's --lora-paths
- * {"lora_name", "lora_path", "pinned"}; "pinned" (a boolean) pins in
- * both, as ",pinned" does after NAME=PATH. */
-typedef struct {
-    const char *name_key, *path_key;
-    const char *const *known;
-} peer_entry;
-
-static const char *const vllm_keys[] = {"name", "path", "base_model_name", "is_3d_lora_weight", "pinned", NULL};
-static const char *const sglang_keys[] = {"lora_name", "lora_path", "pinned", NULL};
-
-static peer_entry peer_entry_of(const ls_flag_alias *alias) {
-    if (!strcmp(alias->peer, "sglang")) return (peer_entry){"lora_name", "lora_path", sglang_keys};
-    return (peer_entry){"name", "path", vllm_keys};
-}
-
 /* A peer's JSON entry as the NAME=PATH text --adapter takes. vLLM's
  * base_model_name only names the parent in vLLM's /v1/models, where this
  * server always names the model it serves, and is_3d_lora_weight
@@ -409,7 +392,7 @@ static peer_entry peer_entry_of(const ls_flag_alias *alias) {
  * Ownership: the caller frees the result. */
 static char *lora_module_json(const ls_flag_alias *alias, const char *text, char *err, size_t errlen) {
     const char *flag = alias->name;
-    const peer_entry pe = peer_entry_of(alias);
+    const ls_peer_entry *pe = alias->entry;
     json_error_t je;
     json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     const char *key, *name = NULL, *path = NULL;
@@ -417,16 +400,16 @@ static char *lora_module_json(const ls_flag_alias *alias, const char *text, char
     char *out = NULL;
     if (!json_is_object(o)) {
         snprintf(err, errlen, "--%s: an entry that starts with '{' must be a JSON object (%s's {\"%s\": ..., "
-                 "\"%s\": ...}): %s", flag, alias->peer, pe.name_key, pe.path_key,
+                 "\"%s\": ...}): %s", flag, alias->peer, pe->name_key, pe->path_key,
                  o ? "found another JSON value" : je.text);
         goto done;
     }
     json_object_foreach(o, key, v) {
         bool is_known = false;
-        for (int k = 0; pe.known[k]; k++) is_known |= !strcmp(key, pe.known[k]);
+        for (int k = 0; pe->known[k]; k++) is_known |= !strcmp(key, pe->known[k]);
         if (!is_known) {
             char hint[160], near[96];
-            const char *dym = ls_text_unknown_key(key, pe.known, hint, sizeof hint, near, sizeof near);
+            const char *dym = ls_text_unknown_key(key, pe->known, hint, sizeof hint, near, sizeof near);
             snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
             goto done;
         }
@@ -441,10 +424,10 @@ static char *lora_module_json(const ls_flag_alias *alias, const char *text, char
             goto done;
         }
     }
-    name = json_string_value(json_object_get(o, pe.name_key));
-    path = json_string_value(json_object_get(o, pe.path_key));
+    name = json_string_value(json_object_get(o, pe->name_key));
+    path = json_string_value(json_object_get(o, pe->path_key));
     if (!name || !path) {
-        snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? pe.path_key : pe.name_key);
+        snprintf(err, errlen, "--%s: a JSON entry needs \"%s\"", flag, name ? pe->path_key : pe->name_key);
         goto done;
     }
     if (!entry_fits(name, path)) {
@@ -485,9 +468,9 @@ static bool add_value(flag_value *vals, int *nvals, const ls_setting *s, const c
                       char *err, size_t errlen) {
     flag_value *f = &vals[(*nvals)++];
     *f = (flag_value){s, value, alias ? alias->name : NULL, NULL};
-    if (!alias || !alias->several) return true;
+    if (!alias || !alias->entry) return true;
     if (value[0] == '{') f->owned = lora_module_json(alias, value, err, errlen);
-    else if (!strcmp(alias->peer, "sglang") && !strchr(value, '=')) f->owned = lora_path_bare(alias, value, err, errlen);
+    else if (alias->entry->bare_is_name && !strchr(value, '=')) f->owned = lora_path_bare(alias, value, err, errlen);
     else return true;
     f->value = f->owned;
     return f->owned != NULL;

@@ -548,13 +548,18 @@ bool ls_setting_defaults(ls_config *cfg, char *err, size_t errlen) {
 
 /* vLLM's and sglang's names for the same knobs (docs/configuration.md,
  * Aliases, says where the meaning differs). */
+static const char *const vllm_keys[] = {"name", "path", "base_model_name", "is_3d_lora_weight", "pinned", NULL};
+static const char *const sglang_keys[] = {"lora_name", "lora_path", "pinned", NULL};
+static const ls_peer_entry vllm_entry = {"name", "path", vllm_keys, false};
+static const ls_peer_entry sglang_entry = {"lora_name", "lora_path", sglang_keys, true};
+
 const ls_flag_alias ls_flag_aliases[] = {
-    {"max-loras", "slots", "N", "vLLM's name for --slots", false, "vLLM"},
-    {"max-loras-per-batch", "slots", "N", "sglang's name for --slots", false, "sglang"},
-    {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false, "vLLM"},
-    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (NAME=PATH or vLLM's JSON form)", true, "vLLM"},
-    {"lora-paths", "adapter", "NAME=PATH...", "sglang's name for --adapter, one or more entries (NAME=PATH, NAME, or sglang's JSON form)", true, "sglang"},
-    {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false, "vLLM"},
+    {"max-loras", "slots", "N", "vLLM's name for --slots", false, "vLLM", NULL},
+    {"max-loras-per-batch", "slots", "N", "sglang's name for --slots", false, "sglang", NULL},
+    {"max-lora-rank", "max-rank", "N", "vLLM's name for --max-rank (any rank in its range, not only vLLM's)", false, "vLLM", NULL},
+    {"lora-modules", "adapter", "NAME=PATH...", "vLLM's name for --adapter, one or more entries (NAME=PATH or vLLM's JSON form)", true, "vLLM", &vllm_entry},
+    {"lora-paths", "adapter", "NAME=PATH...", "sglang's name for --adapter, one or more entries (NAME=PATH, NAME, or sglang's JSON form)", true, "sglang", &sglang_entry},
+    {"max-cpu-loras", "host-cache", "N", "vLLM's name for --host-cache", false, "vLLM", NULL},
 };
 const size_t ls_flag_aliases_count = sizeof ls_flag_aliases / sizeof ls_flag_aliases[0];
 

@@ -50,6 +50,16 @@ typedef struct {
 extern const ls_setting ls_settings[];
 extern const size_t ls_settings_count;
 
+/* A peer's JSON form of one --adapter entry: vLLM's --lora-modules
+ * {"name", "path", "base_model_name", "is_3d_lora_weight"}, sglang's
+ * --lora-paths {"lora_name", "lora_path", "pinned"}; "pinned" (a
+ * boolean) pins in both, as ",pinned" does after NAME=PATH. */
+typedef struct {
+    const char *name_key, *path_key;
+    const char *const *known; /* every key taken, NULL-terminated */
+    bool bare_is_name;        /* a value with no '=' is a path that is also the name (sglang) */
+} ls_peer_entry;
+
 /* A peer's flag name taken for one of ours (flags only: the environment
  * and the file keep our names). docs/configuration.md says where the
  * peer's flag means something else. */
@@ -60,6 +70,7 @@ typedef struct {
     const char *note; /* its line of --help */
     bool several;     /* takes every following argument up to the next "--" (vLLM's nargs='+') */
     const char *peer; /* whose name it is: "vLLM", "sglang" */
+    const ls_peer_entry *entry; /* its JSON entry, for an alias of --adapter; NULL else */
 } ls_flag_alias;
 
 extern const ls_flag_alias ls_flag_aliases[];
