@@ -146,10 +146,20 @@ static void ls_adapter_unknown(ls_adapter_ctx *c, const char *name, const ls_ada
         break;
     case LS_AN_WHY_GATE:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
-                             "leave shared_expert_gate out of target_modules: it sets the experts' gammas, which "
-                             "this server takes from the checkpoint or the request",
+                             "leave shared_expert_gate out of target_modules (with \"all-linear\", add it to "
+                             "exclude_modules): it sets the experts' gammas, which this server takes from the "
+                             "checkpoint or the request",
                              "%s is a LoRA factor of the shared-expert gate; only gate_proj, up_proj, down_proj "
                              "(or gate_up_proj) take factors",
+                             name);
+        break;
+    case LS_AN_WHY_COPY:
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
+                             "train the shared experts with LoRA factors only: keep modules_to_save to modules "
+                             "outside the shared-expert block (lm_head, embed_tokens, the router), or drop the "
+                             "tensor if the module was not trained",
+                             "%s is a trained copy of a shared-expert module's weight (PEFT saves one for a "
+                             "modules_to_save entry that matches the module); this server loads LoRA factors only",
                              name);
         break;
     case LS_AN_WHY_SHARED_FORM:

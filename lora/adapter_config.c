@@ -100,7 +100,7 @@ static const char *ls_config_init_mutates(const char *v) {
 
 /* The keys that would make the factors mean something else than this
  * server computes: each is refused with its reason. */
-static bool ls_config_refusals(const json_t *obj, bool from_file, ls_error *err) {
+static bool ls_config_refusals(const json_t *obj, ls_error *err) {
     bool ok = true;
     for (size_t i = 0; i < sizeof ls_config_variants / sizeof *ls_config_variants; i++) {
         const json_t *v = json_object_get(obj, ls_config_variants[i].key);
@@ -135,27 +135,28 @@ static bool ls_config_refusals(const json_t *obj, bool from_file, ls_error *err)
         ls_config_refuse(err, "modules_to_save", NULL, "must be a list of module names, found %s", ls_json_kind(save));
         ok = false;
     }
+    /* Which modules an entry replaces is read from the tensors, which
+     * name exactly what PEFT saved: a copy inside the shared block is
+     * refused there (adapter_names.c), one elsewhere is skipped. */
     json_array_foreach(save, i, e) {
-        if (json_is_string(e) && !ls_peft_saves_shared_block(json_string_value(e))) continue;
-        char what[96];
-        if (from_file || !json_is_string(e)) snprintf(what, sizeof what, "entry %zu", i + 1);
-        else snprintf(what, sizeof what, "entry \"%.60s\"", json_string_value(e));
-        ls_config_refuse(err, "modules_to_save",
-                         "train the shared experts with LoRA factors only; keep modules_to_save to modules outside "
-                         "the shared-expert block (lm_head, embeddings)",
-                         "%s replaces a shared-expert module (or one that contains them) with a trained copy, whose "
-                         "weights this server does not load",
-                         what);
+        if (json_is_string(e)) continue;
+        char what[64];
+        snprintf(what, sizeof what, "entry %zu", i + 1);
+        ls_config_refuse(err, "modules_to_save", NULL, "%s must be a module name", what);
         ok = false;
     }
     return ok;
 }
 
-/* PEFT's other adapter types, which a file's message may name: a fixed
- * word of PEFT's, not the file's text. */
-static const char *const ls_peft_types[] = {"LOHA", "LOKR", "IA3", "ADALORA", "OFT", "BOFT", "VERA", "FOURIERFT",
-                                            "HRA", "VBLORA", "XLORA", "PROMPT_TUNING", "PREFIX_TUNING",
-                                            "P_TUNING", "ADAPTION_PROMPT", "LN_TUNING", "POLY"};
+/* PEFT's other adapter types (PeftType of peft 0.21), which a file's
+ * message may name: a fixed word of PEFT's, not the file's text. */
+static const char *const ls_peft_types[] = {
+    "PROMPT_TUNING", "MULTITASK_PROMPT_TUNING", "P_TUNING", "PREFIX_TUNING", "ADALORA", "ADAMSS", "BOFT",
+    "ADAPTION_PROMPT", "IA3", "BEFT", "LILY", "LOHA", "LOKR", "OFT", "POLY", "LN_TUNING", "VERA", "FROD", "PVERA",
+    "FOURIERFT", "GLORA", "XLORA", "HRA", "VBLORA", "UNILORA", "CPT", "MISS", "RANDLORA", "ROAD", "TRAINABLE_TOKENS",
+    "HIRA", "SHIRA", "C3A", "WAVEFT", "OSF", "DELORA", "GRALORA", "CARTRIDGE", "TINYLORA", "PSOFT", "PEANUT",
+    "SHADOW", "SUPERTUNING", "DEFT"
+};
 
 /* A peft_type other than LORA: the adapter's tensors mean something else,
  * so its r or lora_alpha (often absent) are not worth a word. */
@@ -213,7 +214,7 @@ static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool fro
         ok = false;
     }
 
-    ok &= ls_config_refusals(obj, from_file, err);
+    ok &= ls_config_refusals(obj, err);
     char *peft = malloc(LS_ADAPTER_PEFT_TEXT);
     if (!peft) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     if (ls_peft_rules_from_config(obj, from_file, peft, LS_ADAPTER_PEFT_TEXT, err) != LS_OK) ok = false;

@@ -18,8 +18,7 @@
  * require_alpha false lets an inline config omit lora_alpha (scale 1).
  * Keys that make the factors mean something this server does not compute
  * (use_dora, lora_bias, a base-modifying init_lora_weights, LoRA
- * variants, a modules_to_save entry on the shared experts, a peft_type
- * other than LORA) are refused, each with its reason. */
+ * variants, a peft_type other than LORA) are refused, each with its reason. */
 ls_status ls_adapter_config_parse(const json_t *obj, bool require_alpha, ls_adapter_params *p, ls_error *err);
 
 /* Same, from the text of an adapter_config.json file: a bad string,

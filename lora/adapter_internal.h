@@ -28,6 +28,7 @@ typedef enum {
     LS_AN_WHY_DORA,        /* a DoRA magnitude vector */
     LS_AN_WHY_BIAS,        /* a lora_B bias (lora_bias) */
     LS_AN_WHY_GATE,        /* a factor of Qwen's shared_expert_gate */
+    LS_AN_WHY_COPY,        /* a weight or bias of a shared-expert module: a modules_to_save copy */
 } ls_adapter_name_why;
 
 /* Slots of a layer: first the four in the order of the factor layout

@@ -51,7 +51,7 @@ static bool ls_is_lora_factor(const char *s) {
 /* What PEFT saves beside the factors, of modules other than the shared
  * experts: modules_to_save copies and save_embedding_layers (.weight),
  * bias="all" or "lora_only" (.bias), trainable tokens. None changes the
- * shared experts' output. */
+ * shared experts' output. (In a layer, ls_is_layer_tensor takes any.) */
 static bool ls_is_module_tensor(const char *s) {
     const char *dot = strrchr(s, '.');
     if (!dot || dot == s) return false;
@@ -73,6 +73,20 @@ static bool ls_parse_index(const char *s, size_t len, int64_t *out) {
     return true;
 }
 
+/* Whether s lies under a decoder layer ("model.layers.{l}." and the other
+ * roots): there PEFT's modules_to_save copies keep their parameters'
+ * own names (the routed experts' gate_up_proj, DeepSeek's router's
+ * e_score_correction_bias), not only .weight and .bias. */
+static bool ls_is_layer_tensor(const char *s) {
+    for (size_t r = 0; r < sizeof ls_layer_roots / sizeof *ls_layer_roots; r++) {
+        if (!ls_starts(s, ls_layer_roots[r])) continue;
+        const char *idx = s + strlen(ls_layer_roots[r]), *dot = strchr(idx, '.');
+        int64_t layer;
+        return dot && dot[1] && ls_parse_index(idx, (size_t)(dot - idx), &layer);
+    }
+    return false;
+}
+
 /* The part of s after "{block}.{shared}." when s starts so; NULL else. */
 static const char *ls_after_shared(const char *s) {
     for (size_t b = 0; b < sizeof ls_blocks / sizeof *ls_blocks; b++) {
@@ -92,6 +106,8 @@ static void ls_adapter_name_why_not(const char *s, ls_adapter_name *out) {
         out->why = LS_AN_WHY_BIAS;
     else if (strstr(s, "shared_expert_gate.lora_"))
         out->why = LS_AN_WHY_GATE;
+    else if (!strstr(s, "lora_") && (ls_ends(s, ".weight") || ls_ends(s, ".bias")))
+        out->why = LS_AN_WHY_COPY;
     else
         out->why = LS_AN_WHY_SHARED_FORM;
 }
@@ -146,7 +162,7 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
     if (ls_is_lora_factor(s)) {
         out->kind = LS_AN_OTHER;
         out->lora = true;
-    } else if (ls_is_module_tensor(s)) {
+    } else if (ls_is_module_tensor(s) || ls_is_layer_tensor(s)) {
         out->kind = LS_AN_OTHER;
     }
 }

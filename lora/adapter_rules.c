@@ -1,8 +1,7 @@
 /* PEFT's per-module config rules, as huggingface/peft applies them:
  * get_pattern_key (rank_pattern, alpha_pattern: first matching key wins),
  * check_target_module_exists (layers_to_transform, layers_pattern, full
- * names in target_modules), _set_trainable (modules_to_save: the end of a
- * module's name). Validated from a config, kept as compact JSON text,
+ * names in target_modules). Validated from a config, kept as compact JSON text,
  * compiled when an adapter is normalised. */
 #include "lora/adapter_rules.h"
 
@@ -37,7 +36,6 @@ struct ls_peft_rules {
     size_t n_params;
 };
 
-static const char *const ls_leaves[] = {"gate_proj", "up_proj", "down_proj", "gate_up_proj"};
 /* Ends a key may have to concern a shared expert: a leaf, or the weight
  * of one (PEFT matches target_parameters' patterns against
  * "{module}.weight"). */
@@ -53,7 +51,7 @@ static bool ls_is_word_char(char c) {
 }
 
 /* Whether key can match the name of a shared-expert module (which ends
- * in one of ls_leaves). Without a top-level '|', a key ending in plain
+ * in gate_proj, up_proj, down_proj or gate_up_proj). Without a top-level '|', a key ending in plain
  * word characters T only matches names ending in T; T must then be the
  * end of a leaf. Anything less plain is kept. */
 static bool ls_key_may_concern(const char *key) {
@@ -492,51 +490,4 @@ void ls_peft_rules_layers_str(const ls_peft_rules *r, char *buf, size_t len) {
         used += (size_t)snprintf(buf + used, len - used, "%s%lld", i ? ", " : "", r->layers[i]);
     snprintf(buf + (used < len ? used : len - 1), len - (used < len ? used : len - 1), "%s",
              used >= len - 6 ? "...]" : "]");
-}
-
-/* Whether e is the end of prefix + "layers." + l + y for some PEFT-style
- * prefix and layer number l: the end of y, digits then y, or the end of
- * "…layers." then a number then y. */
-static bool ls_suffix_of_layer_name(const char *e, const char *y) {
-    if (ls_ends_with(y, e)) return true;
-    if (!ls_ends_with(e, y)) return false;
-    size_t rest = strlen(e) - strlen(y), d = rest;
-    while (d > 0 && e[d - 1] >= '0' && e[d - 1] <= '9') d--;
-    if (d == rest) return false;
-    if (d == 0) return true; /* digits: the end of some layer number */
-    if (e[d] == '0' && rest - d > 1) return false; /* no layer number has a leading zero */
-    char x[256];
-    if (d >= sizeof x) return false;
-    memcpy(x, e, d);
-    x[d] = '\0';
-    return ls_ends_with("layers.", x) || ls_ends_with(x, ".layers.");
-}
-
-bool ls_peft_saves_shared_block(const char *e) {
-    static const char *const above[] = {"model", "model.language_model", "language_model.model", "language_model"};
-    static const char *const blocks[] = {"mlp", "feed_forward"};
-    static const char *const shared[] = {"shared_experts", "shared_expert"};
-    if (!*e) return true; /* every name ends with "": the root module */
-    for (size_t i = 0; i < sizeof above / sizeof *above; i++) {
-        char layers[64];
-        snprintf(layers, sizeof layers, "%s.layers", above[i]);
-        if (ls_ends_with(above[i], e) || ls_ends_with(layers, e) || ls_ends_with(e, ".layers")) return true;
-    }
-    if (ls_suffix_of_layer_name(e, "")) return true;
-    for (size_t b = 0; b < 2; b++) {
-        char y[96];
-        snprintf(y, sizeof y, ".%s", blocks[b]);
-        if (ls_suffix_of_layer_name(e, y)) return true;
-        snprintf(y, sizeof y, ".%s.shared_expert_gate", blocks[b]);
-        if (ls_suffix_of_layer_name(e, y)) return true;
-        for (size_t s = 0; s < 2; s++) {
-            snprintf(y, sizeof y, ".%s.%s", blocks[b], shared[s]);
-            if (ls_suffix_of_layer_name(e, y)) return true;
-            for (size_t l = 0; l < sizeof ls_leaves / sizeof *ls_leaves; l++) {
-                snprintf(y, sizeof y, ".%s.%s.%s", blocks[b], shared[s], ls_leaves[l]);
-                if (ls_suffix_of_layer_name(e, y)) return true;
-            }
-        }
-    }
-    return false;
 }

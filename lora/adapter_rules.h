@@ -64,9 +64,4 @@ bool ls_peft_rules_layer_ok(const ls_peft_rules *r, const char *module, long lon
 /* layers_to_transform as text for messages ("[0, 2]"); "" without one. */
 void ls_peft_rules_layers_str(const ls_peft_rules *r, char *buf, size_t len);
 
-/* Whether a modules_to_save entry would replace (as PEFT matches it: the
- * end of a module's name) a shared-expert module, its gate, or a module
- * that contains them, in some layer. */
-bool ls_peft_saves_shared_block(const char *entry);
-
 #endif

@@ -108,14 +108,16 @@ class Family:
     refusals: bool = False         # also the adapters PEFT writes that must be refused (REFUSED)
 
 
-# LoraConfig keys whose adapters the server must refuse (422
-# adapter_config_invalid, naming the key), and that key.
+# LoraConfig keys whose adapters the server must refuse (422), the error
+# code and what its message must hold: the key, or for a trained copy of
+# the shared experts (modules_to_save) the copy's tensor.
 REFUSED = {
-    "dora": ({"use_dora": True}, '"use_dora"'),
-    "pissa": ({"init_lora_weights": "pissa"}, "PiSSA"),
-    "olora": ({"init_lora_weights": "olora"}, "OLoRA"),
-    "lora-bias": ({"lora_bias": True}, '"lora_bias"'),
-    "save-shared": ({"target_modules": ["q_proj"], "modules_to_save": ["shared_expert"]}, '"modules_to_save"'),
+    "dora": ({"use_dora": True}, "adapter_config_invalid", '"use_dora"'),
+    "pissa": ({"init_lora_weights": "pissa"}, "adapter_config_invalid", "PiSSA"),
+    "olora": ({"init_lora_weights": "olora"}, "adapter_config_invalid", "OLoRA"),
+    "lora-bias": ({"lora_bias": True}, "adapter_config_invalid", '"lora_bias"'),
+    "save-shared": ({"target_modules": ["q_proj"], "modules_to_save": ["shared_expert"]}, "lora_unknown_tensor",
+                    "mlp.shared_expert.gate_proj.weight is a trained copy"),
 }
 
 FAMILIES = [
@@ -431,7 +433,7 @@ def make_refused(fam, model, adir, active, notes):
     if not fam.refusals:
         return {}
     projs = {"target_modules": list(PROJS)}
-    for name, (keys, _) in REFUSED.items():
+    for name, (keys, _, _) in REFUSED.items():
         pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, **{**projs, **keys}))
         pm.save_pretrained(os.path.join(adir, name))
     torch.manual_seed(20)
@@ -447,35 +449,38 @@ def make_refused(fam, model, adir, active, notes):
     active["pissa-converted"] = PeftModel.from_pretrained(copy.deepcopy(model),
                                                           os.path.join(adir, "pissa-converted")).eval()
     # Beside its factors PEFT saves trained copies and biases of other
-    # modules: they must load, skipped and listed in ignored.
+    # modules: they must load, skipped and listed in ignored. The routed
+    # experts' copy keeps their fused parameters' names (no .weight).
     torch.manual_seed(21)
     pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, init_lora_weights=False, bias="all",
-                                                         modules_to_save=["lm_head"], trainable_token_indices=[0, 1],
-                                                         **projs))
+                                                         modules_to_save=["lm_head", "experts"],
+                                                         trainable_token_indices=[0, 1], **projs))
     pm.save_pretrained(os.path.join(adir, "other-modules"))
     active["other-modules"] = PeftModel.from_pretrained(copy.deepcopy(model),
                                                         os.path.join(adir, "other-modules")).eval()
     notes.append(f"{len(REFUSED)} adapters to refuse, pissa-converted, other-modules")
-    return {name: why for name, (_, why) in REFUSED.items()}
+    return {name: (code, why) for name, (_, code, why) in REFUSED.items()}
 
 
 def check_refusals(port, refused, notes):
-    for name, why in refused.items():
+    for name, (code, why) in refused.items():
         st, r = http(port, "POST", "/adapters/validate", {"path": name})
-        if st != 422 or r["error"]["code"] != "adapter_config_invalid" or why not in r["error"]["message"]:
-            raise RuntimeError(f"{name}: {st} {json.dumps(r)[:300]}, expected 422 naming {why}")
+        err = r.get("error", {})
+        said = [err.get("message", "")] + [v.get("message", "") for v in err.get("violations", [])]
+        if st != 422 or err.get("code") != code or not any(why in m for m in said):
+            raise RuntimeError(f"{name}: {st} {json.dumps(r)[:300]}, expected 422 {code} naming {why}")
     if refused:
-        notes.append(f"refused: {', '.join(refused)} (422 adapter_config_invalid, naming the key)")
+        notes.append(f"refused: {', '.join(refused)} (422, naming the key or the trained copy)")
 
 
 def check_other_modules(loaded, notes):
-    """The saved copy of lm_head, the biases and the trainable tokens are
-    each listed as skipped."""
+    """The saved copies of lm_head and the routed experts, the biases and
+    the trainable tokens are each listed as skipped."""
     if "other-modules" not in loaded:
         return
     ignored = loaded["other-modules"].get("ignored", [])
     kinds = {"lm_head.weight": "base_model.model.lm_head.weight", "bias": ".bias",
-             "trainable tokens": "trainable_tokens_delta"}
+             "trainable tokens": "trainable_tokens_delta", "routed experts' copy": "mlp.experts.gate_up_proj"}
     missing = [k for k, part in kinds.items() if not any(part in n for n in ignored)]
     if missing:
         raise RuntimeError(f"other-modules: ignored lists no {', '.join(missing)}: {ignored[:8]}")

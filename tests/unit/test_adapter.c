@@ -462,6 +462,10 @@ static const char *const other_modules[] = {
     "base_model.model.lm_head.weight",
     "base_model.model.model.layers.0.self_attn.k_proj.bias",
     "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta",
+    /* modules_to_save copies in a layer keep their parameters' names: the
+     * routed experts' fused parameters, DeepSeek's router's bias. */
+    "base_model.model.model.layers.0.mlp.experts.gate_up_proj",
+    "base_model.model.model.layers.1.mlp.gate.e_score_correction_bias",
 };
 enum { N_OTHER = sizeof other_modules / sizeof other_modules[0], N_OTHER_LORA = 4 };
 

@@ -199,6 +199,9 @@ static void test_unknown_tensor(void **state) {
         "layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight",
         "model.layers.0.mlp.shared_expert_gate.lora_A.weight",
         "model.layers.0.mlp.shared_experts.gate_proj.lora_A.default.weight",
+        "base_model.model.model.layers.0.mlp.shared_experts.gate_proj.weight", /* modules_to_save copies */
+        "model.layers.0.mlp.shared_expert_gate.weight",
+        "model.layers.00.mlp.experts.gate_up_proj", /* no layer PyTorch names */
     };
     const size_t nbad = sizeof bad / sizeof bad[0];
     const int64_t shape[2] = {2, 4};
@@ -214,6 +217,11 @@ static void test_unknown_tensor(void **state) {
     assert_non_null(strstr(v->message, "gate"));
     v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[7]);
     assert_non_null(strstr(v->message, "DoRA"));
+    for (size_t i = 11; i < 13; i++) {
+        v = tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[i]);
+        assert_non_null(strstr(v->message, "trained copy"));
+        assert_non_null(strstr(v->hint, "modules_to_save"));
+    }
 }
 
 static void test_layer_out_of_range(void **state) {
