@@ -19,6 +19,15 @@
 #define LS_ST_LEN_FIELD 8
 #define LS_ST_META "__metadata__"
 
+/* PyTorch's own formats, which a safetensors name is often given by
+ * mistake (adapter_model.bin, pytorch_model.bin): torch.save writes a zip
+ * archive (PyTorch 1.6 on) or a bare pickle. NULL for anything else. */
+static const char *ls_st_torch_kind(const uint8_t *buf) {
+    if (!memcmp(buf, "PK\x03\x04", 4)) return "a zip archive, as torch.save writes (a pickled PyTorch file)";
+    if (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5) return "a pickle, as older torch.save writes";
+    return NULL;
+}
+
 /* Checks the 8-byte length field (in buf) against a file of file_len
  * bytes; on success *n is the header's length. */
 static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t *n_out, ls_error *err) {
@@ -32,7 +41,19 @@ static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t 
     for (int i = 0; i < LS_ST_LEN_FIELD; i++) n |= (uint64_t)buf[i] << (8 * i);
     uint64_t avail = file_len - LS_ST_LEN_FIELD;
     /* The messages below never carry the field's value nor any other
-     * byte of the input: a file read by path is not the client's to see. */
+     * byte of the input (a file read by path is not the client's to see),
+     * only PyTorch's format when the length fits no file: a real header
+     * of 640 bytes also begins 0x80 0x02. */
+    const char *torch = n > LS_SAFETENSORS_MAX_HEADER || n > avail ? ls_st_torch_kind(buf) : NULL;
+    if (torch) {
+        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                     "save it again in safetensors (PEFT's save_pretrained writes adapter_model.safetensors unless "
+                     "safe_serialization=False), or convert it with safetensors.torch.save_file",
+                     "safetensors: the file is %s, not safetensors; this server never reads pickles (loading one "
+                     "can run code)",
+                     torch);
+        return false;
+    }
     if (n > LS_SAFETENSORS_MAX_HEADER) {
         ls_st_violation(err, NULL, LS_NA, LS_SAFETENSORS_MAX_HEADER, LS_NA,
                         "the header length field exceeds the limit of %u bytes", LS_SAFETENSORS_MAX_HEADER);

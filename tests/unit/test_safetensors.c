@@ -297,6 +297,18 @@ static void test_length_field(void **state) {
     expect_invalid_raw((const uint8_t *)"\xff\xff\xff\xff\xff\xff\xff\xff{}", 10, "exceeds the limit");
     expect_invalid_raw((const uint8_t *)"\x03\0\0\0\0\0\0\0{}", 10, "runs past the end of the file");
     expect_invalid_raw((const uint8_t *)"\x00\xe1\xf5\x05\0\0\0\0{}", 10, "runs past the end of the file");
+    /* PyTorch's formats given for safetensors (adapter_model.bin) are
+     * named, and a pickle is never read. */
+    expect_invalid_raw((const uint8_t *)"PK\x03\x04\x14\0\0\0\0\0archive/data.pkl", 26, "a zip archive, as torch.save");
+    expect_invalid_raw((const uint8_t *)"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20", 10, "a pickle");
+    /* A real header of 640 bytes begins 0x80 0x02 too: it is read. */
+    uint8_t *b = malloc(8 + 640);
+    memcpy(b, "\x80\x02\0\0\0\0\0\0{}", 10);
+    memset(b + 10, ' ', 638);
+    parsed p;
+    parse_buf(&p, b, 8 + 640);
+    assert_int_equal(p.st, LS_OK);
+    parsed_free(&p);
 }
 
 /* A header of exactly the limit is accepted: the bound is inclusive. */
