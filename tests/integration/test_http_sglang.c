@@ -35,13 +35,11 @@ static int teardown(void **state) {
 /* POSTs body to path; asserts the status and that the reply is sglang's
  * shape with success as expected. Returns the parsed body (owned). */
 static json_t *post_to(tiny_server *t, const char *path, const char *body, const char *const *headers, long want) {
-    ls_test_response r;
-    assert_int_equal(ls_test_http(t->srv, "POST", path, "application/json", body, strlen(body), headers, &r), 0);
-    if (r.status != want) fprintf(stderr, "POST %s %s -> %ld (wanted %ld): %s\n", path, body, r.status, want, r.body);
-    assert_int_equal(r.status, want);
-    assert_true(r.body[strlen(r.body) - 1] == '\n');
-    json_t *j = ls_test_response_json(&r);
-    ls_test_response_free(&r);
+    char *text = tiny_request(t, "POST", path, body, headers, want);
+    assert_true(text[0] && text[strlen(text) - 1] == '\n');
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    free(text);
     assert_non_null(j);
     assert_true(json_is_boolean(json_object_get(j, "success")));
     assert_true(json_is_string(json_object_get(j, "error_message")));
@@ -72,12 +70,7 @@ static const char *loaded_path(const json_t *j, const char *name) {
 static json_t *adapter(const char *name, long want) {
     char path[256];
     snprintf(path, sizeof path, "/adapters/%s", name);
-    ls_test_response r;
-    assert_int_equal(ls_test_http(ts.srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
-    assert_int_equal(r.status, want);
-    json_t *j = ls_test_response_json(&r);
-    ls_test_response_free(&r);
-    return j;
+    return tiny_get_json(&ts, path, want);
 }
 
 static void test_load_forward_unload(void **state) {

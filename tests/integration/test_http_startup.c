@@ -53,12 +53,7 @@ static int teardown(void **state) {
 static json_t *adapter_get(const char *name, long want) {
     char path[256];
     snprintf(path, sizeof path, "/adapters/%s", name);
-    ls_test_response r;
-    assert_int_equal(ls_test_http(ts.srv, "GET", path, NULL, NULL, 0, NULL, &r), 0);
-    assert_int_equal(r.status, want);
-    json_t *j = ls_test_response_json(&r);
-    ls_test_response_free(&r);
-    return j;
+    return tiny_get_json(&ts, path, want);
 }
 
 static void expect_adapter(const char *name, bool pinned, long long version) {

@@ -37,13 +37,7 @@ static int teardown(void **state) {
 /* POSTs body (JSON text) to path with headers; asserts the status and
  * returns the body (owned). */
 static char *post_to(tiny_server *t, const char *path, const char *body, const char *const *headers, long want) {
-    ls_test_response r;
-    assert_int_equal(ls_test_http(t->srv, "POST", path, "application/json", body, strlen(body), headers, &r), 0);
-    if (r.status != want) fprintf(stderr, "POST %s %s -> %ld (wanted %ld): %s\n", path, body, r.status, want, r.body);
-    assert_int_equal(r.status, want);
-    char *out = strdup(r.body);
-    ls_test_response_free(&r);
-    return out;
+    return tiny_request(t, "POST", path, body, headers, want);
 }
 
 static char *post(const char *path, const char *body, const char *const *headers, long want) {

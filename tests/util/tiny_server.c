@@ -219,6 +219,30 @@ json_t *tiny_post_json(tiny_server *ts, const char *path, const json_t *body, lo
     return j;
 }
 
+char *tiny_request(tiny_server *ts, const char *method, const char *path, const char *body,
+                   const char *const *headers, long want_status) {
+    ls_test_response r;
+    const char *type = body ? "application/json" : NULL;
+    assert_int_equal(ls_test_http(ts->srv, method, path, type, body, body ? strlen(body) : 0, headers, &r), 0);
+    if (r.status != want_status)
+        fprintf(stderr, "%s %s %s -> %ld (wanted %ld): %s\n", method, path, body ? body : "", r.status, want_status,
+                r.body);
+    assert_int_equal(r.status, want_status);
+    char *out = strdup(r.body);
+    assert_non_null(out);
+    ls_test_response_free(&r);
+    return out;
+}
+
+json_t *tiny_get_json(tiny_server *ts, const char *path, long want_status) {
+    char *text = tiny_request(ts, "GET", path, NULL, NULL, want_status);
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    free(text);
+    assert_non_null(j);
+    return j;
+}
+
 /* The forward tiny_check_forward makes, as a safetensors body with the
  * adapters [name, null, name] in its metadata; y (count entries, malloc'd)
  * of the reply. */

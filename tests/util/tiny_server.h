@@ -58,6 +58,13 @@ json_t *tiny_shaped_peft(const int *ga, int nga, const int *gb, int ngb, const i
 json_t *tiny_shaped_pool(const int *ga, int nga, const int *gb, int ngb, const int *da, int nda, const int *db,
                          int ndb);
 json_t *tiny_post_json(tiny_server *ts, const char *path, const json_t *body, long want_status);
+/* Sends method to path with a JSON text body (NULL: none) and headers
+ * (NULL-terminated, may be NULL); asserts the status, printing the reply
+ * when it differs. Returns the reply's body (owned, malloc'd). */
+char *tiny_request(tiny_server *ts, const char *method, const char *path, const char *body,
+                   const char *const *headers, long want_status);
+/* GET path; asserts the status; the reply as JSON (owned). */
+json_t *tiny_get_json(tiny_server *ts, const char *path, long want_status);
 /* Forward of the example's x and gammas with adapters [name, null, name];
  * asserts y matches the example's expected y for layout (rel 1e-5). */
 void tiny_check_forward(tiny_server *ts, const char *name, const char *layout);
