@@ -26,8 +26,9 @@ static bool ls_absent_has(int dir_fd, const char *name) {
 }
 
 /* The first subfolder (by name) of dir_fd holding adapter_config.json
- * into best; how many do. Links are skipped. */
-static int ls_absent_subfolders(int dir_fd, char *best, size_t len) {
+ * into best, and whether its model is only a pickle (*pickle); how many
+ * hold a config. Links are skipped. */
+static int ls_absent_subfolders(int dir_fd, char *best, size_t len, bool *pickle) {
     int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return 0;
     DIR *d = fdopendir(fd);
@@ -44,9 +45,13 @@ static int ls_absent_subfolders(int dir_fd, char *best, size_t len) {
         int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub < 0) continue;
         bool has = ls_absent_has(sub, "adapter_config.json");
+        bool only_bin = !ls_absent_exists(sub, "adapter_model.safetensors") && ls_absent_has(sub, "adapter_model.bin");
         close(sub);
         if (!has) continue;
-        if (!found++ || strcmp(e->d_name, best) < 0) snprintf(best, len, "%s", e->d_name);
+        if (!found++ || strcmp(e->d_name, best) < 0) {
+            snprintf(best, len, "%s", e->d_name);
+            *pickle = only_bin;
+        }
     }
     closedir(d);
     return found;
@@ -55,15 +60,20 @@ static int ls_absent_subfolders(int dir_fd, char *best, size_t len) {
 /* err is set only when true is returned. */
 bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
     if (ls_absent_exists(dir_fd, "adapter_config.json")) return false;
-    char sub[256], hint[600];
-    int n = ls_absent_subfolders(dir_fd, sub, sizeof sub);
+    char sub[256], hint[800];
+    bool pickle = false;
+    int n = ls_absent_subfolders(dir_fd, sub, sizeof sub, &pickle);
     if (n > 0) {
-        snprintf(hint, sizeof hint, "give the path \"%.200s/%s\"%s", rel, sub,
-                 n > 1 ? " (or another subfolder that holds an adapter)" : "");
+        snprintf(hint, sizeof hint, "give the path \"%.200s/%s\"%s%s", rel, sub,
+                 n > 1 ? " (or another subfolder that holds an adapter)" : "",
+                 pickle ? ", once its adapter_model.bin is saved again in safetensors (save_pretrained with "
+                          "safe_serialization=True)"
+                        : "");
         ls_error_set(err, LS_INVALID_REQUEST, hint,
                      "path \"%.200s\" holds no adapter_config.json, but its subfolder \"%s\" does%s: PEFT saves an "
-                     "adapter not named \"default\" in a subfolder of its name",
-                     rel, sub, n > 1 ? " (and others)" : "");
+                     "adapter not named \"default\" in a subfolder of its name%s",
+                     rel, sub, n > 1 ? " (and others)" : "",
+                     pickle ? "; its model is a pickled adapter_model.bin, which this server never reads" : "");
         return true;
     }
     if (ls_absent_has(dir_fd, "adapter_model.safetensors")) {

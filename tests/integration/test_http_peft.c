@@ -477,6 +477,19 @@ static void test_missing_files_explained(void **state) {
     assert_non_null(strstr(error_text(e, "message"), "adapter_model.bin, a pickled PyTorch file"));
     assert_non_null(strstr(error_text(e, "hint"), "safetensors"));
     json_decref(e);
+
+    /* A subfolder's adapter that is only a pickle: both said at once. */
+    snprintf(path, sizeof path, "%s/outer", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    write_peft_dir(dir, "outer/named", &B, fmt, "{\"r\": 3, \"lora_alpha\": 6}");
+    snprintf(path, sizeof path, "%s/outer/named/adapter_model.safetensors", dir);
+    snprintf(to, sizeof to, "%s/outer/named/adapter_model.bin", dir);
+    assert_int_equal(rename(path, to), 0);
+    e = load("outer", "outer", 400);
+    assert_non_null(strstr(error_text(e, "message"), "subfolder \"named\""));
+    assert_non_null(strstr(error_text(e, "message"), "pickled adapter_model.bin"));
+    assert_non_null(strstr(error_text(e, "hint"), "\"outer/named\", once its adapter_model.bin is saved again"));
+    json_decref(e);
 }
 
 int main(void) {
