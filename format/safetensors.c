@@ -19,13 +19,29 @@
 #define LS_ST_LEN_FIELD 8
 #define LS_ST_META "__metadata__"
 
-/* PyTorch's own formats, which a safetensors name is often given by
- * mistake (adapter_model.bin, pytorch_model.bin): torch.save writes a zip
- * archive (PyTorch 1.6 on) or a bare pickle. NULL for anything else. */
-static const char *ls_st_torch_kind(const uint8_t *buf) {
-    if (!memcmp(buf, "PK\x03\x04", 4)) return "a zip archive, as torch.save writes (a pickled PyTorch file)";
-    if (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5) return "a pickle, as older torch.save writes";
-    return NULL;
+/* What a file given for safetensors often is instead, from its first 8
+ * bytes, with the fix: PyTorch's own formats (adapter_model.bin,
+ * pytorch_model.bin: torch.save writes a zip archive from PyTorch 1.6 on,
+ * a bare pickle before), or the Git LFS pointer left by a clone without
+ * git-lfs. false for anything else. */
+static bool ls_st_foreign_kind(const uint8_t *buf, const char **what, const char **hint) {
+    static const char *const resave = "save it again in safetensors (PEFT's save_pretrained writes "
+                                      "adapter_model.safetensors unless safe_serialization=False), or convert it "
+                                      "with safetensors.torch.save_file";
+    if (!memcmp(buf, "PK\x03\x04", 4)) {
+        *what = "a zip archive, as torch.save writes (a pickled PyTorch file); this server never reads pickles "
+                "(loading one can run code)";
+        *hint = resave;
+    } else if (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5) {
+        *what = "a pickle, as older torch.save writes; this server never reads pickles (loading one can run code)";
+        *hint = resave;
+    } else if (!memcmp(buf, "version ", 8)) {
+        *what = "a Git LFS pointer, not the file it points to: the repository was cloned without git-lfs";
+        *hint = "fetch the file itself: git lfs install && git lfs pull in the clone, or huggingface-cli download";
+    } else {
+        return false;
+    }
+    return true;
 }
 
 /* Checks the 8-byte length field (in buf) against a file of file_len
@@ -42,16 +58,12 @@ static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t 
     uint64_t avail = file_len - LS_ST_LEN_FIELD;
     /* The messages below never carry the field's value nor any other
      * byte of the input (a file read by path is not the client's to see),
-     * only PyTorch's format when the length fits no file: a real header
-     * of 640 bytes also begins 0x80 0x02. */
-    const char *torch = n > LS_SAFETENSORS_MAX_HEADER || n > avail ? ls_st_torch_kind(buf) : NULL;
-    if (torch) {
-        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
-                     "save it again in safetensors (PEFT's save_pretrained writes adapter_model.safetensors unless "
-                     "safe_serialization=False), or convert it with safetensors.torch.save_file",
-                     "safetensors: the file is %s, not safetensors; this server never reads pickles (loading one "
-                     "can run code)",
-                     torch);
+     * only what the file is instead when the length fits no file: a real
+     * header of 640 bytes also begins 0x80 0x02. */
+    const char *what, *hint;
+    if ((n > LS_SAFETENSORS_MAX_HEADER || n > avail) && ls_st_foreign_kind(buf, &what, &hint)) {
+        ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, hint,
+                     "safetensors: the file is %s", what);
         return false;
     }
     if (n > LS_SAFETENSORS_MAX_HEADER) {
@@ -178,6 +190,17 @@ static ls_status ls_st_header_fill(ls_st_header *out, ls_st_entry *ents, size_t 
 }
 
 /* See safetensors.h: 8 + N bytes read, nothing of the data section. */
+/* A file the server reads itself (a checkpoint's shard) is named in the
+ * message, which the header's checks leave out: there may be many. */
+static ls_status ls_st_name_file(ls_error *err, const char *what) {
+    char msg[sizeof err->message + 320];
+    const char *m = !strncmp(err->message, "safetensors: ", 13) ? err->message + 13 : err->message;
+    snprintf(msg, sizeof msg, "safetensors: %.300s: %s", what, m);
+    memcpy(err->message, msg, sizeof err->message - 1);
+    err->message[sizeof err->message - 1] = '\0';
+    return LS_SAFETENSORS_INVALID;
+}
+
 ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out, ls_error *err) {
     memset(out, 0, sizeof *out);
     ls_tensor_set_init(&out->meta);
@@ -188,7 +211,7 @@ ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out
     ssize_t r = ls_st_pread_all(fd, len8, file_len < LS_ST_LEN_FIELD ? (size_t)file_len : LS_ST_LEN_FIELD, 0);
     if (r < 0) return ls_st_read_failed(what, errno, err);
     uint64_t hlen = 0;
-    if (!ls_st_header_length(len8, file_len, &hlen, err)) return LS_SAFETENSORS_INVALID;
+    if (!ls_st_header_length(len8, file_len, &hlen, err)) return ls_st_name_file(err, what);
     char *h = malloc((size_t)hlen); /* bounded: at most the limit, and within the file */
     if (!h) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory for the header of %s", what);
     r = ls_st_pread_all(fd, h, (size_t)hlen, LS_ST_LEN_FIELD);
@@ -202,6 +225,7 @@ ls_status ls_safetensors_read_header(int fd, const char *what, ls_st_header *out
     const uint64_t body_off = LS_ST_LEN_FIELD + hlen;
     ls_status st = ls_st_collect(h, (size_t)hlen, file_len - body_off, SIZE_MAX, &ents, &n, &out->meta, err);
     free(h);
+    if (st == LS_SAFETENSORS_INVALID) ls_st_name_file(err, what);
     if (st == LS_OK) st = ls_st_header_fill(out, ents, n, body_off, err);
     ls_st_entries_free(ents, n);
     if (st == LS_OK) out->file_len = file_len;

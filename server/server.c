@@ -141,6 +141,8 @@ static bool ls_server_open_model(ls_server *srv, const ls_config *cfg, ls_error 
     }
     if (st != LS_OK) {
         ls_log_error("model: %s", err->message);
+        /* Only a hint of the model's own: the code's default speaks of requests. */
+        if (err->hint[0] && strcmp(err->hint, ls_status_hint(err->code))) ls_log_error("hint: %s", err->hint);
         return false;
     }
     return true;

@@ -9,8 +9,9 @@
  * checkpoint's numbers. On the DeepSeek layout an adapter in today's
  * fused PEFT names (model.layers.{l}.mlp.shared_experts.gate_up_proj)
  * matches the reference, and factors on a dense layer are 422. Also bf16
- * and FP8 block-quantized checkpoints, the index file as --weights, and a
- * separate-projection adapter of a wider model: 422, every factor named. */
+ * and FP8 block-quantized checkpoints, the index file as --weights, a
+ * separate-projection adapter of a wider model: 422, every factor named;
+ * and a Git LFS pointer for weights, refused at start-up saying so. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -447,8 +448,33 @@ static void test_wider_adapter_refused(void **state) {
     check_wider(CK_LLAMA4, 603);
 }
 
+/* A clone without git-lfs leaves pointers where the weights should be:
+ * start-up says so, and how to fetch them. */
+static void test_lfs_pointer_refused(void **state) {
+    (void)state;
+    const ck_spec spec = {.family = CK_QWEN2_MOE, .H = 16, .F = 8, .dtype = LS_DTYPE_F32, .shards = 0, .seed = 701};
+    char *dir = ls_test_mkdtemp();
+    ck_model m;
+    ck_write(dir, &spec, &m);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 12345\n", f);
+    assert_int_equal(fclose(f), 0);
+    const char *args[] = {"--weights", dir, "--port", "0", NULL};
+    char out[8192];
+    assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
+    if (!strstr(out, "model.safetensors") || !strstr(out, "a Git LFS pointer") || !strstr(out, "hint: fetch the file"))
+        fail_msg("start-up does not say the weights are an LFS pointer:\n%s", out);
+    ck_model_free(&m);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lfs_pointer_refused),
         cmocka_unit_test(test_deepseek_family),
         cmocka_unit_test(test_qwen_family),
         cmocka_unit_test(test_llama4),

@@ -298,9 +298,11 @@ static void test_length_field(void **state) {
     expect_invalid_raw((const uint8_t *)"\x03\0\0\0\0\0\0\0{}", 10, "runs past the end of the file");
     expect_invalid_raw((const uint8_t *)"\x00\xe1\xf5\x05\0\0\0\0{}", 10, "runs past the end of the file");
     /* PyTorch's formats given for safetensors (adapter_model.bin) are
-     * named, and a pickle is never read. */
+     * named, and a pickle is never read; so is a Git LFS pointer. */
     expect_invalid_raw((const uint8_t *)"PK\x03\x04\x14\0\0\0\0\0archive/data.pkl", 26, "a zip archive, as torch.save");
     expect_invalid_raw((const uint8_t *)"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20", 10, "a pickle");
+    const char *lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 1024\n";
+    expect_invalid_raw((const uint8_t *)lfs, strlen(lfs), "a Git LFS pointer");
     /* A real header of 640 bytes begins 0x80 0x02 too: it is read. */
     uint8_t *b = malloc(8 + 640);
     memcpy(b, "\x80\x02\0\0\0\0\0\0{}", 10);
