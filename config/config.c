@@ -399,18 +399,20 @@ static char *lora_module_json(const ls_flag_alias *alias, const char *text, char
     json_t *v;
     char *out = NULL;
     if (!json_is_object(o)) {
+        char q[sizeof je.text]; /* jansson's reason may quote the text near it */
         snprintf(err, errlen, "--%s: an entry that starts with '{' must be a JSON object (%s's {\"%s\": ..., "
                  "\"%s\": ...}): %s", flag, alias->peer, pe->name_key, pe->path_key,
-                 o ? "found another JSON value" : je.text);
+                 o ? "found another JSON value" : ls_setting_quote(je.text, q, sizeof q));
         goto done;
     }
     json_object_foreach(o, key, v) {
         bool is_known = false;
         for (int k = 0; pe->known[k]; k++) is_known |= !strcmp(key, pe->known[k]);
         if (!is_known) {
-            char hint[160], near[96];
+            char hint[160], near[96], q[48];
             const char *dym = ls_text_unknown_key(key, pe->known, hint, sizeof hint, near, sizeof near);
-            snprintf(err, errlen, "--%s: unknown key \"%.40s\" in a JSON entry%s (%s)", flag, key, dym, hint);
+            snprintf(err, errlen, "--%s: unknown key \"%s\" in a JSON entry%s (%s)", flag,
+                     ls_setting_quote(key, q, sizeof q), dym, hint);
             goto done;
         }
         if (!strcmp(key, "base_model_name") && json_is_null(v)) continue; /* vLLM's default */
@@ -449,9 +451,16 @@ done:
  * '/' would make a name the API cannot spell, so it is refused. NULL
  * with the reason in err; the caller frees the result. */
 static char *lora_path_bare(const ls_flag_alias *alias, const char *value, char *err, size_t errlen) {
-    if (strchr(value, '/') || !*value || !entry_fits(value, value)) {
-        snprintf(err, errlen, "--%s: \"%.80s\" is a bare path, which sglang also takes as the adapter's name; "
-                 "lorasink's names hold no '/': write NAME=PATH (PATH beneath --adapter-dir)", alias->name, value);
+    char q[96];
+    const char *shown = ls_setting_quote(value, q, sizeof q);
+    const char *why = !*value                          ? "is empty"
+                      : strchr(value, '/')             ? "is a path with '/', which lorasink's adapter names never hold"
+                      : !ls_adapter_name_valid(value) ? "is no adapter name lorasink takes (1-128 of letters, digits, "
+                                                        "'.', '_', '-'; not starting with '.')"
+                                                      : NULL;
+    if (why) {
+        snprintf(err, errlen, "--%s: \"%s\" %s; a bare entry is sglang's path that is also the adapter's name: "
+                 "write NAME=PATH (PATH beneath --adapter-dir)", alias->name, shown, why);
         return NULL;
     }
     size_t len = 2 * strlen(value) + 2;

@@ -968,7 +968,16 @@ static void test_peers_and_mistakes(void **state) {
     assert_int_equal(c.slots, 3);
     assert_string_equal(c.aliases_used, "--lora-paths as --adapter, --max-loras-per-batch as --slots");
     expect_error(ARGS("--lora-paths", "/data/loras/a"), NULL,
-                 "--lora-paths: \"/data/loras/a\" is a bare path, which sglang also takes as the adapter's name");
+                 "--lora-paths: \"/data/loras/a\" is a path with '/', which lorasink's adapter names never hold; a "
+                 "bare entry is sglang's path that is also the adapter's name: write NAME=PATH");
+    /* Each bare entry is refused for its own reason, quoted as typed
+     * (control bytes as '?'); so is a JSON entry's unknown key. */
+    expect_error(ARGS("--lora-paths", ""), NULL, "--lora-paths: \"\" is empty;");
+    expect_error(ARGS("--lora-paths", "a b"), NULL, "--lora-paths: \"a b\" is no adapter name lorasink takes");
+    expect_error(ARGS("--lora-paths", "a;b"), NULL, "--lora-paths: \"a;b\" is no adapter name");
+    expect_error(ARGS("--lora-paths", "x\x1b[31m/b"), NULL, "--lora-paths: \"x?[31m/b\" is a path with '/'");
+    expect_error(ARGS("--lora-modules", "{\"nam\\u001b[2J\": \"a\"}"), NULL,
+                 "--lora-modules: unknown key \"nam?[2J\" in a JSON entry");
     expect_error(ARGS("--lora-paths", "{\"name\": \"a\", \"path\": \"x\"}"), NULL,
                  "--lora-paths: unknown key \"name\" in a JSON entry");
     expect_error(ARGS("--lora-paths", "{\"lora_name\": \"a\"}"), NULL, "--lora-paths: a JSON entry needs \"lora_path\"");
