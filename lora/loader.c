@@ -25,6 +25,30 @@
 /* adapter_config.json is small; anything larger is not one. */
 #define LS_LOADER_CONFIG_MAX (1u << 20)
 
+/* An absolute dir without repeated or final slashes into out ("" when
+ * relative or too long): clients send paths under the directory as the
+ * operator named it, which through a link or a mount is not its real
+ * path. The open stays beneath the directory's descriptor either way. */
+static void ls_loader_spelled(const char *dir, char *out, size_t len) {
+    out[0] = '\0';
+    if (dir[0] != '/' || strlen(dir) >= len) return;
+    size_t n = 0;
+    for (const char *c = dir; *c; c++)
+        if (!(*c == '/' && n && out[n - 1] == '/')) out[n++] = *c;
+    while (n > 1 && out[n - 1] == '/') n--;
+    out[n] = '\0';
+}
+
+/* The part of path beneath prefix (a directory, no final slash), or NULL
+ * when path is not beneath it. */
+static const char *ls_loader_beneath(const char *path, const char *prefix) {
+    if (!prefix[0]) return NULL;
+    if (!strcmp(prefix, "/")) return path + 1;
+    size_t pl = strlen(prefix);
+    if (strncmp(path, prefix, pl) || (path[pl] != '/' && path[pl] != '\0')) return NULL;
+    return path + pl;
+}
+
 ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *dims, const ls_pool_dims *pool,
                          ls_error *err) {
     memset(ld, 0, sizeof *ld);
@@ -44,6 +68,7 @@ ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the adapter directory %.200s cannot be resolved", dir);
     }
     snprintf(ld->root, sizeof ld->root, "%s", real);
+    ls_loader_spelled(dir, ld->given, sizeof ld->given);
     if (!(ld->memo = ls_loader_memo_create())) {
         close(fd);
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory opening the adapter directory");
@@ -66,12 +91,11 @@ unsigned long long ls_loader_file_reads(const ls_loader *ld) { return ld->memo ?
 ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, size_t out_len, ls_error *err) {
     const char *rel = path;
     if (path[0] == '/') {
-        size_t rl = strlen(ld->root);
-        bool at_root = !strcmp(ld->root, "/");
-        if (!at_root && (strncmp(path, ld->root, rl) || (path[rl] != '/' && path[rl] != '\0')))
+        rel = ls_loader_beneath(path, ld->root);
+        if (!rel) rel = ls_loader_beneath(path, ld->given);
+        if (!rel)
             return ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
                                 "path \"%.200s\" is not beneath the adapter directory", path);
-        rel = path + (at_root ? 1 : rl);
         while (*rel == '/') rel++;
     }
     if (!*path || strlen(rel) >= out_len)

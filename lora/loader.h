@@ -41,6 +41,7 @@ struct ls_loader_memo;
 typedef struct {
     int dirfd;                       /* the adapter directory; -1 until ls_loader_open */
     char root[LS_LOADER_PATH_MAX];   /* its real path, to accept absolute paths inside it */
+    char given[LS_LOADER_PATH_MAX];  /* as the operator spelled it when absolute (a link, a mount): also taken */
     ls_dims dims;
     ls_pool_dims pool;
     size_t max_file_bytes;           /* a larger safetensors file is refused from its size (--max-adapter-mb) */

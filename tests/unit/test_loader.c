@@ -259,6 +259,33 @@ static void test_paths_and_messages(void **state) {
     assert_string_equal(load_sha(&ld, &abs, &o, NULL), want);
     assert_string_equal(o.path, "peft");
     ls_loader_close(&ld);
+
+    /* An --adapter-dir given through a link (or a mount): absolute paths
+     * spelled under it as given, slashes doubled or final, are inside
+     * too; the real path still is. */
+    char link_dir[4200];
+    snprintf(link_dir, sizeof link_dir, "%s-link", dir);
+    assert_int_equal(symlink(dir, link_dir), 0);
+    char given[4300];
+    snprintf(given, sizeof given, "%s//", link_dir);
+    ld = make_loader(given);
+    snprintf(path, sizeof path, "%s/peft", link_dir);
+    abs.path = path;
+    assert_string_equal(load_sha(&ld, &abs, &o, NULL), want);
+    assert_string_equal(o.path, "peft");
+    snprintf(path, sizeof path, "%s//peft", link_dir);
+    assert_string_equal(load_sha(&ld, &abs, &o, NULL), want);
+    snprintf(path, sizeof path, "%s/peft", ld.root);
+    assert_string_equal(load_sha(&ld, &abs, &o, NULL), want);
+    snprintf(path, sizeof path, "%s-linkx/peft", dir); /* a name that only begins like it */
+    char rel_out[64];
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_relative(&ld, path, rel_out, sizeof rel_out, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "is not beneath the adapter directory"));
+    ls_error_free(&err);
+    ls_loader_close(&ld);
+    assert_int_equal(unlink(link_dir), 0);
     ls_test_rmtree(dir);
     free(dir);
 }
