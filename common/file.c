@@ -203,7 +203,13 @@ int ls_file_open_beneath(int dirfd, const char *rel, int flags) {
     how.flags = (unsigned long long)(flags | O_CLOEXEC);
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     const char *path = rel && *rel ? rel : ".";
-    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    /* EAGAIN: a rename or mount somewhere raced the lookup of a path with
+     * "..", and the kernel asks for a retry (openat2(2)); a few do. */
+    long fd = -1;
+    for (int tries = 0; tries < 8; tries++) {
+        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+        if (fd >= 0 || errno != EAGAIN) break;
+    }
     if (fd >= 0) return (int)fd;
     /* No openat2 here (kernel before 5.6, or a seccomp filter that hides it). */
     if (errno == ENOSYS || errno == EPERM) return ls_file_walk_beneath(dirfd, path, flags | O_CLOEXEC);
