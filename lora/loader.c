@@ -241,15 +241,28 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     char parent[LS_LOADER_PATH_MAX], cfg_shown[LS_LOADER_PATH_MAX + 64];
     snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1, slash ? rel : ".");
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", slash ? parent : ".");
-    char cfg_rel[LS_LOADER_PATH_MAX + 32];
-    snprintf(cfg_rel, sizeof cfg_rel, "%s/adapter_config.json", parent);
-    int fd = ls_file_open_beneath(ld->dirfd, cfg_rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT) return LS_OK;
-        bool absent = false;
-        fd = ls_loader_open_at(ld->dirfd, cfg_rel, cfg_shown, O_RDONLY, &absent, err);
-        if (fd < 0) return absent ? LS_OK : err->code;
+    /* The config is opened beneath the directory the model was opened
+     * in: once that directory is open it is checked to hold that model,
+     * so a rename meanwhile cannot pair the model with another config. */
+    int dir = ls_loader_open_at(ld->dirfd, parent, parent, O_RDONLY | O_DIRECTORY, NULL, err);
+    if (dir < 0) return err->code;
+    struct stat now;
+    if (fstatat(dir, "adapter_model.safetensors", &now, 0) != 0 || now.st_dev != f->model_sb.st_dev ||
+        now.st_ino != f->model_sb.st_ino) {
+        close(dir);
+        return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
+                            "path \"%.200s\" was moved or replaced while it was opened", rel);
     }
+    int fd = ls_file_open_beneath(dir, "adapter_config.json", O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        bool absent = errno == ENOENT;
+        if (!absent) fd = ls_loader_open_at(dir, "adapter_config.json", cfg_shown, O_RDONLY, &absent, err);
+        if (fd < 0) {
+            close(dir);
+            return absent ? LS_OK : err->code;
+        }
+    }
+    close(dir);
     struct stat cfg_sb;
     if (fstat(fd, &cfg_sb) != 0) {
         close(fd);
