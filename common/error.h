@@ -27,7 +27,7 @@ typedef struct {
 typedef struct ls_error {
     ls_status code; /* LS_OK until something fails; then the first code */
     char message[512];
-    char hint[320];
+    char hint[512]; /* a path or two fit: "give the path ..." */
     ls_violation *violations; /* owned; every problem found, in order */
     size_t n_violations;
     size_t cap_violations;
