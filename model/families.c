@@ -10,7 +10,15 @@
 #include "format/json.h"
 #include "model/model_internal.h"
 
-typedef enum { LS_RULE_DEEPSEEK, LS_RULE_BAILING, LS_RULE_ERNIE, LS_RULE_QWEN, LS_RULE_EVERY, LS_RULE_LLAMA4 } ls_rule;
+typedef enum {
+    LS_RULE_DEEPSEEK,     /* first_k_dense_replace, moe_layer_freq */
+    LS_RULE_DEEPSEEK_ALL, /* every layer, DeepSeek's width keys */
+    LS_RULE_BAILING,
+    LS_RULE_ERNIE,
+    LS_RULE_QWEN,
+    LS_RULE_EVERY,
+    LS_RULE_LLAMA4
+} ls_rule;
 
 struct ls_family {
     const char *name;
@@ -19,22 +27,43 @@ struct ls_family {
     ls_rule rule;
     const char *module; /* the shared-expert MLP under a layer: "mlp.shared_experts." */
     bool gate;          /* mlp.shared_expert_gate.weight [1, H] */
+    /* DeepSeek's rules: the key counting the shared experts (NULL:
+     * n_shared_experts), and whether config.json's mlp_layer_types, when
+     * given, says which layers are MoE ("sparse"): transformers 5 writes
+     * it for the newer families, whose modeling code reads only it. */
+    const char *count_key;
+    bool layer_types;
 };
 
 static const ls_family ls_families[] = {
-    {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
-    {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
+    {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
      false},
-    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
-    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false},
-    {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false},
-    {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false},
-    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true},
-    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true},
+    {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
+     false, NULL, false},
+    {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
+     NULL, true},
+    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+    {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
+     NULL, true},
+    {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
+     true},
+    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+    {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false, NULL,
+     false},
+    {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false, NULL,
+     false},
+    {"exaone_moe", {"exaone_moe"}, {"ExaoneMoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
+     "num_shared_experts", true},
+    {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+    {"solar_open", {"solar_open"}, {"SolarOpenForCausalLM"}, LS_RULE_DEEPSEEK_ALL, "mlp.shared_experts.", false, NULL,
+     false},
+    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false},
+    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false},
     {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
-     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true},
+     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true, NULL,
+     false},
     {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
-     "feed_forward.shared_expert.", false},
+     "feed_forward.shared_expert.", false, NULL, false},
 };
 #define LS_N_FAMILIES (sizeof ls_families / sizeof *ls_families)
 
@@ -121,28 +150,66 @@ static ls_status ls_key_int_or_list(const json_t *keys, const char *key, bool sm
 
 /* ---- the layer rules -------------------------------------------------------- */
 
+/* transformers 5's mlp_layer_types: "sparse" (a MoE block, with shared
+ * experts) or "dense" for each of the num_hidden_layers. */
+static ls_status ls_rule_layer_types(const json_t *types, bool none, ls_family_plan *p, ls_error *err) {
+    if (!json_is_array(types) || json_array_size(types) != (size_t)p->layers_total)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                            "config.json's mlp_layer_types is %s of %zu entries, expected a list of num_hidden_layers "
+                            "(%d) entries",
+                            json_is_array(types) ? "a list" : ls_json_kind(types),
+                            json_is_array(types) ? json_array_size(types) : 0, p->layers_total);
+    int sparse = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(types, i, e) {
+        const char *t = json_string_value(e);
+        if (!t || (strcmp(t, "sparse") && strcmp(t, "dense")))
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                                "config.json's mlp_layer_types[%zu] is not \"sparse\" or \"dense\"", i);
+        p->moe[i] = !none && !strcmp(t, "sparse");
+        sparse += !strcmp(t, "sparse");
+    }
+    snprintf(p->rule, sizeof p->rule, "mlp_layer_types[l] is \"sparse\" (%d of %d layers)%s", sparse,
+             p->layers_total, none ? ", but n_routed_experts is none" : "");
+    return LS_OK;
+}
+
 /* DeepSeek-V2/V3 and the models built on them: a layer has shared experts
  * from first_k_dense_replace on, every moe_layer_freq-th (absent: 1); no
  * layer when n_routed_experts is null or 0. That is DeepSeek's own code
  * (and vLLM's, sglang's); transformers' ignores moe_layer_freq, so when it
  * is not 1 the other reading is kept beside it for the tensors to choose.
  * Bailing names the count num_shared_experts and may give the width of
- * one. */
-static ls_status ls_rule_deepseek(const json_t *k, bool bailing, ls_family_plan *p, ls_error *err) {
+ * one. The newer families' own code reads mlp_layer_types instead (when
+ * config.json has it), or builds every layer so. */
+static ls_status ls_rule_deepseek(const json_t *k, const ls_family *f, ls_family_plan *p, ls_error *err) {
+    const bool bailing = f->rule == LS_RULE_BAILING;
     long long first = 0, freq = 1, shared = 0, inter = 0;
     const json_t *routed = json_object_get(k, bailing ? "num_experts" : "n_routed_experts");
     const bool none = routed && (json_is_null(routed) || (json_is_integer(routed) && json_integer_value(routed) == 0));
     const char *wkey = "moe_intermediate_size";
     const json_t *sw = json_object_get(k, "moe_shared_expert_intermediate_size");
     if (bailing && sw && !json_is_null(sw)) wkey = "moe_shared_expert_intermediate_size";
-    LS_MODEL_TRY(ls_key_int(k, "first_k_dense_replace", 0, -1, &first, err));
-    LS_MODEL_TRY(ls_key_int(k, "moe_layer_freq", 1, 1, &freq, err));
-    LS_MODEL_TRY(ls_key_int(k, bailing ? "num_shared_experts" : "n_shared_experts", 1, -1, &shared, err));
+    const char *count = f->count_key ? f->count_key : bailing ? "num_shared_experts" : "n_shared_experts";
+    const json_t *types = json_object_get(k, "mlp_layer_types");
+    const bool by_types = f->layer_types && types && !json_is_null(types);
+    if (!by_types && f->rule != LS_RULE_DEEPSEEK_ALL) {
+        LS_MODEL_TRY(ls_key_int(k, "first_k_dense_replace", 0, -1, &first, err));
+        LS_MODEL_TRY(ls_key_int(k, "moe_layer_freq", 1, 1, &freq, err));
+    }
+    LS_MODEL_TRY(ls_key_int(k, count, 1, -1, &shared, err));
     LS_MODEL_TRY(ls_key_int(k, wkey, 1, -1, &inter, err));
     if (shared * inter > 1 << 24)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width %lld x %lld is too "
                             "large", shared, inter);
     p->F = (int)(shared * inter);
+    if (by_types) return ls_rule_layer_types(types, none, p, err);
+    if (f->rule == LS_RULE_DEEPSEEK_ALL) {
+        for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none;
+        snprintf(p->rule, sizeof p->rule, "every layer%s", none ? ", but n_routed_experts is none" : "");
+        return LS_OK;
+    }
     for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none && l >= first && l % freq == 0;
     snprintf(p->rule, sizeof p->rule, "l >= first_k_dense_replace (%lld) and l %% moe_layer_freq (%lld) == 0%s", first,
              freq, none ? ", but n_routed_experts is none" : "");
@@ -314,8 +381,9 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                         "for a model of another family, write its shared experts as the fused weights file "
                         "(docs/api.md, \"The model\")",
                         "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
-                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, dots1, ernie4_5_moe, bailing_moe, "
-                        "qwen2_moe, qwen3_next, qwen3_5_moe and llama4 families only",
+                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4_moe_lite, "
+                        "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, mistral4, solar_open, qwen2_moe, "
+                        "qwen3_next, qwen3_5_moe and llama4 families only",
                         p->model_type, archs);
 }
 
@@ -339,8 +407,9 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     p->H = (int)H;
     if (!(p->moe = calloc((size_t)L, sizeof *p->moe))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     switch (p->family->rule) {
-    case LS_RULE_DEEPSEEK: st = ls_rule_deepseek(k, false, p, err); break;
-    case LS_RULE_BAILING: st = ls_rule_deepseek(k, true, p, err); break;
+    case LS_RULE_DEEPSEEK:
+    case LS_RULE_DEEPSEEK_ALL:
+    case LS_RULE_BAILING: st = ls_rule_deepseek(k, p->family, p, err); break;
     case LS_RULE_ERNIE: st = ls_rule_ernie(k, p, err); break;
     case LS_RULE_QWEN: st = ls_rule_qwen(k, false, p, err); break;
     case LS_RULE_EVERY: st = ls_rule_qwen(k, true, p, err); break;

@@ -69,6 +69,7 @@ SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:mlp|feed_forward)\.shared_exper
 SMALL = dict(vocab_size=64, hidden_size=32, num_attention_heads=2, num_key_value_heads=2)
 MLA = dict(q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
 ROUTED = dict(n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
+DSA = dict(index_n_heads=2, index_head_dim=16, index_topk=8)  # DeepSeek sparse attention's indexer
 LINEAR_ATTN = dict(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8)
 QWEN35_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4,
                      spatial_merge_size=1, temporal_patch_size=1)
@@ -164,6 +165,28 @@ FAMILIES = [
     Family("llama4_vl", "llama4", lambda: tf.Llama4ForConditionalGeneration(tf.Llama4Config(
         text_config=llama4_text(num_hidden_layers=5, moe_layers=[0, 2, 3]), vision_config=LLAMA4_VISION)),
            "modules"),
+    # transformers 5's newer DeepSeek-style families: their own code reads
+    # mlp_layer_types (here against first_k_dense_replace's default 3),
+    # counts num_shared_experts (EXAONE), or builds every layer (Solar).
+    Family("deepseek_v32", "deepseek_v32", lambda: tf.DeepseekV32ForCausalLM(tf.DeepseekV32Config(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, intermediate_size=48, moe_intermediate_size=16,
+        n_shared_experts=2, num_hidden_layers=4, mlp_layer_types=["dense", "sparse", "dense", "sparse"])),
+           "parameters"),
+    Family("glm_moe_dsa", "glm_moe_dsa", lambda: tf.GlmMoeDsaForCausalLM(tf.GlmMoeDsaConfig(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, intermediate_size=48, moe_intermediate_size=16,
+        n_shared_experts=2, num_hidden_layers=4, first_k_dense_replace=1)), "parameters"),
+    Family("glm4_moe_lite", "glm4_moe_lite", lambda: tf.Glm4MoeLiteForCausalLM(tf.Glm4MoeLiteConfig(
+        **SMALL, **MLA, **ROUTED, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=1,
+        num_hidden_layers=4, mlp_layer_types=["dense", "dense", "sparse", "sparse"])), "parameters"),
+    Family("exaone_moe", "exaone_moe", lambda: tf.ExaoneMoeForCausalLM(tf.ExaoneMoeConfig(
+        **SMALL, head_dim=16, num_experts=4, num_experts_per_tok=2, intermediate_size=48, moe_intermediate_size=16,
+        num_shared_experts=2, num_hidden_layers=4, first_k_dense_replace=2)), "parameters"),
+    Family("mistral4", "mistral4", lambda: tf.Mistral4ForCausalLM(tf.Mistral4Config(
+        **SMALL, **MLA, **ROUTED, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
+        num_hidden_layers=4, first_k_dense_replace=1)), "modules"),
+    Family("solar_open", "solar_open", lambda: tf.SolarOpenForCausalLM(tf.SolarOpenConfig(
+        **SMALL, head_dim=16, **ROUTED, moe_intermediate_size=16, n_shared_experts=2, num_hidden_layers=3)),
+           "parameters"),
     # Not SwiGLU: the server computes silu, so it must refuse, not serve.
     Family("deepseek_v3_gelu", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=2, first_k_dense_replace=0,
                                                                   hidden_act="gelu"), "parameters",

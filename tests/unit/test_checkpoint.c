@@ -122,6 +122,52 @@ static void test_deepseek_rules(void **state) {
                    "n_shared_experts", NULL);
 }
 
+#define NEWER(type, extra)                                                                                    \
+    "{\"model_type\": \"" type "\", \"num_hidden_layers\": 4, \"hidden_size\": 8, \"moe_intermediate_size\": 4, " \
+    "\"n_routed_experts\": 4" extra "}"
+
+/* transformers 5's newer DeepSeek-style families: mlp_layer_types, when
+ * config.json has it, decides over first_k_dense_replace (their code reads
+ * only it); EXAONE counts num_shared_experts; Solar Open builds every
+ * layer; Mistral 4 reads first_k_dense_replace. */
+static void test_newer_deepseek_rules(void **state) {
+    (void)state;
+    const char *types = ", \"n_shared_experts\": 2, \"first_k_dense_replace\": 3, "
+                        "\"mlp_layer_types\": [\"dense\", \"sparse\", \"dense\", \"sparse\"]";
+    char text[512];
+    const char *typed[] = {"deepseek_v32", "glm_moe_dsa", "glm4_moe_lite"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(text, sizeof text, NEWER("%s", "%s"), typed[i], types);
+        expect_plan(text, typed[i], 8, false, "1,3");
+    }
+    /* Without the list, first_k_dense_replace as DeepSeek's rule reads it,
+     * never assumed (glm4_moe_lite's saved config has it null). */
+    expect_plan(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, \"first_k_dense_replace\": 1"), "deepseek_v32", 4,
+                false, "1,2,3");
+    expect_refused(NEWER("glm4_moe_lite", ", \"n_shared_experts\": 1, \"first_k_dense_replace\": null"),
+                   "first_k_dense_replace", "will not assume");
+    expect_plan(NEWER("exaone_moe", ", \"num_shared_experts\": 3, \"first_k_dense_replace\": 1, "
+                                    "\"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"sparse\"]"),
+                "exaone_moe", 12, false, "2,3");
+    expect_refused(NEWER("exaone_moe", ", \"n_shared_experts\": 3, \"first_k_dense_replace\": 1"), "num_shared_experts",
+                   NULL);
+    expect_plan(NEWER("solar_open", ", \"n_shared_experts\": 2"), "solar_open", 8, false, "0,1,2,3");
+    expect_plan(NEWER("mistral4", ", \"n_shared_experts\": 2, \"first_k_dense_replace\": 1, "
+                                  "\"mlp_layer_types\": [\"sparse\", \"sparse\", \"sparse\", \"sparse\"]"),
+                "mistral4", 8, false, "1,2,3"); /* its code never reads the list */
+    /* A list that is not one entry of "sparse" or "dense" per layer. */
+    expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, \"mlp_layer_types\": [\"dense\", \"sparse\"]"),
+                   "mlp_layer_types", "num_hidden_layers (4)");
+    expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, "
+                                       "\"mlp_layer_types\": [\"dense\", \"moe\", \"sparse\", \"sparse\"]"),
+                   "mlp_layer_types[1] is not", NULL);
+    expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, \"mlp_layer_types\": \"sparse\""), "mlp_layer_types",
+                   "a string");
+    expect_refused(NEWER("glm_moe_dsa", ", \"n_shared_experts\": 1, \"n_routed_experts\": 0, "
+                                      "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\"]"),
+                   "no layer", NULL);
+}
+
 static void test_ernie_rules(void **state) {
     (void)state;
     const char *base = "{\"model_type\": \"ernie4_5_moe\", \"num_hidden_layers\": 8, \"hidden_size\": 8, "
@@ -649,6 +695,7 @@ static void test_fp8_dequant(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_rules),
+        cmocka_unit_test(test_newer_deepseek_rules),
         cmocka_unit_test(test_ernie_rules),
         cmocka_unit_test(test_qwen_and_llama4_rules),
         cmocka_unit_test(test_other_families_refused),
