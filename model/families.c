@@ -15,8 +15,8 @@ typedef enum {
     LS_RULE_DEEPSEEK_ALL, /* every layer, DeepSeek's width keys */
     LS_RULE_BAILING,
     LS_RULE_ERNIE,
-    LS_RULE_QWEN,
-    LS_RULE_EVERY,
+    LS_RULE_QWEN,       /* decoder_sparse_step, mlp_only_layers */
+    LS_RULE_EVERY,      /* every layer, Qwen's width key */
     LS_RULE_LLAMA4
 } ls_rule;
 
@@ -62,6 +62,9 @@ static const ls_family ls_families[] = {
     {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
      {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true, NULL,
      false},
+    /* Qwen's shared expert without its gate. */
+    {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false},
+    {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false},
     {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
      "feed_forward.shared_expert.", false, NULL, false},
 };
@@ -171,7 +174,7 @@ static ls_status ls_rule_layer_types(const json_t *types, bool none, ls_family_p
         sparse += !strcmp(t, "sparse");
     }
     snprintf(p->rule, sizeof p->rule, "mlp_layer_types[l] is \"sparse\" (%d of %d layers)%s", sparse,
-             p->layers_total, none ? ", but n_routed_experts is none" : "");
+             p->layers_total, none ? ", but the config has no routed experts" : "");
     return LS_OK;
 }
 
@@ -245,15 +248,16 @@ static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err
     return LS_OK;
 }
 
-/* Qwen2-MoE and Qwen3-Next: (l + 1) % decoder_sparse_step == 0 and l not
- * in mlp_only_layers; Qwen3.5-MoE: every layer. One shared expert of
+/* Qwen2-MoE, Qwen3-Next and Flint: (l + 1) % decoder_sparse_step == 0
+ * and l not in mlp_only_layers; Qwen3.5-MoE, Qwen4-Exp and Lara-Mini:
+ * every layer. One shared expert of
  * shared_expert_intermediate_size. */
-static ls_status ls_rule_qwen(const json_t *k, bool every, ls_family_plan *p, ls_error *err) {
+static ls_status ls_rule_qwen(const json_t *k, ls_rule rule, ls_family_plan *p, ls_error *err) {
     long long step = 1, inter = 0;
     LS_MODEL_TRY(ls_key_int(k, "shared_expert_intermediate_size", 1, -1, &inter, err));
     if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: shared_expert_intermediate_size is too large");
     p->F = (int)inter;
-    if (every) {
+    if (rule == LS_RULE_EVERY) {
         for (int l = 0; l < p->layers_total; l++) p->moe[l] = true;
         snprintf(p->rule, sizeof p->rule, "every layer");
         return LS_OK;
@@ -383,7 +387,7 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                         "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
                         "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4_moe_lite, "
                         "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, mistral4, solar_open, qwen2_moe, "
-                        "qwen3_next, qwen3_5_moe and llama4 families only",
+                        "qwen3_next, qwen3_5_moe, flint, lara_mini and llama4 families only",
                         p->model_type, archs);
 }
 
@@ -411,8 +415,8 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     case LS_RULE_DEEPSEEK_ALL:
     case LS_RULE_BAILING: st = ls_rule_deepseek(k, p->family, p, err); break;
     case LS_RULE_ERNIE: st = ls_rule_ernie(k, p, err); break;
-    case LS_RULE_QWEN: st = ls_rule_qwen(k, false, p, err); break;
-    case LS_RULE_EVERY: st = ls_rule_qwen(k, true, p, err); break;
+    case LS_RULE_QWEN:
+    case LS_RULE_EVERY: st = ls_rule_qwen(k, p->family->rule, p, err); break;
     case LS_RULE_LLAMA4: st = ls_rule_llama4(k, p, err); break;
     }
     bool any = false;

@@ -187,6 +187,15 @@ FAMILIES = [
     Family("solar_open", "solar_open", lambda: tf.SolarOpenForCausalLM(tf.SolarOpenConfig(
         **SMALL, head_dim=16, **ROUTED, moe_intermediate_size=16, n_shared_experts=2, num_hidden_layers=3)),
            "parameters"),
+    # Qwen's shared expert without its gate: Flint's Qwen2-MoE rule,
+    # Lara-Mini's every layer.
+    Family("flint", "flint", lambda: tf.FlintForCausalLM(tf.FlintConfig(
+        **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, num_hidden_layers=6, decoder_sparse_step=2, mlp_only_layers=[3])),
+           "modules"),
+    Family("lara_mini", "lara_mini", lambda: tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
+        **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, num_hidden_layers=3)), "modules"),
     # Not SwiGLU: the server computes silu, so it must refuse, not serve.
     Family("deepseek_v3_gelu", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=2, first_k_dense_replace=0,
                                                                   hidden_act="gelu"), "parameters",

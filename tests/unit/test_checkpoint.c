@@ -203,6 +203,15 @@ static void test_qwen_and_llama4_rules(void **state) {
     expect_refused("{\"model_type\": \"qwen3_next\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
                    "\"shared_expert_intermediate_size\": 12, \"num_experts\": 0}",
                    "no layer", NULL);
+    /* Qwen's shared expert without its gate: Flint by Qwen2-MoE's rule,
+     * Lara-Mini on every layer. */
+    expect_plan("{\"model_type\": \"flint\", \"num_hidden_layers\": 6, \"hidden_size\": 8, "
+                "\"shared_expert_intermediate_size\": 12, \"decoder_sparse_step\": 2, \"mlp_only_layers\": [3], "
+                "\"num_experts\": 4}",
+                "flint", 12, false, "1,5");
+    expect_plan("{\"architectures\": [\"LaraMiniForCausalLM\"], \"num_hidden_layers\": 3, \"hidden_size\": 8, "
+                "\"shared_expert_intermediate_size\": 12, \"decoder_sparse_step\": 2}",
+                "lara_mini", 12, false, "0,1,2");
     /* a vision-language config: the keys are text_config's, every layer */
     expect_plan("{\"model_type\": \"qwen3_5_moe\", \"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"], "
                 "\"text_config\": {\"model_type\": \"qwen3_5_moe_text\", \"num_hidden_layers\": 3, \"hidden_size\": 8, "
