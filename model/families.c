@@ -43,6 +43,8 @@ static const ls_family ls_families[] = {
     {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
      NULL, true},
     {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+    {"glm4v_moe", {"glm4v_moe", "glm4v_moe_text"}, {"Glm4vMoeForConditionalGeneration"}, LS_RULE_DEEPSEEK,
+     "mlp.shared_experts.", false, NULL, false},
     {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
      NULL, true},
     {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
@@ -54,6 +56,7 @@ static const ls_family ls_families[] = {
      false},
     {"exaone_moe", {"exaone_moe"}, {"ExaoneMoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
      "num_shared_experts", true},
+    {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true},
     {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
     {"solar_open", {"solar_open"}, {"SolarOpenForCausalLM"}, LS_RULE_DEEPSEEK_ALL, "mlp.shared_experts.", false, NULL,
      false},
@@ -385,8 +388,8 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                         "for a model of another family, write its shared experts as the fused weights file "
                         "(docs/api.md, \"The model\")",
                         "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
-                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4_moe_lite, "
-                        "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, mistral4, solar_open, qwen2_moe, "
+                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4v_moe, glm4_moe_lite, "
+                        "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, axk2, mistral4, solar_open, qwen2_moe, "
                         "qwen3_next, qwen3_5_moe, flint, lara_mini and llama4 families only",
                         p->model_type, archs);
 }

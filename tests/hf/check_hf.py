@@ -181,6 +181,16 @@ FAMILIES = [
     Family("exaone_moe", "exaone_moe", lambda: tf.ExaoneMoeForCausalLM(tf.ExaoneMoeConfig(
         **SMALL, head_dim=16, num_experts=4, num_experts_per_tok=2, intermediate_size=48, moe_intermediate_size=16,
         num_shared_experts=2, num_hidden_layers=4, first_k_dense_replace=2)), "parameters"),
+    # A.X-K2 writes mlp_layer_types from first_k_dense_replace and
+    # moe_layer_freq (both applied, as DeepSeek's own code does).
+    Family("axk2", "axk2", lambda: tf.AXK2ForCausalLM(tf.AXK2Config(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, intermediate_size=48, moe_intermediate_size=16,
+        n_shared_experts=2, num_hidden_layers=5, first_k_dense_replace=1, moe_layer_freq=2)), "modules"),
+    # GLM-4.5V's text model: model.language_model.layers, text_config's keys.
+    Family("glm4v_moe", "glm4v_moe", lambda: tf.Glm4vMoeForConditionalGeneration(tf.Glm4vMoeConfig(
+        text_config=dict(**SMALL, head_dim=16, **ROUTED, intermediate_size=48, moe_intermediate_size=16,
+                         n_shared_experts=2, num_hidden_layers=3, first_k_dense_replace=1),
+        vision_config=QWEN35_VISION)), "parameters", single_file=True),
     Family("mistral4", "mistral4", lambda: tf.Mistral4ForCausalLM(tf.Mistral4Config(
         **SMALL, **MLA, **ROUTED, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
         num_hidden_layers=4, first_k_dense_replace=1)), "modules"),

@@ -152,6 +152,13 @@ static void test_newer_deepseek_rules(void **state) {
     expect_refused(NEWER("exaone_moe", ", \"n_shared_experts\": 3, \"first_k_dense_replace\": 1"), "num_shared_experts",
                    NULL);
     expect_plan(NEWER("solar_open", ", \"n_shared_experts\": 2"), "solar_open", 8, false, "0,1,2,3");
+    expect_plan(NEWER("axk2", ", \"n_shared_experts\": 1, \"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"dense\"]"),
+                "axk2", 4, false, "2");
+    /* GLM-4.5V: text_config's keys, DeepSeek's rule. */
+    expect_plan("{\"model_type\": \"glm4v_moe\", \"architectures\": [\"Glm4vMoeForConditionalGeneration\"], "
+                "\"text_config\": {\"model_type\": \"glm4v_moe_text\", \"num_hidden_layers\": 3, \"hidden_size\": 8, "
+                "\"n_shared_experts\": 1, \"moe_intermediate_size\": 4, \"first_k_dense_replace\": 1}}",
+                "glm4v_moe", 4, false, "1,2");
     expect_plan(NEWER("mistral4", ", \"n_shared_experts\": 2, \"first_k_dense_replace\": 1, "
                                   "\"mlp_layer_types\": [\"sparse\", \"sparse\", \"sparse\", \"sparse\"]"),
                 "mistral4", 8, false, "1,2,3"); /* its code never reads the list */
