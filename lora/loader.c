@@ -20,6 +20,7 @@
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 #include "lora/loader_absent.h"
+#include "lora/loader_hub.h"
 #include "lora/loader_memo.h"
 
 /* adapter_config.json is small; anything larger is not one. */
@@ -104,19 +105,37 @@ ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, s
     return LS_OK;
 }
 
-/* Opens rel beneath dirfd (a directory of the adapter tree), answering
- * every failure as the client's path, never the server's; *absent (when
- * given) is set when rel does not exist. */
-static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int flags, bool *absent, ls_error *err) {
-    int fd = ls_file_open_beneath(dirfd, rel, flags | O_NOCTTY | O_NONBLOCK);
-    if (fd >= 0) return fd;
+/* The hint for a link that leads out of the adapter directory. A Hugging
+ * Face hub cache snapshot's files are links to ../../blobs/<hash>: with
+ * the snapshot itself as --adapter-dir they always lead out. */
+static const char *ls_loader_out_hint(int dirfd, const char *rel) {
+    char target[64];
+    ssize_t n = readlinkat(dirfd, rel && *rel ? rel : ".", target, sizeof target - 1);
+    if (n > 0) target[n] = '\0';
+    if (n > 0 && !strncmp(target, "../../blobs/", 12))
+        return "this is a Hugging Face hub cache snapshot, whose files link to ../../blobs: give --adapter-dir the "
+               "hub cache (e.g. ~/.cache/huggingface/hub) or a directory above it, or download with --local-dir";
+    return "adapters must live under --adapter-dir (no '..' above it, no links out)";
+}
+
+/* Sets err for a failed open of rel (errno as the open left it),
+ * naming the client's path, never the server's; *absent (when given) is
+ * set when rel does not exist. Returns -1. */
+static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bool *absent, ls_error *err) {
     char ebuf[128];
     if (errno == EXDEV || errno == ELOOP)
-        ls_error_set(err, LS_INVALID_REQUEST, "adapters must live under --adapter-dir (no '..' above it, no links out)",
+        ls_error_set(err, LS_INVALID_REQUEST, ls_loader_out_hint(dirfd, rel),
                      "path \"%.200s\" leads out of the adapter directory", shown);
+    else if (errno == ESTALE)
+        ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
+                     "path \"%.200s\" was moved or replaced while it was opened", shown);
     else if (errno == ENOENT || errno == ENOTDIR) {
         if (absent) *absent = true;
-        ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
+        ls_error_set(err, LS_INVALID_REQUEST,
+                     ls_loader_hub_repo_id(shown) ? "paths are taken relative to --adapter-dir; a Hugging Face repo "
+                                                    "id is found there only in a hub cache (models--ORG--NAME), never "
+                                                    "downloaded"
+                                                  : "paths are taken relative to --adapter-dir",
                      "path \"%.200s\" does not exist in the adapter directory", shown);
     } else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == EAGAIN ||
              errno == EINTR || errno == ENOBUFS)
@@ -131,9 +150,86 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
     return -1;
 }
 
-/* Opens name (a file of the PEFT directory dirfd) and fstats it into sb. */
-static int ls_loader_open_file(int dirfd, const char *name, const char *shown, struct stat *sb, ls_error *err) {
-    int fd = ls_loader_open_at(dirfd, name, shown, O_RDONLY, NULL, err);
+/* Opens rel beneath dirfd (a directory of the adapter tree), or -1 with
+ * err set as ls_loader_open_fail says. */
+static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int flags, bool *absent, ls_error *err) {
+    int fd = ls_file_open_beneath(dirfd, rel, flags | O_NOCTTY | O_NONBLOCK);
+    return fd >= 0 ? fd : ls_loader_open_fail(dirfd, rel, shown, absent, err);
+}
+
+/* name, a link in the PEFT directory dir_fd (rel beneath the adapter
+ * directory) that leads out of dir_fd, followed when it stays beneath the
+ * adapter directory: a hub cache snapshot's files link to its blobs.
+ * The target is opened as rel/target beneath the adapter directory, then
+ * must be the file the held directory's link names now, so a rename of
+ * rel meanwhile cannot pair this directory with another's file. -1 with
+ * errno (EXDEV: not beneath; ESTALE: replaced) otherwise. */
+static int ls_loader_open_link(const ls_loader *ld, int dir_fd, const char *rel, const char *name, int flags) {
+    char target[LS_LOADER_PATH_MAX], path[2 * LS_LOADER_PATH_MAX + 2];
+    ssize_t n = readlinkat(dir_fd, name, target, sizeof target);
+    if (n <= 0 || (size_t)n >= sizeof target) {
+        errno = EXDEV;
+        return -1;
+    }
+    target[n] = '\0';
+    const char *inside = target;
+    if (target[0] == '/') {
+        inside = ls_loader_beneath(target, ld->root);
+        if (!inside) inside = ls_loader_beneath(target, ld->given);
+        if (!inside) {
+            errno = EXDEV;
+            return -1;
+        }
+        while (*inside == '/') inside++;
+        snprintf(path, sizeof path, "%s", *inside ? inside : ".");
+    } else {
+        snprintf(path, sizeof path, "%s/%s", rel, target);
+    }
+    int fd = ls_file_open_beneath(ld->dirfd, path, flags | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return -1;
+    struct stat got, named;
+    if (fstat(fd, &got) != 0 || fstatat(dir_fd, name, &named, 0) != 0 || got.st_dev != named.st_dev ||
+        got.st_ino != named.st_ino) {
+        close(fd);
+        errno = ESTALE;
+        return -1;
+    }
+    return fd;
+}
+
+/* Opens name, a file of the PEFT directory dir_fd (rel beneath the
+ * adapter directory), following a link out of dir_fd that stays beneath
+ * the adapter directory; -1 with err set otherwise. */
+static int ls_loader_open_in(const ls_loader *ld, int dir_fd, const char *rel, const char *name, const char *shown,
+                             bool *absent, ls_error *err) {
+    int fd = ls_file_open_beneath(dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP)) {
+        fd = ls_loader_open_link(ld, dir_fd, rel, name, O_RDONLY);
+        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(dir_fd, name, shown, absent, err);
+    }
+    return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
+}
+
+/* Opens rel (a PEFT directory or a file) beneath the adapter directory;
+ * a final link with an absolute target inside it is followed as well
+ * (the kernel refuses those beneath a directory); -1 with err set. */
+static int ls_loader_open_path(const ls_loader *ld, const char *rel, bool *absent, ls_error *err) {
+    int fd = ls_file_open_beneath(ld->dirfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP)) {
+        char parent[LS_LOADER_PATH_MAX];
+        const char *slash = strrchr(rel, '/');
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1, slash ? rel : ".");
+        fd = ls_loader_open_link(ld, ld->dirfd, parent, rel, O_RDONLY);
+        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(ld->dirfd, rel, rel, absent, err);
+    }
+    return fd >= 0 ? fd : ls_loader_open_fail(ld->dirfd, rel, rel, absent, err);
+}
+
+/* Opens name (a file of the PEFT directory dir_fd, rel beneath the
+ * adapter directory) and fstats it into sb. */
+static int ls_loader_open_file(const ls_loader *ld, int dir_fd, const char *rel, const char *name,
+                               const char *shown, struct stat *sb, ls_error *err) {
+    int fd = ls_loader_open_in(ld, dir_fd, rel, name, shown, NULL, err);
     if (fd >= 0 && fstat(fd, sb) != 0) {
         close(fd);
         ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", shown);
@@ -253,14 +349,15 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
         return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
                             "path \"%.200s\" was moved or replaced while it was opened", rel);
     }
-    int fd = ls_file_open_beneath(dir, "adapter_config.json", O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    bool absent = false;
+    ls_error quiet;
+    ls_error_init(&quiet);
+    int fd = ls_loader_open_in(ld, dir, parent, "adapter_config.json", cfg_shown, &absent, &quiet);
+    if (fd < 0 && !absent) ls_error_set(err, quiet.code, quiet.hint, "%s", quiet.message);
+    ls_error_free(&quiet);
     if (fd < 0) {
-        bool absent = errno == ENOENT;
-        if (!absent) fd = ls_loader_open_at(dir, "adapter_config.json", cfg_shown, O_RDONLY, &absent, err);
-        if (fd < 0) {
-            close(dir);
-            return absent ? LS_OK : err->code;
-        }
+        close(dir);
+        return absent ? LS_OK : err->code;
     }
     close(dir);
     struct stat cfg_sb;
@@ -285,7 +382,7 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
                                       ls_adapter_params *own, bool *absent, ls_error *err) {
     memset(f, 0, sizeof *f);
     f->dir_fd = f->model_fd = f->config_fd = -1;
-    f->dir_fd = ls_loader_open_at(ld->dirfd, rel, rel, O_RDONLY, absent, err);
+    f->dir_fd = ls_loader_open_path(ld, rel, absent, err);
     if (f->dir_fd < 0) return err->code;
     struct stat sb;
     if (fstat(f->dir_fd, &sb) != 0)
@@ -302,14 +399,14 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);
     struct stat cfg_sb;
     if (ls_loader_explain_no_config(f->dir_fd, rel, err)) return err->code;
-    f->config_fd = ls_loader_open_file(f->dir_fd, "adapter_config.json", cfg_shown, &cfg_sb, err);
+    f->config_fd = ls_loader_open_file(ld, f->dir_fd, rel, "adapter_config.json", cfg_shown, &cfg_sb, err);
     if (f->config_fd < 0) return err->code;
     ls_status st = ls_loader_read_config(f->config_fd, cfg_shown, own, err);
     own->format = LS_ADAPTER_FORMAT_PEFT;
     if (st != LS_OK) return st;
     snprintf(f->shown, sizeof f->shown, "%s/adapter_model.safetensors", rel);
     if (ls_loader_explain_no_model(f->dir_fd, rel, err)) return err->code;
-    f->model_fd = ls_loader_open_file(f->dir_fd, "adapter_model.safetensors", f->shown, &f->model_sb, err);
+    f->model_fd = ls_loader_open_file(ld, f->dir_fd, rel, "adapter_model.safetensors", f->shown, &f->model_sb, err);
     if (f->model_fd < 0) return err->code;
     ls_loader_print_set(&f->print, 0, &f->model_sb);
     ls_loader_print_set(&f->print, 1, &cfg_sb);
@@ -411,6 +508,11 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
         return ls_adapter_normalise(src->tensors, &origin->params, &ld->dims, &ld->pool, out, err);
     }
     ls_status st = ls_loader_relative(ld, src->path, origin->path, sizeof origin->path, err);
+    char snapshot[LS_LOADER_PATH_MAX];
+    if (st == LS_OK) st = ls_loader_hub_snapshot(ld->dirfd, origin->path, snapshot, sizeof snapshot, err);
+    /* The snapshot, not the repo id, is the source kept: a reload after
+     * the cache's refs/main moved still reads what was loaded. */
+    if (st == LS_OK && snapshot[0]) snprintf(origin->path, sizeof origin->path, "%s", snapshot);
     if (st == LS_OK)
         st = ls_loader_from_path(ld, origin->path, &src->given, true, &origin->params, out, &origin->absent, err);
     if (st != LS_OK) origin->path[0] = '\0';

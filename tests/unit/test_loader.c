@@ -290,6 +290,94 @@ static void test_paths_and_messages(void **state) {
     free(dir);
 }
 
+/* A Hugging Face hub cache snapshot: its files are links to
+ * ../../blobs/<hash>, out of the snapshot but beneath a --adapter-dir at
+ * the hub cache, so they load as the directory they link from would, by
+ * path or by repo id (refs/main's snapshot, kept as the source). A link
+ * in a PEFT directory out of the adapter directory is still refused,
+ * and with the snapshot itself as --adapter-dir the hint says what to
+ * give instead. */
+#define COMMIT "0123456789abcdef0123456789abcdef01234567"
+static void test_hub_cache_snapshot(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4400], to[4400];
+    const char *files[2] = {"adapter_config.json", "adapter_model.safetensors"};
+    snprintf(path, sizeof path, "%s/models--org--a", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/models--org--a/blobs", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/models--org--a/snapshots", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT, dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/models--org--a/refs", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/models--org--a/refs/main", dir);
+    ls_test_write_file(path, COMMIT, 40);
+    snprintf(path, sizeof path, "%s/models--org--noref", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/abs", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/escape", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
+        snprintf(to, sizeof to, "%s/models--org--a/blobs/b%d", dir, i);
+        assert_int_equal(link(path, to), 0);
+        snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT "/%s", dir, files[i]);
+        snprintf(to, sizeof to, "../../blobs/b%d", i);
+        assert_int_equal(symlink(to, path), 0);
+        snprintf(path, sizeof path, "%s/abs/%s", dir, files[i]); /* absolute, inside */
+        snprintf(to, sizeof to, "%s/peft/%s", dir, files[i]);
+        assert_int_equal(symlink(to, path), 0);
+    }
+    snprintf(path, sizeof path, "%s/escape/adapter_config.json", dir);
+    assert_int_equal(symlink("../../../../../../etc/hostname", path), 0);
+    snprintf(path, sizeof path, "%s/escape/adapter_model.safetensors", dir);
+    snprintf(to, sizeof to, "%s/peft/adapter_model.safetensors", dir);
+    assert_int_equal(link(to, path), 0);
+
+    ls_loader ld = make_loader(dir);
+    ls_adapter_origin o;
+    ls_adapter_source src = {.path = "peft"};
+    char want[65];
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
+    const char *same[] = {"models--org--a/snapshots/" COMMIT,
+                          "models--org--a/snapshots/" COMMIT "/adapter_model.safetensors", "abs",
+                          "abs/adapter_model.safetensors", "org/a"};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        double scale = 0;
+        src.path = same[i];
+        assert_string_equal(load_sha(&ld, &src, &o, &scale), want);
+        assert_true(scale == 2.0); /* the config was read: alpha 4 / r 2 */
+    }
+    assert_string_equal(o.path, "models--org--a/snapshots/" COMMIT);
+    expect_refused(&ld, "org/missing", "does not exist in the adapter directory");
+    expect_refused(&ld, "org/noref", "refs/main is missing");
+    expect_refused(&ld, "escape", "leads out of the adapter directory");
+    expect_refused(&ld, "escape/adapter_model.safetensors", "leads out of the adapter directory");
+    ls_loader_close(&ld);
+
+    snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT, dir);
+    ld = make_loader(path);
+    const char *snap[] = {".", "adapter_model.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        ls_adapter a;
+        ls_error err;
+        ls_error_init(&err);
+        src.path = snap[i];
+        assert_int_equal(ls_loader_load(&ld, &src, &a, &o, &err), LS_INVALID_REQUEST);
+        assert_non_null(strstr(err.message, "leads out of the adapter directory"));
+        assert_non_null(strstr(err.hint, "hub cache"));
+        ls_error_free(&err);
+    }
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 /* A file in the adapter tree that is not an adapter: its bytes never
  * reach a message (the header length field, the JSON of a config). */
 static void test_file_bytes_stay_private(void **state) {
@@ -585,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_merge_rules),
         cmocka_unit_test(test_paths_stay_beneath_the_directory),
         cmocka_unit_test(test_paths_and_messages),
+        cmocka_unit_test(test_hub_cache_snapshot),
         cmocka_unit_test(test_file_bytes_stay_private),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
