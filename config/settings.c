@@ -128,7 +128,8 @@ const ls_setting ls_settings[] = {
         "CUDA: forward shapes (layer, tokens, adapters) replayed as captured graphs once seen twice; 0 = none"),
     STR(LS_GROUP_MODEL, "weights", weights, 0, "", "PATH",
         "base weights: a Hugging Face checkpoint directory (config.json and model.safetensors or the "
-        "model.safetensors.index.json of its shards), that index, or the fused safetensors file; turns --demo off"),
+        "model.safetensors.index.json of its shards), that index, the fused safetensors file, or a repo id ORG/NAME "
+        "in the Hugging Face hub cache (never downloaded); turns --demo off"),
     BOOL(LS_GROUP_MODEL, "demo", demo, "true", "serve a deterministic demo model built from --seed and the sizes below"),
     INT(LS_GROUP_MODEL, "experts", experts, 1, 64, "2", "demo model: shared experts n"),
     INT(LS_GROUP_MODEL, "hidden", hidden, 1, 65536, "1024", "demo model: hidden size H"),

@@ -20,7 +20,7 @@
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 #include "lora/loader_absent.h"
-#include "lora/loader_hub.h"
+#include "common/hub.h"
 #include "lora/loader_memo.h"
 
 /* adapter_config.json is small; anything larger is not one. */
@@ -132,7 +132,7 @@ static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bo
     else if (errno == ENOENT || errno == ENOTDIR) {
         if (absent) *absent = true;
         ls_error_set(err, LS_INVALID_REQUEST,
-                     ls_loader_hub_repo_id(shown) ? "paths are taken relative to --adapter-dir; a Hugging Face repo "
+                     ls_hub_repo_id(shown) ? "paths are taken relative to --adapter-dir; a Hugging Face repo "
                                                     "id is found there only in a hub cache (models--ORG--NAME), never "
                                                     "downloaded"
                                                   : "paths are taken relative to --adapter-dir",
@@ -509,7 +509,7 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
     }
     ls_status st = ls_loader_relative(ld, src->path, origin->path, sizeof origin->path, err);
     char snapshot[LS_LOADER_PATH_MAX];
-    if (st == LS_OK) st = ls_loader_hub_snapshot(ld->dirfd, origin->path, snapshot, sizeof snapshot, err);
+    if (st == LS_OK) st = ls_hub_snapshot(ld->dirfd, origin->path, snapshot, sizeof snapshot, err);
     /* The snapshot, not the repo id, is the source kept: a reload after
      * the cache's refs/main moved still reads what was loaded. */
     if (st == LS_OK && snapshot[0]) snprintf(origin->path, sizeof origin->path, "%s", snapshot);

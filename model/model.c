@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hub.h"
 #include "common/text.h"
 #include "model/model_internal.h"
 
@@ -117,15 +119,46 @@ static ls_status ls_model_open_file(const char *path, const ls_w13_layout *overr
 }
 
 /* See model.h. */
+/* --weights ORG/NAME that is no path: the snapshot of the hub cache
+ * (where huggingface_hub keeps it) that its refs/main names, into found
+ * as a path; found "" when the cache lacks it. */
+static ls_status ls_model_hub_snapshot(const char *repo, char *found, size_t len, ls_error *err) {
+    found[0] = '\0';
+    char cache[PATH_MAX], snap[PATH_MAX];
+    ls_hub_cache_dir(cache, sizeof cache);
+    int fd = open(cache, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return LS_OK;
+    ls_status st = ls_hub_snapshot(fd, repo, snap, sizeof snap, err);
+    close(fd);
+    if (st == LS_OK && snap[0] && (size_t)snprintf(found, len, "%s/%s", cache, snap) >= len) {
+        found[0] = '\0';
+        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "the hub cache path of %s is too long", repo);
+    }
+    return st;
+}
+
 ls_status ls_model_open(const char *path, const ls_w13_layout *layout_override, ls_model *out, ls_error *err) {
     memset(out, 0, sizeof *out);
-    snprintf(out->path, sizeof out->path, "%s", path);
     struct stat sb;
-    ls_status st;
+    ls_status st = LS_OK;
+    char snapshot[PATH_MAX] = "";
+    if (stat(path, &sb) != 0 && errno == ENOENT && ls_hub_repo_id(path)) {
+        st = ls_model_hub_snapshot(path, snapshot, sizeof snapshot, err);
+        if (st != LS_OK) return st;
+        if (snapshot[0]) path = snapshot;
+    }
+    snprintf(out->path, sizeof out->path, "%s", path);
     if (stat(path, &sb) != 0) {
-        char ebuf[128];
-        st = ls_error_set(err, LS_INVALID_REQUEST, NULL, "cannot open %s: %s", path,
-                          strerror_r(errno, ebuf, sizeof ebuf));
+        char ebuf[128], cache[PATH_MAX];
+        int e = errno;
+        ls_hub_cache_dir(cache, sizeof cache);
+        char hint[sizeof err->hint];
+        snprintf(hint, sizeof hint,
+                 "a Hugging Face repo id is found only in the hub cache (%.300s: HF_HUB_CACHE or HF_HOME), never "
+                 "downloaded: hf download %s",
+                 cache, path);
+        st = ls_error_set(err, LS_INVALID_REQUEST, e == ENOENT && ls_hub_repo_id(path) ? hint : NULL,
+                          "cannot open %s: %s", path, strerror_r(e, ebuf, sizeof ebuf));
     } else if (S_ISDIR(sb.st_mode)) {
         snprintf(out->source, sizeof out->source, "checkpoint");
         st = ls_model_open_checkpoint(path, NULL, out, err);

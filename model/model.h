@@ -31,7 +31,7 @@ typedef struct {
     char family[32];        /* "deepseek_v3", ... ; "fused" for the file, "demo" */
     char model_type[64];    /* config.json's; "" otherwise */
     char architecture[96];  /* config.json's first architectures entry; "" otherwise */
-    char path[4096];        /* as given ("" for the demo) */
+    char path[4096];        /* as given, or the hub cache snapshot a repo id names ("" for the demo) */
     char rule[160];         /* which layers have shared experts, in words */
     bool fp8;               /* FP8 block-quantized weights, dequantized to bf16 at load */
     char **files;           /* owned: the files read, relative to path's directory */

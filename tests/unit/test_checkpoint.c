@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -516,6 +517,60 @@ static void test_hostile_indexes(void **state) {
     free(dir);
 }
 
+#define HUB_COMMIT "89abcdef0123456789abcdef0123456789abcdef"
+/* --weights ORG/NAME when no such path exists: the snapshot of the hub
+ * cache ($HF_HUB_CACHE here) that refs/main names, its files links to
+ * ../../blobs as the cache keeps them; a repo the cache lacks names the
+ * cache and the download command. */
+static void test_hub_cache_repo_id(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ck_tensor t[8];
+    const char *owner[8];
+    char path[4400], to[4400];
+    const char *sub[] = {"models--org--mini", "models--org--mini/blobs", "models--org--mini/refs",
+                         "models--org--mini/snapshots", "models--org--mini/snapshots/" HUB_COMMIT, "files"};
+    for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
+        assert_int_equal(mkdir(path, 0700), 0);
+    }
+    snprintf(path, sizeof path, "%s/files", dir);
+    mini_two_shards(path, t, owner);
+    const char *files[] = {"config.json", "a.safetensors", "b.safetensors", "model.safetensors.index.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/files/%s", dir, files[i]);
+        snprintf(to, sizeof to, "%s/models--org--mini/blobs/%d", dir, i);
+        assert_int_equal(rename(path, to), 0);
+        snprintf(path, sizeof path, "%s/models--org--mini/snapshots/" HUB_COMMIT "/%s", dir, files[i]);
+        snprintf(to, sizeof to, "../../blobs/%d", i);
+        assert_int_equal(symlink(to, path), 0);
+    }
+    snprintf(path, sizeof path, "%s/models--org--mini/refs/main", dir);
+    ls_test_write_file(path, HUB_COMMIT, 40);
+    char *old = getenv("HF_HUB_CACHE") ? strdup(getenv("HF_HUB_CACHE")) : NULL;
+    assert_int_equal(setenv("HF_HUB_CACHE", dir, 1), 0);
+
+    ls_model m;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(open_ckpt("org/mini", &m, &err), LS_OK);
+    assert_non_null(strstr(m.path, "models--org--mini/snapshots/" HUB_COMMIT));
+    assert_int_equal(m.dims.H, MH);
+    ls_model_free(&m);
+    ls_error_clear(&err);
+    assert_int_not_equal(open_ckpt("org/absent", &m, &err), LS_OK);
+    assert_non_null(strstr(err.message, "cannot open org/absent"));
+    assert_non_null(strstr(err.hint, "hf download org/absent"));
+    assert_non_null(strstr(err.hint, dir));
+    ls_error_free(&err);
+
+    if (old) setenv("HF_HUB_CACHE", old, 1);
+    else unsetenv("HF_HUB_CACHE");
+    free(old);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_layers_and_tensors_must_agree(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -719,6 +774,7 @@ int main(void) {
         cmocka_unit_test(test_layer_lists),
         cmocka_unit_test(test_every_family_reads_back),
         cmocka_unit_test(test_hostile_indexes),
+        cmocka_unit_test(test_hub_cache_repo_id),
         cmocka_unit_test(test_layers_and_tensors_must_agree),
         cmocka_unit_test(test_moe_layer_freq_readings),
         cmocka_unit_test(test_shapes_dtypes_quantization),

@@ -1,12 +1,13 @@
 /* Repo ids to hub cache snapshots: the cache's layout is
  * models--ORG--NAME/refs/main (a commit) and snapshots/COMMIT/, whose
  * files link to ../../blobs. Read beneath the adapter directory only. */
-#include "lora/loader_hub.h"
+#include "common/hub.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,7 +27,7 @@ static bool ls_hub_name_ok(const char *s, size_t n) {
     return true;
 }
 
-bool ls_loader_hub_repo_id(const char *rel) {
+bool ls_hub_repo_id(const char *rel) {
     const char *slash = strchr(rel, '/');
     size_t len = strlen(rel);
     if (!slash || strchr(slash + 1, '/') || len > LS_HUB_REPO_ID_MAX) return false;
@@ -52,10 +53,10 @@ static bool ls_hub_read_ref(int dirfd, const char *repo_dir, char commit[41]) {
     return true;
 }
 
-ls_status ls_loader_hub_snapshot(int dirfd, const char *rel, char *out, size_t len, ls_error *err) {
+ls_status ls_hub_snapshot(int dirfd, const char *rel, char *out, size_t len, ls_error *err) {
     out[0] = '\0';
     struct stat sb;
-    if (!ls_loader_hub_repo_id(rel) || fstatat(dirfd, rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+    if (!ls_hub_repo_id(rel) || fstatat(dirfd, rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
         return LS_OK;
     const char *slash = strchr(rel, '/');
     char repo_dir[128];
@@ -76,4 +77,13 @@ ls_status ls_loader_hub_snapshot(int dirfd, const char *rel, char *out, size_t l
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the snapshot path of \"%s\" is too long", rel);
     }
     return LS_OK;
+}
+
+void ls_hub_cache_dir(char *out, size_t len) {
+    const char *v;
+    if ((v = getenv("HF_HUB_CACHE")) && *v) snprintf(out, len, "%s", v);
+    else if ((v = getenv("HUGGINGFACE_HUB_CACHE")) && *v) snprintf(out, len, "%s", v); /* its older name */
+    else if ((v = getenv("HF_HOME")) && *v) snprintf(out, len, "%s/hub", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v) snprintf(out, len, "%s/huggingface/hub", v);
+    else snprintf(out, len, "%s/.cache/huggingface/hub", (v = getenv("HOME")) && *v ? v : "");
 }
