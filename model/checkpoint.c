@@ -222,7 +222,7 @@ static ls_status ls_ckpt_plan_layers(ls_ckpt *c, ls_model *m, ls_error *err) {
         if (i == 0) LS_MODEL_TRY(ls_ckpt_find_prefix(c, l, err));
         m->layer_ids[i] = l;
         for (int p = 0; p < LS_PROJ_COUNT; p++) {
-            if (p == LS_PROJ_SCALAR_GATE && !c->plan.gate) continue;
+            if ((p == LS_PROJ_SCALAR_GATE && !c->plan.gate) || (p == LS_PROJ_UP && c->plan.fused)) continue;
             char name[256], scale[280];
             ls_family_name(&c->plan, c->prefix, l, p, name, sizeof name);
             const long long code = (long long)i * LS_MT_COUNT + which[p];
@@ -239,21 +239,30 @@ static ls_status ls_ckpt_plan_layers(ls_ckpt *c, ls_model *m, ls_error *err) {
 /* Every tensor in a layer's shared-expert module: only the names the
  * layout has, and only on layers that config.json gives shared experts
  * (multi-token-prediction layers past num_hidden_layers are skipped). */
+/* Whether rest (a name after the module) is a tensor the family's module
+ * is read from: a projection's weight or its FP8 scale, or the gate. */
+static bool ls_ckpt_known(const ls_family_plan *p, const char *rest) {
+    if (!strcmp(rest, "shared_expert_gate.weight")) return p->gate;
+    for (int k = LS_PROJ_GATE; k <= LS_PROJ_DOWN; k++) {
+        const char *w = ls_family_proj(p, k);
+        size_t n = w ? strlen(w) : 0;
+        if (w && !strncmp(rest, w, n) && (!rest[n] || !strcmp(rest + n, "_scale_inv"))) return true;
+    }
+    return false;
+}
+
 static ls_status ls_ckpt_cross_check(const ls_ckpt *c, ls_error *err) {
-    static const char *const known[] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight",
-                                        "gate_proj.weight_scale_inv", "up_proj.weight_scale_inv",
-                                        "down_proj.weight_scale_inv", "shared_expert_gate.weight", NULL};
     const char *key, *rest;
     json_t *v;
     long l;
     json_object_foreach(c->map, key, v) {
         if (!ls_family_in_module(&c->plan, c->prefix, key, &l, &rest) || l >= c->plan.layers_total) continue;
-        int k = 0;
-        while (known[k] && strcmp(known[k], rest)) k++;
-        if (!known[k] || (k == 6 && !c->plan.gate))
+        if (!ls_ckpt_known(&c->plan, rest))
             return ls_error_add(err, LS_INVALID_SHAPE, (int)l, key, LS_NA, LS_NA, LS_NA,
-                                "lorasink reads bias-free gate_proj, up_proj and down_proj weights (bf16, f16, f32, "
-                                "or FP8 with weight_scale_inv)",
+                                c->plan.fused ? "lorasink reads bias-free input_linear and output_linear weights "
+                                                "(bf16, f16, f32, or FP8 with weight_scale_inv)"
+                                              : "lorasink reads bias-free gate_proj, up_proj and down_proj weights "
+                                                "(bf16, f16, f32, or FP8 with weight_scale_inv)",
                                 "%s: unexpected shared-expert tensor %s", c->dir, key);
         if (!c->plan.moe[l])
             return ls_error_add(err, LS_INVALID_SHAPE, (int)l, key, LS_NA, LS_NA, LS_NA,
@@ -414,9 +423,9 @@ static ls_status ls_ckpt_check(const ls_ckpt *c, ls_model *m, ls_error *err) {
         const int l = m->layer_ids[i];
         for (int w = 0; w < LS_MT_COUNT; w++) {
             const ls_model_tensor *t = ls_model_tensor_at(m->src, i, w);
-            if (w == LS_MT_GATE && !c->plan.gate) continue;
-            LS_MODEL_TRY(ls_ckpt_check_tensor(c, t, l, w == LS_MT_GATE ? 1 : w == LS_MT_W2 ? H : F,
-                                        w == LS_MT_W2 ? F : H, m, err));
+            if ((w == LS_MT_GATE && !c->plan.gate) || (w == LS_MT_UP && c->plan.fused)) continue;
+            const int64_t rows = w == LS_MT_GATE ? 1 : w == LS_MT_W2 ? H : w == LS_MT_W13 && c->plan.fused ? 2 * F : F;
+            LS_MODEL_TRY(ls_ckpt_check_tensor(c, t, l, rows, w == LS_MT_W2 ? F : H, m, err));
             if (w == LS_MT_GATE) continue; /* the gate keeps its own dtype */
             const ls_dtype dt = ls_model_served_dtype(t);
             m->dtype = first || m->dtype == dt ? dt : LS_DTYPE_F32;

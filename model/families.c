@@ -17,7 +17,8 @@ typedef enum {
     LS_RULE_ERNIE,
     LS_RULE_QWEN,       /* decoder_sparse_step, mlp_only_layers */
     LS_RULE_EVERY,      /* every layer, Qwen's width key */
-    LS_RULE_LLAMA4
+    LS_RULE_LLAMA4,
+    LS_RULE_GRANITE     /* every layer, shared_intermediate_size */
 } ls_rule;
 
 struct ls_family {
@@ -33,43 +34,55 @@ struct ls_family {
      * it for the newer families, whose modeling code reads only it. */
     const char *count_key;
     bool layer_types;
+    /* The projections' tensors, LS_PROJ_GATE to LS_PROJ_DOWN (NULL:
+     * gate_proj, up_proj, down_proj); a NULL up means gate and up are one
+     * fused tensor [2F, H], gate rows first. */
+    const char *const *projs;
 };
+
+/* Granite's shared_mlp: input_linear [2F, H], chunked gate then up. */
+static const char *const ls_granite_projs[LS_PROJ_COUNT] = {"input_linear.weight", NULL, "output_linear.weight", NULL};
 
 static const ls_family ls_families[] = {
     {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     false},
+     false, NULL},
     {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
-     false, NULL, false},
+     false, NULL, false, NULL},
     {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true},
-    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+     NULL, true, NULL},
+    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
     {"glm4v_moe", {"glm4v_moe", "glm4v_moe_text"}, {"Glm4vMoeForConditionalGeneration"}, LS_RULE_DEEPSEEK,
-     "mlp.shared_experts.", false, NULL, false},
+     "mlp.shared_experts.", false, NULL, false, NULL},
     {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true},
+     NULL, true, NULL},
     {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     true},
-    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+     true, NULL},
+    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
     {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false, NULL,
-     false},
+     false, NULL},
     {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false, NULL,
-     false},
+     false, NULL},
     {"exaone_moe", {"exaone_moe"}, {"ExaoneMoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     "num_shared_experts", true},
-    {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true},
-    {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false},
+     "num_shared_experts", true, NULL},
+    {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL},
+    {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
     {"solar_open", {"solar_open"}, {"SolarOpenForCausalLM"}, LS_RULE_DEEPSEEK_ALL, "mlp.shared_experts.", false, NULL,
-     false},
-    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false},
-    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false},
+     false, NULL},
+    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false, NULL},
+    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false, NULL},
     {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
      {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true, NULL,
-     false},
+     false, NULL},
     /* Qwen's shared expert without its gate. */
-    {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false},
-    {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false},
+    {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false, NULL},
+    {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false, NULL},
     {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
-     "feed_forward.shared_expert.", false, NULL, false},
+     "feed_forward.shared_expert.", false, NULL, false, NULL},
+    /* The shared MLP sits beside the MoE block, under the layer. */
+    {"granitemoeshared", {"granitemoeshared"}, {"GraniteMoeSharedForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
+     NULL, false, ls_granite_projs},
+    {"granitemoehybrid", {"granitemoehybrid"}, {"GraniteMoeHybridForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
+     NULL, false, ls_granite_projs},
 };
 #define LS_N_FAMILIES (sizeof ls_families / sizeof *ls_families)
 
@@ -79,10 +92,14 @@ const char *const ls_family_prefixes[] = {"model.layers.", "model.language_model
 static const char *const ls_proj_names[LS_PROJ_COUNT] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight",
                                                          NULL};
 
+const char *ls_family_proj(const ls_family_plan *p, int proj) {
+    return (p->family->projs ? p->family->projs : ls_proj_names)[proj];
+}
+
 void ls_family_name(const ls_family_plan *p, const char *prefix, int layer, int proj, char *buf, size_t len) {
     if (proj == LS_PROJ_SCALAR_GATE) /* beside the MLP, not in it */
         snprintf(buf, len, "%s%d.mlp.shared_expert_gate.weight", prefix, layer);
-    else snprintf(buf, len, "%s%d.%s%s", prefix, layer, p->family->module, ls_proj_names[proj]);
+    else snprintf(buf, len, "%s%d.%s%s", prefix, layer, p->family->module, ls_family_proj(p, proj));
 }
 
 bool ls_family_in_module(const ls_family_plan *p, const char *prefix, const char *name, long *layer,
@@ -322,6 +339,25 @@ static ls_status ls_rule_llama4(const json_t *k, ls_family_plan *p, ls_error *er
     return LS_OK;
 }
 
+/* Granite's MoE families: every layer has the shared MLP of
+ * shared_intermediate_size beside its MoE block; none when that is 0
+ * (GraniteMoeShared builds none; GraniteMoeHybrid an empty one) or when
+ * num_local_experts is 0 (the shared MLP is then the dense model's only
+ * MLP, no shared expert). */
+static ls_status ls_rule_granite(const json_t *k, ls_family_plan *p, ls_error *err) {
+    long long inter = 0, experts = 0;
+    LS_MODEL_TRY(ls_key_int(k, "shared_intermediate_size", 0, -1, &inter, err));
+    LS_MODEL_TRY(ls_key_int(k, "num_local_experts", 0, -1, &experts, err));
+    if (inter > 1 << 24)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: shared_intermediate_size is too large");
+    p->F = (int)inter;
+    const bool none = inter == 0 || experts == 0;
+    for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none;
+    snprintf(p->rule, sizeof p->rule, "every layer%s",
+             inter == 0 ? ", but shared_intermediate_size is 0" : experts == 0 ? ", but num_local_experts is 0" : "");
+    return LS_OK;
+}
+
 /* Every family's shared-expert MLP is down(act(gate(x)) * up(x)) with
  * act = ACT2FN[hidden_act]; the engine computes SiLU (swish is its other
  * name), so another activation would serve wrong numbers. Absent: every
@@ -390,7 +426,8 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                         "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
                         "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4v_moe, glm4_moe_lite, "
                         "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, axk2, mistral4, solar_open, qwen2_moe, "
-                        "qwen3_next, qwen3_5_moe, flint, lara_mini and llama4 families only",
+                        "qwen3_next, qwen3_5_moe, flint, lara_mini, llama4, granitemoeshared and granitemoehybrid "
+                        "families only",
                         p->model_type, archs);
 }
 
@@ -401,6 +438,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     LS_MODEL_TRY(ls_family_pick(config, p, err));
     p->name = p->family->name;
     p->gate = p->family->gate;
+    p->fused = p->family->projs && !p->family->projs[LS_PROJ_UP];
     const json_t *k = ls_family_keys(config);
     long long L = 0, H = 0;
     ls_status st = ls_key_int(k, "num_hidden_layers", 1, -1, &L, err);
@@ -421,6 +459,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     case LS_RULE_QWEN:
     case LS_RULE_EVERY: st = ls_rule_qwen(k, p->family->rule, p, err); break;
     case LS_RULE_LLAMA4: st = ls_rule_llama4(k, p, err); break;
+    case LS_RULE_GRANITE: st = ls_rule_granite(k, p, err); break;
     }
     bool any = false;
     for (int l = 0; st == LS_OK && l < p->layers_total; l++) any |= p->moe[l] || (p->moe_alt && p->moe_alt[l]);

@@ -93,6 +93,7 @@ typedef struct {
     bool *moe_alt;
     char rule_alt[160];
     bool gate;             /* the block has a shared-expert gate */
+    bool fused;            /* gate and up are one tensor [2F, H] (LS_PROJ_GATE's; LS_PROJ_UP has none) */
 } ls_family_plan;
 
 /* Chooses the family from config.json (model_type, then architectures;
@@ -106,6 +107,9 @@ void ls_family_plan_free(ls_family_plan *p);
  * rule's; p->moe_alt must be set. */
 void ls_family_plan_take_alt(ls_family_plan *p);
 
+/* The name of projection proj's tensor in the module ("gate_proj.weight");
+ * NULL for LS_PROJ_UP when the family fuses it into LS_PROJ_GATE's. */
+const char *ls_family_proj(const ls_family_plan *p, int proj);
 /* The tensor of projection proj of layer under prefix ("model.layers."). */
 void ls_family_name(const ls_family_plan *p, const char *prefix, int layer, int proj, char *buf, size_t len);
 /* The layer prefixes the families are saved under, NULL-terminated:

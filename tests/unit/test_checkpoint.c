@@ -246,6 +246,31 @@ static void test_qwen_and_llama4_rules(void **state) {
                    "moe_layers", NULL);
 }
 
+/* Granite's shared MLP (beside its MoE block): every layer, width
+ * shared_intermediate_size; none when that or num_local_experts is 0. */
+static void test_granite_rules(void **state) {
+    (void)state;
+    expect_plan("{\"model_type\": \"granitemoehybrid\", \"architectures\": [\"GraniteMoeHybridForCausalLM\"], "
+                "\"num_hidden_layers\": 4, \"hidden_size\": 8, \"shared_intermediate_size\": 12, "
+                "\"num_local_experts\": 4, \"layer_types\": [\"mamba\", \"attention\", \"mamba\", \"mamba\"]}",
+                "granitemoehybrid", 12, false, "0,1,2,3");
+    expect_plan("{\"model_type\": \"granitemoeshared\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                "\"shared_intermediate_size\": 6, \"num_local_experts\": 4, \"hidden_act\": \"silu\"}",
+                "granitemoeshared", 6, false, "0,1");
+    expect_refused("{\"model_type\": \"granitemoeshared\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"shared_intermediate_size\": 0, \"num_local_experts\": 4}",
+                   "no layer", "shared_intermediate_size is 0");
+    expect_refused("{\"model_type\": \"granitemoehybrid\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"shared_intermediate_size\": 8, \"num_local_experts\": 0}",
+                   "no layer", "num_local_experts is 0");
+    expect_refused("{\"model_type\": \"granitemoehybrid\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"num_local_experts\": 4}",
+                   "shared_intermediate_size", NULL);
+    expect_refused("{\"model_type\": \"granitemoehybrid\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"shared_intermediate_size\": 8, \"num_local_experts\": 4, \"hidden_act\": \"gelu\"}",
+                   "gelu", NULL);
+}
+
 static void test_other_families_refused(void **state) {
     (void)state;
     /* a MoE family without shared experts: named, never guessed */
@@ -769,6 +794,7 @@ int main(void) {
         cmocka_unit_test(test_newer_deepseek_rules),
         cmocka_unit_test(test_ernie_rules),
         cmocka_unit_test(test_qwen_and_llama4_rules),
+        cmocka_unit_test(test_granite_rules),
         cmocka_unit_test(test_other_families_refused),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_layer_lists),

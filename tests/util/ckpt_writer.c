@@ -51,6 +51,8 @@ static const ck_desc CK[CK_FAMILIES] = {
                         "model.language_model.layers.", "mlp.shared_expert.", true, true, 2, {0, 1}, 2, -1},
     [CK_LLAMA4] = {"llama4", "llama4", "Llama4ForConditionalGeneration", "language_model.model.layers.",
                    "feed_forward.shared_expert.", false, true, 4, {1, 3}, 2, 0},
+    [CK_GRANITEMOEHYBRID] = {"granitemoehybrid", "granitemoehybrid", "GraniteMoeHybridForCausalLM", "model.layers.",
+                             "shared_mlp.", false, false, 3, {0, 1, 2}, 3, -1},
 };
 
 const char *ck_family_name(ck_family f) { return CK[f].model_type; }
@@ -121,6 +123,11 @@ static void ck_family_keys(ck_family f, const ck_spec *s, json_t *k) {
         ck_set(k, "shared_expert_intermediate_size", json_integer(F));
         ck_set(k, "num_experts", json_integer(4));
         ck_set(k, "model_type", json_string("qwen3_5_moe_text"));
+        break;
+    case CK_GRANITEMOEHYBRID:
+        ck_set(k, "shared_intermediate_size", json_integer(F));
+        ck_set(k, "num_local_experts", json_integer(4));
+        ck_set(k, "layer_types", json_pack("[s, s, s]", "mamba", "attention", "mamba"));
         break;
     case CK_LLAMA4:
         ck_set(k, "intermediate_size", json_integer(F));
@@ -259,6 +266,8 @@ static void ck_served(ck_list *l, const ck_spec *s, int64_t rows, int64_t cols, 
     *bytes += count * ls_dtype_size(s->dtype);
 }
 
+static bool ck_fused(ck_family f) { return f == CK_GRANITEMOEHYBRID; }
+
 /* Layer l's shared experts: gate_proj and up_proj into w13 [2F, H], down_proj
  * into w2, the gate when the family has one. */
 static void ck_shared(ck_list *lst, const ck_spec *s, int l, int i, uint64_t *st, ck_model *m) {
@@ -268,11 +277,17 @@ static void ck_shared(ck_list *lst, const ck_spec *s, int l, int i, uint64_t *st
     double *w2 = m && i >= 0 ? (m->w2[i] = ls_test_calloc((size_t)H * F, sizeof(double))) : NULL;
     char name[256];
     uint64_t bytes = 0;
-    snprintf(name, sizeof name, "%s%d.%sgate_proj.weight", d->prefix, l, d->module);
-    ck_served(lst, s, F, H, 1.0 / sqrt(H), st, w13, &bytes, name);
-    snprintf(name, sizeof name, "%s%d.%sup_proj.weight", d->prefix, l, d->module);
-    ck_served(lst, s, F, H, 1.0 / sqrt(H), st, w13 ? w13 + (size_t)F * H : NULL, &bytes, name);
-    snprintf(name, sizeof name, "%s%d.%sdown_proj.weight", d->prefix, l, d->module);
+    if (ck_fused(s->family)) { /* one [2F, H]: gate rows, then up rows */
+        snprintf(name, sizeof name, "%s%d.%sinput_linear.weight", d->prefix, l, d->module);
+        ck_served(lst, s, 2 * F, H, 1.0 / sqrt(H), st, w13, &bytes, name);
+    } else {
+        snprintf(name, sizeof name, "%s%d.%sgate_proj.weight", d->prefix, l, d->module);
+        ck_served(lst, s, F, H, 1.0 / sqrt(H), st, w13, &bytes, name);
+        snprintf(name, sizeof name, "%s%d.%sup_proj.weight", d->prefix, l, d->module);
+        ck_served(lst, s, F, H, 1.0 / sqrt(H), st, w13 ? w13 + (size_t)F * H : NULL, &bytes, name);
+    }
+    snprintf(name, sizeof name, "%s%d.%s%s.weight", d->prefix, l, d->module,
+             ck_fused(s->family) ? "output_linear" : "down_proj");
     ck_served(lst, s, H, F, 1.0 / sqrt(F), st, w2, &bytes, name);
     if (d->gate) {
         ck_spec plain = *s;
@@ -295,6 +310,13 @@ static void ck_layer(ck_list *lst, const ck_spec *s, int l, int i, uint64_t *st,
     ck_add(lst, dt, 2, H / 2, H, NULL, "%s%d.self_attn.q_proj.weight", p, l);
     ck_add(lst, dt, 2, H, H / 2, NULL, "%s%d.self_attn.o_proj.weight", p, l);
     ck_add(lst, dt, 1, H, 0, NULL, "%s%d.post_attention_layernorm.weight", p, l);
+    if (ck_fused(s->family)) { /* Granite's MoE block, its experts fused, beside the shared MLP */
+        ck_add(lst, dt, 2, 4, H, NULL, "%s%d.block_sparse_moe.router.layer.weight", p, l);
+        ck_add(lst, dt, 2, 4 * F, H, NULL, "%s%d.block_sparse_moe.input_linear.weight", p, l);
+        ck_add(lst, dt, 2, 4 * H, F / 2, NULL, "%s%d.block_sparse_moe.output_linear.weight", p, l);
+        ck_shared(lst, s, l, i, st, m);
+        return;
+    }
     if (i < 0 && l < d->layers) { /* a dense layer */
         ck_add(lst, dt, 2, 2 * F, H, NULL, "%s%d.%s.gate_proj.weight", p, l, mlp);
         ck_add(lst, dt, 2, 2 * F, H, NULL, "%s%d.%s.up_proj.weight", p, l, mlp);
@@ -400,7 +422,8 @@ void ck_write(const char *dir, const ck_spec *s, ck_model *m) {
     const ck_desc dd = ck_desc_of(s), *d = &dd;
     memset(m, 0, sizeof *m);
     *m = (ck_model){.family = d->name, .model_type = d->model_type, .prefix = d->prefix, .module = d->module,
-                    .layers_total = d->layers, .L = d->L, .dense = d->dense, .gate = d->gate};
+                    .fused = ck_fused(s->family), .layers_total = d->layers, .L = d->L, .dense = d->dense,
+                    .gate = d->gate};
     memcpy(m->ids, d->ids, sizeof m->ids);
     ck_write_config(dir, s);
     ck_list lst = {0};

@@ -26,6 +26,7 @@ typedef enum {
     CK_QWEN3_NEXT,
     CK_QWEN3_5_MOE,
     CK_LLAMA4,
+    CK_GRANITEMOEHYBRID,
     CK_FAMILIES
 } ck_family;
 
@@ -52,6 +53,7 @@ typedef struct {
     const char *model_type;
     const char *prefix;     /* "model.layers." or a vision-language one */
     const char *module;     /* "mlp.shared_experts." ... */
+    bool fused;             /* gate and up in one tensor (Granite's input_linear), down is output_linear */
     int layers_total;
     int L, ids[CK_MAX_LAYERS];
     int dense;              /* a layer without shared experts, -1 when every layer has them */
