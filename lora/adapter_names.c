@@ -1,6 +1,7 @@
 /* The tensor-name grammar of docs/api.md: which uploaded names are factors of
  * the shared experts (PEFT: fused gate_up_proj or separate gate_proj and
- * up_proj, and down_proj, in each family's spelling; or the pool format),
+ * up_proj, and down_proj, in each family's spelling, Granite's
+ * input_linear and output_linear; or the pool format),
  * which belong to other modules, and which are nothing we know. */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,17 @@ static const char *const ls_pool_suffix[LS_FACTORS] = {
 static const char *const ls_peft_label[LS_AD_SLOTS] = {
     "gate_up_proj.lora_A", "gate_up_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B",
     "gate_proj.lora_A",    "gate_proj.lora_B",    "up_proj.lora_A",   "up_proj.lora_B",
+};
+
+/* Granite's shared MLP, under the layer beside its MoE block: the fused
+ * input_linear (gate rows, then up rows) and output_linear, read as the
+ * slots of gate_up_proj and down_proj. */
+#define LS_GRANITE_SHARED "shared_mlp."
+static const char *const ls_granite_suffix[LS_FACTORS] = {
+    "input_linear.lora_A.weight",
+    "input_linear.lora_B.weight",
+    "output_linear.lora_A.weight",
+    "output_linear.lora_B.weight",
 };
 
 #define LS_SHARED_INFIX "mlp.shared_experts."
@@ -89,6 +101,7 @@ static bool ls_is_layer_tensor(const char *s) {
 
 /* The part of s after "{block}.{shared}." when s starts so; NULL else. */
 static const char *ls_after_shared(const char *s) {
+    if (ls_starts(s, LS_GRANITE_SHARED)) return s + strlen(LS_GRANITE_SHARED);
     for (size_t b = 0; b < sizeof ls_blocks / sizeof *ls_blocks; b++) {
         if (!ls_starts(s, ls_blocks[b])) continue;
         const char *t = s + strlen(ls_blocks[b]);
@@ -136,8 +149,9 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
             return;
         }
         out->layer = layer;
-        for (int k = 0; k < LS_AD_SLOTS; k++) {
-            if (strcmp(rest, ls_peft_suffix[k])) continue;
+        const bool granite = ls_starts(dot + 1, LS_GRANITE_SHARED);
+        for (int k = 0; k < (granite ? LS_FACTORS : LS_AD_SLOTS); k++) {
+            if (strcmp(rest, granite ? ls_granite_suffix[k] : ls_peft_suffix[k])) continue;
             out->kind = LS_AN_PEFT;
             out->slot = k;
             out->module_len = strlen(s) - strlen(".lora_A.weight");
@@ -155,7 +169,7 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
     }
     /* Never skip a factor of the shared experts silently: serving the
      * adapter without it would change its output. */
-    if (strstr(s, "shared_expert")) {
+    if (strstr(s, "shared_expert") || strstr(s, "." LS_GRANITE_SHARED)) {
         ls_adapter_name_why_not(s, out);
         return;
     }

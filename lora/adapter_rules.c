@@ -39,7 +39,8 @@ struct ls_peft_rules {
 /* Ends a key may have to concern a shared expert: a leaf, or the weight
  * of one (PEFT matches target_parameters' patterns against
  * "{module}.weight"). */
-static const char *const ls_key_ends[] = {"gate_proj", "up_proj", "down_proj", "gate_up_proj", "weight"};
+static const char *const ls_key_ends[] = {"gate_proj",    "up_proj",       "down_proj", "gate_up_proj",
+                                          "input_linear", "output_linear", "weight"};
 
 static bool ls_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -51,7 +52,8 @@ static bool ls_is_word_char(char c) {
 }
 
 /* Whether key can match the name of a shared-expert module (which ends
- * in gate_proj, up_proj, down_proj or gate_up_proj). Without a top-level '|', a key ending in plain
+ * in gate_proj, up_proj, down_proj or gate_up_proj; Granite's in
+ * input_linear or output_linear). Without a top-level '|', a key ending in plain
  * word characters T only matches names ending in T; T must then be the
  * end of a leaf. Anything less plain is kept. */
 static bool ls_key_may_concern(const char *key) {
@@ -214,9 +216,13 @@ static bool ls_rules_keep_names(const json_t *v, bool (*keep)(const char *), con
     return ok;
 }
 
-static bool ls_shared_module(const char *s) { return strstr(s, "shared_expert") && ls_key_may_concern(s); }
+static bool ls_shared_module(const char *s) {
+    return (strstr(s, "shared_expert") || strstr(s, "shared_mlp")) && ls_key_may_concern(s);
+}
 
-static bool ls_projection_weight(const char *s) { return ls_ends_with(s, ".weight") && strstr(s, "proj"); }
+static bool ls_projection_weight(const char *s) {
+    return ls_ends_with(s, ".weight") && (strstr(s, "proj") || strstr(s, "_linear"));
+}
 
 /* target_modules: its kind decides whether layers_to_transform applies,
  * and its full module names bypass it. Only names that can be a shared

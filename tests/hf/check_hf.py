@@ -62,7 +62,9 @@ from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 TOL = 2e-5
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PROJS = ("gate_proj", "up_proj", "down_proj")
-SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:mlp|feed_forward)\.shared_experts?)$")
+# The shared MLP of a layer: DeepSeek's shared_experts, Qwen's and Llama 4's
+# shared_expert, Granite's shared_mlp (under the layer, beside its MoE block).
+SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:(?:mlp|feed_forward)\.shared_experts?|shared_mlp))$")
 
 # ---- the families ---------------------------------------------------------------
 
@@ -107,6 +109,13 @@ class Family:
     model_type: str | None = None  # config.json's model_type rewritten to this after saving
     refused: str | None = None     # start-up must stop with a message holding this
     refusals: bool = False         # also the adapters PEFT writes that must be refused (REFUSED)
+    # The MLP's projections: gate, up, down; or (Granite) the fused gate
+    # and up, then down.
+    projs: tuple = PROJS
+
+    @property
+    def fused(self):
+        return len(self.projs) == 2
 
 
 # LoraConfig keys whose adapters the server must refuse (422), the error
@@ -206,6 +215,16 @@ FAMILIES = [
     Family("lara_mini", "lara_mini", lambda: tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
         **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
         num_experts=4, num_experts_per_tok=2, num_hidden_layers=3)), "modules"),
+    # Granite's shared MLP, under the layer beside its MoE block: one fused
+    # input_linear (gate rows, then up rows) and output_linear; Granite 4's
+    # hybrid model has it on its Mamba layers and attention layers alike.
+    Family("granitemoehybrid", "granitemoehybrid", lambda: tf.GraniteMoeHybridForCausalLM(tf.GraniteMoeHybridConfig(
+        **SMALL, intermediate_size=16, shared_intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4, mamba_d_state=8,
+        mamba_d_head=16, mamba_chunk_size=8)), "modules", projs=("input_linear", "output_linear")),
+    Family("granitemoeshared", "granitemoeshared", lambda: tf.GraniteMoeSharedForCausalLM(tf.GraniteMoeSharedConfig(
+        **SMALL, intermediate_size=16, shared_intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=2)), "modules", single_file=True, projs=("input_linear", "output_linear")),
     # Not SwiGLU: the server computes silu, so it must refuse, not serve.
     Family("deepseek_v3_gelu", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=2, first_k_dense_replace=0,
                                                                   hidden_act="gelu"), "parameters",
@@ -239,19 +258,20 @@ def module_forward(model, shared, layer, x):
     return y
 
 
-def targets(kind, shared, layers=None):
+def targets(fam, kind, shared, layers=None):
     """The LoraConfig keys that reach the shared experts (see Family.peft),
     on every layer or on the layers given."""
     if kind == "modules":
-        out = {"target_modules": list(PROJS)}
+        out = {"target_modules": list(fam.projs)}
         if layers is not None:
             out["layers_to_transform"] = list(layers)
         return out
     if layers is None:  # "mlp.shared_experts.gate_proj.weight": every layer's
-        tail = ".".join(shared[next(iter(shared))][0].split(".")[-2:])
-        return {"target_modules": None, "target_parameters": [f"{tail}.{p}.weight" for p in PROJS]}
+        first = shared[next(iter(shared))][0]
+        tail = first.rsplit(".", 1)[1] if fam.fused else ".".join(first.split(".")[-2:])
+        return {"target_modules": None, "target_parameters": [f"{tail}.{p}.weight" for p in fam.projs]}
     return {"target_modules": None,
-            "target_parameters": [f"{shared[l][0]}.{p}.weight" for l in layers for p in PROJS]}
+            "target_parameters": [f"{shared[l][0]}.{p}.weight" for l in layers for p in fam.projs]}
 
 
 def adapter_configs(fam, shared):
@@ -263,16 +283,19 @@ def adapter_configs(fam, shared):
     w = ".weight" if fam.peft == "parameters" else ""
     layers = list(shared)
     second = shared[layers[1]][0]
+    # Separate: up's rank, one layer's down rank, gate's alpha; fused:
+    # gate-and-up's rank, one layer's down rank, down's alpha.
+    up, down = fam.projs[0 if fam.fused else 1], fam.projs[-1]
     ranks = LoraConfig(r=4, lora_alpha=8, use_rslora=True, init_lora_weights=False,
-                       rank_pattern={"up_proj" + w: 6, f"{second}.down_proj" + w: 2},
-                       alpha_pattern={"gate_proj" + w: 12}, **targets(fam.peft, shared))
+                       rank_pattern={up + w: 6, f"{second}.{down}" + w: 2},
+                       alpha_pattern={fam.projs[-1 if fam.fused else 0] + w: 12}, **targets(fam, fam.peft, shared))
     some = (layers[0], layers[-1])
     out = {"ranks": (ranks, layers),
            "some-layers": (LoraConfig(r=3, lora_alpha=6, init_lora_weights=False,
-                                      **targets(fam.peft, shared, layers=some)), list(some))}
+                                      **targets(fam, fam.peft, shared, layers=some)), list(some))}
     if fam.peft == "modules":
         out["parameters"] = (LoraConfig(r=2, lora_alpha=5, init_lora_weights=False,
-                                        **targets("parameters", shared)), layers)
+                                        **targets(fam, "parameters", shared)), layers)
     return out
 
 
@@ -283,11 +306,11 @@ def check_not_reached(fam, model, shared, notes):
     of date."""
     if fam.peft != "parameters":
         return
-    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, **targets("modules", shared)))
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, **targets(fam, "modules", shared)))
     hit = [n for n, _ in pm.named_modules() if any(n.endswith(f"{shared[l][0]}.{p}.lora_A") for l in shared
-                                                   for p in PROJS)]
+                                                   for p in fam.projs)]
     if hit:
-        raise RuntimeError(f"target_modules {list(PROJS)} now reaches {hit[0]}: update docs/adapters.md")
+        raise RuntimeError(f"target_modules {list(fam.projs)} now reaches {hit[0]}: update docs/adapters.md")
     notes.append("target_modules list misses the shared experts")
 
 
@@ -296,7 +319,7 @@ def check_reach(fam, adir, name, shared, layers):
     projection of the layers it was made for: the target spec reached them."""
     with safe_open(os.path.join(adir, name, "adapter_model.safetensors"), "np") as f:
         keys = set(f.keys())
-    missing = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in PROJS for ab in "AB"
+    missing = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in fam.projs for ab in "AB"
                if f"base_model.model.{shared[l][0]}.{p}.lora_{ab}.weight" not in keys]
     if missing:
         raise RuntimeError(f"{fam.name}/{name}: PEFT wrote no {missing[0]} ({len(missing)} missing); "
@@ -379,20 +402,21 @@ def check_model(port, fam, shared, dense, dtype, notes):
 # ---- the adapter's other forms ---------------------------------------------------
 
 
-def pool_form(peft_model, shared):
+def pool_form(fam, peft_model, shared):
     """The pool format of a PEFT adapter's math, laid out as docs/math.md
     ("Separate gate and up factors in a slot") says: rank R the largest
     module rank, gate's A in rows 0.., up's in rows R.., each B scaled by
-    its module's own PEFT scaling (in f64, then rounded to f32)."""
+    its module's own PEFT scaling (in f64, then rounded to f32). A fused
+    module's A is both gate's and up's, its B's first F rows gate's."""
     base = peft_model.get_base_model()
-    mods = {(l, p): base.get_submodule(f"{shared[l][0]}.{p}") for l in shared for p in PROJS}
+    mods = {(l, p): base.get_submodule(f"{shared[l][0]}.{p}") for l in shared for p in fam.projs}
     mods = {k: m for k, m in mods.items() if "default" in getattr(m, "lora_A", {})}
     R = max(m.r["default"] for m in mods.values())
     out = {}
     for l in sorted({l for l, _ in mods}):
-        g, u, d = (mods.get((l, p)) for p in PROJS)
+        g, u, d = (mods.get((l, p)) for p in (fam.projs[:1] * 2 + fam.projs[1:] if fam.fused else fam.projs))
         ref = g or u
-        H, F = ref.lora_A["default"].weight.shape[1], ref.lora_B["default"].weight.shape[0]
+        H, F = ref.lora_A["default"].weight.shape[1], ref.lora_B["default"].weight.shape[0] // (2 if fam.fused else 1)
         a, b = np.zeros((2 * R, H), np.float32), np.zeros((2 * F, R), np.float32)
         da, db = np.zeros((R, F), np.float32), np.zeros((H, R), np.float32)
 
@@ -404,7 +428,8 @@ def pool_form(peft_model, shared):
         for m, row in ((g, 0), (u, 1)):
             if m:
                 r, A, B = factors(m)
-                a[row * R:row * R + r], b[row * F:(row + 1) * F, :r] = A, B
+                a[row * R:row * R + r] = A
+                b[row * F:(row + 1) * F, :r] = B[row * F:(row + 1) * F] if fam.fused else B
         if d:
             r, A, B = factors(d)
             da[:r], db[:, :r] = A, B
@@ -414,14 +439,14 @@ def pool_form(peft_model, shared):
     return out
 
 
-def check_other_forms(port, active, loaded, shared, notes):
+def check_other_forms(port, fam, active, loaded, shared, notes):
     """The pool form of each adapter's math normalises to its sha256; an
     adapter with skipped factors is refused with strict, each named."""
     from safetensors.numpy import save
     strict = 0
     for name, pm in active.items():
         sha, ignored = loaded[name]["sha256"], loaded[name].get("ignored", [])
-        st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(pm, shared)))
+        st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(fam, pm, shared)))
         if st != 200 or v.get("sha256") != sha:
             raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}")
         if ignored:
@@ -474,7 +499,7 @@ def make_refused(fam, model, adir, active, notes):
     load and compute: it joins the adapters the forwards check."""
     if not fam.refusals:
         return {}
-    projs = {"target_modules": list(PROJS)}
+    projs = {"target_modules": list(fam.projs)}
     for name, (keys, _, _) in REFUSED.items():
         pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, **{**projs, **keys}))
         pm.save_pretrained(os.path.join(adir, name))
@@ -603,7 +628,7 @@ def check_family(binary, work, fam, notes):
             check_refusals(port, refused, notes)
             check_other_modules(loaded, notes)
             check_forwards(port, fam, model, shared, active, hidden, notes)
-            check_other_forms(port, active, loaded, shared, notes)
+            check_other_forms(port, fam, active, loaded, shared, notes)
         finally:
             proc.terminate()
             proc.wait(timeout=30)

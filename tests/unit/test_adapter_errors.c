@@ -202,6 +202,10 @@ static void test_unknown_tensor(void **state) {
         "base_model.model.model.layers.0.mlp.shared_experts.gate_proj.weight", /* modules_to_save copies */
         "model.layers.0.mlp.shared_expert_gate.weight",
         "model.layers.00.mlp.experts.gate_up_proj", /* no layer PyTorch names */
+        /* Granite's shared MLP: its DoRA vector, its trained copy, a name it lacks */
+        "model.layers.1.shared_mlp.input_linear.lora_magnitude_vector",
+        "base_model.model.model.layers.0.shared_mlp.output_linear.weight",
+        "model.layers.0.shared_mlp.gate_proj.lora_A.weight",
     };
     const size_t nbad = sizeof bad / sizeof bad[0];
     const int64_t shape[2] = {2, 4};
@@ -222,6 +226,8 @@ static void test_unknown_tensor(void **state) {
         assert_non_null(strstr(v->message, "trained copy"));
         assert_non_null(strstr(v->hint, "modules_to_save"));
     }
+    assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[14])->message, "DoRA"));
+    assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[15])->message, "trained copy"));
 }
 
 static void test_layer_out_of_range(void **state) {
