@@ -26,6 +26,10 @@ typedef struct {
      * layers by the checkpoint's numbers; arrays are indexed 0..L-1. */
     const int *layer_ids;
     int layers_total;
+    /* How PEFT's LoraConfig reaches this model's shared experts, for
+     * hints (a static string of the checkpoint's family); NULL when no
+     * family says (the demo, the fused file). */
+    const char *peft_targets;
 } ls_dims;
 
 /* The served index (0..L-1) of the checkpoint's layer id; -1 when that

@@ -21,7 +21,7 @@ typedef struct {
     int64_t expected; /* LS_NA when no size applies */
     int64_t got;
     char message[320];
-    char hint[256];
+    char hint[512]; /* as the top-level hint's: a family's names fit */
 } ls_violation;
 
 typedef struct ls_error {

@@ -456,6 +456,41 @@ oom:
     return false;
 }
 
+/* No factor of the shared experts: an upload of nothing we know, or
+ * factors of other modules only, most often PEFT's target_modules sent
+ * to the routed experts' fused parameters (transformers 5). The message
+ * names one module the file does train; the hint how PEFT reaches this
+ * model's shared experts, when its family says. */
+static void ls_adapter_report_empty(ls_adapter_ctx *c, const ls_tensor_set *s, const ls_dims *dims, size_t n_other) {
+    char example[160] = "", hint[512];
+    for (size_t i = 0; i < s->n && !example[0]; i++) {
+        ls_adapter_name nm;
+        ls_adapter_name_parse(s->items[i].name, &nm);
+        const char *name = s->items[i].name, *f = nm.kind == LS_AN_OTHER && nm.lora ? strstr(name, ".lora_") : NULL;
+        const int len = f ? (int)(f - name > 120 ? 120 : f - name) : 0;
+        if (f) snprintf(example, sizeof example, ", such as %.*s%s", len, name, f - name > 120 ? "..." : "");
+    }
+    if (!n_other)
+        snprintf(hint, sizeof hint,
+                 "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A.weight (and lora_B, "
+                 "up_proj, down_proj; or the fused gate_up_proj) or the four pool buffers of a layer");
+    else if (dims->peft_targets)
+        snprintf(hint, sizeof hint,
+                 "train on the shared experts: on this model PEFT reaches them with LoraConfig(%s) "
+                 "(docs/adapters.md lists each family's)",
+                 dims->peft_targets);
+    else
+        snprintf(hint, sizeof hint,
+                 "train on the shared experts: where target_modules=[\"gate_proj\", \"up_proj\", \"down_proj\"] "
+                 "reaches the routed experts (DeepSeek, GLM, Qwen3-Next and others), use "
+                 "target_parameters=[\"mlp.shared_experts.gate_proj.weight\", ...] (docs/adapters.md lists each "
+                 "family's)");
+    ls_adapter_violation(c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA, hint,
+                         "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu tensors of other "
+                         "modules%s%s)",
+                         s->n, n_other, n_other && !c->params->strict ? ", skipped" : "", example);
+}
+
 /* tensors, params, dims and pool are borrowed and not kept: out owns copies
  * of everything it needs (free with ls_adapter_free); err is the caller's. */
 ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_params *params, const ls_dims *dims,
@@ -511,20 +546,7 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
                              ls_gate_up_order_name(params->gate_up_order));
     ls_adapter_check_data(&c);
     ls_adapter_check_finite(&c);
-    /* Factors of other modules only: most often PEFT's target_modules
-     * went to the routed experts' fused parameters (transformers 5). */
-    static const char empty_hint[] = "upload factors named model.layers.{l}.mlp.shared_experts.gate_proj.lora_A."
-                                     "weight (and lora_B, up_proj, down_proj; or the fused gate_up_proj) or the four "
-                                     "pool buffers of a layer";
-    static const char other_hint[] = "train on the shared experts: where target_modules=[\"gate_proj\", "
-                                     "\"up_proj\", \"down_proj\"] reaches the routed experts (DeepSeek, GLM, "
-                                     "Qwen3-Next and others), use target_parameters=[\"mlp.shared_experts."
-                                     "gate_proj.weight\", ...] (docs/adapters.md lists each family's)";
-    if (n_peft + n_pool == 0)
-        ls_adapter_violation(&c, LS_LORA_EMPTY, LS_NA, NULL, LS_NA, LS_NA, LS_NA, n_other ? other_hint : empty_hint,
-                             "the upload holds no LoRA factor of the shared experts (%zu tensors: %zu tensors of "
-                             "other modules%s)",
-                             tensors->n, n_other, n_other && !params->strict ? ", skipped" : "");
+    if (n_peft + n_pool == 0) ls_adapter_report_empty(&c, tensors, dims, n_other);
 
     ls_status st = LS_OK;
     if (c.bad || !ls_adapter_build(&c, tensors, n_other, out)) {

@@ -471,7 +471,8 @@ static ls_status ls_ckpt_run(ls_ckpt *c, const char *index_name, ls_model *m, ls
     LS_MODEL_TRY(ls_ckpt_shards(c, m, err));
     LS_MODEL_TRY(ls_ckpt_check(c, m, err));
     m->dims = (ls_dims){.n = 1, .H = c->plan.H, .F = c->plan.F, .L = m->dims.L, .w13_layout = LS_W13_CONTIGUOUS,
-                        .gate = c->plan.gate, .layer_ids = m->layer_ids, .layers_total = c->plan.layers_total};
+                        .gate = c->plan.gate, .layer_ids = m->layer_ids, .layers_total = c->plan.layers_total,
+                        .peft_targets = c->plan.peft_targets};
     snprintf(m->family, sizeof m->family, "%s", c->plan.name);
     snprintf(m->model_type, sizeof m->model_type, "%s", c->plan.model_type);
     snprintf(m->architecture, sizeof m->architecture, "%s", c->plan.architecture);

@@ -38,51 +38,72 @@ struct ls_family {
      * gate_proj, up_proj, down_proj); a NULL up means gate and up are one
      * fused tensor [2F, H], gate rows first. */
     const char *const *projs;
+    const char *peft_targets; /* see LS_MODULES */
 };
+
+/* What reaches each family's shared experts in PEFT 0.21 with
+ * transformers 5 (docs/adapters.md's table, held by check-hf): where
+ * PEFT rewrites gate_proj/up_proj/down_proj into the routed experts'
+ * fused parameters, only target_parameters does. */
+#define LS_PARAMS_PLURAL                                                                                              \
+    "target_modules=None, target_parameters=[\"mlp.shared_experts.gate_proj.weight\", "                              \
+    "\"mlp.shared_experts.up_proj.weight\", \"mlp.shared_experts.down_proj.weight\"]"
+#define LS_PARAMS_SINGULAR                                                                                            \
+    "target_modules=None, target_parameters=[\"mlp.shared_expert.gate_proj.weight\", "                               \
+    "\"mlp.shared_expert.up_proj.weight\", \"mlp.shared_expert.down_proj.weight\"]"
+#define LS_MODULES "target_modules=[\"gate_proj\", \"up_proj\", \"down_proj\"]"
 
 /* Granite's shared_mlp: input_linear [2F, H], chunked gate then up. */
 static const char *const ls_granite_projs[LS_PROJ_COUNT] = {"input_linear.weight", NULL, "output_linear.weight", NULL};
 
 static const ls_family ls_families[] = {
     {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     false, NULL},
+     false, NULL, LS_PARAMS_PLURAL},
     {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
-     false, NULL, false, NULL},
+     false, NULL, false, NULL, LS_PARAMS_PLURAL},
     {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true, NULL},
-    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
+     NULL, true, NULL, LS_PARAMS_PLURAL},
+    {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false,
+     NULL, LS_PARAMS_PLURAL},
     {"glm4v_moe", {"glm4v_moe", "glm4v_moe_text"}, {"Glm4vMoeForConditionalGeneration"}, LS_RULE_DEEPSEEK,
-     "mlp.shared_experts.", false, NULL, false, NULL},
+     "mlp.shared_experts.", false, NULL, false, NULL, LS_PARAMS_PLURAL},
     {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true, NULL},
+     NULL, true, NULL, LS_PARAMS_PLURAL},
     {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     true, NULL},
-    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
+     true, NULL, LS_PARAMS_PLURAL},
+    {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL,
+     LS_PARAMS_PLURAL},
     {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false, NULL,
-     false, NULL},
+     false, NULL, LS_PARAMS_PLURAL},
     {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false, NULL,
-     false, NULL},
+     false, NULL, NULL},
     {"exaone_moe", {"exaone_moe"}, {"ExaoneMoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     "num_shared_experts", true, NULL},
-    {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL},
-    {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL},
+     "num_shared_experts", true, NULL, LS_PARAMS_PLURAL},
+    {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL,
+     LS_MODULES},
+    {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false,
+     NULL, LS_MODULES},
     {"solar_open", {"solar_open"}, {"SolarOpenForCausalLM"}, LS_RULE_DEEPSEEK_ALL, "mlp.shared_experts.", false, NULL,
-     false, NULL},
-    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false, NULL},
-    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false, NULL},
+     false, NULL, LS_PARAMS_PLURAL},
+    {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false,
+     NULL, LS_MODULES},
+    {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false,
+     NULL, LS_PARAMS_SINGULAR},
     {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
      {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true, NULL,
-     false, NULL},
+     false, NULL, LS_MODULES},
     /* Qwen's shared expert without its gate. */
-    {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false, NULL},
-    {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false, NULL},
+    {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false, NULL,
+     LS_MODULES},
+    {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false,
+     NULL, LS_MODULES},
     {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
-     "feed_forward.shared_expert.", false, NULL, false, NULL},
+     "feed_forward.shared_expert.", false, NULL, false, NULL, LS_MODULES},
     /* The shared MLP sits beside the MoE block, under the layer. */
     {"granitemoeshared", {"granitemoeshared"}, {"GraniteMoeSharedForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
-     NULL, false, ls_granite_projs},
+     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]"},
     {"granitemoehybrid", {"granitemoehybrid"}, {"GraniteMoeHybridForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
-     NULL, false, ls_granite_projs},
+     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]"},
 };
 #define LS_N_FAMILIES (sizeof ls_families / sizeof *ls_families)
 
@@ -439,6 +460,7 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     p->name = p->family->name;
     p->gate = p->family->gate;
     p->fused = p->family->projs && !p->family->projs[LS_PROJ_UP];
+    p->peft_targets = p->family->peft_targets;
     const json_t *k = ls_family_keys(config);
     long long L = 0, H = 0;
     ls_status st = ls_key_int(k, "num_hidden_layers", 1, -1, &L, err);

@@ -94,6 +94,7 @@ typedef struct {
     char rule_alt[160];
     bool gate;             /* the block has a shared-expert gate */
     bool fused;            /* gate and up are one tensor [2F, H] (LS_PROJ_GATE's; LS_PROJ_UP has none) */
+    const char *peft_targets; /* the LoraConfig keys that reach the shared experts (static), NULL: unknown */
 } ls_family_plan;
 
 /* Chooses the family from config.json (model_type, then architectures;

@@ -540,6 +540,25 @@ def check_refusals(port, refused, notes):
         notes.append(f"refused: {', '.join(refused)} (422, naming the key or the trained copy)")
 
 
+def make_attention_only(model, adir):
+    """An adapter that trains attention only: it reaches no shared expert."""
+    pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, target_modules=["o_proj"]))
+    pm.save_pretrained(os.path.join(adir, "attention-only"))
+
+
+def check_empty_hint(port, fam, shared, notes):
+    """lora_empty's hint gives the LoraConfig keys this family's entry
+    reaches the shared experts with (the server's table agrees with this
+    file's, which the adapters above hold to PEFT)."""
+    want = "LoraConfig(" + ", ".join(f"{k}={'None' if v is None else json.dumps(v)}"
+                                     for k, v in targets(fam, fam.peft, shared).items()) + ")"
+    st, r = http(port, "POST", "/adapters/validate", {"path": "attention-only"})
+    err = r.get("error", {})
+    if st != 422 or err.get("code") != "lora_empty" or want not in err.get("hint", ""):
+        raise RuntimeError(f"attention-only: {st} {json.dumps(r)[:400]}, expected lora_empty with {want}")
+    notes.append("attention-only: lora_empty, hint " + want)
+
+
 def check_other_modules(loaded, notes):
     """The saved copies of lm_head and the routed experts, the biases and
     the trainable tokens are each listed as skipped."""
@@ -615,6 +634,7 @@ def check_family(binary, work, fam, notes):
     check_not_reached(fam, model, shared, notes)
     active = make_adapters(fam, saved, model, shared, adir, notes)
     refused = make_refused(fam, model, adir, active, notes)
+    make_attention_only(model, adir)
     with open(os.path.join(work, fam.name, "lorasink.log"), "w") as log:
         proc, port = start_server(binary, ckpt, adir, log)
         try:
@@ -626,6 +646,7 @@ def check_family(binary, work, fam, notes):
                     raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
                 notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
             check_refusals(port, refused, notes)
+            check_empty_hint(port, fam, shared, notes)
             check_other_modules(loaded, notes)
             check_forwards(port, fam, model, shared, active, hidden, notes)
             check_other_forms(port, fam, active, loaded, shared, notes)

@@ -393,6 +393,42 @@ static void test_fused_adapter_on_deepseek(void **state) {
     unserve(&sv);
 }
 
+/* An adapter that trains no shared expert (attention only): 422
+ * lora_empty naming a module it trains, the hint giving the LoraConfig
+ * keys that reach this family's shared experts. */
+static void check_empty(ck_family f, const char *targets, unsigned long long seed) {
+    ck_spec spec = {.family = f, .H = 16, .F = 8, .dtype = LS_DTYPE_F32, .shards = 0, .seed = seed};
+    served sv;
+    serve(&sv, &spec, false);
+    unsigned long long st = seed;
+    double *v = draw(2 * 16, 0.5, &st);
+    char name[200];
+    json_t *t = json_object();
+    snprintf(name, sizeof name, "base_model.model.%s%d.self_attn.q_proj.lora_A.weight", sv.m.prefix, sv.m.ids[0]);
+    json_object_set_new(t, name, rows_of(v, 2, 16));
+    snprintf(name, sizeof name, "base_model.model.%s%d.self_attn.q_proj.lora_B.weight", sv.m.prefix, sv.m.ids[0]);
+    json_object_set_new(t, name, rows_of(v, 16, 2));
+    long code;
+    json_t *j = call(&sv, "POST", "/adapters", upload("attn", 2, t), &code);
+    const json_t *e = json_object_get(j, "error");
+    const char *msg = json_string_value(json_object_get(e, "message")), *hint = json_string_value(json_object_get(e, "hint"));
+    printf("%s: %s; hint: %s\n", sv.m.model_type, msg, hint);
+    assert_int_equal(code, 422);
+    assert_string_equal(ls_test_error_code(j), "lora_empty");
+    assert_non_null(strstr(msg, "self_attn.q_proj"));
+    assert_non_null(strstr(hint, targets));
+    json_decref(j);
+    free(v);
+    unserve(&sv);
+}
+
+static void test_empty_adapter_hint(void **state) {
+    (void)state;
+    check_empty(CK_QWEN2_MOE, "LoraConfig(target_modules=[\"gate_proj\", \"up_proj\", \"down_proj\"])", 801);
+    check_empty(CK_DEEPSEEK_V3, "target_parameters=[\"mlp.shared_experts.gate_proj.weight\"", 802);
+    check_empty(CK_GRANITEMOEHYBRID, "target_modules=[\"input_linear\", \"output_linear\"]", 803);
+}
+
 /* ---- an adapter of another model -------------------------------------------- */
 
 static void print_reply(const json_t *j) {
@@ -496,6 +532,7 @@ int main(void) {
         cmocka_unit_test(test_qwen_family),
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_granite),
+        cmocka_unit_test(test_empty_adapter_hint),
         cmocka_unit_test(test_bf16_fp8_and_index_path),
         cmocka_unit_test(test_fused_adapter_on_deepseek),
         cmocka_unit_test(test_wider_adapter_refused),
