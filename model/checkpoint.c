@@ -257,6 +257,12 @@ static ls_status ls_ckpt_cross_check(const ls_ckpt *c, ls_error *err) {
     long l;
     json_object_foreach(c->map, key, v) {
         if (!ls_family_in_module(&c->plan, c->prefix, key, &l, &rest) || l >= c->plan.layers_total) continue;
+        if (!c->plan.gate && !strncmp(rest, "shared_expert_gate.", 19))
+            return ls_error_add(err, LS_INVALID_SHAPE, (int)l, key, LS_NA, LS_NA, LS_NA,
+                                "check config.json's model_type: a family with a gate (qwen2_moe) reads it",
+                                "%s: the checkpoint has %s, but the %s family has no shared-expert gate: serving "
+                                "without it would give other numbers than this model",
+                                c->dir, key, c->plan.name);
         if (!ls_ckpt_known(&c->plan, rest))
             return ls_error_add(err, LS_INVALID_SHAPE, (int)l, key, LS_NA, LS_NA, LS_NA,
                                 c->plan.fused ? "lorasink reads bias-free input_linear and output_linear weights "

@@ -135,7 +135,7 @@ bool ls_family_in_module(const ls_family_plan *p, const char *prefix, const char
     const char *after = end + 1, *mod = p->family->module;
     if (!strncmp(after, mod, strlen(mod))) {
         *rest = after + strlen(mod);
-    } else if (p->gate && !strncmp(after, "mlp.shared_expert_gate.", 23)) {
+    } else if (!strncmp(after, "mlp.shared_expert_gate.", 23)) { /* a gateless family's is refused, not skipped */
         *rest = after + 4; /* "shared_expert_gate...." */
     } else {
         return false;

@@ -733,6 +733,29 @@ static void test_shapes_dtypes_quantization(void **state) {
     free(dir);
 }
 
+/* A gateless family's checkpoint that carries a shared_expert_gate (a
+ * Qwen2-MoE checkpoint whose config says flint) is refused: served
+ * without its gate it would give other numbers. */
+static void test_gate_of_a_gateless_family(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ck_spec spec = {.family = CK_QWEN2_MOE, .H = 16, .F = 8, .dtype = LS_DTYPE_F32, .shards = 0, .seed = 90};
+    ck_model cm;
+    ck_write(dir, &spec, &cm);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    assert_non_null(c);
+    json_object_set_new(c, "model_type", json_string("flint"));
+    json_object_set_new(c, "architectures", json_pack("[s]", "FlintForCausalLM"));
+    assert_int_equal(json_dump_file(c, path, 0), 0);
+    json_decref(c);
+    expect_open_fails(dir, "shared_expert_gate.weight", "has no shared-expert gate");
+    ck_model_free(&cm);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_directory_contents(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -805,6 +828,7 @@ int main(void) {
         cmocka_unit_test(test_moe_layer_freq_readings),
         cmocka_unit_test(test_shapes_dtypes_quantization),
         cmocka_unit_test(test_directory_contents),
+        cmocka_unit_test(test_gate_of_a_gateless_family),
         cmocka_unit_test(test_fp8_dequant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
