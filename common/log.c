@@ -1,6 +1,6 @@
 /* stderr logger: one line per call, formatted into a buffer first and
  * written with one fprintf (stdio locks the stream for the call), so
- * lines from threads never interleave. */
+ * lines from threads never interleave, and no control byte in it. */
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -23,6 +23,10 @@ static void ls_log_emit(const char *label, const char *fmt, va_list ap) {
     int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ", tm.tm_year + 1900,
                      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, label);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    /* Messages quote what clients and files sent: a control byte would
+     * forge a line or drive the terminal. */
+    for (char *c = line; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     fprintf(stderr, "%s\n", line);
 }
 

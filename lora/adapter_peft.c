@@ -265,19 +265,36 @@ static void ls_peft_scale_refused(ls_adapter_ctx *c, const char *module, bool bo
                          "lora_alpha is stated nowhere (%s): PEFT scales the factors by lora_alpha / r", module);
 }
 
+/* A pattern key for a message: a file's by its place, a request's
+ * quoted, control bytes as '?', cut at 48 bytes with "...". Returns buf. */
+static const char *ls_peft_key_shown(const ls_peft_key *k, char *buf, size_t len) {
+    if (k->index) {
+        snprintf(buf, len, "key %zu of adapter_config.json", k->index);
+        return buf;
+    }
+    char text[49];
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)k->key; *p && n < sizeof text - 1; p++)
+        text[n++] = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+    text[n] = '\0';
+    snprintf(buf, len, "key \"%s%s\"", text, strlen(k->key) > n ? "..." : "");
+    return buf;
+}
+
 /* Two alpha_pattern keys that both match a module with different
  * values: the file's first applies, as in PEFT's loader, but PEFT's
  * save_pretrained sorts the keys, so the order trained with is not
  * known. The load stands (it computes what PEFT loads) and says so. */
 static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
-    const char *first, *later;
-    double v1, v2;
-    if (!ls_peft_rules_alpha_shadowed(c->rules, module, &first, &v1, &later, &v2)) return;
+    ls_peft_key first, later;
+    if (!ls_peft_rules_alpha_shadowed(c->rules, module, &first, &later)) return;
+    char a[96], b[96];
     snprintf(c->warning, sizeof c->warning,
-             "alpha_pattern keys \"%.48s\" (%g) and \"%.48s\" (%g) both match %.96s: the first in the file's order "
-             "applies, as in PEFT's loader, but PEFT saves the keys sorted, so the adapter may have been trained "
-             "with the other; make the keys match disjoint modules",
-             first, v1, later, v2, module);
+             "alpha_pattern %s (%.17g) and %s (%.17g) both match %.96s: the first in the file's order applies, as "
+             "in PEFT's loader, but PEFT saves the keys sorted, so the adapter may have been trained with the other; "
+             "make the keys match disjoint modules",
+             ls_peft_key_shown(&first, a, sizeof a), first.value, ls_peft_key_shown(&later, b, sizeof b), later.value,
+             module);
 }
 
 /* The rank and scale of every module present, once the shapes agree:

@@ -21,6 +21,7 @@ typedef struct {
     char *key;
     ls_regex *re; /* (.*\.)?(key)$ */
     double value;
+    size_t index; /* its place in adapter_config.json's pattern (1..), 0 when the request stated it */
 } ls_rule;
 
 struct ls_peft_rules {
@@ -130,7 +131,8 @@ static bool ls_rules_pattern(const json_t *obj, const char *name, bool from_file
             continue;
         }
         ls_regex_free(re);
-        if (ok && ls_key_may_concern(key)) ok = !json_array_append_new(pairs, json_pack("[s, O]", key, val));
+        if (ok && ls_key_may_concern(key))
+            ok = !json_array_append_new(pairs, json_pack("[s, O, I]", key, val, (json_int_t)(from_file ? index : 0)));
     }
     if (ok && json_array_size(pairs)) ok = !json_object_set(out, name, pairs);
     json_decref(pairs);
@@ -353,6 +355,7 @@ static bool ls_rules_load_pairs(const json_t *pairs, ls_rule **out, size_t *n) {
         ls_rule *r = &(*out)[*n];
         r->key = strdup(json_string_value(json_array_get(p, 0)));
         r->value = json_number_value(json_array_get(p, 1));
+        r->index = (size_t)json_integer_value(json_array_get(p, 2)); /* absent in older records: 0 */
         r->re = r->key ? ls_key_compile(r->key, why, sizeof why) : NULL;
         if (r->key) (*n)++;
         if (!r->re) return false;
@@ -438,15 +441,15 @@ bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alp
     return hit != NULL;
 }
 
-bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, const char **first, double *first_v,
-                                  const char **later, double *later_v) {
+bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, ls_peft_key *first, ls_peft_key *later) {
     const ls_rule *hit = r ? ls_rules_first(r, r->alpha, r->n_alpha, module) : NULL;
     if (!hit) return false;
     char key[256];
     ls_rules_matched_name(r, module, key);
     for (const ls_rule *k = hit + 1; k < r->alpha + r->n_alpha; k++)
         if (k->value != hit->value && ls_regex_match(k->re, key) == 1) {
-            *first = hit->key, *first_v = hit->value, *later = k->key, *later_v = k->value;
+            *first = (ls_peft_key){hit->key, hit->value, hit->index};
+            *later = (ls_peft_key){k->key, k->value, k->index};
             return true;
         }
     return false;

@@ -48,13 +48,21 @@ int ls_peft_rules_rank(const ls_peft_rules *r, const char *module, const char **
 /* alpha_pattern's value for module into *alpha; false when no key matches. */
 bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alpha, const char **key);
 
+/* A pattern key as the rules hold it: its text and value (borrowed), and
+ * its place in adapter_config.json's pattern (1..), 0 when the request
+ * stated it. A file's keys are named by place, never echoed. */
+typedef struct {
+    const char *key;
+    double value;
+    size_t index;
+} ls_peft_key;
+
 /* Whether a later alpha_pattern key than the one that applies to module
  * matches it too, with another value: the first in the file's order
  * wins, as in PEFT's loader, but save_pretrained writes the keys sorted,
  * so the order the adapter was trained with may have been the other.
- * Fills the two keys (borrowed from r) and their values when true. */
-bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, const char **first, double *first_v,
-                                  const char **later, double *later_v);
+ * Fills the two keys when true. */
+bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, ls_peft_key *first, ls_peft_key *later);
 
 /* Whether PEFT's layers_to_transform lets module have an adapter: true
  * when there is no such list, when module is named in full in

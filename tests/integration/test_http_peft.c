@@ -349,6 +349,19 @@ static void test_rules_in_every_carrier(void **state) {
     assert_string_equal(json_string_value(json_object_get(j, "sha256")), sha);
     json_decref(j);
     json_decref(req);
+    /* A request's shadowing keys are quoted in the warning, a control
+     * byte in one shown as '?'. */
+    json_t *esc = json_deep_copy(cfg);
+    json_object_set_new(esc, "alpha_pattern", json_loads("{\"\\u001b|gate_proj\": 12, \"gate_proj\": 5}", 0, NULL));
+    req = json_pack("{s:s, s:s, s:O, s:O}", "name", "inline-esc", "format", "peft", "config", esc, "tensors", tensors);
+    j = post("/adapters/validate", req, 200);
+    const char *w = json_string_value(json_array_get(json_object_get(j, "warnings"), 0));
+    assert_non_null(w);
+    assert_non_null(strstr(w, "key \"?|gate_proj\" (12) and key \"gate_proj\" (5)"));
+    assert_null(strchr(w, 0x1b));
+    json_decref(j);
+    json_decref(req);
+    json_decref(esc);
     /* Without rank_pattern the same tensors are refused: ranks differ. */
     json_object_del(cfg, "rank_pattern");
     req = json_pack("{s:s, s:s, s:O, s:O}", "name", "inline-ranks", "format", "peft", "config", cfg, "tensors",
@@ -411,7 +424,8 @@ static void test_shadowed_alpha_pattern_warns(void **state) {
     json_t *w = json_object_get(shadowed, "warnings");
     assert_int_equal(json_array_size(w), 1);
     const char *text = json_string_value(json_array_get(w, 0));
-    assert_non_null(strstr(text, "\".*\" (9) and \"up_proj\" (3)"));
+    /* keys of a file are named by their place in it, never echoed */
+    assert_non_null(strstr(text, "key 1 of adapter_config.json (9) and key 2 of adapter_config.json (3)"));
     assert_non_null(strstr(text, "sorted"));
     assert_int_equal(json_array_size(json_object_get(first, "warnings")), 0);
     assert_int_equal(json_array_size(json_object_get(disjoint, "warnings")), 0);
