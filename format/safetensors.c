@@ -58,10 +58,11 @@ static bool ls_st_header_length(const uint8_t *buf, uint64_t file_len, uint64_t 
     uint64_t avail = file_len - LS_ST_LEN_FIELD;
     /* The messages below never carry the field's value nor any other
      * byte of the input (a file read by path is not the client's to see),
-     * only what the file is instead when the length fits no file: a real
-     * header of 640 bytes also begins 0x80 0x02. */
+     * only what the file is instead when the length is past any header:
+     * a real header of 640 bytes also begins 0x80 0x02, and a file of it
+     * cut short is a cut file, not a pickle. */
     const char *what, *hint;
-    if ((n > LS_SAFETENSORS_MAX_HEADER || n > avail) && ls_st_foreign_kind(buf, &what, &hint)) {
+    if (n > LS_SAFETENSORS_MAX_HEADER && ls_st_foreign_kind(buf, &what, &hint)) {
         ls_error_add(err, LS_SAFETENSORS_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, hint,
                      "safetensors: the file is %s", what);
         return false;
