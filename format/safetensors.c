@@ -196,7 +196,10 @@ static ls_status ls_st_header_fill(ls_st_header *out, ls_st_entry *ents, size_t 
 static ls_status ls_st_name_file(ls_error *err, const char *what) {
     char msg[sizeof err->message + 320];
     const char *m = !strncmp(err->message, "safetensors: ", 13) ? err->message + 13 : err->message;
-    snprintf(msg, sizeof msg, "safetensors: %.300s: %s", what, m);
+    /* A long path keeps its end: the shard's own name is what tells. */
+    const size_t len = strlen(what), keep = 200;
+    snprintf(msg, sizeof msg, "safetensors: %s%s: %s", len > keep ? "..." : "", len > keep ? what + len - keep : what,
+             m);
     memcpy(err->message, msg, sizeof err->message - 1);
     err->message[sizeof err->message - 1] = '\0';
     return LS_SAFETENSORS_INVALID;

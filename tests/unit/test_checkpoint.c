@@ -596,6 +596,29 @@ static void test_hub_cache_repo_id(void **state) {
     free(dir);
 }
 
+/* A broken shard under a long directory path: the message keeps the
+ * path's end, where the shard's name is. */
+static void test_broken_shard_named_under_a_long_path(void **state) {
+    (void)state;
+    char *root = ls_test_mkdtemp();
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", root);
+    for (int i = 0; i < 6; i++) { /* six components of 60 bytes */
+        size_t n = strlen(dir);
+        snprintf(dir + n, sizeof dir - n, "/%060d", i);
+        assert_int_equal(mkdir(dir, 0700), 0);
+    }
+    ck_tensor t[8];
+    const char *owner[8];
+    mini_two_shards(dir, t, owner);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/b.safetensors", dir);
+    ls_test_write_file(path, "\x03\0\0\0\0\0\0\0{}", 10);
+    expect_open_fails(dir, "/b.safetensors: ", "runs past the end");
+    ls_test_rmtree(root);
+    free(root);
+}
+
 static void test_layers_and_tensors_must_agree(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp();
@@ -824,6 +847,7 @@ int main(void) {
         cmocka_unit_test(test_every_family_reads_back),
         cmocka_unit_test(test_hostile_indexes),
         cmocka_unit_test(test_hub_cache_repo_id),
+        cmocka_unit_test(test_broken_shard_named_under_a_long_path),
         cmocka_unit_test(test_layers_and_tensors_must_agree),
         cmocka_unit_test(test_moe_layer_freq_readings),
         cmocka_unit_test(test_shapes_dtypes_quantization),
