@@ -13,6 +13,26 @@
 
 /* Entries looked at, at most: a directory of thousands is no adapter. */
 #define LS_ABSENT_SCAN_MAX 4096
+/* The longest subfolder name suggested, and the most of a path shown:
+ * the message and its hint stay whole within the error's 512 bytes. */
+#define LS_ABSENT_NAME_MAX 64
+#define LS_ABSENT_PATH_SHOWN 160
+
+/* A name that can be quoted as it is: printable ASCII, no quote or
+ * backslash (others are not suggested). */
+static bool ls_absent_plain(const char *name) {
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p >= 0x7f || *p == '"' || *p == '\\') return false;
+    return true;
+}
+
+/* rel as messages show it: whole, or "..." and its end. Returns buf. */
+static const char *ls_absent_shown(const char *rel, char *buf, size_t len) {
+    size_t n = strlen(rel);
+    if (n <= LS_ABSENT_PATH_SHOWN) snprintf(buf, len, "%s", rel);
+    else snprintf(buf, len, "...%s", rel + n - (LS_ABSENT_PATH_SHOWN - 3));
+    return buf;
+}
 
 /* Any entry of that name, a link too: then the plain open decides. */
 static bool ls_absent_exists(int dir_fd, const char *name) {
@@ -39,7 +59,9 @@ static int ls_absent_subfolders(int dir_fd, char *best, size_t len, bool *pickle
     int found = 0, seen = 0;
     struct dirent *e;
     while ((e = readdir(d)) && seen++ < LS_ABSENT_SCAN_MAX) {
-        if (e->d_name[0] == '.' || strlen(e->d_name) >= len) continue;
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= len || strlen(e->d_name) > LS_ABSENT_NAME_MAX ||
+            !ls_absent_plain(e->d_name))
+            continue;
         struct stat sb;
         if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) continue;
         int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -60,31 +82,39 @@ static int ls_absent_subfolders(int dir_fd, char *best, size_t len, bool *pickle
 /* err is set only when true is returned. */
 bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
     if (ls_absent_exists(dir_fd, "adapter_config.json")) return false;
-    char sub[256], hint[800];
+    char sub[LS_ABSENT_NAME_MAX + 1], hint[800], shown[LS_ABSENT_PATH_SHOWN + 1];
     bool pickle = false;
-    int n = ls_absent_subfolders(dir_fd, sub, sizeof sub, &pickle);
+    /* The adapter directory itself holds the adapters: one of them is no
+     * answer to a path that names them all. */
+    const bool root = !strcmp(rel, ".") || !strcmp(rel, "./");
+    int n = root ? 0 : ls_absent_subfolders(dir_fd, sub, sizeof sub, &pickle);
+    const bool whole = strlen(rel) <= LS_ABSENT_PATH_SHOWN;
+    ls_absent_shown(rel, shown, sizeof shown);
     if (n > 0) {
-        snprintf(hint, sizeof hint, "give the path \"%.200s/%s\"%s%s", rel, sub,
-                 n > 1 ? " (or another subfolder that holds an adapter)" : "",
-                 pickle ? ", once its adapter_model.bin is saved again in safetensors (save_pretrained with "
-                          "safe_serialization=True)"
-                        : "");
+        const char *others = n > 1 ? " (or another subfolder that holds an adapter)" : "";
+        const char *resave = pickle ? ", once its adapter_model.bin is saved again in safetensors (save_pretrained "
+                                      "with safe_serialization=True)"
+                                    : "";
+        if (whole) snprintf(hint, sizeof hint, "give the path \"%s/%s\"%s%s", rel, sub, others, resave);
+        else snprintf(hint, sizeof hint, "give the path you gave with \"/%s\" after it%s%s", sub, others, resave);
         ls_error_set(err, LS_INVALID_REQUEST, hint,
-                     "path \"%.200s\" holds no adapter_config.json, but its subfolder \"%s\" does%s: PEFT saves an "
+                     "path \"%s\" holds no adapter_config.json, but its subfolder \"%s\" does%s: PEFT saves an "
                      "adapter not named \"default\" in a subfolder of its name%s",
-                     rel, sub, n > 1 ? " (and others)" : "",
+                     shown, sub, n > 1 ? " (and others)" : "",
                      pickle ? "; its model is a pickled adapter_model.bin, which this server never reads" : "");
         return true;
     }
     if (ls_absent_has(dir_fd, "adapter_model.safetensors")) {
-        snprintf(hint, sizeof hint,
-                 "put the adapter_config.json PEFT saved beside it, or give the path \"%.200s/"
+        if (whole) snprintf(hint, sizeof hint,
+                 "put the adapter_config.json PEFT saved beside it, or give the path \"%s/"
                  "adapter_model.safetensors\" with lora_alpha and r stated in the request",
                  rel);
+        else snprintf(hint, sizeof hint, "put the adapter_config.json PEFT saved beside it, or give the file's path "
+                      "with lora_alpha and r stated in the request");
         ls_error_set(err, LS_INVALID_REQUEST, hint,
-                     "path \"%.200s\" holds adapter_model.safetensors but no adapter_config.json, which a PEFT "
+                     "path \"%s\" holds adapter_model.safetensors but no adapter_config.json, which a PEFT "
                      "directory needs for its r and lora_alpha",
-                     rel);
+                     shown);
         return true;
     }
     return false;
@@ -93,11 +123,12 @@ bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
 bool ls_loader_explain_no_model(int dir_fd, const char *rel, ls_error *err) {
     if (ls_absent_exists(dir_fd, "adapter_model.safetensors") || !ls_absent_has(dir_fd, "adapter_model.bin"))
         return false;
+    char shown[LS_ABSENT_PATH_SHOWN + 1];
     ls_error_set(err, LS_INVALID_REQUEST,
                  "save it again in safetensors (PEFT's save_pretrained writes safetensors unless "
                  "safe_serialization=False), or convert the file with safetensors.torch.save_file",
-                 "path \"%.200s\" holds adapter_model.bin, a pickled PyTorch file, and no "
+                 "path \"%s\" holds adapter_model.bin, a pickled PyTorch file, and no "
                  "adapter_model.safetensors; this server reads safetensors only (a pickle can run code)",
-                 rel);
+                 ls_absent_shown(rel, shown, sizeof shown));
     return true;
 }

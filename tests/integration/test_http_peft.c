@@ -504,6 +504,24 @@ static void test_missing_files_explained(void **state) {
     assert_non_null(strstr(error_text(e, "message"), "pickled adapter_model.bin"));
     assert_non_null(strstr(error_text(e, "hint"), "\"outer/named\", once its adapter_model.bin is saved again"));
     json_decref(e);
+
+    /* The adapter directory itself holds the adapters: none of them is
+     * offered for it. */
+    e = load("root", ".", 400);
+    assert_null(strstr(error_text(e, "message"), "subfolder"));
+    json_decref(e);
+
+    /* A long path is shown by its end, whole quotes and all; its hint
+     * names the subfolder to add, not a cut path. */
+    char longp[300] = "saved";
+    for (int i = 0; i < 90; i++) strcat(longp, "/."); /* 185 bytes */
+    e = load("long", longp, 400);
+    const char *msg = error_text(e, "message"), *hint = error_text(e, "hint");
+    assert_non_null(strstr(msg, "\"..."));
+    assert_non_null(strstr(msg, "but its subfolder \"tenant-a\" does"));
+    assert_non_null(strstr(msg, "in a subfolder of its name"));
+    assert_string_equal(hint, "give the path you gave with \"/tenant-a\" after it");
+    json_decref(e);
 }
 
 int main(void) {
