@@ -137,8 +137,12 @@ static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bo
                                                     "downloaded"
                                                   : "paths are taken relative to --adapter-dir",
                      "path \"%.200s\" does not exist in the adapter directory", shown);
-    } else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == EAGAIN ||
-             errno == EINTR || errno == ENOBUFS)
+    } else if (errno == EAGAIN || errno == EINTR)
+        /* The kernel asked for a retry (a rename or mount raced the
+         * lookup) more times than the open tried. */
+        ls_error_set(err, LS_INTERNAL, "retry: the adapter directory was changing while the path was resolved",
+                     "path \"%.200s\" cannot be opened now: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
+    else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == ENOBUFS)
         /* The server ran short (descriptors, memory) or the disk failed:
          * nothing the client can fix in its path, and nothing to remember
          * against the file. */

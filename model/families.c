@@ -197,12 +197,14 @@ static ls_status ls_key_int_or_list(const json_t *keys, const char *key, bool sm
 /* transformers 5's mlp_layer_types: "sparse" (a MoE block, with shared
  * experts) or "dense" for each of the num_hidden_layers. */
 static ls_status ls_rule_layer_types(const json_t *types, bool none, ls_family_plan *p, ls_error *err) {
-    if (!json_is_array(types) || json_array_size(types) != (size_t)p->layers_total)
+    if (!json_is_array(types))
         return ls_error_set(err, LS_INVALID_REQUEST, NULL,
-                            "config.json's mlp_layer_types is %s of %zu entries, expected a list of num_hidden_layers "
-                            "(%d) entries",
-                            json_is_array(types) ? "a list" : ls_json_kind(types),
-                            json_is_array(types) ? json_array_size(types) : 0, p->layers_total);
+                            "config.json's mlp_layer_types is %s, expected a list of num_hidden_layers (%d) entries",
+                            ls_json_kind(types), p->layers_total);
+    if (json_array_size(types) != (size_t)p->layers_total)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL,
+                            "config.json's mlp_layer_types is a list of %zu entries, expected num_hidden_layers (%d)",
+                            json_array_size(types), p->layers_total);
     int sparse = 0;
     size_t i;
     json_t *e;

@@ -169,8 +169,8 @@ static void test_newer_deepseek_rules(void **state) {
     expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, "
                                        "\"mlp_layer_types\": [\"dense\", \"moe\", \"sparse\", \"sparse\"]"),
                    "mlp_layer_types[1] is not", NULL);
-    expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, \"mlp_layer_types\": \"sparse\""), "mlp_layer_types",
-                   "a string");
+    expect_refused(NEWER("deepseek_v32", ", \"n_shared_experts\": 1, \"mlp_layer_types\": \"sparse\""),
+                   "mlp_layer_types is a string, expected a list", NULL);
     expect_refused(NEWER("glm_moe_dsa", ", \"n_shared_experts\": 1, \"n_routed_experts\": 0, "
                                       "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\"]"),
                    "no layer", NULL);
