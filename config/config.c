@@ -489,6 +489,11 @@ static bool add_value(flag_value *vals, int *nvals, const ls_setting *s, const c
 static void unknown_flag(const char *name, size_t len, char *err, size_t errlen) {
     char nm[64], q[48], near[96];
     snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+    for (size_t k = 0; k < ls_peer_flags_count; k++)
+        if (!strcmp(nm, ls_peer_flags[k].name)) {
+            snprintf(err, errlen, "unknown flag --%s (%s flag): %s", nm, ls_peer_flags[k].whose, ls_peer_flags[k].instead);
+            return;
+        }
     ls_text_near n;
     ls_text_near_init(&n, nm);
     for (size_t k = 0; k < ls_settings_count; k++) ls_text_near_offer(&n, ls_settings[k].name);

@@ -564,6 +564,22 @@ const ls_flag_alias ls_flag_aliases[] = {
 };
 const size_t ls_flag_aliases_count = sizeof ls_flag_aliases / sizeof ls_flag_aliases[0];
 
+/* Peers' flags with no counterpart here: refused as unknown like any
+ * other, with what to do instead. */
+const ls_peer_flag ls_peer_flags[] = {
+    {"enable-lora", "vLLM's and sglang's", "lorasink always serves LoRA adapters: drop it"},
+    {"model", "vLLM's", "give the checkpoint with --weights (a directory, or ORG/NAME in the Hugging Face hub cache)"},
+    {"model-path", "sglang's", "give the checkpoint with --weights (a directory, or ORG/NAME in the Hugging Face hub "
+                               "cache)"},
+    {"max-loaded-loras", "sglang's", "the adapters kept in host memory are --host-cache N; use it"},
+    {"lora-target-modules", "sglang's", "each adapter's own target modules are read from it: drop it"},
+    {"lora-backend", "sglang's", "the kernels are the backend's (--device): drop it"},
+    {"lora-eviction-policy", "sglang's", "the least recently used unpinned adapter is evicted: drop it"},
+    {"lora-dtype", "vLLM's", "factors are computed at the backend's dtype (--compute on the CPU): drop it"},
+    {"fully-sharded-loras", "vLLM's", "one server holds the whole block: drop it"},
+};
+const size_t ls_peer_flags_count = sizeof ls_peer_flags / sizeof ls_peer_flags[0];
+
 const ls_flag_alias *ls_flag_alias_find(const char *name, size_t len) {
     for (size_t i = 0; i < ls_flag_aliases_count; i++)
         if (strlen(ls_flag_aliases[i].name) == len && !memcmp(ls_flag_aliases[i].name, name, len))

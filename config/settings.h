@@ -73,6 +73,16 @@ typedef struct {
     const ls_peer_entry *entry; /* its JSON entry, for an alias of --adapter; NULL else */
 } ls_flag_alias;
 
+/* A peer's flag this server has no counterpart for, and what to do. */
+typedef struct {
+    const char *name; /* without "--" */
+    const char *whose; /* "vLLM's" */
+    const char *instead;
+} ls_peer_flag;
+
+extern const ls_peer_flag ls_peer_flags[];
+extern const size_t ls_peer_flags_count;
+
 extern const ls_flag_alias ls_flag_aliases[];
 extern const size_t ls_flag_aliases_count;
 /* By name (len bytes, not NUL-terminated); static, NULL when none. */

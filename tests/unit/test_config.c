@@ -385,6 +385,10 @@ static void test_unknown_flag_and_positionals(void **state) {
     expect_error(ARGS("--"), NULL, "unexpected argument \"--\"");
     /* A control character in the text cannot break the one-line error. */
     expect_error(ARGS("--a\nb"), NULL, "unknown flag --a?b");
+    /* A peer's flag without a counterpart says what to do instead. */
+    expect_error(ARGS("--enable-lora"), NULL, "unknown flag --enable-lora (vLLM's and sglang's flag): lorasink always");
+    expect_error(ARGS("--model", "org/m"), NULL, "unknown flag --model (vLLM's flag): give the checkpoint with --weights");
+    expect_error(ARGS("--max-loaded-loras=4"), NULL, "--host-cache N");
 }
 
 static void test_bad_numbers(void **state) {
