@@ -20,22 +20,13 @@ shift || true
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 BIN=$BUILD/lorasink
 [ -x "$BIN" ] || { echo "check-hf: $BIN not found: build first" >&2; exit 1; }
-T0=$(date +%s)
 venv=${LORASINK_HF_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lorasink/venv-hf}
 # Pinned: a new release of any of them may change what it saves or how it
 # computes; moving a pin is a change of its own, with the check rerun.
 reqs="torch==2.15.0 transformers==5.24.0 peft==0.21.2 safetensors==0.8.0 numpy==2.4.6"
-if [ ! -f "$venv/stamp" ] || [ "$(cat "$venv/stamp")" != "$reqs" ]; then
-  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
-  fi
-  rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check $reqs
-  echo "$reqs" >"$venv/stamp"
-  echo "check-hf: installed $reqs into $venv ($(du -sh "$venv" | cut -f1), $(($(date +%s) - T0)) s)"
-fi
+# shellcheck source=scripts/venv.sh
+. "$ROOT/scripts/venv.sh"
+ls_venv "$venv" "$reqs"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 T1=$(date +%s)

@@ -20,17 +20,9 @@ start=$(date +%s)
 # the list changes.
 reqs="openapi-spec-validator==0.9.0 schemathesis==4.32.5 numpy==2.3.5 safetensors==0.8.0"
 venv=$root/.venv-ci
-if [ ! -f "$venv/stamp" ] || [ "$(cat "$venv/stamp")" != "$reqs" ]; then
-  command -v python3 >/dev/null || { echo "check-openapi: python3 is missing" >&2; exit 1; }
-  # Debian's python3 makes venvs only with python3-venv (ensurepip).
-  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
-  fi
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check $reqs
-  echo "$reqs" >"$venv/stamp"
-fi
+# shellcheck source=scripts/venv.sh
+. "$root/scripts/venv.sh"
+ls_venv "$venv" "$reqs"
 py=$venv/bin/python
 
 "$py" tests/system/check_openapi.py "$bin" || exit 1

@@ -27,18 +27,9 @@ T0=$(date +%s)
 # -- numpy only, the installed package ----------------------------------------
 venv=${LORASINK_CLIENT_VENV:-$cache/venv-client}
 reqs="numpy==2.4.6 safetensors==0.8.0 setuptools==84.2.1"
-if [ ! -f "$venv/stamp" ] || [ "$(cat "$venv/stamp")" != "$reqs" ]; then
-  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
-  fi
-  rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv"
-  # shellcheck disable=SC2086 # one word a package
-  "$venv/bin/pip" install -q --disable-pip-version-check $reqs
-  echo "$reqs" >"$venv/stamp"
-  echo "check-python: installed $reqs into $venv ($(du -sh "$venv" | cut -f1), $(($(date +%s) - T0)) s)"
-fi
+# shellcheck source=scripts/venv.sh
+. "$ROOT/scripts/venv.sh"
+ls_venv "$venv" "$reqs"
 # Built from a copy: setuptools writes build/ and *.egg-info beside the
 # sources it builds.
 cp -r "$ROOT/clients/python" "$WORK/pkg"
