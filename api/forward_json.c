@@ -118,8 +118,10 @@ static bool ls_fj_nested(ls_jr *r, const char *what, int cols, int max_rows, ls_
         if (!ls_jr_punct(r, ']')) return false;
         r->depth--;
         if (got != cols)
-            ls_fj_note(pb, LS_INVALID_SHAPE, "every row of a nested array has the width of the model",
-                       "%s row %d has %d values, expected %d", what, row, got, cols);
+            ls_fj_note(pb, LS_INVALID_SHAPE,
+                       "every row of a nested array has the width of the model: one row per token (an array sent "
+                       "transposed has a row per feature)",
+                       "%s row %d has %d value%s, expected %d", what, row, got, got == 1 ? "" : "s", cols);
         m->rows++;
     } while (ls_jr_peek(r) == ',' && ls_jr_punct(r, ','));
     r->depth--;
