@@ -9,13 +9,21 @@
 # listens; scripts/wait-ready.sh waits for that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case " $* " in
+*" --help "* | *" -h "*) # before anything is installed or built
+  sed -n '2,9s/^# \{0,1\}//p' scripts/demo.sh
+  if [ -x build/lorasink ]; then echo; ./build/lorasink --help; else echo "(the server's flags: build/lorasink --help, once built)"; fi
+  exit 0
+  ;;
+esac
 port=8080
+given=false
 if [[ "${LORASINK_URL:-}" =~ ^https?://[^/]*:([0-9]+)/?$ ]]; then port=${BASH_REMATCH[1]}; fi
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
-  --port) port=${args[i + 1]:-$port} ;;
-  --port=*) port=${args[i]#--port=} ;;
+  --port) port=${args[i + 1]:-$port} given=true ;;
+  --port=*) port=${args[i]#--port=} given=true ;;
   esac
 done
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -31,7 +39,10 @@ if [ -f build/CMakeCache.txt ]; then
 else
   LORASINK_BUILD_TARGET=lorasink bash scripts/build.sh build -DLORASINK_TESTS=OFF
 fi
+# The port goes to the server once: the caller's --port as given, else ours.
+portarg=(--port "$port")
+$given && portarg=()
 case " $* " in
-*" --weights "* | *" --weights="*) exec ./build/lorasink --port "$port" "$@" ;;
-*) exec ./build/lorasink --demo --port "$port" "$@" ;;
+*" --weights "* | *" --weights="*) exec ./build/lorasink "${portarg[@]}" "$@" ;;
+*) exec ./build/lorasink --demo "${portarg[@]}" "$@" ;;
 esac
