@@ -227,6 +227,24 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
                    d->layer_ids ? hint : NULL, msg, sizeof msg);
 }
 
+/* A LoRA factor of another MLP than the shared experts (a dense layer's,
+ * the routed experts'): skipped here like any other module's, but the
+ * one a user most expects this server to apply, so the load says so. */
+static void ls_adapter_note_mlp(ls_adapter_ctx *c, const char *name) {
+    static const char *const mlps[] = {".mlp.", ".feed_forward.", ".block_sparse_moe."};
+    bool mlp = false;
+    for (size_t k = 0; k < sizeof mlps / sizeof *mlps; k++) mlp |= strstr(name, mlps[k]) != NULL;
+    char *w = c->warnings[LS_WARN_SKIPPED_MLP];
+    const char *f = strstr(name, ".lora_");
+    if (!mlp || !f || w[0]) return;
+    const int len = (int)(f - name > 160 ? 160 : f - name);
+    snprintf(w, sizeof c->warnings[LS_WARN_SKIPPED_MLP],
+             "factors of MLP modules other than the shared experts (such as %.*s%s, a dense layer's or the routed "
+             "experts') are skipped and listed in ignored: this server computes the shared experts only, so the "
+             "engine must apply them",
+             len, name, f - name > 160 ? "..." : "");
+}
+
 /* Sorts every name: places the shared experts' factors of the chosen
  * format in the layer table, reports the rest. Returns how many names
  * are other modules' tensors (ignored unless strict). */
@@ -245,6 +263,7 @@ static size_t ls_adapter_place(ls_adapter_ctx *c, const ls_tensor_set *s, size_t
         }
         if (nm.kind == LS_AN_OTHER) {
             n_other++;
+            if (nm.lora && !strict) ls_adapter_note_mlp(c, name);
             if (strict)
                 ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
                                      "remove it, or load without strict to have it skipped and listed in ignored",
@@ -448,7 +467,7 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     }
     ls_adapter_digest(a->data, L * lf, a->meta.sha256);
     a->meta.bytes = ls_adapter_host_bytes(a);
-    memcpy(a->warning, c->warning, sizeof a->warning);
+    memcpy(a->warnings, c->warnings, sizeof a->warnings);
     return true;
 
 oom:

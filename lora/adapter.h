@@ -69,6 +69,9 @@ typedef struct {
  * factors are stored compact in the layout ls_factor_layout_of(dims,
  * outer, rank), zeros where the upload has no factor, scale already
  * folded into the B factors. */
+/* The kinds of warning a load that stands may carry. */
+enum { LS_WARN_ALPHA_ORDER, LS_WARN_SKIPPED_MLP, LS_ADAPTER_WARNINGS };
+
 typedef struct {
     ls_adapter_meta meta;
     int layers;
@@ -76,7 +79,9 @@ typedef struct {
     size_t layer_floats; /* the layout's total */
     bool *layer_present; /* owned; layer carries at least one factor */
     char **ignored;      /* owned; meta.n_ignored names skipped as other modules' tensors */
-    char warning[512];   /* what its load should tell the client though it stands ("" when nothing) */
+    /* What its load should tell the client though it stands, one kind
+     * each (LS_WARN_*): "" when nothing. */
+    char warnings[LS_ADAPTER_WARNINGS][512];
 } ls_adapter;
 
 /* Validates tensors completely (every violation goes into err) and, when

@@ -101,7 +101,7 @@ typedef struct {
     double scale;             /* folded into the B factors (PEFT: of modules no pattern matches) */
     ls_adapter_mod *mods;     /* PEFT: [L][LS_MODS] */
     const struct ls_peft_rules *rules; /* PEFT: the config's per-module rules, NULL: none */
-    char warning[sizeof ((ls_adapter *)0)->warning]; /* what the load should say though it stands; "" none */
+    char warnings[LS_ADAPTER_WARNINGS][512]; /* what the load should say though it stands; "" none */
 } ls_adapter_ctx;
 
 static inline ls_adapter_in *ls_adapter_at(const ls_adapter_ctx *c, int layer, int slot) {

@@ -289,7 +289,7 @@ static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
     ls_peft_key first, later;
     if (!ls_peft_rules_alpha_shadowed(c->rules, module, &first, &later)) return;
     char a[96], b[96];
-    snprintf(c->warning, sizeof c->warning,
+    snprintf(c->warnings[LS_WARN_ALPHA_ORDER], sizeof c->warnings[LS_WARN_ALPHA_ORDER],
              "alpha_pattern %s (%.17g) and %s (%.17g) both match %.96s: the first in the file's order applies, as "
              "in PEFT's loader, but PEFT saves the keys sorted, so the adapter may have been trained with the other; "
              "make the keys match disjoint modules",
@@ -316,7 +316,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             char module[192];
             ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module);
             bool has = ls_peft_rules_alpha(c->rules, module, &alpha, NULL) || p->has_alpha;
-            if (!c->warning[0]) ls_peft_note_shadowed(c, module);
+            if (!c->warnings[LS_WARN_ALPHA_ORDER][0]) ls_peft_note_shadowed(c, module);
             const double r = md->rank > 0 ? md->rank : 1;
             md->scale = has ? (p->use_rslora ? alpha / sqrt(r) : alpha / r) : p->scale;
             if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;

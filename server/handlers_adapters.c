@@ -100,7 +100,8 @@ static json_t *ls_ignored_json(const ls_adapter *a) {
  * sentence. New reference. */
 static json_t *ls_warnings_json(const ls_adapter *a) {
     json_t *arr = json_array();
-    if (arr && a->warning[0]) json_array_append_new(arr, json_string(a->warning));
+    for (int k = 0; arr && k < LS_ADAPTER_WARNINGS; k++)
+        if (a->warnings[k][0]) json_array_append_new(arr, json_string(a->warnings[k]));
     return arr;
 }
 
@@ -153,9 +154,10 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     if (st == LS_OK) {
         ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
                     info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
-        /* The pool took the adapter: its warning lives on in warnings. */
-        const char *warning = json_string_value(json_array_get(warnings, 0));
-        if (warning) ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version, warning);
+        /* The pool took the adapter: its warnings live on in warnings. */
+        for (size_t k = 0; k < json_array_size(warnings); k++)
+            ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version,
+                        json_string_value(json_array_get(warnings, k)));
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) {
             json_object_set_new(d, "ignored", ignored);

@@ -559,6 +559,17 @@ def check_empty_hint(port, fam, shared, notes):
     notes.append("attention-only: lora_empty, hint " + want)
 
 
+def check_mlp_warning(name, reply, notes):
+    """Factors PEFT put on another MLP (a dense layer's) are skipped, and
+    the load says so in warnings; without them it says nothing of it."""
+    mlp = [n for n in reply.get("ignored", []) if ".lora_" in n and any(m in n for m in (".mlp.", ".feed_forward."))]
+    said = [w for w in reply.get("warnings", []) if "MLP modules other than the shared experts" in w]
+    if bool(mlp) != bool(said):
+        raise RuntimeError(f"{name}: {len(mlp)} MLP factors ignored, warnings {reply.get('warnings')}")
+    if said:
+        notes.append(f"{name}: {len(mlp)} MLP factors skipped, warned")
+
+
 def check_other_modules(loaded, notes):
     """The saved copies of lm_head and the routed experts, the biases and
     the trainable tokens are each listed as skipped."""
@@ -645,6 +656,7 @@ def check_family(binary, work, fam, notes):
                 if st != 201:
                     raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
                 notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
+                check_mlp_warning(name, loaded[name], notes)
             check_refusals(port, refused, notes)
             check_empty_hint(port, fam, shared, notes)
             check_other_modules(loaded, notes)
