@@ -45,6 +45,19 @@ void ls_text_log_field(const char *text, bool keep_spaces, char *out, size_t len
     if (len) out[o < len ? o : len - 1] = '\0';
 }
 
+ls_text_cut ls_text_tail(const char *s) {
+    ls_text_cut c;
+    size_t n = strlen(s);
+    if (n <= LS_TEXT_TAIL) {
+        memcpy(c.s, s, n + 1);
+        return c;
+    }
+    const char *end = s + n - (LS_TEXT_TAIL - 3);
+    while (*end && ((unsigned char)*end & 0xC0) == 0x80) end++; /* not inside a UTF-8 sequence */
+    snprintf(c.s, sizeof c.s, "...%s", end);
+    return c;
+}
+
 bool ls_adapter_name_valid(const char *name) {
     size_t n = strlen(name);
     if (n < 1 || n > 128 || name[0] == '.') return false;

@@ -42,6 +42,15 @@ bool ls_text_int(const char *text, long long min, long long max, long long *out)
  * chose stays one field of one line and never reaches a terminal raw. */
 void ls_text_log_field(const char *text, bool keep_spaces, char *out, size_t len);
 
+/* s for a message: whole when it has at most LS_TEXT_TAIL bytes, else
+ * "..." and its end, cut at a character's start (the end of a path names
+ * its file, which is what tells). Use .s within the call it is made for. */
+#define LS_TEXT_TAIL 200
+typedef struct {
+    char s[LS_TEXT_TAIL + 1];
+} ls_text_cut;
+ls_text_cut ls_text_tail(const char *s);
+
 /* The nearest of a set of known names to a word a user gave, for a "did
  * you mean" in the error about it (flags, config and JSON keys, query
  * parameters, adapter names). Offer each candidate; best holds a copy of

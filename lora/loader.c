@@ -21,6 +21,7 @@
 #include "lora/adapter_config.h"
 #include "lora/loader_absent.h"
 #include "common/hub.h"
+#include "common/text.h"
 #include "lora/loader_memo.h"
 
 /* adapter_config.json is small; anything larger is not one. */
@@ -61,12 +62,12 @@ ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *
     int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return ls_error_set(err, LS_INVALID_REQUEST, "give --adapter-dir an existing directory",
-                            "the adapter directory %.200s cannot be opened: %s", dir,
+                            "the adapter directory %s cannot be opened: %s", ls_text_tail(dir).s,
                             strerror_r(errno, ebuf, sizeof ebuf));
     char real[PATH_MAX];
     if (!realpath(dir, real) || strlen(real) >= sizeof ld->root) {
         close(fd);
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the adapter directory %.200s cannot be resolved", dir);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the adapter directory %s cannot be resolved", ls_text_tail(dir).s);
     }
     snprintf(ld->root, sizeof ld->root, "%s", real);
     ls_loader_spelled(dir, ld->given, sizeof ld->given);
@@ -96,7 +97,7 @@ ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, s
         if (!rel) rel = ls_loader_beneath(path, ld->given);
         if (!rel)
             return ls_error_set(err, LS_INVALID_REQUEST, "paths are taken relative to --adapter-dir",
-                                "path \"%.200s\" is not beneath the adapter directory", path);
+                                "path \"%s\" is not beneath the adapter directory", ls_text_tail(path).s);
         while (*rel == '/') rel++;
     }
     if (!*path || strlen(rel) >= out_len)
@@ -125,10 +126,10 @@ static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bo
     char ebuf[128];
     if (errno == EXDEV || errno == ELOOP)
         ls_error_set(err, LS_INVALID_REQUEST, ls_loader_out_hint(dirfd, rel),
-                     "path \"%.200s\" leads out of the adapter directory", shown);
+                     "path \"%s\" leads out of the adapter directory", ls_text_tail(shown).s);
     else if (errno == ESTALE)
         ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
-                     "path \"%.200s\" was moved or replaced while it was opened", shown);
+                     "path \"%s\" was moved or replaced while it was opened", ls_text_tail(shown).s);
     else if (errno == ENOENT || errno == ENOTDIR) {
         if (absent) *absent = true;
         ls_error_set(err, LS_INVALID_REQUEST,
@@ -136,20 +137,21 @@ static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bo
                                                     "id is found there only in a hub cache (models--ORG--NAME), never "
                                                     "downloaded"
                                                   : "paths are taken relative to --adapter-dir",
-                     "path \"%.200s\" does not exist in the adapter directory", shown);
+                     "path \"%s\" does not exist in the adapter directory", ls_text_tail(shown).s);
     } else if (errno == EAGAIN || errno == EINTR)
         /* The kernel asked for a retry (a rename or mount raced the
          * lookup) more times than the open tried. */
         ls_error_set(err, LS_INTERNAL, "retry: the adapter directory was changing while the path was resolved",
-                     "path \"%.200s\" cannot be opened now: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
+                     "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s, strerror_r(errno, ebuf, sizeof ebuf));
     else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == ENOBUFS)
         /* The server ran short (descriptors, memory) or the disk failed:
          * nothing the client can fix in its path, and nothing to remember
          * against the file. */
         ls_error_set(err, LS_INTERNAL, "the server is short of a resource now; retry, and check its limits (ulimit -n)",
-                     "path \"%.200s\" cannot be opened now: %s", shown, strerror_r(errno, ebuf, sizeof ebuf));
+                     "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s,
+                     strerror_r(errno, ebuf, sizeof ebuf));
     else
-        ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be opened: %s", shown,
+        ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be opened: %s", ls_text_tail(shown).s,
                      strerror_r(errno, ebuf, sizeof ebuf));
     return -1;
 }
@@ -236,7 +238,7 @@ static int ls_loader_open_file(const ls_loader *ld, int dir_fd, const char *rel,
     int fd = ls_loader_open_in(ld, dir_fd, rel, name, shown, NULL, err);
     if (fd >= 0 && fstat(fd, sb) != 0) {
         close(fd);
-        ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", shown);
+        ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(shown).s);
         return -1;
     }
     return fd;
@@ -295,7 +297,7 @@ static ls_status ls_loader_check_file(const ls_loader *ld, int fd, const struct 
     if (size > ld->max_file_bytes)
         return ls_error_set(err, LS_PAYLOAD_TOO_LARGE,
                             "raise --max-adapter-mb, or give an adapter that holds fewer factors",
-                            "adapter file %.200s is %.1f MiB, over the limit of %zu MiB (--max-adapter-mb)", shown,
+                            "adapter file %s is %.1f MiB, over the limit of %zu MiB (--max-adapter-mb)", ls_text_tail(shown).s,
                             (double)size / 1048576.0, ld->max_file_bytes >> 20);
     ls_loader_memo_count_read(ld->memo);
     uint8_t first[8];
@@ -351,7 +353,7 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
         now.st_ino != f->model_sb.st_ino) {
         close(dir);
         return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
-                            "path \"%.200s\" was moved or replaced while it was opened", rel);
+                            "path \"%s\" was moved or replaced while it was opened", ls_text_tail(rel).s);
     }
     bool absent = false;
     ls_error quiet;
@@ -367,7 +369,7 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     struct stat cfg_sb;
     if (fstat(fd, &cfg_sb) != 0) {
         close(fd);
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", cfg_shown);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(cfg_shown).s);
     }
     f->config_fd = fd;
     f->peft_dir = true; /* the config wins over the file's __metadata__ */
@@ -390,7 +392,7 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     if (f->dir_fd < 0) return err->code;
     struct stat sb;
     if (fstat(f->dir_fd, &sb) != 0)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%.200s\" cannot be read", rel);
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(rel).s);
     f->peft_dir = S_ISDIR(sb.st_mode);
     if (!f->peft_dir) {
         snprintf(f->shown, sizeof f->shown, "%s", rel);

@@ -11,12 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/text.h"
+
 /* Entries looked at, at most: a directory of thousands is no adapter. */
 #define LS_ABSENT_SCAN_MAX 4096
-/* The longest subfolder name suggested, and the most of a path shown:
- * the message and its hint stay whole within the error's 512 bytes. */
+/* The longest subfolder name suggested: with a path shown by
+ * ls_text_tail the message and its hint stay whole within 512 bytes. */
 #define LS_ABSENT_NAME_MAX 64
-#define LS_ABSENT_PATH_SHOWN 160
 
 /* A name that can be quoted as it is: printable ASCII, no quote or
  * backslash (others are not suggested). */
@@ -26,13 +27,6 @@ static bool ls_absent_plain(const char *name) {
     return true;
 }
 
-/* rel as messages show it: whole, or "..." and its end. Returns buf. */
-static const char *ls_absent_shown(const char *rel, char *buf, size_t len) {
-    size_t n = strlen(rel);
-    if (n <= LS_ABSENT_PATH_SHOWN) snprintf(buf, len, "%s", rel);
-    else snprintf(buf, len, "...%s", rel + n - (LS_ABSENT_PATH_SHOWN - 3));
-    return buf;
-}
 
 /* Any entry of that name, a link too: then the plain open decides. */
 static bool ls_absent_exists(int dir_fd, const char *name) {
@@ -82,14 +76,14 @@ static int ls_absent_subfolders(int dir_fd, char *best, size_t len, bool *pickle
 /* err is set only when true is returned. */
 bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
     if (ls_absent_exists(dir_fd, "adapter_config.json")) return false;
-    char sub[LS_ABSENT_NAME_MAX + 1], hint[800], shown[LS_ABSENT_PATH_SHOWN + 1];
+    char sub[LS_ABSENT_NAME_MAX + 1], hint[800];
     bool pickle = false;
     /* The adapter directory itself holds the adapters: one of them is no
      * answer to a path that names them all. */
     const bool root = !strcmp(rel, ".") || !strcmp(rel, "./");
     int n = root ? 0 : ls_absent_subfolders(dir_fd, sub, sizeof sub, &pickle);
-    const bool whole = strlen(rel) <= LS_ABSENT_PATH_SHOWN;
-    ls_absent_shown(rel, shown, sizeof shown);
+    const bool whole = strlen(rel) <= LS_TEXT_TAIL;
+    const ls_text_cut shown = ls_text_tail(rel);
     if (n > 0) {
         const char *others = n > 1 ? " (or another subfolder that holds an adapter)" : "";
         const char *resave = pickle ? ", once its adapter_model.bin is saved again in safetensors (save_pretrained "
@@ -100,7 +94,7 @@ bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
         ls_error_set(err, LS_INVALID_REQUEST, hint,
                      "path \"%s\" holds no adapter_config.json, but its subfolder \"%s\" does%s: PEFT saves an "
                      "adapter not named \"default\" in a subfolder of its name%s",
-                     shown, sub, n > 1 ? " (and others)" : "",
+                     shown.s, sub, n > 1 ? " (and others)" : "",
                      pickle ? "; its model is a pickled adapter_model.bin, which this server never reads" : "");
         return true;
     }
@@ -114,7 +108,7 @@ bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
         ls_error_set(err, LS_INVALID_REQUEST, hint,
                      "path \"%s\" holds adapter_model.safetensors but no adapter_config.json, which a PEFT "
                      "directory needs for its r and lora_alpha",
-                     shown);
+                     shown.s);
         return true;
     }
     return false;
@@ -123,12 +117,11 @@ bool ls_loader_explain_no_config(int dir_fd, const char *rel, ls_error *err) {
 bool ls_loader_explain_no_model(int dir_fd, const char *rel, ls_error *err) {
     if (ls_absent_exists(dir_fd, "adapter_model.safetensors") || !ls_absent_has(dir_fd, "adapter_model.bin"))
         return false;
-    char shown[LS_ABSENT_PATH_SHOWN + 1];
     ls_error_set(err, LS_INVALID_REQUEST,
                  "save it again in safetensors (PEFT's save_pretrained writes safetensors unless "
                  "safe_serialization=False), or convert the file with safetensors.torch.save_file",
                  "path \"%s\" holds adapter_model.bin, a pickled PyTorch file, and no "
                  "adapter_model.safetensors; this server reads safetensors only (a pickle can run code)",
-                 ls_absent_shown(rel, shown, sizeof shown));
+                 ls_text_tail(rel).s);
     return true;
 }

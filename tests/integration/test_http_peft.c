@@ -514,7 +514,7 @@ static void test_missing_files_explained(void **state) {
     /* A long path is shown by its end, whole quotes and all; its hint
      * names the subfolder to add, not a cut path. */
     char longp[300] = "saved";
-    for (int i = 0; i < 90; i++) strcat(longp, "/."); /* 185 bytes */
+    for (int i = 0; i < 110; i++) strcat(longp, "/."); /* 225 bytes */
     e = load("long", longp, 400);
     const char *msg = error_text(e, "message"), *hint = error_text(e, "hint");
     assert_non_null(strstr(msg, "\"..."));

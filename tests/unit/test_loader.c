@@ -237,6 +237,13 @@ static void test_paths_and_messages(void **state) {
     expect_refused(&ld, "../../../../etc/passwd", "leads out of the adapter directory");
     expect_refused(&ld, "peft/../../", "leads out of the adapter directory");
     expect_refused(&ld, "missing", "does not exist in the adapter directory");
+    /* A long path is shown by its end, marked as cut: it names the file. */
+    char longp[400];
+    memset(longp, 'a', 300);
+    longp[150] = '/';
+    strcpy(longp + 300, "/the-end-é");
+    expect_refused(&ld, longp, "\"...aaa");
+    expect_refused(&ld, longp, "aaa/the-end-é\" does not exist");
     expect_refused(&ld, "/etc/passwd", "is not beneath the adapter directory");
     expect_refused(&ld, "", "1 to");
     size_t n = 9000;
