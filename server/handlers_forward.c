@@ -338,6 +338,19 @@ static void ls_forward_reply_safetensors(ls_server *srv, ls_forward_job *fj, con
 static void ls_forward_reply(ls_server *srv, ls_forward_job *fj, ls_reply *r) {
     ls_batch_job *job = &fj->job;
     ls_status st = job->status;
+    if (st == LS_ADAPTER_NOT_FOUND && fj->again > 0) {
+        /* Auto-loaded, then deleted before its batch, each time it went
+         * again: not a name the client got wrong. */
+        ls_error e;
+        ls_error_init(&e);
+        ls_error_set(&e, LS_ADAPTER_NOT_FOUND, "retry once the adapter stays loaded, or stop deleting it",
+                     "an adapter this forward names was deleted while it ran, %d times after --auto-load loaded it "
+                     "(%s)",
+                     fj->again + 1, job->err.message);
+        ls_reply_error(r, &e);
+        ls_error_free(&e);
+        return;
+    }
     if (st != LS_OK) {
         ls_reply_error(r, &job->err);
         return;

@@ -280,6 +280,7 @@ typedef struct {
     const char *body;
     long status;
     long long version;
+    char reply[600]; /* the start of the body */
 } held_forward;
 
 static void *held_forward_run(void *arg) {
@@ -287,6 +288,7 @@ static void *held_forward_run(void *arg) {
     ls_test_response r;
     if (ls_test_http(h->srv, "POST", "/forward", NULL, h->body, strlen(h->body), NULL, &r) != 0) return NULL;
     h->status = r.status;
+    snprintf(h->reply, sizeof h->reply, "%s", r.body ? r.body : "");
     json_t *j = ls_test_response_json(&r);
     json_t *used = j ? json_array_get(json_object_get(j, "adapters"), 0) : NULL;
     h->version = used ? json_integer_value(json_object_get(used, "version")) : -1;
@@ -338,6 +340,45 @@ static void test_delete_before_the_batch_loads_again(void **state) {
     delete_before_the_batch(true);
 }
 
+/* Deleted before its batch every time it is loaded again: after its
+ * last try the forward answers 404 saying so, not a name to correct.
+ * A client still sending a forward makes each try's batch wait
+ * --batch-wait-us, the window each delete lands in. */
+static void test_deleted_every_time(void **state) {
+    (void)state;
+    const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
+    tiny_server held;
+    assert_true(tiny_server_start(&held, "interleaved", extra));
+    tiny_write_adapter_file(&held, "raced.safetensors", "4");
+    json_t *req = json_pack("{s:O, s:O, s:s}", "x", json_object_get(held.tiny, "x"), "gammas",
+                            json_object_get(held.tiny, "gammas"), "adapter", "raced");
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    int slow = ls_test_open_receiving_forward(held.srv);
+    assert_true(slow >= 0);
+    held_forward h = {.srv = held.srv, .body = body, .status = -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_forward_run, &h), 0);
+    for (int k = 0; k < 4; k++) {
+        ls_test_response r;
+        long got = 404;
+        for (int wait = 0; got != 200 && wait < 500; wait++) { /* until this try has loaded it */
+            assert_int_equal(ls_test_http(held.srv, "DELETE", "/adapters/raced", NULL, NULL, 0, NULL, &r), 0);
+            got = r.status;
+            ls_test_response_free(&r);
+            if (got != 200) usleep(2000);
+        }
+        if (got != 200) fprintf(stderr, "delete %d: %ld\n", k, got);
+        assert_int_equal(got, 200);
+    }
+    pthread_join(t, NULL);
+    close(slow);
+    assert_int_equal(h.status, 404);
+    assert_non_null(strstr(h.reply, "was deleted while it ran, 4 times after --auto-load loaded it"));
+    free(body);
+    tiny_server_stop(&held);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads_directory_and_file),
@@ -349,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_state_dir_keeps_auto_loaded),
         cmocka_unit_test(test_delete_before_the_batch_loads_again),
+        cmocka_unit_test(test_deleted_every_time),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
