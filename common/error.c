@@ -27,6 +27,15 @@ static void ls_error_set_top(ls_error *err, ls_status code, const char *hint, co
     snprintf(err->hint, sizeof err->hint, "%s", hint ? hint : ls_status_hint(code));
 }
 
+void ls_error_headline(ls_error *err, const char *hint, const char *fmt, ...) {
+    if (!err || err->code == LS_OK) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    if (hint) snprintf(err->hint, sizeof err->hint, "%s", hint);
+}
+
 ls_status ls_error_set(ls_error *err, ls_status code, const char *hint, const char *fmt, ...) {
     if (!err) return code;
     char msg[512];

@@ -52,6 +52,11 @@ void ls_error_clear(ls_error *err);
 ls_status ls_error_set(ls_error *err, ls_status code, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Rewrites the top-level message (and hint, when not NULL) of an error
+ * already set, keeping its code and violations: for a summary that says
+ * more than the first violation (an adapter made for another model). */
+void ls_error_headline(ls_error *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Appends one violation; the first one also sets the top-level fields.
  * tensor may be NULL, hint NULL means the default. Returns code. */
 ls_status ls_error_add(ls_error *err, ls_status code, int layer, const char *tensor, int axis,

@@ -350,6 +350,41 @@ static void ls_peft_check_order(ls_adapter_ctx *c) {
 }
 
 /* Reports into c; allocates nothing. */
+/* The sizes one factor shows: its hidden size (*h) or its width n*F
+ * (*w), -1 for the one it does not show. */
+static void ls_peft_sizes(int slot, const ls_tensor *t, int64_t *h, int64_t *w) {
+    *h = *w = -1;
+    if (t->ndim != 2) return;
+    if (slot == LS_AD_GU_A || slot == LS_AD_G_A || slot == LS_AD_U_A) *h = t->shape[1];
+    else if (slot == LS_AD_D_B) *h = t->shape[0];
+    else if (slot == LS_AD_D_A) *w = t->shape[1];
+    else if (slot == LS_AD_G_B || slot == LS_AD_U_B) *w = t->shape[0];
+    else if (slot == LS_AD_GU_B && t->shape[0] % 2 == 0) *w = t->shape[0] / 2;
+}
+
+/* Every factor agreeing on one hidden size (and one width) that is not
+ * the model's: the adapter was trained on another model, which says more
+ * than its first wrong axis (its violations stay, each). */
+static void ls_peft_other_model(ls_adapter_ctx *c) {
+    int64_t H = -1, W = -1;
+    for (size_t i = 0; i < (size_t)c->dims->L * LS_AD_SLOTS; i++) {
+        if (!c->in[i].name || !c->in[i].t) continue;
+        int64_t h, w;
+        ls_peft_sizes((int)(i % LS_AD_SLOTS), c->in[i].t, &h, &w);
+        if ((h >= 0 && H >= 0 && h != H) || (w >= 0 && W >= 0 && w != W)) return; /* no one model */
+        if (h >= 0) H = h;
+        if (w >= 0) W = w;
+    }
+    const int64_t nF = (int64_t)c->dims->n * c->dims->F;
+    /* Only the width wrong: the first violation says it better (another
+     * count of experts, or another F). */
+    if (H < 0 || W < 0 || H == c->dims->H) return;
+    ls_error_headline(c->err, "load an adapter trained on the model this server serves (GET /model gives its sizes)",
+                      "the adapter was made for another model: its factors give hidden size %lld and a shared-expert "
+                      "width n*F of %lld, this server's model has H = %d and n*F = %d*%d = %lld",
+                      (long long)H, (long long)W, c->dims->H, c->dims->n, c->dims->F, (long long)nF);
+}
+
 void ls_adapter_peft_check(ls_adapter_ctx *c) {
     ls_peft_patterns(c);
     ls_peft_find_rank(c);
@@ -395,4 +430,5 @@ void ls_adapter_peft_check(ls_adapter_ctx *c) {
                              "the adapter's rank r = %d (its largest module's, %s) exceeds the pool's max rank R = %d",
                              c->rank, largest, c->pool->max_rank);
     }
+    ls_peft_other_model(c);
 }

@@ -438,9 +438,9 @@ static void print_reply(const json_t *j) {
 }
 
 /* A PEFT adapter of a wider model (H + 16, F + 8), separate gate, up and
- * down factors under the family's own names: 422 with a violation for
- * every factor, each naming its tensor and the checkpoint's layer, and
- * nothing registered. */
+ * down factors under the family's own names: 422 saying it was made for
+ * another model and its sizes, with a violation for every factor, each
+ * naming its tensor and the checkpoint's layer, and nothing registered. */
 static void check_wider(ck_family f, unsigned long long seed) {
     ck_spec spec = {.family = f, .H = 48, .F = 32, .dtype = LS_DTYPE_F32, .shards = 1, .seed = seed};
     served sv;
@@ -472,6 +472,10 @@ static void check_wider(ck_family f, unsigned long long seed) {
     printf("%s: %s (%zu violations)\n", sv.m.model_type,
            json_string_value(json_object_get(json_object_get(j, "error"), "message")), json_array_size(vs));
     assert_int_equal(json_array_size(vs), (sv.m.fused ? 4 : 6) * sv.m.L);
+    /* The summary first: every factor says the same other model. */
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                           "made for another model: its factors give hidden size 64 and a shared-expert width n*F of "
+                           "40, this server's model has H = 48 and n*F = 1*32 = 32"));
     size_t i;
     const json_t *e;
     json_array_foreach(vs, i, e) {
