@@ -18,7 +18,8 @@ typedef enum {
     LS_RULE_QWEN,       /* decoder_sparse_step, mlp_only_layers */
     LS_RULE_EVERY,      /* every layer, Qwen's width key */
     LS_RULE_LLAMA4,
-    LS_RULE_GRANITE     /* every layer, shared_intermediate_size */
+    LS_RULE_GRANITE,    /* every layer, shared_intermediate_size */
+    LS_RULE_ERNIE_VL    /* mlp_layer_types, moe_intermediate_size[0] */
 } ls_rule;
 
 struct ls_family {
@@ -39,6 +40,13 @@ struct ls_family {
      * fused tensor [2F, H], gate rows first. */
     const char *const *projs;
     const char *peft_targets; /* see LS_MODULES */
+    /* The key giving one shared expert's width (NULL: the rule's own,
+     * moe_intermediate_size or shared_expert_intermediate_size), and for
+     * DeepSeek's rule the key counting the leading dense layers when it
+     * is not first_k_dense_replace (then moe_layer_freq is not read: the
+     * family's code has none). */
+    const char *width_key;
+    const char *first_key;
 };
 
 /* What reaches each family's shared experts in PEFT 0.21 with
@@ -52,58 +60,92 @@ struct ls_family {
     "target_modules=None, target_parameters=[\"mlp.shared_expert.gate_proj.weight\", "                               \
     "\"mlp.shared_expert.up_proj.weight\", \"mlp.shared_expert.down_proj.weight\"]"
 #define LS_MODULES "target_modules=[\"gate_proj\", \"up_proj\", \"down_proj\"]"
+#define LS_PARAMS_MLP_SHARED_MLP                                                                                      \
+    "target_modules=None, target_parameters=[\"mlp.shared_mlp.gate_proj.weight\", "                                 \
+    "\"mlp.shared_mlp.up_proj.weight\", \"mlp.shared_mlp.down_proj.weight\"]"
 
 /* Granite's shared_mlp: input_linear [2F, H], chunked gate then up. */
 static const char *const ls_granite_projs[LS_PROJ_COUNT] = {"input_linear.weight", NULL, "output_linear.weight", NULL};
+/* HY-V4's checkpoints name the gate projection linear_gate (transformers
+ * reads it as gate_proj and writes it back so; PEFT's modules say
+ * gate_proj). */
+static const char *const ls_hyv4_projs[LS_PROJ_COUNT] = {"linear_gate.weight", "up_proj.weight", "down_proj.weight",
+                                                         NULL};
 
 static const ls_family ls_families[] = {
     {"deepseek_v2", {"deepseek_v2"}, {"DeepseekV2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     false, NULL, LS_PARAMS_PLURAL},
+     false, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.",
-     false, NULL, false, NULL, LS_PARAMS_PLURAL},
+     false, NULL, false, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true, NULL, LS_PARAMS_PLURAL},
+     NULL, true, NULL, LS_PARAMS_PLURAL, NULL, NULL},
+    /* A.X-K1: DeepSeek-V3's MoE with a post_mlp_layernorm on its output
+     * (routed + shared), which is the engine's, like the next layer's. */
+    {"axk1", {"axk1"}, {"AXK1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL,
+     LS_MODULES, NULL, NULL},
+    {"bailing_hybrid", {"bailing_hybrid"}, {"BailingHybridForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
+     "num_shared_experts", true, NULL, LS_MODULES, NULL, NULL},
+    {"dots3_note", {"dots3_note", "dots3_note_text"}, {"Dots3NoteForConditionalGeneration", "Dots3NoteForCausalLM"},
+     LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL, LS_MODULES, "shared_experts_intermediate_size",
+     NULL},
+    {"hy_v4", {"hy_v4"}, {"HYV4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true,
+     ls_hyv4_projs, LS_MODULES, NULL, NULL},
+    {"afmoe", {"afmoe"}, {"AfmoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, "num_shared_experts",
+     false, NULL, LS_PARAMS_PLURAL, NULL, "num_dense_layers"},
+    {"aria", {"aria", "aria_text"}, {"AriaForConditionalGeneration", "AriaTextForCausalLM"}, LS_RULE_DEEPSEEK_ALL,
+     "mlp.shared_experts.", false, "moe_num_shared_experts", false, NULL, LS_MODULES, "intermediate_size", NULL},
     {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false,
-     NULL, LS_PARAMS_PLURAL},
+     NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"glm4v_moe", {"glm4v_moe", "glm4v_moe_text"}, {"Glm4vMoeForConditionalGeneration"}, LS_RULE_DEEPSEEK,
-     "mlp.shared_experts.", false, NULL, false, NULL, LS_PARAMS_PLURAL},
+     "mlp.shared_experts.", false, NULL, false, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     NULL, true, NULL, LS_PARAMS_PLURAL},
+     NULL, true, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL,
-     true, NULL, LS_PARAMS_PLURAL},
+     true, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"dots1", {"dots1"}, {"Dots1ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false, NULL,
-     LS_PARAMS_PLURAL},
+     LS_PARAMS_PLURAL, NULL, NULL},
     {"ernie4_5_moe", {"ernie4_5_moe"}, {"Ernie4_5_MoeForCausalLM"}, LS_RULE_ERNIE, "mlp.shared_experts.", false, NULL,
-     false, NULL, LS_PARAMS_PLURAL},
+     false, NULL, LS_PARAMS_PLURAL, NULL, NULL},
+    {"ernie4_5_vl_moe", {"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"}, {"Ernie4_5_VLMoeForConditionalGeneration",
+     "Ernie4_5_VL_MoeForConditionalGeneration"}, LS_RULE_ERNIE_VL, "mlp.shared_experts.", false, NULL, false, NULL,
+     LS_MODULES, NULL, NULL},
     {"bailing_moe", {"bailing_moe"}, {"BailingMoeForCausalLM"}, LS_RULE_BAILING, "mlp.shared_experts.", false, NULL,
-     false, NULL, NULL},
+     false, NULL, NULL, NULL, NULL},
     {"exaone_moe", {"exaone_moe"}, {"ExaoneMoeForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false,
-     "num_shared_experts", true, NULL, LS_PARAMS_PLURAL},
+     "num_shared_experts", true, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"axk2", {"axk2"}, {"AXK2ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, true, NULL,
-     LS_MODULES},
+     LS_MODULES, NULL, NULL},
     {"mistral4", {"mistral4"}, {"Mistral4ForCausalLM"}, LS_RULE_DEEPSEEK, "mlp.shared_experts.", false, NULL, false,
-     NULL, LS_MODULES},
+     NULL, LS_MODULES, NULL, NULL},
     {"solar_open", {"solar_open"}, {"SolarOpenForCausalLM"}, LS_RULE_DEEPSEEK_ALL, "mlp.shared_experts.", false, NULL,
-     false, NULL, LS_PARAMS_PLURAL},
+     false, NULL, LS_PARAMS_PLURAL, NULL, NULL},
     {"qwen2_moe", {"qwen2_moe"}, {"Qwen2MoeForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false,
-     NULL, LS_MODULES},
+     NULL, LS_MODULES, NULL, NULL},
     {"qwen3_next", {"qwen3_next"}, {"Qwen3NextForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", true, NULL, false,
-     NULL, LS_PARAMS_SINGULAR},
+     NULL, LS_PARAMS_SINGULAR, NULL, NULL},
     {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
      {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", true, NULL,
-     false, NULL, LS_MODULES},
+     false, NULL, LS_MODULES, NULL, NULL},
     /* Qwen's shared expert without its gate. */
     {"flint", {"flint"}, {"FlintForCausalLM"}, LS_RULE_QWEN, "mlp.shared_expert.", false, NULL, false, NULL,
-     LS_MODULES},
+     LS_MODULES, NULL, NULL},
     {"lara_mini", {"lara_mini"}, {"LaraMiniForCausalLM"}, LS_RULE_EVERY, "mlp.shared_expert.", false, NULL, false,
-     NULL, LS_MODULES},
+     NULL, LS_MODULES, NULL, NULL},
+    /* DeepSeek's module name over Qwen's width key, every layer. */
+    {"kolibri1", {"kolibri1"}, {"Kolibri1ForCausalLM"}, LS_RULE_EVERY, "mlp.shared_experts.", false, NULL, false, NULL,
+     LS_MODULES, NULL, NULL},
+    /* HunYuan-MoE's shared MLP, in its MoE block, of intermediate_size. */
+    {"hunyuan_v1_moe", {"hunyuan_v1_moe"}, {"HunYuanMoEV1ForCausalLM"}, LS_RULE_EVERY, "mlp.shared_mlp.", false, NULL,
+     false, NULL, LS_PARAMS_MLP_SHARED_MLP, "intermediate_size", NULL},
     {"llama4", {"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}, LS_RULE_LLAMA4,
-     "feed_forward.shared_expert.", false, NULL, false, NULL, LS_MODULES},
+     "feed_forward.shared_expert.", false, NULL, false, NULL, LS_MODULES, NULL, NULL},
     /* The shared MLP sits beside the MoE block, under the layer. */
     {"granitemoeshared", {"granitemoeshared"}, {"GraniteMoeSharedForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
-     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]"},
+     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]", NULL, NULL},
     {"granitemoehybrid", {"granitemoehybrid"}, {"GraniteMoeHybridForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false,
-     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]"},
+     NULL, false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]", NULL, NULL},
+    {"granitemoe_swa", {"granitemoe_swa"}, {"GraniteMoeSWAForCausalLM"}, LS_RULE_GRANITE, "shared_mlp.", false, NULL,
+     false, ls_granite_projs, "target_modules=[\"input_linear\", \"output_linear\"]", NULL, NULL},
 };
 #define LS_N_FAMILIES (sizeof ls_families / sizeof *ls_families)
 
@@ -234,15 +276,16 @@ static ls_status ls_rule_deepseek(const json_t *k, const ls_family *f, ls_family
     long long first = 0, freq = 1, shared = 0, inter = 0;
     const json_t *routed = json_object_get(k, bailing ? "num_experts" : "n_routed_experts");
     const bool none = routed && (json_is_null(routed) || (json_is_integer(routed) && json_integer_value(routed) == 0));
-    const char *wkey = "moe_intermediate_size";
+    const char *wkey = f->width_key ? f->width_key : "moe_intermediate_size";
     const json_t *sw = json_object_get(k, "moe_shared_expert_intermediate_size");
     if (bailing && sw && !json_is_null(sw)) wkey = "moe_shared_expert_intermediate_size";
     const char *count = f->count_key ? f->count_key : bailing ? "num_shared_experts" : "n_shared_experts";
     const json_t *types = json_object_get(k, "mlp_layer_types");
     const bool by_types = f->layer_types && types && !json_is_null(types);
+    const char *first_key = f->first_key ? f->first_key : "first_k_dense_replace";
     if (!by_types && f->rule != LS_RULE_DEEPSEEK_ALL) {
-        LS_MODEL_TRY(ls_key_int(k, "first_k_dense_replace", 0, -1, &first, err));
-        LS_MODEL_TRY(ls_key_int(k, "moe_layer_freq", 1, 1, &freq, err));
+        LS_MODEL_TRY(ls_key_int(k, first_key, 0, -1, &first, err));
+        if (!f->first_key) LS_MODEL_TRY(ls_key_int(k, "moe_layer_freq", 1, 1, &freq, err));
     }
     LS_MODEL_TRY(ls_key_int(k, count, 1, -1, &shared, err));
     LS_MODEL_TRY(ls_key_int(k, wkey, 1, -1, &inter, err));
@@ -257,8 +300,11 @@ static ls_status ls_rule_deepseek(const json_t *k, const ls_family *f, ls_family
         return LS_OK;
     }
     for (int l = 0; l < p->layers_total; l++) p->moe[l] = !none && l >= first && l % freq == 0;
-    snprintf(p->rule, sizeof p->rule, "l >= first_k_dense_replace (%lld) and l %% moe_layer_freq (%lld) == 0%s", first,
-             freq, none ? ", but n_routed_experts is none" : "");
+    if (f->first_key)
+        snprintf(p->rule, sizeof p->rule, "l >= %s (%lld)", first_key, first);
+    else
+        snprintf(p->rule, sizeof p->rule, "l >= first_k_dense_replace (%lld) and l %% moe_layer_freq (%lld) == 0%s",
+                 first, freq, none ? ", but n_routed_experts is none" : "");
     if (freq == 1 || none) return LS_OK;
     if (!(p->moe_alt = calloc((size_t)p->layers_total, sizeof *p->moe_alt)))
         return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
@@ -291,14 +337,48 @@ static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err
     return LS_OK;
 }
 
+/* ERNIE 4.5 VL's text model: the layers mlp_layer_types makes "sparse"
+ * (transformers 5's code reads only it), one shared MLP of
+ * moe_num_shared_experts x the text experts' width, moe_intermediate_size[0]
+ * (a list: text, then vision; a plain integer is both); none when
+ * moe_num_shared_experts is 0. */
+static ls_status ls_rule_ernie_vl(const json_t *k, ls_family_plan *p, ls_error *err) {
+    long long shared = 0, inter = 0;
+    LS_MODEL_TRY(ls_key_int(k, "moe_num_shared_experts", 0, -1, &shared, err));
+    const json_t *w = json_object_get(k, "moe_intermediate_size");
+    if (json_is_array(w)) {
+        const json_t *first = json_array_get(w, 0);
+        if (!json_is_integer(first) || json_integer_value(first) < 1)
+            return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json's moe_intermediate_size[0] is %s, "
+                                "expected an integer >= 1", first ? ls_json_kind(first) : "absent (an empty list)");
+        inter = json_integer_value(first);
+    } else {
+        LS_MODEL_TRY(ls_key_int(k, "moe_intermediate_size", 1, -1, &inter, err));
+    }
+    if (shared == 0)
+        return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
+                            "config.json's moe_num_shared_experts is 0: the checkpoint has no shared experts");
+    if (shared * inter > 1 << 24)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width is too large");
+    p->F = (int)(shared * inter);
+    const json_t *types = json_object_get(k, "mlp_layer_types");
+    if (!types || json_is_null(types))
+        return ls_error_set(err, LS_INVALID_REQUEST, "a checkpoint saved by transformers has every key of its config",
+                            "config.json has no \"mlp_layer_types\", which decides this family's MoE layers and "
+                            "which lorasink will not assume");
+    return ls_rule_layer_types(types, false, p, err);
+}
+
 /* Qwen2-MoE, Qwen3-Next and Flint: (l + 1) % decoder_sparse_step == 0
  * and l not in mlp_only_layers; Qwen3.5-MoE, Qwen4-Exp and Lara-Mini:
  * every layer. One shared expert of
  * shared_expert_intermediate_size. */
-static ls_status ls_rule_qwen(const json_t *k, ls_rule rule, ls_family_plan *p, ls_error *err) {
+static ls_status ls_rule_qwen(const json_t *k, const ls_family *f, ls_family_plan *p, ls_error *err) {
+    const ls_rule rule = f->rule;
+    const char *wkey = f->width_key ? f->width_key : "shared_expert_intermediate_size";
     long long step = 1, inter = 0;
-    LS_MODEL_TRY(ls_key_int(k, "shared_expert_intermediate_size", 1, -1, &inter, err));
-    if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: shared_expert_intermediate_size is too large");
+    LS_MODEL_TRY(ls_key_int(k, wkey, 1, -1, &inter, err));
+    if (inter > 1 << 24) return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: %s is too large", wkey);
     p->F = (int)inter;
     if (rule == LS_RULE_EVERY) {
         for (int l = 0; l < p->layers_total; l++) p->moe[l] = true;
@@ -443,14 +523,17 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                             p->model_type, by_type->name, archs, by_arch->name);
     p->family = by_type ? by_type : by_arch;
     if (p->family) return LS_OK;
+    /* The list is the hint's: a message holds the config's own names too
+     * and would cut it (both are 512 bytes). */
     return ls_error_set(err, LS_INVALID_REQUEST,
-                        "for a model of another family, write its shared experts as the fused weights file "
-                        "(docs/api.md, \"The model\")",
-                        "config.json names model_type \"%s\" and architectures [%s]: lorasink serves the shared experts "
-                        "of the deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4v_moe, glm4_moe_lite, "
-                        "glm_moe_dsa, dots1, ernie4_5_moe, bailing_moe, exaone_moe, axk2, mistral4, solar_open, qwen2_moe, "
-                        "qwen3_next, qwen3_5_moe, flint, lara_mini, llama4, granitemoeshared and granitemoehybrid "
-                        "families only",
+                        "served: deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4v_moe, "
+                        "glm4_moe_lite, glm_moe_dsa, dots1, dots3_note, ernie4_5_moe, ernie4_5_vl_moe, bailing_moe, "
+                        "bailing_hybrid, exaone_moe, axk1, axk2, hy_v4, afmoe, aria, mistral4, solar_open, qwen2_moe, "
+                        "qwen3_next, qwen3_5_moe, flint, lara_mini, kolibri1, hunyuan_v1_moe, llama4, granitemoeshared, "
+                        "granitemoehybrid, granitemoe_swa; for another family, write its shared experts as the fused "
+                        "weights file (docs/api.md, \"The model\")",
+                        "config.json names model_type \"%s\" and architectures [%s]: not a family whose shared experts "
+                        "lorasink serves (the hint lists them)",
                         p->model_type, archs);
 }
 
@@ -481,9 +564,10 @@ ls_status ls_family_plan_from_config(const json_t *config, ls_family_plan *p, ls
     case LS_RULE_BAILING: st = ls_rule_deepseek(k, p->family, p, err); break;
     case LS_RULE_ERNIE: st = ls_rule_ernie(k, p, err); break;
     case LS_RULE_QWEN:
-    case LS_RULE_EVERY: st = ls_rule_qwen(k, p->family->rule, p, err); break;
+    case LS_RULE_EVERY: st = ls_rule_qwen(k, p->family, p, err); break;
     case LS_RULE_LLAMA4: st = ls_rule_llama4(k, p, err); break;
     case LS_RULE_GRANITE: st = ls_rule_granite(k, p, err); break;
+    case LS_RULE_ERNIE_VL: st = ls_rule_ernie_vl(k, p, err); break;
     }
     bool any = false;
     for (int l = 0; st == LS_OK && l < p->layers_total; l++) any |= p->moe[l] || (p->moe_alt && p->moe_alt[l]);

@@ -176,6 +176,91 @@ static void test_newer_deepseek_rules(void **state) {
                    "no layer", NULL);
 }
 
+/* transformers 5's other DeepSeek-style families: A.X-K1, HY-V4 and
+ * dots3 read mlp_layer_types (dots3 with its own width key),
+ * Bailing-Hybrid counts num_shared_experts, AFMoE's dense layers are the
+ * first num_dense_layers (no moe_layer_freq), Aria has every layer, of
+ * moe_num_shared_experts x intermediate_size. */
+static void test_more_deepseek_style_rules(void **state) {
+    (void)state;
+    const char *types = ", \"n_shared_experts\": 2, \"first_k_dense_replace\": 3, "
+                        "\"mlp_layer_types\": [\"dense\", \"sparse\", \"dense\", \"sparse\"]";
+    char text[512];
+    const char *typed[] = {"axk1", "hy_v4"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, NEWER("%s", "%s"), typed[i], types);
+        expect_plan(text, typed[i], 8, false, "1,3");
+    }
+    expect_plan(NEWER("axk1", ", \"n_shared_experts\": 1, \"first_k_dense_replace\": 1, \"moe_layer_freq\": 2"),
+                "axk1", 4, false, "2");
+    expect_plan("{\"model_type\": \"dots3_note_text\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
+                "\"moe_intermediate_size\": 4, \"shared_experts_intermediate_size\": 3, \"n_shared_experts\": 2, "
+                "\"mlp_layer_types\": [\"dense\", \"sparse\", \"dense\", \"sparse\"]}",
+                "dots3_note", 6, false, "1,3");
+    expect_plan("{\"model_type\": \"dots3_note\", \"architectures\": [\"Dots3NoteForConditionalGeneration\"], "
+                "\"text_config\": {\"num_hidden_layers\": 3, \"hidden_size\": 8, \"shared_experts_intermediate_size\": 5, "
+                "\"n_shared_experts\": 1, \"first_k_dense_replace\": 1}}",
+                "dots3_note", 5, false, "1,2");
+    expect_refused("{\"model_type\": \"dots3_note_text\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"moe_intermediate_size\": 4, \"n_shared_experts\": 1, \"first_k_dense_replace\": 1}",
+                   "shared_experts_intermediate_size", "will not assume");
+    expect_plan("{\"model_type\": \"bailing_hybrid\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
+                "\"moe_intermediate_size\": 4, \"num_shared_experts\": 2, \"num_experts\": 4, "
+                "\"first_k_dense_replace\": 2, \"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"sparse\"]}",
+                "bailing_hybrid", 8, false, "2,3");
+    expect_refused("{\"model_type\": \"bailing_hybrid\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
+                   "\"moe_intermediate_size\": 4, \"n_shared_experts\": 2, \"first_k_dense_replace\": 2}",
+                   "num_shared_experts", NULL);
+    expect_plan("{\"model_type\": \"afmoe\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
+                "\"moe_intermediate_size\": 4, \"num_shared_experts\": 2, \"num_dense_layers\": 1, "
+                "\"moe_layer_freq\": 2, \"first_k_dense_replace\": 3}",
+                "afmoe", 8, false, "1,2,3"); /* its code reads neither of the last two */
+    expect_refused("{\"model_type\": \"afmoe\", \"num_hidden_layers\": 4, \"hidden_size\": 8, "
+                   "\"moe_intermediate_size\": 4, \"num_shared_experts\": 2}",
+                   "num_dense_layers", "will not assume");
+    expect_refused("{\"model_type\": \"afmoe\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"moe_intermediate_size\": 4, \"num_shared_experts\": 1, \"num_dense_layers\": 2}",
+                   "no layer", "num_dense_layers (2)");
+    expect_plan("{\"model_type\": \"aria\", \"architectures\": [\"AriaForConditionalGeneration\"], "
+                "\"text_config\": {\"model_type\": \"aria_text\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                "\"intermediate_size\": 6, \"moe_intermediate_size\": 99, \"moe_num_shared_experts\": 2}}",
+                "aria", 12, false, "0,1");
+    expect_refused("{\"model_type\": \"aria_text\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"intermediate_size\": 6, \"moe_num_shared_experts\": 0}",
+                   "moe_num_shared_experts", "too small");
+    expect_refused("{\"model_type\": \"aria_text\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"intermediate_size\": 6, \"moe_num_shared_experts\": 1, \"hidden_act\": \"gelu\"}",
+                   "gelu", NULL);
+}
+
+/* ERNIE 4.5 VL's text model: mlp_layer_types, never assumed; the text
+ * experts' width moe_intermediate_size[0] (or a plain integer). */
+static void test_ernie_vl_rule(void **state) {
+    (void)state;
+    const char *head = "{\"model_type\": \"ernie4_5_vl_moe\", \"architectures\": "
+                       "[\"Ernie4_5_VLMoeForConditionalGeneration\"], \"text_config\": {\"model_type\": "
+                       "\"ernie4_5_vl_moe_text\", \"num_hidden_layers\": 3, \"hidden_size\": 8, ";
+    char text[640];
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": [4, 2], \"moe_num_shared_experts\": 2, "
+             "\"moe_layer_start_index\": 0, \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"]}}", head);
+    expect_plan(text, "ernie4_5_vl_moe", 8, false, "1,2");
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": 3, \"moe_num_shared_experts\": 1, "
+             "\"mlp_layer_types\": [\"sparse\", \"dense\", \"sparse\"]}}", head);
+    expect_plan(text, "ernie4_5_vl_moe", 3, false, "0,2");
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": [4, 2], \"moe_num_shared_experts\": 2, "
+             "\"moe_layer_start_index\": 1}}", head);
+    expect_refused(text, "mlp_layer_types", "will not assume");
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": [4, 2], \"moe_num_shared_experts\": 0, "
+             "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"]}}", head);
+    expect_refused(text, "moe_num_shared_experts is 0", NULL);
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": [], \"moe_num_shared_experts\": 1, "
+             "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"]}}", head);
+    expect_refused(text, "moe_intermediate_size[0]", "empty list");
+    snprintf(text, sizeof text, "%s\"moe_intermediate_size\": [4, 2], \"moe_num_shared_experts\": 1, "
+             "\"mlp_layer_types\": [\"dense\", \"sparse\"]}}", head);
+    expect_refused(text, "mlp_layer_types", "num_hidden_layers (3)");
+}
+
 static void test_ernie_rules(void **state) {
     (void)state;
     const char *base = "{\"model_type\": \"ernie4_5_moe\", \"num_hidden_layers\": 8, \"hidden_size\": 8, "
@@ -271,13 +356,46 @@ static void test_granite_rules(void **state) {
                    "gelu", NULL);
 }
 
+/* Every layer: Kolibri's shared_experts of Qwen's width key, HunYuan-MoE's
+ * mlp.shared_mlp of intermediate_size; Granite's SWA model as Granite's. */
+static void test_every_layer_rules(void **state) {
+    (void)state;
+    expect_plan("{\"model_type\": \"kolibri1\", \"num_hidden_layers\": 3, \"hidden_size\": 8, "
+                "\"shared_expert_intermediate_size\": 12, \"moe_intermediate_size\": 4, \"decoder_sparse_step\": 2}",
+                "kolibri1", 12, false, "0,1,2");
+    expect_refused("{\"model_type\": \"kolibri1\", \"num_hidden_layers\": 3, \"hidden_size\": 8, "
+                   "\"moe_intermediate_size\": 4}",
+                   "shared_expert_intermediate_size", NULL);
+    expect_plan("{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                "\"intermediate_size\": 10, \"num_experts\": 4}",
+                "hunyuan_v1_moe", 10, false, "0,1");
+    expect_refused("{\"model_type\": \"hunyuan_v1_moe\", \"num_hidden_layers\": 2, \"hidden_size\": 8}",
+                   "intermediate_size", "will not assume");
+    expect_plan("{\"model_type\": \"granitemoe_swa\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                "\"shared_intermediate_size\": 6, \"num_local_experts\": 4}",
+                "granitemoe_swa", 6, false, "0,1");
+    expect_refused("{\"model_type\": \"granitemoe_swa\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                   "\"shared_intermediate_size\": 0, \"num_local_experts\": 4}",
+                   "no layer", "shared_intermediate_size is 0");
+}
+
 static void test_other_families_refused(void **state) {
     (void)state;
     /* a MoE family without shared experts: named, never guessed */
     expect_refused("{\"model_type\": \"qwen3_moe\", \"architectures\": [\"Qwen3MoeForCausalLM\"], \"num_hidden_layers\":"
                    " 4, \"hidden_size\": 8}",
                    "\"qwen3_moe\"", "Qwen3MoeForCausalLM");
-    expect_refused("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 4}", "mixtral", "deepseek_v3");
+    expect_refused("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 4}", "mixtral", "not a family");
+    /* the hint lists every family, whole: the message's names cannot cut it */
+    ls_family_plan p;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_not_equal(plan("{\"model_type\": \"mixtral\", \"architectures\": [\"MixtralForCausalLM\"]}", &p, &err),
+                         LS_OK);
+    assert_non_null(strstr(err.hint, "served: deepseek_v2, deepseek_v3 (and kimi_k2),"));
+    assert_non_null(strstr(err.hint, "granitemoe_swa; for another family"));
+    assert_non_null(strstr(err.hint, "fused weights file (docs/api.md, \"The model\")"));
+    ls_error_free(&err);
     expect_refused("{\"num_hidden_layers\": 4}", "model_type \"\"", NULL);
     expect_refused("{\"model_type\": \"qwen2_moe\", \"architectures\": [\"DeepseekV3ForCausalLM\"], "
                    "\"num_hidden_layers\": 4, \"hidden_size\": 8, \"shared_expert_intermediate_size\": 4}",
@@ -323,6 +441,26 @@ static void test_names(void **state) {
                      LS_OK);
     ls_family_name(&p, "language_model.model.layers.", 1, LS_PROJ_DOWN, buf, sizeof buf);
     assert_string_equal(buf, "language_model.model.layers.1.feed_forward.shared_expert.down_proj.weight");
+    ls_family_plan_free(&p);
+    /* HunYuan-MoE's shared_mlp in its MoE block; HY-V4's gate saved as
+     * linear_gate. */
+    assert_int_equal(plan("{\"model_type\": \"hunyuan_v1_moe\", \"num_hidden_layers\": 2, \"hidden_size\": 8, "
+                          "\"intermediate_size\": 16}",
+                          &p, &err),
+                     LS_OK);
+    ls_family_name(&p, "model.layers.", 1, LS_PROJ_UP, buf, sizeof buf);
+    assert_string_equal(buf, "model.layers.1.mlp.shared_mlp.up_proj.weight");
+    assert_true(ls_family_in_module(&p, "model.layers.", "model.layers.0.mlp.shared_mlp.up_proj.bias", &layer, &rest));
+    assert_string_equal(rest, "up_proj.bias");
+    ls_family_plan_free(&p);
+    assert_int_equal(plan(NEWER("hy_v4", ", \"n_shared_experts\": 1, \"mlp_layer_types\": "
+                                         "[\"dense\", \"sparse\", \"sparse\", \"sparse\"]"),
+                          &p, &err),
+                     LS_OK);
+    ls_family_name(&p, "model.layers.", 2, LS_PROJ_GATE, buf, sizeof buf);
+    assert_string_equal(buf, "model.layers.2.mlp.shared_experts.linear_gate.weight");
+    ls_family_name(&p, "model.layers.", 2, LS_PROJ_UP, buf, sizeof buf);
+    assert_string_equal(buf, "model.layers.2.mlp.shared_experts.up_proj.weight");
     ls_family_plan_free(&p);
     ls_error_free(&err);
 }
@@ -838,6 +976,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_rules),
         cmocka_unit_test(test_newer_deepseek_rules),
+        cmocka_unit_test(test_more_deepseek_style_rules),
+        cmocka_unit_test(test_ernie_vl_rule),
+        cmocka_unit_test(test_every_layer_rules),
         cmocka_unit_test(test_ernie_rules),
         cmocka_unit_test(test_qwen_and_llama4_rules),
         cmocka_unit_test(test_granite_rules),
