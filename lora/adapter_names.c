@@ -40,11 +40,11 @@ static const char *const ls_granite_suffix[LS_FACTORS] = {
  * (causal LMs; the language model of vision-language checkpoints, in
  * transformers 5's and 4's spelling), the block that holds the shared
  * experts, and their module's name (DeepSeek's plural, Qwen's and
- * Llama 4's singular). */
+ * Llama 4's singular, HunYuan-MoE's shared_mlp in its MoE block). */
 static const char *const ls_layer_roots[] = {"model.layers.", "model.language_model.layers.",
                                              "language_model.model.layers."};
 static const char *const ls_blocks[] = {"mlp.", "feed_forward."};
-static const char *const ls_shared[] = {"shared_experts.", "shared_expert."};
+static const char *const ls_shared[] = {"shared_experts.", "shared_expert.", "shared_mlp."};
 
 static bool ls_starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 

@@ -206,6 +206,10 @@ static void test_unknown_tensor(void **state) {
         "model.layers.1.shared_mlp.input_linear.lora_magnitude_vector",
         "base_model.model.model.layers.0.shared_mlp.output_linear.weight",
         "model.layers.0.shared_mlp.gate_proj.lora_A.weight",
+        /* HunYuan-MoE's, in its MoE block: its DoRA vector, its trained copy, Granite's name */
+        "model.layers.1.mlp.shared_mlp.down_proj.lora_magnitude_vector",
+        "base_model.model.model.layers.0.mlp.shared_mlp.up_proj.weight",
+        "model.layers.0.mlp.shared_mlp.input_linear.lora_A.weight",
     };
     const size_t nbad = sizeof bad / sizeof bad[0];
     const int64_t shape[2] = {2, 4};
@@ -228,6 +232,8 @@ static void test_unknown_tensor(void **state) {
     }
     assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[14])->message, "DoRA"));
     assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[15])->message, "trained copy"));
+    assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[17])->message, "DoRA"));
+    assert_non_null(strstr(tu_find(&f->err, LS_LORA_UNKNOWN_TENSOR, bad[18])->message, "trained copy"));
 }
 
 static void test_layer_out_of_range(void **state) {
