@@ -63,8 +63,9 @@ TOL = 2e-5
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PROJS = ("gate_proj", "up_proj", "down_proj")
 # The shared MLP of a layer: DeepSeek's shared_experts, Qwen's and Llama 4's
-# shared_expert, Granite's shared_mlp (under the layer, beside its MoE block).
-SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:(?:mlp|feed_forward)\.shared_experts?|shared_mlp))$")
+# shared_expert, Granite's shared_mlp (under the layer, beside its MoE block),
+# HunYuan-MoE's mlp.shared_mlp (in its MoE block).
+SHARED_RE = re.compile(r"^(.*\.layers\.(\d+)\.(?:(?:mlp|feed_forward)\.shared_experts?|(?:mlp\.)?shared_mlp))$")
 
 # ---- the families ---------------------------------------------------------------
 
@@ -225,6 +226,49 @@ FAMILIES = [
     Family("granitemoeshared", "granitemoeshared", lambda: tf.GraniteMoeSharedForCausalLM(tf.GraniteMoeSharedConfig(
         **SMALL, intermediate_size=16, shared_intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
         num_hidden_layers=2)), "modules", single_file=True, projs=("input_linear", "output_linear")),
+    Family("granitemoe_swa", "granitemoe_swa", lambda: tf.GraniteMoeSWAForCausalLM(tf.GraniteMoeSWAConfig(
+        **SMALL, intermediate_size=16, shared_intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=3)), "modules", projs=("input_linear", "output_linear")),
+    # DeepSeek-style shared experts in transformers 5's newer families:
+    # mlp_layer_types written from first_k_dense_replace (and A.X-K1's
+    # moe_layer_freq), Bailing-Hybrid counting num_shared_experts, dots3's
+    # own width key, AFMoE's num_dense_layers, Aria on every layer.
+    Family("axk1", "axk1", lambda: tf.AXK1ForCausalLM(tf.AXK1Config(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, intermediate_size=48, moe_intermediate_size=16,
+        n_shared_experts=2, num_hidden_layers=5, first_k_dense_replace=1, moe_layer_freq=2)), "modules"),
+    Family("bailing_hybrid", "bailing_hybrid", lambda: tf.BailingHybridForCausalLM(tf.BailingHybridConfig(
+        **SMALL, **MLA, head_dim=16, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
+        num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, num_hidden_layers=4, first_k_dense_replace=2,
+        layer_group_size=2, pad_token_id=0, bos_token_id=1, eos_token_id=1)), "modules"),
+    Family("dots3_note_text", "dots3_note", lambda: tf.Dots3NoteForCausalLM(tf.Dots3NoteTextConfig(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, head_dim=16, intermediate_size=48,
+        moe_intermediate_size=16, shared_experts_intermediate_size=8, n_shared_experts=2, num_hidden_layers=4,
+        mlp_layer_types=["dense", "sparse", "dense", "sparse"], pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+           "modules"),
+    Family("hy_v4", "hy_v4", lambda: tf.HYV4ForCausalLM(tf.HYV4Config(
+        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, intermediate_size=48, moe_intermediate_size=16,
+        n_shared_experts=2, num_hidden_layers=3, pad_token_id=0, bos_token_id=1, eos_token_id=1)), "modules"),
+    Family("afmoe", "afmoe", lambda: tf.AfmoeForCausalLM(tf.AfmoeConfig(
+        **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, num_shared_experts=2, num_experts=4,
+        num_experts_per_tok=2, num_hidden_layers=4, num_dense_layers=2)), "parameters"),
+    Family("aria_text", "aria", lambda: tf.AriaTextForCausalLM(tf.AriaTextConfig(
+        **SMALL, head_dim=16, intermediate_size=16, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2,
+        num_hidden_layers=2)), "modules"),
+    # ERNIE 4.5 VL's text model: mlp_layer_types, moe_intermediate_size[0].
+    Family("ernie4_5_vl_moe", "ernie4_5_vl_moe", lambda: tf.Ernie4_5_VLMoeForConditionalGeneration(
+        tf.Ernie4_5_VLMoeConfig(text_config=dict(
+            **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=[16, 8], moe_num_shared_experts=2,
+            moe_num_experts=4, moe_k=2, num_hidden_layers=4, mlp_layer_types=["dense", "sparse", "dense", "sparse"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]}),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4,
+                               spatial_merge_size=1, temporal_merge_size=1))), "modules", single_file=True),
+    # Kolibri's shared_experts of Qwen's width key; HunYuan-MoE's shared_mlp
+    # in its MoE block, of intermediate_size: both on every layer.
+    Family("kolibri1", "kolibri1", lambda: tf.Kolibri1ForCausalLM(tf.Kolibri1Config(
+        **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, num_hidden_layers=2)), "modules"),
+    Family("hunyuan_v1_moe", "hunyuan_v1_moe", lambda: tf.HunYuanMoEV1ForCausalLM(tf.HunYuanMoEV1Config(
+        **SMALL, head_dim=16, intermediate_size=24, num_experts=4, moe_topk=2, num_hidden_layers=2)), "parameters"),
     # Not SwiGLU: the server computes silu, so it must refuse, not serve.
     Family("deepseek_v3_gelu", "deepseek_v3", lambda: deepseek_v3(num_hidden_layers=2, first_k_dense_replace=0,
                                                                   hidden_act="gelu"), "parameters",
