@@ -89,6 +89,17 @@ def qwen35_text():
                 num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, **LINEAR_ATTN)
 
 
+def dots3_text():
+    return dict(**SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, head_dim=16, intermediate_size=48,
+                moe_intermediate_size=16, shared_experts_intermediate_size=8, n_shared_experts=2, num_hidden_layers=4,
+                mlp_layer_types=["dense", "sparse", "dense", "sparse"], pad_token_id=0, bos_token_id=1, eos_token_id=1)
+
+
+def aria_text():
+    return dict(**SMALL, head_dim=16, intermediate_size=16, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2,
+                num_hidden_layers=2)
+
+
 def llama4_text(**keys):
     return dict(**SMALL, head_dim=16, intermediate_size=24, intermediate_size_mlp=48, num_local_experts=4,
                 num_experts_per_tok=1, **keys)
@@ -240,20 +251,29 @@ FAMILIES = [
         **SMALL, **MLA, head_dim=16, intermediate_size=48, moe_intermediate_size=16, n_shared_experts=2,
         num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, num_hidden_layers=4, first_k_dense_replace=2,
         layer_group_size=2, pad_token_id=0, bos_token_id=1, eos_token_id=1)), "modules"),
-    Family("dots3_note_text", "dots3_note", lambda: tf.Dots3NoteForCausalLM(tf.Dots3NoteTextConfig(
-        **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, head_dim=16, intermediate_size=48,
-        moe_intermediate_size=16, shared_experts_intermediate_size=8, n_shared_experts=2, num_hidden_layers=4,
-        mlp_layer_types=["dense", "sparse", "dense", "sparse"], pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    Family("dots3_note_text", "dots3_note", lambda: tf.Dots3NoteForCausalLM(tf.Dots3NoteTextConfig(**dots3_text())),
            "modules"),
+    # The vision-and-audio checkpoint: model.language_model.layers.
+    Family("dots3_note_vl", "dots3_note", lambda: tf.Dots3NoteForConditionalGeneration(tf.Dots3NoteConfig(
+        text_config=dots3_text(), vision_config=dict(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, patch_size=4,
+            moe_intermediate_size=8, spatial_merge_size=1, adapter_in_dim=16, adapter_out_dim=32, adapter_merge_size=1,
+            num_local_experts=2, mlp_layer_types=["dense"]),
+        audio_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                          downsample_hidden_size=8, adapter_input_size=16, adapter_out_dim=32, feature_size=16))),
+           "modules", single_file=True),
     Family("hy_v4", "hy_v4", lambda: tf.HYV4ForCausalLM(tf.HYV4Config(
         **SMALL, **dict(MLA, q_lora_rank=16), **ROUTED, **DSA, intermediate_size=48, moe_intermediate_size=16,
         n_shared_experts=2, num_hidden_layers=3, pad_token_id=0, bos_token_id=1, eos_token_id=1)), "modules"),
     Family("afmoe", "afmoe", lambda: tf.AfmoeForCausalLM(tf.AfmoeConfig(
         **SMALL, head_dim=16, intermediate_size=48, moe_intermediate_size=16, num_shared_experts=2, num_experts=4,
         num_experts_per_tok=2, num_hidden_layers=4, num_dense_layers=2)), "parameters"),
-    Family("aria_text", "aria", lambda: tf.AriaTextForCausalLM(tf.AriaTextConfig(
-        **SMALL, head_dim=16, intermediate_size=16, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2,
-        num_hidden_layers=2)), "modules"),
+    Family("aria_text", "aria", lambda: tf.AriaTextForCausalLM(tf.AriaTextConfig(**aria_text())), "modules"),
+    # The vision-language checkpoint: model.language_model.layers.
+    Family("aria_vl", "aria", lambda: tf.AriaForConditionalGeneration(tf.AriaConfig(
+        text_config=aria_text(), vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                    num_attention_heads=2, image_size=32, patch_size=16),
+        projector_patch_to_query_dict={4: 2})), "modules", single_file=True),
     # ERNIE 4.5 VL's text model: mlp_layer_types, moe_intermediate_size[0].
     Family("ernie4_5_vl_moe", "ernie4_5_vl_moe", lambda: tf.Ernie4_5_VLMoeForConditionalGeneration(
         tf.Ernie4_5_VLMoeConfig(text_config=dict(
