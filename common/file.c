@@ -197,11 +197,21 @@ static int ls_file_walk_beneath(int dirfd, const char *rel, int flags) {
     return cur;
 }
 
+static int ls_file_open_how(int dirfd, const char *rel, int flags, unsigned long long resolve);
+
 int ls_file_open_beneath(int dirfd, const char *rel, int flags) {
+    return ls_file_open_how(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+}
+
+int ls_file_open_beneath_nolinks(int dirfd, const char *rel, int flags) {
+    return ls_file_open_how(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+}
+
+static int ls_file_open_how(int dirfd, const char *rel, int flags, unsigned long long resolve) {
     struct open_how how;
     memset(&how, 0, sizeof how);
     how.flags = (unsigned long long)(flags | O_CLOEXEC);
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    how.resolve = resolve;
     const char *path = rel && *rel ? rel : ".";
     /* EAGAIN: a rename or mount somewhere raced the lookup of a path with
      * "..", and the kernel asks for a retry (openat2(2)); a few do. */

@@ -39,6 +39,8 @@ ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status 
  * the descriptor, or -1 with errno set (EXDEV: the path leaves the
  * directory; ELOOP: a link the walk refused). */
 int ls_file_open_beneath(int dirfd, const char *rel, int flags);
+/* The same, following no link at all on the way (RESOLVE_NO_SYMLINKS). */
+int ls_file_open_beneath_nolinks(int dirfd, const char *rel, int flags);
 
 /* What tells one version of a file from the next without reading it:
  * changed when the file is replaced, rewritten or touched. No padding,

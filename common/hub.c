@@ -40,6 +40,11 @@ static bool ls_hub_read_ref(int dirfd, const char *repo_dir, char commit[41]) {
     snprintf(path, sizeof path, "%s/refs/main", repo_dir);
     int fd = ls_file_open_beneath(dirfd, path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return false;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a FIFO, a device: no ref */
+        close(fd);
+        return false;
+    }
     char buf[64];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);

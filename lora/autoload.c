@@ -232,7 +232,9 @@ static ls_status ls_autoload_read_files(ls_autoload *al, ls_autoload_entry *e, l
     pthread_mutex_unlock(&al->mu);
     ls_adapter a;
     ls_adapter_origin origin;
-    ls_adapter_source src = {.path = e->origin.path, .given = {.strict = al->strict}};
+    /* A tenant's adapter ("TENANT/NAME") is found in its directory only. */
+    ls_adapter_source src = {.path = e->origin.path, .given = {.strict = al->strict},
+                             .tenant = strchr(e->origin.path, '/') != NULL};
     ls_error mine;
     ls_error_init(&mine);
     ls_status st = ls_loader_load(al->ld, &src, &a, &origin, &mine);

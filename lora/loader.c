@@ -108,24 +108,28 @@ ls_status ls_loader_relative(const ls_loader *ld, const char *path, char *out, s
 
 /* The hint for a link that leads out of the adapter directory. A Hugging
  * Face hub cache snapshot's files are links to ../../blobs/<hash>: with
- * the snapshot itself as --adapter-dir they always lead out. */
-static const char *ls_loader_out_hint(int dirfd, const char *rel) {
+ * the snapshot itself as --adapter-dir they always lead out. Only a name
+ * within dirfd (no '/') is read: a client's path never leads the server
+ * to read a link outside the adapter directory. */
+static const char *ls_loader_out_hint(int dirfd, const char *name) {
     char target[64];
-    ssize_t n = readlinkat(dirfd, rel && *rel ? rel : ".", target, sizeof target - 1);
+    ssize_t n = dirfd >= 0 && name && *name && !strchr(name, '/') ? readlinkat(dirfd, name, target, sizeof target - 1)
+                                                                  : -1;
     if (n > 0) target[n] = '\0';
     if (n > 0 && !strncmp(target, "../../blobs/", 12))
         return "this is a Hugging Face hub cache snapshot, whose files link to ../../blobs: give --adapter-dir the "
                "hub cache (e.g. ~/.cache/huggingface/hub) or a directory above it, or download with --local-dir";
-    return "adapters must live under --adapter-dir (no '..' above it, no links out)";
+    return "adapters must live under --adapter-dir (no '..' above it, no links out; a link within a path stays in "
+           "its top-level directory)";
 }
 
-/* Sets err for a failed open of rel (errno as the open left it),
- * naming the client's path, never the server's; *absent (when given) is
- * set when rel does not exist. Returns -1. */
-static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bool *absent, ls_error *err) {
+/* Sets err for a failed open of name in dirfd (errno as the open left
+ * it), naming the client's path (shown), never the server's; *absent
+ * (when given) is set when it does not exist. Returns -1. */
+static int ls_loader_open_fail(int dirfd, const char *name, const char *shown, bool *absent, ls_error *err) {
     char ebuf[128];
     if (errno == EXDEV || errno == ELOOP)
-        ls_error_set(err, LS_INVALID_REQUEST, ls_loader_out_hint(dirfd, rel),
+        ls_error_set(err, LS_INVALID_REQUEST, ls_loader_out_hint(dirfd, name),
                      "path \"%s\" leads out of the adapter directory", ls_text_tail(shown).s);
     else if (errno == ESTALE)
         ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
@@ -134,15 +138,16 @@ static int ls_loader_open_fail(int dirfd, const char *rel, const char *shown, bo
         if (absent) *absent = true;
         ls_error_set(err, LS_INVALID_REQUEST,
                      ls_hub_repo_id(shown) ? "paths are taken relative to --adapter-dir; a Hugging Face repo "
-                                                    "id is found there only in a hub cache (models--ORG--NAME), never "
-                                                    "downloaded"
-                                                  : "paths are taken relative to --adapter-dir",
+                                             "id is found there only in a hub cache (models--ORG--NAME), never "
+                                             "downloaded"
+                                           : "paths are taken relative to --adapter-dir",
                      "path \"%s\" does not exist in the adapter directory", ls_text_tail(shown).s);
     } else if (errno == EAGAIN || errno == EINTR)
         /* The kernel asked for a retry (a rename or mount raced the
          * lookup) more times than the open tried. */
         ls_error_set(err, LS_INTERNAL, "retry: the adapter directory was changing while the path was resolved",
-                     "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s, strerror_r(errno, ebuf, sizeof ebuf));
+                     "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s,
+                     strerror_r(errno, ebuf, sizeof ebuf));
     else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == ENOBUFS)
         /* The server ran short (descriptors, memory) or the disk failed:
          * nothing the client can fix in its path, and nothing to remember
@@ -163,35 +168,80 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
     return fd >= 0 ? fd : ls_loader_open_fail(dirfd, rel, shown, absent, err);
 }
 
-/* name, a link in the PEFT directory dir_fd (rel beneath the adapter
- * directory) that leads out of dir_fd, followed when it stays beneath the
- * adapter directory: a hub cache snapshot's files link to its blobs.
- * The target is opened as rel/target beneath the adapter directory, then
- * must be the file the held directory's link names now, so a rename of
- * rel meanwhile cannot pair this directory with another's file. -1 with
- * errno (EXDEV: not beneath; ESTALE: replaced) otherwise. */
-static int ls_loader_open_link(const ls_loader *ld, int dir_fd, const char *rel, const char *name, int flags) {
+/* The top-level directory a path lies in: its first component, opened
+ * beneath the adapter directory without following a link. A link the
+ * loader follows itself (below) never leads out of it, so it never
+ * leads into another top-level directory (another tenant's); with
+ * ld->scoped the whole path resolves beneath it. fd is -1 for a path of
+ * one component (or one whose first component cannot be opened so). */
+typedef struct {
+    int fd;
+    size_t first;    /* bytes of its name, the path's first component */
+    size_t len;      /* bytes of the path it takes, its '/' included */
+    const char *rel; /* the rest of the path: beneath fd */
+    int why;         /* with fd -1 for a path of more components: ENOENT, or EXDEV (a link, "..") */
+} ls_loader_top;
+
+static ls_loader_top ls_loader_top_open(const ls_loader *ld, const char *rel) {
+    ls_loader_top t = {.fd = -1, .first = 0, .len = 0, .rel = rel, .why = 0};
+    const char *slash = strchr(rel, '/');
+    if (!slash) return t;
+    t.why = EXDEV;
+    if (slash == rel || slash - rel >= 256) return t;
+    char first[256];
+    snprintf(first, sizeof first, "%.*s", (int)(slash - rel), rel);
+    if (!strcmp(first, ".") || !strcmp(first, "..")) return t;
+    t.fd = ls_file_open_beneath_nolinks(ld->dirfd, first, O_PATH | O_DIRECTORY);
+    if (t.fd < 0) {
+        t.why = errno == ENOENT || errno == ENOTDIR ? errno : EXDEV;
+        return t;
+    }
+    t.why = 0;
+    t.first = (size_t)(slash - rel);
+    t.len = t.first + 1;
+    while (rel[t.len] == '/') t.len++;
+    t.rel = rel + t.len;
+    return t;
+}
+
+static void ls_loader_top_close(ls_loader_top *t) {
+    if (t->fd >= 0) close(t->fd);
+    t->fd = -1;
+}
+
+/* name, a link in the directory dir_fd (dir: its path beneath top.fd)
+ * that leads out of dir_fd, followed when it stays in the top-level
+ * directory: a hub cache snapshot's files link to the repository's
+ * ../../blobs. The target is opened as dir/target beneath top.fd (an
+ * absolute one made relative when it lies in the same top-level
+ * directory), then must be the file the held directory's link names now,
+ * so a rename meanwhile cannot pair this directory with another's file.
+ * -1 with errno (EXDEV: not in it; ESTALE: replaced) otherwise. */
+static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
+                               const char *dir, const char *name, int flags) {
     char target[LS_LOADER_PATH_MAX], path[2 * LS_LOADER_PATH_MAX + 2];
-    ssize_t n = readlinkat(dir_fd, name, target, sizeof target);
+    ssize_t n = top->fd >= 0 ? readlinkat(dir_fd, name, target, sizeof target) : -1;
     if (n <= 0 || (size_t)n >= sizeof target) {
         errno = EXDEV;
         return -1;
     }
     target[n] = '\0';
-    const char *inside = target;
     if (target[0] == '/') {
-        inside = ls_loader_beneath(target, ld->root);
+        const char *inside = ls_loader_beneath(target, ld->root);
         if (!inside) inside = ls_loader_beneath(target, ld->given);
-        if (!inside) {
+        while (inside && *inside == '/') inside++;
+        /* The same top-level directory as the path: its first component. */
+        if (!inside || strncmp(inside, rel, top->first) || inside[top->first] != '/') {
             errno = EXDEV;
             return -1;
         }
+        inside += top->first;
         while (*inside == '/') inside++;
         snprintf(path, sizeof path, "%s", *inside ? inside : ".");
     } else {
-        snprintf(path, sizeof path, "%s/%s", rel, target);
+        snprintf(path, sizeof path, "%s/%s", dir, target);
     }
-    int fd = ls_file_open_beneath(ld->dirfd, path, flags | O_NOCTTY | O_NONBLOCK);
+    int fd = ls_file_open_beneath(top->fd, path, flags | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return -1;
     struct stat got, named;
     if (fstat(fd, &got) != 0 || fstatat(dir_fd, name, &named, 0) != 0 || got.st_dev != named.st_dev ||
@@ -203,39 +253,61 @@ static int ls_loader_open_link(const ls_loader *ld, int dir_fd, const char *rel,
     return fd;
 }
 
-/* Opens name, a file of the PEFT directory dir_fd (rel beneath the
- * adapter directory), following a link out of dir_fd that stays beneath
- * the adapter directory; -1 with err set otherwise. */
-static int ls_loader_open_in(const ls_loader *ld, int dir_fd, const char *rel, const char *name, const char *shown,
-                             bool *absent, ls_error *err) {
+/* The part of path (a directory of the path rel) beneath top.fd: "."
+ * for the top-level directory itself. */
+static const char *ls_loader_in_top(const ls_loader_top *top, const char *dir) {
+    return strlen(dir) > top->len ? dir + top->len : ".";
+}
+
+/* Opens name, a file of the PEFT directory dir_fd (dir, a path beneath
+ * the adapter directory), following a link out of dir_fd that stays in
+ * the top-level directory; -1 with err set otherwise. */
+static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
+                             const char *dir, const char *name, const char *shown, bool *absent, ls_error *err) {
     int fd = ls_file_open_beneath(dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0 && (errno == EXDEV || errno == ELOOP)) {
-        fd = ls_loader_open_link(ld, dir_fd, rel, name, O_RDONLY);
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
+        fd = ls_loader_open_link(ld, top, rel, dir_fd, ls_loader_in_top(top, dir), name, O_RDONLY);
         if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(dir_fd, name, shown, absent, err);
     }
     return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
 }
 
-/* Opens rel (a PEFT directory or a file) beneath the adapter directory;
- * a final link with an absolute target inside it is followed as well
- * (the kernel refuses those beneath a directory); -1 with err set. */
-static int ls_loader_open_path(const ls_loader *ld, const char *rel, bool *absent, ls_error *err) {
-    int fd = ls_file_open_beneath(ld->dirfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0 && (errno == EXDEV || errno == ELOOP)) {
-        char parent[LS_LOADER_PATH_MAX];
-        const char *slash = strrchr(rel, '/');
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1, slash ? rel : ".");
-        fd = ls_loader_open_link(ld, ld->dirfd, parent, rel, O_RDONLY);
-        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(ld->dirfd, rel, rel, absent, err);
+/* Opens rel (a PEFT directory or a file) beneath the adapter directory,
+ * or with ld->scoped beneath its top-level directory; a final link with
+ * an absolute target in the same top-level directory is followed as well
+ * (the kernel refuses those beneath a directory), read from its parent
+ * opened beneath it; -1 with err set. */
+static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, const char *rel, bool *absent,
+                               ls_error *err) {
+    const bool scoped = ld->scoped && top->fd >= 0;
+    if (ld->scoped && top->why) { /* its top-level directory is a link, "..", or none */
+        errno = top->why;
+        return ls_loader_open_fail(-1, NULL, rel, absent, err);
     }
-    return fd >= 0 ? fd : ls_loader_open_fail(ld->dirfd, rel, rel, absent, err);
+    int fd = ls_file_open_beneath(scoped ? top->fd : ld->dirfd, scoped ? top->rel : rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
+        char parent[LS_LOADER_PATH_MAX];
+        const char *slash = strrchr(top->rel, '/');
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - top->rel) : 1, slash ? top->rel : ".");
+        int pfd = ls_file_open_beneath(top->fd, parent, O_PATH | O_DIRECTORY);
+        if (pfd >= 0) {
+            fd = ls_loader_open_link(ld, top, rel, pfd, parent, slash ? slash + 1 : top->rel, O_RDONLY);
+            close(pfd);
+        } else {
+            errno = EXDEV;
+        }
+        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(-1, NULL, rel, absent, err);
+    }
+    if (fd >= 0) return fd;
+    /* A one-component path's own link may be read for its hint. */
+    return ls_loader_open_fail(strchr(rel, '/') ? -1 : ld->dirfd, rel, rel, absent, err);
 }
 
-/* Opens name (a file of the PEFT directory dir_fd, rel beneath the
+/* Opens name (a file of the PEFT directory dir_fd, dir beneath the
  * adapter directory) and fstats it into sb. */
-static int ls_loader_open_file(const ls_loader *ld, int dir_fd, const char *rel, const char *name,
-                               const char *shown, struct stat *sb, ls_error *err) {
-    int fd = ls_loader_open_in(ld, dir_fd, rel, name, shown, NULL, err);
+static int ls_loader_open_file(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
+                               const char *dir, const char *name, const char *shown, struct stat *sb, ls_error *err) {
+    int fd = ls_loader_open_in(ld, top, rel, dir_fd, dir, name, shown, NULL, err);
     if (fd >= 0 && fstat(fd, sb) != 0) {
         close(fd);
         ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(shown).s);
@@ -322,6 +394,7 @@ typedef struct {
     struct stat model_sb;
     ls_loader_print print;
     char shown[LS_LOADER_PATH_MAX + 64]; /* the safetensors file, as messages name it */
+    ls_loader_top top;                   /* the path's top-level directory (owned) */
 } ls_loader_files;
 
 static void ls_loader_files_close(ls_loader_files *f) {
@@ -329,6 +402,7 @@ static void ls_loader_files_close(ls_loader_files *f) {
     if (f->config_fd >= 0) close(f->config_fd);
     if (f->dir_fd >= 0) close(f->dir_fd);
     f->dir_fd = f->model_fd = f->config_fd = -1;
+    ls_loader_top_close(&f->top);
 }
 
 /* A file named adapter_model.safetensors beside an adapter_config.json
@@ -346,7 +420,9 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     /* The config is opened beneath the directory the model was opened
      * in: once that directory is open it is checked to hold that model,
      * so a rename meanwhile cannot pair the model with another config. */
-    int dir = ls_loader_open_at(ld->dirfd, parent, parent, O_RDONLY | O_DIRECTORY, NULL, err);
+    const bool scoped = ld->scoped && f->top.fd >= 0;
+    int dir = ls_loader_open_at(scoped ? f->top.fd : ld->dirfd, scoped ? ls_loader_in_top(&f->top, parent) : parent,
+                                parent, O_RDONLY | O_DIRECTORY, NULL, err);
     if (dir < 0) return err->code;
     struct stat now;
     if (fstatat(dir, "adapter_model.safetensors", &now, 0) != 0 || now.st_dev != f->model_sb.st_dev ||
@@ -358,7 +434,7 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     bool absent = false;
     ls_error quiet;
     ls_error_init(&quiet);
-    int fd = ls_loader_open_in(ld, dir, parent, "adapter_config.json", cfg_shown, &absent, &quiet);
+    int fd = ls_loader_open_in(ld, &f->top, rel, dir, parent, "adapter_config.json", cfg_shown, &absent, &quiet);
     if (fd < 0 && !absent) ls_error_set(err, quiet.code, quiet.hint, "%s", quiet.message);
     ls_error_free(&quiet);
     if (fd < 0) {
@@ -388,7 +464,8 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
                                       ls_adapter_params *own, bool *absent, ls_error *err) {
     memset(f, 0, sizeof *f);
     f->dir_fd = f->model_fd = f->config_fd = -1;
-    f->dir_fd = ls_loader_open_path(ld, rel, absent, err);
+    f->top = ls_loader_top_open(ld, rel);
+    f->dir_fd = ls_loader_open_path(ld, &f->top, rel, absent, err);
     if (f->dir_fd < 0) return err->code;
     struct stat sb;
     if (fstat(f->dir_fd, &sb) != 0)
@@ -405,14 +482,15 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);
     struct stat cfg_sb;
     if (ls_loader_explain_no_config(f->dir_fd, rel, err)) return err->code;
-    f->config_fd = ls_loader_open_file(ld, f->dir_fd, rel, "adapter_config.json", cfg_shown, &cfg_sb, err);
+    f->config_fd = ls_loader_open_file(ld, &f->top, rel, f->dir_fd, rel, "adapter_config.json", cfg_shown, &cfg_sb, err);
     if (f->config_fd < 0) return err->code;
     ls_status st = ls_loader_read_config(f->config_fd, cfg_shown, own, err);
     own->format = LS_ADAPTER_FORMAT_PEFT;
     if (st != LS_OK) return st;
     snprintf(f->shown, sizeof f->shown, "%s/adapter_model.safetensors", rel);
     if (ls_loader_explain_no_model(f->dir_fd, rel, err)) return err->code;
-    f->model_fd = ls_loader_open_file(ld, f->dir_fd, rel, "adapter_model.safetensors", f->shown, &f->model_sb, err);
+    f->model_fd = ls_loader_open_file(ld, &f->top, rel, f->dir_fd, rel, "adapter_model.safetensors", f->shown,
+                                      &f->model_sb, err);
     if (f->model_fd < 0) return err->code;
     ls_loader_print_set(&f->print, 0, &f->model_sb);
     ls_loader_print_set(&f->print, 1, &cfg_sb);
@@ -515,7 +593,10 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
     }
     ls_status st = ls_loader_relative(ld, src->path, origin->path, sizeof origin->path, err);
     char snapshot[LS_LOADER_PATH_MAX];
-    if (st == LS_OK) st = ls_hub_snapshot(ld->dirfd, origin->path, snapshot, sizeof snapshot, err);
+    /* A tenant's "TENANT/NAME" is a path in its directory, never a repo
+     * id to look up at the top of the adapter directory. */
+    snapshot[0] = '\0';
+    if (st == LS_OK && !src->tenant) st = ls_hub_snapshot(ld->dirfd, origin->path, snapshot, sizeof snapshot, err);
     /* The snapshot, not the repo id, is the source kept: a reload after
      * the cache's refs/main moved still reads what was loaded. */
     if (st == LS_OK && snapshot[0]) snprintf(origin->path, sizeof origin->path, "%s", snapshot);

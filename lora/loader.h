@@ -47,6 +47,11 @@ typedef struct {
     size_t max_file_bytes;           /* a larger safetensors file is refused from its size (--max-adapter-mb) */
     struct ls_loader_memo *memo;     /* owned: files that failed, by identity (lora/loader_memo.h) */
     int memo_settle_ms;              /* a file changed more recently is not remembered (tests lower it) */
+    /* A path of several components resolves beneath its first (a
+     * tenant's directory): set when the server has API keys, whose
+     * tenants' paths are TENANT/... (links never cross top-level
+     * directories anyway). */
+    bool scoped;
 } ls_loader;
 
 /* Opens the adapter directory (adapter_dir, "" = the working directory)
@@ -64,6 +69,7 @@ typedef struct {
     const ls_tensor_set *tensors; /* with path NULL: the adapter's tensors (borrowed) */
     ls_adapter_params own;        /* with path NULL: what the tensors say of themselves */
     ls_adapter_params given;      /* what the request states */
+    bool tenant;                  /* a tenant's path (TENANT/...): never a Hugging Face repo id */
 } ls_adapter_source;
 
 /* Where a loaded adapter came from: enough to read it again. */

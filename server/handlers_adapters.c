@@ -81,6 +81,7 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
     if (st != LS_OK) ls_adapter_upload_free(up);
     if (st == LS_OK) {
         ls_adapter_source src = ls_adapter_upload_source(up);
+        src.tenant = ls_principal_scoped(req->who);
         if ((st = ls_loader_load(&srv->loader, &src, a, origin, err)) != LS_OK) ls_adapter_upload_free(up);
         /* Normalised: the uploaded tensors are not needed any more (a
          * registration may wait for the backend a while). */

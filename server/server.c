@@ -233,6 +233,8 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
     /* Paths are taken beneath this directory only: say which it is, since
      * the default is wherever the server was started. */
     srv->loader.max_file_bytes = (size_t)cfg->max_adapter_mb << 20;
+    /* With keys there may be tenants, each confined to its TENANT/. */
+    srv->loader.scoped = cfg->api_keys[0] != '\0';
     ls_log_info("adapter directory %s%s: adapter paths resolve beneath it", srv->loader.root,
                 cfg->adapter_dir[0] ? "" : " (the working directory; set --adapter-dir)");
     ls_pool_config pc = {.host_cache = cfg->host_cache, .reload = ls_loader_reload, .reload_ctx = &srv->loader,

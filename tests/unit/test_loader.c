@@ -325,10 +325,11 @@ static void test_hub_cache_snapshot(void **state) {
     ls_test_write_file(path, COMMIT, 40);
     snprintf(path, sizeof path, "%s/models--org--noref", dir);
     assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/abs", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/escape", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
+    const char *dirs[] = {"abs", "abs/real", "abs/x", "escape", "cross", "cross2", "cross2/peft"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, dirs[i]);
+        assert_int_equal(mkdir(path, 0700), 0);
+    }
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
         snprintf(to, sizeof to, "%s/models--org--a/blobs/b%d", dir, i);
@@ -336,8 +337,17 @@ static void test_hub_cache_snapshot(void **state) {
         snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT "/%s", dir, files[i]);
         snprintf(to, sizeof to, "../../blobs/b%d", i);
         assert_int_equal(symlink(to, path), 0);
-        snprintf(path, sizeof path, "%s/abs/%s", dir, files[i]); /* absolute, inside */
+        snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
+        snprintf(to, sizeof to, "%s/abs/real/%s", dir, files[i]);
+        assert_int_equal(link(path, to), 0);
+        snprintf(path, sizeof path, "%s/abs/x/%s", dir, files[i]); /* absolute, in its top-level directory */
+        snprintf(to, sizeof to, "%s/abs/real/%s", dir, files[i]);
+        assert_int_equal(symlink(to, path), 0);
+        snprintf(path, sizeof path, "%s/cross/%s", dir, files[i]); /* absolute, into another one */
         snprintf(to, sizeof to, "%s/peft/%s", dir, files[i]);
+        assert_int_equal(symlink(to, path), 0);
+        snprintf(path, sizeof path, "%s/cross2/peft/%s", dir, files[i]); /* relative, into another one */
+        snprintf(to, sizeof to, "../../peft/%s", files[i]);
         assert_int_equal(symlink(to, path), 0);
     }
     snprintf(path, sizeof path, "%s/escape/adapter_config.json", dir);
@@ -352,8 +362,8 @@ static void test_hub_cache_snapshot(void **state) {
     char want[65];
     snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
     const char *same[] = {"models--org--a/snapshots/" COMMIT,
-                          "models--org--a/snapshots/" COMMIT "/adapter_model.safetensors", "abs",
-                          "abs/adapter_model.safetensors", "org/a"};
+                          "models--org--a/snapshots/" COMMIT "/adapter_model.safetensors", "abs/x",
+                          "abs/x/adapter_model.safetensors", "org/a"};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         double scale = 0;
         src.path = same[i];
@@ -365,6 +375,18 @@ static void test_hub_cache_snapshot(void **state) {
     expect_refused(&ld, "org/noref", "refs/main is missing");
     expect_refused(&ld, "escape", "leads out of the adapter directory");
     expect_refused(&ld, "escape/adapter_model.safetensors", "leads out of the adapter directory");
+    /* A link is never followed into another top-level directory. */
+    expect_refused(&ld, "cross", "leads out of the adapter directory");
+    expect_refused(&ld, "cross/adapter_model.safetensors", "leads out of the adapter directory");
+    expect_refused(&ld, "cross2/peft", "leads out of the adapter directory");
+    /* A tenant's TENANT/NAME is a path, never a repo id. */
+    ls_adapter_source tenant = {.path = "org/a", .tenant = true};
+    ls_adapter a;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_loader_load(&ld, &tenant, &a, &o, &err), LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "does not exist in the adapter directory"));
+    ls_error_free(&err);
     ls_loader_close(&ld);
 
     snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT, dir);
@@ -381,6 +403,65 @@ static void test_hub_cache_snapshot(void **state) {
         ls_error_free(&err);
     }
     ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* A path that climbs out and comes back through a link outside, or a
+ * /proc magic link to the directory, is refused without the server
+ * reading links outside it. With scoped (a server with tenants) a path
+ * of several components resolves beneath its top-level directory, which
+ * must itself be a directory, not a link. */
+static void test_no_way_out_and_back(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4400], to[4400];
+    snprintf(path, sizeof path, "%s-out", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s-out/backin", dir);
+    snprintf(to, sizeof to, "%s/peft", dir);
+    assert_int_equal(symlink(to, path), 0);
+    const char *mkd[] = {"t1", "t1/real", "t2"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, mkd[i]);
+        assert_int_equal(mkdir(path, 0700), 0);
+    }
+    const char *files[2] = {"adapter_config.json", "adapter_model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
+        snprintf(to, sizeof to, "%s/t1/real/%s", dir, files[i]);
+        assert_int_equal(link(path, to), 0);
+    }
+    snprintf(path, sizeof path, "%s/t1/own", dir); /* within t1 */
+    assert_int_equal(symlink("real", path), 0);
+    snprintf(path, sizeof path, "%s/t1/other", dir); /* into t2's neighbour */
+    assert_int_equal(symlink("../peft", path), 0);
+    snprintf(path, sizeof path, "%s/tl", dir); /* a top-level link to t1 */
+    assert_int_equal(symlink("t1", path), 0);
+
+    ls_loader ld = make_loader(dir);
+    const char *base = strrchr(ld.root, '/') + 1;
+    snprintf(path, sizeof path, "../%s-out/backin", base);
+    expect_refused(&ld, path, "leads out of the adapter directory");
+    snprintf(path, sizeof path, "../../../../../../../proc/self/fd/%d", ld.dirfd);
+    expect_refused(&ld, path, "leads out of the adapter directory");
+    ls_adapter_origin o;
+    ls_adapter_source src = {.path = "peft"};
+    char want[65];
+    snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
+    src.path = "t1/other"; /* unscoped: beneath the directory, as before */
+    assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
+    ld.scoped = true;
+    src.path = "t1/own";
+    assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
+    expect_refused(&ld, "t1/other", "leads out of the adapter directory");
+    expect_refused(&ld, "tl/own", "leads out of the adapter directory");
+    expect_refused(&ld, "t2/nothing", "does not exist");
+    expect_refused(&ld, "t3/nothing", "does not exist");
+    ls_loader_close(&ld);
+    snprintf(path, sizeof path, "%s-out", dir);
+    ls_test_rmtree(path);
     ls_test_rmtree(dir);
     free(dir);
 }
@@ -681,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_paths_stay_beneath_the_directory),
         cmocka_unit_test(test_paths_and_messages),
         cmocka_unit_test(test_hub_cache_snapshot),
+        cmocka_unit_test(test_no_way_out_and_back),
         cmocka_unit_test(test_file_bytes_stay_private),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
