@@ -523,17 +523,23 @@ static ls_status ls_family_pick(const json_t *config, ls_family_plan *p, ls_erro
                             p->model_type, by_type->name, archs, by_arch->name);
     p->family = by_type ? by_type : by_arch;
     if (p->family) return LS_OK;
-    /* The list is the hint's: a message holds the config's own names too
-     * and would cut it (both are 512 bytes). */
-    return ls_error_set(err, LS_INVALID_REQUEST,
-                        "served: deepseek_v2, deepseek_v3 (and kimi_k2), deepseek_v32, glm4_moe, glm4v_moe, "
-                        "glm4_moe_lite, glm_moe_dsa, dots1, dots3_note, ernie4_5_moe, ernie4_5_vl_moe, bailing_moe, "
-                        "bailing_hybrid, exaone_moe, axk1, axk2, hy_v4, afmoe, aria, mistral4, solar_open, qwen2_moe, "
-                        "qwen3_next, qwen3_5_moe, flint, lara_mini, kolibri1, hunyuan_v1_moe, llama4, granitemoeshared, "
-                        "granitemoehybrid, granitemoe_swa; for another family, write its shared experts as the fused "
-                        "weights file (docs/api.md, \"The model\")",
+    /* The list is the hint's, made from the table so it cannot fall
+     * behind it: the message holds the config's own names too and would
+     * cut it (both are 512 bytes). */
+    char hint[sizeof err->hint];
+    size_t n = (size_t)snprintf(hint, sizeof hint, "served:");
+    for (size_t f = 0; f < LS_N_FAMILIES; f++) {
+        const char *name = ls_families[f].name;
+        if (n + strlen(name) + 2 + 40 > sizeof hint) { /* room for the end, always */
+            snprintf(hint + n, sizeof hint - n, " and more (docs/api.md lists them)");
+            break;
+        }
+        n += (size_t)snprintf(hint + n, sizeof hint - n, "%s %s", f ? "," : "", name);
+    }
+    return ls_error_set(err, LS_INVALID_REQUEST, hint,
                         "config.json names model_type \"%s\" and architectures [%s]: not a family whose shared experts "
-                        "lorasink serves (the hint lists them)",
+                        "lorasink serves (the hint lists them); another family's load as the fused weights file "
+                        "(docs/api.md, \"The model\")",
                         p->model_type, archs);
 }
 
