@@ -60,9 +60,12 @@ static bool ls_hub_read_ref(int dirfd, const char *repo_dir, char commit[41]) {
 
 ls_status ls_hub_snapshot(int dirfd, const char *rel, char *out, size_t len, ls_error *err) {
     out[0] = '\0';
-    struct stat sb;
-    if (!ls_hub_repo_id(rel) || fstatat(dirfd, rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
-        return LS_OK;
+    if (!ls_hub_repo_id(rel)) return LS_OK;
+    /* Only a path that is not there (looked up beneath dirfd: a link out
+     * of it is not followed to tell) is a repo id. */
+    int there = ls_file_open_beneath(dirfd, rel, O_PATH);
+    if (there >= 0) close(there);
+    if (there >= 0 || errno != ENOENT) return LS_OK;
     const char *slash = strchr(rel, '/');
     char repo_dir[128];
     snprintf(repo_dir, sizeof repo_dir, "models--%.*s--%s", (int)(slash - rel), rel, slash + 1);

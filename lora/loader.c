@@ -176,6 +176,7 @@ static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int 
  * one component (or one whose first component cannot be opened so). */
 typedef struct {
     int fd;
+    const char *name; /* its name in the path (after any leading "./"), first bytes long */
     size_t first;    /* bytes of its name, the path's first component */
     size_t len;      /* bytes of the path it takes, its '/' included */
     const char *rel; /* the rest of the path: beneath fd */
@@ -183,22 +184,32 @@ typedef struct {
 } ls_loader_top;
 
 static ls_loader_top ls_loader_top_open(const ls_loader *ld, const char *rel) {
-    ls_loader_top t = {.fd = -1, .first = 0, .len = 0, .rel = rel, .why = 0};
-    const char *slash = strchr(rel, '/');
+    ls_loader_top t = {.fd = -1, .name = rel, .first = 0, .len = 0, .rel = rel, .why = 0};
+    const char *start = rel; /* "./a/b" is "a/b" */
+    while (start[0] == '.' && start[1] == '/') {
+        start += 2;
+        while (*start == '/') start++;
+    }
+    const char *slash = strchr(start, '/');
     if (!slash) return t;
     t.why = EXDEV;
-    if (slash == rel || slash - rel >= 256) return t;
+    if (slash == start || slash - start >= 256) return t;
     char first[256];
-    snprintf(first, sizeof first, "%.*s", (int)(slash - rel), rel);
-    if (!strcmp(first, ".") || !strcmp(first, "..")) return t;
-    t.fd = ls_file_open_beneath_nolinks(ld->dirfd, first, O_PATH | O_DIRECTORY);
+    snprintf(first, sizeof first, "%.*s", (int)(slash - start), start);
+    if (!strcmp(first, "..")) return t;
+    /* Scoped, the directory itself may not be a link (a tenant's
+     * TENANT/ pointing at another's); else a link to a directory beneath
+     * the adapter directory is that directory, as the open below takes it. */
+    t.fd = ld->scoped ? ls_file_open_beneath_nolinks(ld->dirfd, first, O_PATH | O_DIRECTORY)
+                      : ls_file_open_beneath(ld->dirfd, first, O_PATH | O_DIRECTORY);
     if (t.fd < 0) {
         t.why = errno == ENOENT || errno == ENOTDIR ? errno : EXDEV;
         return t;
     }
     t.why = 0;
-    t.first = (size_t)(slash - rel);
-    t.len = t.first + 1;
+    t.name = start;
+    t.first = (size_t)(slash - start);
+    t.len = (size_t)(slash - rel) + 1;
     while (rel[t.len] == '/') t.len++;
     t.rel = rel + t.len;
     return t;
@@ -217,8 +228,8 @@ static void ls_loader_top_close(ls_loader_top *t) {
  * directory), then must be the file the held directory's link names now,
  * so a rename meanwhile cannot pair this directory with another's file.
  * -1 with errno (EXDEV: not in it; ESTALE: replaced) otherwise. */
-static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
-                               const char *dir, const char *name, int flags) {
+static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, int dir_fd, const char *dir,
+                               const char *name, int flags, char *resolved, size_t resolved_len) {
     char target[LS_LOADER_PATH_MAX], path[2 * LS_LOADER_PATH_MAX + 2];
     ssize_t n = top->fd >= 0 ? readlinkat(dir_fd, name, target, sizeof target) : -1;
     if (n <= 0 || (size_t)n >= sizeof target) {
@@ -231,7 +242,7 @@ static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, co
         if (!inside) inside = ls_loader_beneath(target, ld->given);
         while (inside && *inside == '/') inside++;
         /* The same top-level directory as the path: its first component. */
-        if (!inside || strncmp(inside, rel, top->first) || inside[top->first] != '/') {
+        if (!inside || strncmp(inside, top->name, top->first) || inside[top->first] != '/') {
             errno = EXDEV;
             return -1;
         }
@@ -243,6 +254,11 @@ static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, co
     }
     int fd = ls_file_open_beneath(top->fd, path, flags | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return -1;
+    if (resolved && resolved_len) { /* a longer one opened no file: the kernel's limit is shorter */
+        size_t n = strlen(path) < resolved_len ? strlen(path) : resolved_len - 1;
+        memcpy(resolved, path, n);
+        resolved[n] = '\0';
+    }
     struct stat got, named;
     if (fstat(fd, &got) != 0 || fstatat(dir_fd, name, &named, 0) != 0 || got.st_dev != named.st_dev ||
         got.st_ino != named.st_ino) {
@@ -259,14 +275,14 @@ static const char *ls_loader_in_top(const ls_loader_top *top, const char *dir) {
     return strlen(dir) > top->len ? dir + top->len : ".";
 }
 
-/* Opens name, a file of the PEFT directory dir_fd (dir, a path beneath
- * the adapter directory), following a link out of dir_fd that stays in
- * the top-level directory; -1 with err set otherwise. */
-static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
-                             const char *dir, const char *name, const char *shown, bool *absent, ls_error *err) {
+/* Opens name, a file of the PEFT directory dir_fd (dir: where it is
+ * beneath top.fd), following a link out of dir_fd that stays in the
+ * top-level directory; -1 with err set otherwise. */
+static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, int dir_fd, const char *dir,
+                             const char *name, const char *shown, bool *absent, ls_error *err) {
     int fd = ls_file_open_beneath(dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
-        fd = ls_loader_open_link(ld, top, rel, dir_fd, ls_loader_in_top(top, dir), name, O_RDONLY);
+        fd = ls_loader_open_link(ld, top, dir_fd, dir, name, O_RDONLY, NULL, 0);
         if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(dir_fd, name, shown, absent, err);
     }
     return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
@@ -277,8 +293,9 @@ static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, cons
  * an absolute target in the same top-level directory is followed as well
  * (the kernel refuses those beneath a directory), read from its parent
  * opened beneath it; -1 with err set. */
-static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, const char *rel, bool *absent,
-                               ls_error *err) {
+static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, const char *rel, char *in_top,
+                               size_t in_top_len, bool *absent, ls_error *err) {
+    snprintf(in_top, in_top_len, "%s", top->fd >= 0 && *top->rel ? top->rel : ".");
     const bool scoped = ld->scoped && top->fd >= 0;
     if (ld->scoped && top->why) { /* its top-level directory is a link, "..", or none */
         errno = top->why;
@@ -291,7 +308,7 @@ static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, co
         snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - top->rel) : 1, slash ? top->rel : ".");
         int pfd = ls_file_open_beneath(top->fd, parent, O_PATH | O_DIRECTORY);
         if (pfd >= 0) {
-            fd = ls_loader_open_link(ld, top, rel, pfd, parent, slash ? slash + 1 : top->rel, O_RDONLY);
+            fd = ls_loader_open_link(ld, top, pfd, parent, slash ? slash + 1 : top->rel, O_RDONLY, in_top, in_top_len);
             close(pfd);
         } else {
             errno = EXDEV;
@@ -303,11 +320,11 @@ static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, co
     return ls_loader_open_fail(strchr(rel, '/') ? -1 : ld->dirfd, rel, rel, absent, err);
 }
 
-/* Opens name (a file of the PEFT directory dir_fd, dir beneath the
- * adapter directory) and fstats it into sb. */
-static int ls_loader_open_file(const ls_loader *ld, const ls_loader_top *top, const char *rel, int dir_fd,
-                               const char *dir, const char *name, const char *shown, struct stat *sb, ls_error *err) {
-    int fd = ls_loader_open_in(ld, top, rel, dir_fd, dir, name, shown, NULL, err);
+/* Opens name (a file of the PEFT directory dir_fd, dir where it is
+ * beneath top.fd) and fstats it into sb. */
+static int ls_loader_open_file(const ls_loader *ld, const ls_loader_top *top, int dir_fd, const char *dir,
+                               const char *name, const char *shown, struct stat *sb, ls_error *err) {
+    int fd = ls_loader_open_in(ld, top, dir_fd, dir, name, shown, NULL, err);
     if (fd >= 0 && fstat(fd, sb) != 0) {
         close(fd);
         ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(shown).s);
@@ -395,6 +412,7 @@ typedef struct {
     ls_loader_print print;
     char shown[LS_LOADER_PATH_MAX + 64]; /* the safetensors file, as messages name it */
     ls_loader_top top;                   /* the path's top-level directory (owned) */
+    char in_top[LS_LOADER_PATH_MAX];     /* where the opened path is beneath top.fd (a link followed: its target) */
 } ls_loader_files;
 
 static void ls_loader_files_close(ls_loader_files *f) {
@@ -434,7 +452,8 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     bool absent = false;
     ls_error quiet;
     ls_error_init(&quiet);
-    int fd = ls_loader_open_in(ld, &f->top, rel, dir, parent, "adapter_config.json", cfg_shown, &absent, &quiet);
+    int fd = ls_loader_open_in(ld, &f->top, dir, ls_loader_in_top(&f->top, parent), "adapter_config.json", cfg_shown,
+                               &absent, &quiet);
     if (fd < 0 && !absent) ls_error_set(err, quiet.code, quiet.hint, "%s", quiet.message);
     ls_error_free(&quiet);
     if (fd < 0) {
@@ -465,7 +484,7 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     memset(f, 0, sizeof *f);
     f->dir_fd = f->model_fd = f->config_fd = -1;
     f->top = ls_loader_top_open(ld, rel);
-    f->dir_fd = ls_loader_open_path(ld, &f->top, rel, absent, err);
+    f->dir_fd = ls_loader_open_path(ld, &f->top, rel, f->in_top, sizeof f->in_top, absent, err);
     if (f->dir_fd < 0) return err->code;
     struct stat sb;
     if (fstat(f->dir_fd, &sb) != 0)
@@ -482,14 +501,14 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     snprintf(cfg_shown, sizeof cfg_shown, "%s/adapter_config.json", rel);
     struct stat cfg_sb;
     if (ls_loader_explain_no_config(f->dir_fd, rel, err)) return err->code;
-    f->config_fd = ls_loader_open_file(ld, &f->top, rel, f->dir_fd, rel, "adapter_config.json", cfg_shown, &cfg_sb, err);
+    f->config_fd = ls_loader_open_file(ld, &f->top, f->dir_fd, f->in_top, "adapter_config.json", cfg_shown, &cfg_sb, err);
     if (f->config_fd < 0) return err->code;
     ls_status st = ls_loader_read_config(f->config_fd, cfg_shown, own, err);
     own->format = LS_ADAPTER_FORMAT_PEFT;
     if (st != LS_OK) return st;
     snprintf(f->shown, sizeof f->shown, "%s/adapter_model.safetensors", rel);
     if (ls_loader_explain_no_model(f->dir_fd, rel, err)) return err->code;
-    f->model_fd = ls_loader_open_file(ld, &f->top, rel, f->dir_fd, rel, "adapter_model.safetensors", f->shown,
+    f->model_fd = ls_loader_open_file(ld, &f->top, f->dir_fd, f->in_top, "adapter_model.safetensors", f->shown,
                                       &f->model_sb, err);
     if (f->model_fd < 0) return err->code;
     ls_loader_print_set(&f->print, 0, &f->model_sb);

@@ -350,6 +350,11 @@ static void test_hub_cache_snapshot(void **state) {
         snprintf(to, sizeof to, "../../peft/%s", files[i]);
         assert_int_equal(symlink(to, path), 0);
     }
+    snprintf(path, sizeof path, "%s/models--org--a/alias", dir); /* absolute, to its own snapshot */
+    snprintf(to, sizeof to, "%s/models--org--a/snapshots/" COMMIT, dir);
+    assert_int_equal(symlink(to, path), 0);
+    snprintf(path, sizeof path, "%s/hubalias", dir); /* a top-level directory's other name */
+    assert_int_equal(symlink("models--org--a", path), 0);
     snprintf(path, sizeof path, "%s/escape/adapter_config.json", dir);
     assert_int_equal(symlink("../../../../../../etc/hostname", path), 0);
     snprintf(path, sizeof path, "%s/escape/adapter_model.safetensors", dir);
@@ -363,14 +368,15 @@ static void test_hub_cache_snapshot(void **state) {
     snprintf(want, sizeof want, "%s", load_sha(&ld, &src, &o, NULL));
     const char *same[] = {"models--org--a/snapshots/" COMMIT,
                           "models--org--a/snapshots/" COMMIT "/adapter_model.safetensors", "abs/x",
-                          "abs/x/adapter_model.safetensors", "org/a"};
+                          "abs/x/adapter_model.safetensors", "org/a", "models--org--a/alias",
+                          "hubalias/snapshots/" COMMIT, "./models--org--a/snapshots/" COMMIT};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         double scale = 0;
         src.path = same[i];
         assert_string_equal(load_sha(&ld, &src, &o, &scale), want);
         assert_true(scale == 2.0); /* the config was read: alpha 4 / r 2 */
+        if (!strcmp(same[i], "org/a")) assert_string_equal(o.path, "models--org--a/snapshots/" COMMIT);
     }
-    assert_string_equal(o.path, "models--org--a/snapshots/" COMMIT);
     expect_refused(&ld, "org/missing", "does not exist in the adapter directory");
     expect_refused(&ld, "org/noref", "refs/main is missing");
     expect_refused(&ld, "escape", "leads out of the adapter directory");
@@ -454,6 +460,10 @@ static void test_no_way_out_and_back(void **state) {
     assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
     ld.scoped = true;
     src.path = "t1/own";
+    assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
+    src.path = "./t1/own"; /* "./" is no top-level directory */
+    assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
+    src.path = "./peft";
     assert_string_equal(load_sha(&ld, &src, &o, NULL), want);
     expect_refused(&ld, "t1/other", "leads out of the adapter directory");
     expect_refused(&ld, "tl/own", "leads out of the adapter directory");
