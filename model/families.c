@@ -314,6 +314,17 @@ static ls_status ls_rule_deepseek(const json_t *k, const ls_family *f, ls_family
     return LS_OK;
 }
 
+/* ERNIE's shared MLP: moe_num_shared_experts of inter each, none when 0. */
+static ls_status ls_ernie_width(long long shared, long long inter, ls_family_plan *p, ls_error *err) {
+    if (shared == 0)
+        return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
+                            "config.json's moe_num_shared_experts is 0: the checkpoint has no shared experts");
+    if (shared * inter > 1 << 24)
+        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width is too large");
+    p->F = (int)(shared * inter);
+    return LS_OK;
+}
+
 /* ERNIE 4.5: (l + 1) % moe_layer_interval == 0 and moe_layer_start_index
  * <= l <= moe_layer_end_index (-1 or absent: the last layer). */
 static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err) {
@@ -325,12 +336,7 @@ static ls_status ls_rule_ernie(const json_t *k, ls_family_plan *p, ls_error *err
     LS_MODEL_TRY(ls_key_int(k, "moe_layer_interval", 1, 1, &interval, err));
     LS_MODEL_TRY(ls_key_int(k, "moe_num_shared_experts", 0, -1, &shared, err));
     LS_MODEL_TRY(ls_key_int(k, "moe_intermediate_size", 1, -1, &inter, err));
-    if (shared == 0)
-        return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
-                            "config.json's moe_num_shared_experts is 0: the checkpoint has no shared experts");
-    if (shared * inter > 1 << 24)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width is too large");
-    p->F = (int)(shared * inter);
+    LS_MODEL_TRY(ls_ernie_width(shared, inter, p, err));
     for (int l = 0; l < p->layers_total; l++) p->moe[l] = (l + 1) % interval == 0 && l >= start && l <= end;
     snprintf(p->rule, sizeof p->rule, "moe_layer_start_index (%lld) <= l <= moe_layer_end_index (%lld) and (l + 1) %% "
              "moe_layer_interval (%lld) == 0", start, end, interval);
@@ -355,12 +361,7 @@ static ls_status ls_rule_ernie_vl(const json_t *k, ls_family_plan *p, ls_error *
     } else {
         LS_MODEL_TRY(ls_key_int(k, "moe_intermediate_size", 1, -1, &inter, err));
     }
-    if (shared == 0)
-        return ls_error_set(err, LS_INVALID_REQUEST, "lorasink serves shared experts; this model has none",
-                            "config.json's moe_num_shared_experts is 0: the checkpoint has no shared experts");
-    if (shared * inter > 1 << 24)
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "config.json: the shared experts' width is too large");
-    p->F = (int)(shared * inter);
+    LS_MODEL_TRY(ls_ernie_width(shared, inter, p, err));
     const json_t *types = json_object_get(k, "mlp_layer_types");
     if (!types || json_is_null(types))
         return ls_error_set(err, LS_INVALID_REQUEST, "a checkpoint saved by transformers has every key of its config",

@@ -298,18 +298,26 @@ static void *held_forward_run(void *arg) {
     return NULL;
 }
 
+/* A server that auto-loads, waits up to a second to fill a batch, and
+ * has raced.safetensors; the body of a forward naming it (the caller's
+ * to free). */
+static char *raced_server(tiny_server *held) {
+    const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
+    assert_true(tiny_server_start(held, "interleaved", extra));
+    tiny_write_adapter_file(held, "raced.safetensors", "4");
+    json_t *req = json_pack("{s:O, s:O, s:s}", "x", json_object_get(held->tiny, "x"), "gammas",
+                            json_object_get(held->tiny, "gammas"), "adapter", "raced");
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return body;
+}
+
 /* One round: registered is whether the adapter is already registered
  * when the forward arrives (then it goes straight to the batch) or is
  * auto-loaded by it; either way the delete lands before its batch. */
 static void delete_before_the_batch(bool registered) {
-    const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
     tiny_server held;
-    assert_true(tiny_server_start(&held, "interleaved", extra));
-    tiny_write_adapter_file(&held, "raced.safetensors", "4");
-    json_t *req = json_pack("{s:O, s:O, s:s}", "x", json_object_get(held.tiny, "x"), "gammas",
-                            json_object_get(held.tiny, "gammas"), "adapter", "raced");
-    char *body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
+    char *body = raced_server(&held);
     if (registered) {
         held_forward first = {.srv = held.srv, .body = body, .status = -1};
         held_forward_run(&first); /* auto-loads it: version 1 */
@@ -346,14 +354,8 @@ static void test_delete_before_the_batch_loads_again(void **state) {
  * --batch-wait-us, the window each delete lands in. */
 static void test_deleted_every_time(void **state) {
     (void)state;
-    const char *extra[] = {"--auto-load", "--batch-wait-us", "1000000", NULL};
     tiny_server held;
-    assert_true(tiny_server_start(&held, "interleaved", extra));
-    tiny_write_adapter_file(&held, "raced.safetensors", "4");
-    json_t *req = json_pack("{s:O, s:O, s:s}", "x", json_object_get(held.tiny, "x"), "gammas",
-                            json_object_get(held.tiny, "gammas"), "adapter", "raced");
-    char *body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
+    char *body = raced_server(&held);
     int slow = ls_test_open_receiving_forward(held.srv);
     assert_true(slow >= 0);
     held_forward h = {.srv = held.srv, .body = body, .status = -1};
