@@ -695,10 +695,7 @@ static void test_hub_cache_repo_id(void **state) {
     char path[4400], to[4400];
     const char *sub[] = {"models--org--mini", "models--org--mini/blobs", "models--org--mini/refs",
                          "models--org--mini/snapshots", "models--org--mini/snapshots/" HUB_COMMIT, "files"};
-    for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
-        assert_int_equal(mkdir(path, 0700), 0);
-    }
+    ls_test_mkdirs(dir, sub, sizeof sub / sizeof *sub);
     snprintf(path, sizeof path, "%s/files", dir);
     mini_two_shards(path, t, owner);
     const char *files[] = {"config.json", "a.safetensors", "b.safetensors", "model.safetensors.index.json"};

@@ -311,25 +311,12 @@ static void test_hub_cache_snapshot(void **state) {
     write_adapters(dir);
     char path[4400], to[4400];
     const char *files[2] = {"adapter_config.json", "adapter_model.safetensors"};
-    snprintf(path, sizeof path, "%s/models--org--a", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/models--org--a/blobs", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/models--org--a/snapshots", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/models--org--a/snapshots/" COMMIT, dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/models--org--a/refs", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
+    const char *dirs[] = {"models--org--a", "models--org--a/blobs", "models--org--a/snapshots",
+                          "models--org--a/snapshots/" COMMIT, "models--org--a/refs", "models--org--noref", "abs",
+                          "abs/real", "abs/x", "escape", "cross", "cross2", "cross2/peft"};
+    ls_test_mkdirs(dir, dirs, sizeof dirs / sizeof *dirs);
     snprintf(path, sizeof path, "%s/models--org--a/refs/main", dir);
     ls_test_write_file(path, COMMIT, 40);
-    snprintf(path, sizeof path, "%s/models--org--noref", dir);
-    assert_int_equal(mkdir(path, 0700), 0);
-    const char *dirs[] = {"abs", "abs/real", "abs/x", "escape", "cross", "cross2", "cross2/peft"};
-    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, dirs[i]);
-        assert_int_equal(mkdir(path, 0700), 0);
-    }
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
         snprintf(to, sizeof to, "%s/models--org--a/blobs/b%d", dir, i);
@@ -429,10 +416,7 @@ static void test_no_way_out_and_back(void **state) {
     snprintf(to, sizeof to, "%s/peft", dir);
     assert_int_equal(symlink(to, path), 0);
     const char *mkd[] = {"t1", "t1/real", "t2"};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, mkd[i]);
-        assert_int_equal(mkdir(path, 0700), 0);
-    }
+    ls_test_mkdirs(dir, mkd, 3);
     const char *files[2] = {"adapter_config.json", "adapter_model.safetensors"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);

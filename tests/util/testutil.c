@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 long ls_test_proc_kib(int pid, const char *field) {
     char path[64], line[256];
@@ -70,6 +71,17 @@ static int ls_test_rm_one(const char *path, const struct stat *sb, int flag, str
     (void)flag;
     (void)ftw;
     return remove(path);
+}
+
+void ls_test_mkdirs(const char *base, const char *const *subs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", base, subs[i]);
+        if (mkdir(path, 0700) != 0) {
+            perror(path);
+            abort();
+        }
+    }
 }
 
 void ls_test_rmtree(const char *path) {

@@ -50,5 +50,8 @@ long ls_test_proc_kib(int pid, const char *field);
 /* A temporary directory, created fresh; removed with ls_test_rmtree. */
 char *ls_test_mkdtemp(void);
 void ls_test_rmtree(const char *path);
+/* Makes each of the n directories subs[i] beneath base, in order (a
+ * parent before its children); aborts the test when one cannot be. */
+void ls_test_mkdirs(const char *base, const char *const *subs, size_t n);
 
 #endif
