@@ -84,7 +84,16 @@ ls_status ls_hub_snapshot(int dirfd, const char *rel, char *out, size_t len, ls_
         out[0] = '\0';
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the snapshot path of \"%s\" is too long", rel);
     }
-    return LS_OK;
+    /* A snapshot is a directory: a file there is no adapter the hub wrote. */
+    fd = ls_file_open_beneath(dirfd, out, O_RDONLY | O_DIRECTORY | O_NOCTTY);
+    if (fd >= 0) {
+        close(fd);
+        return LS_OK;
+    }
+    out[0] = '\0';
+    return ls_error_set(err, LS_INVALID_REQUEST,
+                        "download it again (hf download ORG/NAME), or give the path of a snapshot the cache holds",
+                        "the hub cache's refs/main for \"%s\" names a snapshot that is not a directory there", rel);
 }
 
 void ls_hub_cache_dir(char *out, size_t len) {

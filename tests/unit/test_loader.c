@@ -317,6 +317,12 @@ static void test_hub_cache_snapshot(void **state) {
     ls_test_mkdirs(dir, dirs, sizeof dirs / sizeof *dirs);
     snprintf(path, sizeof path, "%s/models--org--a/refs/main", dir);
     ls_test_write_file(path, COMMIT, 40);
+    const char *gone[] = {"models--org--gone", "models--org--gone/refs", "models--org--gone/snapshots"};
+    ls_test_mkdirs(dir, gone, 3);
+    snprintf(path, sizeof path, "%s/models--org--gone/refs/main", dir); /* its snapshot a file, not a directory */
+    ls_test_write_file(path, COMMIT, 40);
+    snprintf(path, sizeof path, "%s/models--org--gone/snapshots/" COMMIT, dir);
+    ls_test_write_file(path, "x", 1);
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/peft/%s", dir, files[i]);
         snprintf(to, sizeof to, "%s/models--org--a/blobs/b%d", dir, i);
@@ -366,6 +372,7 @@ static void test_hub_cache_snapshot(void **state) {
     }
     expect_refused(&ld, "org/missing", "does not exist in the adapter directory");
     expect_refused(&ld, "org/noref", "refs/main is missing");
+    expect_refused(&ld, "org/gone", "names a snapshot that is not a directory there");
     expect_refused(&ld, "escape", "leads out of the adapter directory");
     expect_refused(&ld, "escape/adapter_model.safetensors", "leads out of the adapter directory");
     /* A link is never followed into another top-level directory. */
