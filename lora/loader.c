@@ -281,10 +281,8 @@ static const char *ls_loader_in_top(const ls_loader_top *top, const char *dir) {
 static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, int dir_fd, const char *dir,
                              const char *name, const char *shown, bool *absent, ls_error *err) {
     int fd = ls_file_open_beneath(dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0)
         fd = ls_loader_open_link(ld, top, dir_fd, dir, name, O_RDONLY, NULL, 0);
-        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(dir_fd, name, shown, absent, err);
-    }
     return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
 }
 
@@ -313,10 +311,10 @@ static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, co
         } else {
             errno = EXDEV;
         }
-        if (fd < 0 && errno == EXDEV) return ls_loader_open_fail(-1, NULL, rel, absent, err);
     }
     if (fd >= 0) return fd;
-    /* A one-component path's own link may be read for its hint. */
+    /* A one-component path's own link may be read for its hint (a path
+     * with a top-level directory has a '/': no link read). */
     return ls_loader_open_fail(strchr(rel, '/') ? -1 : ld->dirfd, rel, rel, absent, err);
 }
 
