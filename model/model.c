@@ -152,18 +152,15 @@ ls_status ls_model_open(const char *path, const ls_w13_layout *layout_override, 
         char ebuf[128], cache[PATH_MAX];
         int e = errno;
         ls_hub_cache_dir(cache, sizeof cache);
+        /* A snapshot found is a directory (ls_hub_snapshot checks it):
+         * what is not there is a path, or a repo id the cache lacks. */
         char hint[sizeof err->hint];
-        if (snapshot[0]) /* refs/main names a snapshot the cache does not hold */
-            snprintf(hint, sizeof hint, "download it again (hf download ORG/NAME), or give the path of a snapshot the "
-                     "cache holds");
-        else
-            snprintf(hint, sizeof hint,
-                     "a Hugging Face repo id is found only in the hub cache (%.200s: HF_HUB_CACHE or HF_HOME), never "
-                     "downloaded: hf download %.150s",
-                     cache, path);
-        st = ls_error_set(err, LS_INVALID_REQUEST, e == ENOENT && (snapshot[0] || ls_hub_repo_id(path)) ? hint : NULL,
-                          "cannot open %s%s: %s", path, snapshot[0] ? " (the snapshot the hub cache's refs/main names)" : "",
-                          strerror_r(e, ebuf, sizeof ebuf));
+        snprintf(hint, sizeof hint,
+                 "a Hugging Face repo id is found only in the hub cache (%.200s: HF_HUB_CACHE or HF_HOME), never "
+                 "downloaded: hf download %.150s",
+                 cache, path);
+        st = ls_error_set(err, LS_INVALID_REQUEST, e == ENOENT && ls_hub_repo_id(path) ? hint : NULL,
+                          "cannot open %s: %s", path, strerror_r(e, ebuf, sizeof ebuf));
     } else if (S_ISDIR(sb.st_mode)) {
         snprintf(out->source, sizeof out->source, "checkpoint");
         st = ls_model_open_checkpoint(path, NULL, out, err);
