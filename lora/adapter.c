@@ -227,6 +227,16 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
                    d->layer_ids ? hint : NULL, msg, sizeof msg);
 }
 
+/* The module of name, a LoRA factor ("....q_proj" of "....q_proj.lora_A.weight"),
+ * into buf, its first max bytes and "..." when longer; false when name
+ * is no such factor. */
+static bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len) {
+    const char *f = strstr(name, ".lora_");
+    if (!f) return false;
+    snprintf(buf, len, "%.*s%s", f - name > max ? max : (int)(f - name), name, f - name > max ? "..." : "");
+    return true;
+}
+
 /* A LoRA factor of another MLP than the shared experts (a dense layer's,
  * the routed experts'): skipped here like any other module's, but the
  * one a user most expects this server to apply, so the load says so. */
@@ -234,15 +244,13 @@ static void ls_adapter_note_mlp(ls_adapter_ctx *c, const char *name) {
     static const char *const mlps[] = {".mlp.", ".feed_forward.", ".block_sparse_moe."};
     bool mlp = false;
     for (size_t k = 0; k < sizeof mlps / sizeof *mlps; k++) mlp |= strstr(name, mlps[k]) != NULL;
-    char *w = c->warnings[LS_WARN_SKIPPED_MLP];
-    const char *f = strstr(name, ".lora_");
-    if (!mlp || !f || w[0]) return;
-    const int len = (int)(f - name > 160 ? 160 : f - name);
+    char *w = c->warnings[LS_WARN_SKIPPED_MLP], module[168];
+    if (!mlp || w[0] || !ls_adapter_other_module(name, 160, module, sizeof module)) return;
     snprintf(w, sizeof c->warnings[LS_WARN_SKIPPED_MLP],
-             "factors of MLP modules other than the shared experts (such as %.*s%s, a dense layer's or the routed "
+             "factors of MLP modules other than the shared experts (such as %s, a dense layer's or the routed "
              "experts') are skipped and listed in ignored: this server computes the shared experts only, so the "
              "engine must apply them",
-             len, name, f - name > 160 ? "..." : "");
+             module);
 }
 
 /* Sorts every name: places the shared experts' factors of the chosen
@@ -481,13 +489,12 @@ oom:
  * names one module the file does train; the hint how PEFT reaches this
  * model's shared experts, when its family says. */
 static void ls_adapter_report_empty(ls_adapter_ctx *c, const ls_tensor_set *s, const ls_dims *dims, size_t n_other) {
-    char example[160] = "", hint[512];
+    char example[160] = "", module[128], hint[512];
     for (size_t i = 0; i < s->n && !example[0]; i++) {
         ls_adapter_name nm;
         ls_adapter_name_parse(s->items[i].name, &nm);
-        const char *name = s->items[i].name, *f = nm.kind == LS_AN_OTHER && nm.lora ? strstr(name, ".lora_") : NULL;
-        const int len = f ? (int)(f - name > 120 ? 120 : f - name) : 0;
-        if (f) snprintf(example, sizeof example, ", such as %.*s%s", len, name, f - name > 120 ? "..." : "");
+        if (nm.kind == LS_AN_OTHER && nm.lora && ls_adapter_other_module(s->items[i].name, 120, module, sizeof module))
+            snprintf(example, sizeof example, ", such as %s", module);
     }
     if (!n_other)
         snprintf(hint, sizeof hint,
