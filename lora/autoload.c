@@ -6,6 +6,7 @@
  * registering the adapter (which may wait for the backend). */
 #include "lora/autoload.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "lora/loader_memo.h"
 
@@ -97,8 +99,19 @@ static void ls_autoload_count(ls_autoload *al, int delta) {
 
 static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_loader_print *p) {
     struct stat st;
-    if (fstatat(dirfd, rel, &st, 0)) p->f[i].missing = 1;
+    if (ls_file_stat_beneath(dirfd, rel, &st)) p->f[i].missing = 1;
     else ls_loader_print_set(p, i, &st);
+}
+
+/* Whether rel is in the adapter directory (a directory, when dir): the
+ * stat follows links only while they stay beneath it. What cannot be
+ * told (a link that leads out, a server out of descriptors) is there
+ * too: the loader's open answers it with the error an upload of that
+ * path gets, where "holds neither" would send the client looking. */
+static bool ls_autoload_there(int dirfd, const char *rel, bool dir) {
+    struct stat st;
+    if (!ls_file_stat_beneath(dirfd, rel, &st)) return !dir || S_ISDIR(st.st_mode);
+    return errno != ENOENT && errno != ENOTDIR;
 }
 
 /* Finds name's files: NAME/ (a PEFT directory, first) or NAME.safetensors,
@@ -107,10 +120,9 @@ static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_loader_print 
  * with '.'; a tenant's TENANT/NAME is found in the tenant's directory
  * TENANT/), so these stay in the directory; the loader's open checks links. */
 static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_loader_print *p) {
-    struct stat st;
     memset(p, 0, sizeof *p);
     char rel[192];
-    if (!fstatat(al->ld->dirfd, name, &st, 0) && S_ISDIR(st.st_mode)) {
+    if (ls_autoload_there(al->ld->dirfd, name, true)) {
         snprintf(path, len, "%s", name);
         snprintf(rel, sizeof rel, "%s/adapter_model.safetensors", name);
         ls_autoload_stat(al->ld->dirfd, rel, 0, p);
@@ -120,10 +132,9 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
     }
     /* Whatever NAME.safetensors is (a FIFO, a link to a device) is the
      * file asked for: the loader's open refuses what is not a regular
-     * file beneath the directory, with the error an upload of that path
-     * gets, where "holds neither" would send the client looking. */
+     * file beneath the directory. */
     snprintf(rel, sizeof rel, "%s.safetensors", name);
-    if (!fstatat(al->ld->dirfd, rel, &st, 0)) {
+    if (ls_autoload_there(al->ld->dirfd, rel, false)) {
         snprintf(path, len, "%s", rel);
         ls_autoload_stat(al->ld->dirfd, rel, 0, p);
         return true;

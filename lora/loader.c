@@ -220,6 +220,30 @@ static void ls_loader_top_close(ls_loader_top *t) {
     t->fd = -1;
 }
 
+static bool ls_loader_same_inode(int a_fd, int b_fd) {
+    struct stat a, b;
+    return fstat(a_fd, &a) == 0 && fstat(b_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Whether the file fd, opened as path beneath top.fd by following the
+ * link name in dir_fd (which read target), is what that link names now:
+ * the link reads the same, dir_fd is still what dir names beneath
+ * top.fd, and path still resolves to fd's file. Nothing outside the
+ * top-level directory is looked at (the kernel never follows the link
+ * itself here). */
+static bool ls_loader_link_stays(const ls_loader_top *top, int dir_fd, const char *dir, const char *name,
+                                 const char *target, const char *path, int fd) {
+    char again[LS_LOADER_PATH_MAX];
+    const ssize_t n = readlinkat(dir_fd, name, again, sizeof again);
+    if (n < 0 || (size_t)n != strlen(target) || memcmp(again, target, (size_t)n)) return false;
+    int at = ls_file_open_beneath(top->fd, dir, O_PATH | O_DIRECTORY);
+    int now = ls_file_open_beneath(top->fd, path, O_PATH);
+    const bool same = at >= 0 && now >= 0 && ls_loader_same_inode(at, dir_fd) && ls_loader_same_inode(now, fd);
+    if (at >= 0) close(at);
+    if (now >= 0) close(now);
+    return same;
+}
+
 /* name, a link in the directory dir_fd (dir: its path beneath top.fd)
  * that leads out of dir_fd, followed when it stays in the top-level
  * directory: a hub cache snapshot's files link to the repository's
@@ -252,16 +276,15 @@ static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, in
     } else {
         snprintf(path, sizeof path, "%s/%s", dir, target);
     }
-    int fd = ls_file_open_beneath(top->fd, path, flags | O_NOCTTY | O_NONBLOCK);
+    /* openat2 takes O_PATH with no other open flags. */
+    int fd = ls_file_open_beneath(top->fd, path, flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return -1;
     if (resolved && resolved_len) { /* a longer one opened no file: the kernel's limit is shorter */
         size_t n = strlen(path) < resolved_len ? strlen(path) : resolved_len - 1;
         memcpy(resolved, path, n);
         resolved[n] = '\0';
     }
-    struct stat got, named;
-    if (fstat(fd, &got) != 0 || fstatat(dir_fd, name, &named, 0) != 0 || got.st_dev != named.st_dev ||
-        got.st_ino != named.st_ino) {
+    if (!ls_loader_link_stays(top, dir_fd, dir, name, target, path, fd)) {
         close(fd);
         errno = ESTALE;
         return -1;
@@ -440,9 +463,17 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     int dir = ls_loader_open_at(scoped ? f->top.fd : ld->dirfd, scoped ? ls_loader_in_top(&f->top, parent) : parent,
                                 parent, O_RDONLY | O_DIRECTORY, NULL, err);
     if (dir < 0) return err->code;
+    /* Resolved as the loader opens a file in it, so a link is followed
+     * only while it stays in the top-level directory. */
+    const char *in_top = ls_loader_in_top(&f->top, parent);
+    int model = ls_file_open_beneath(dir, "adapter_model.safetensors", O_PATH);
+    if (model < 0 && (errno == EXDEV || errno == ELOOP) && f->top.fd >= 0)
+        model = ls_loader_open_link(ld, &f->top, dir, in_top, "adapter_model.safetensors", O_PATH, NULL, 0);
     struct stat now;
-    if (fstatat(dir, "adapter_model.safetensors", &now, 0) != 0 || now.st_dev != f->model_sb.st_dev ||
-        now.st_ino != f->model_sb.st_ino) {
+    const bool same = model >= 0 && fstat(model, &now) == 0 && now.st_dev == f->model_sb.st_dev &&
+                      now.st_ino == f->model_sb.st_ino;
+    if (model >= 0) close(model);
+    if (!same) {
         close(dir);
         return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
                             "path \"%s\" was moved or replaced while it was opened", ls_text_tail(rel).s);
@@ -450,8 +481,7 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     bool absent = false;
     ls_error quiet;
     ls_error_init(&quiet);
-    int fd = ls_loader_open_in(ld, &f->top, dir, ls_loader_in_top(&f->top, parent), "adapter_config.json", cfg_shown,
-                               &absent, &quiet);
+    int fd = ls_loader_open_in(ld, &f->top, dir, in_top, "adapter_config.json", cfg_shown, &absent, &quiet);
     if (fd < 0 && !absent) ls_error_set(err, quiet.code, quiet.hint, "%s", quiet.message);
     ls_error_free(&quiet);
     if (fd < 0) {
@@ -619,6 +649,11 @@ ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_a
     if (st == LS_OK && snapshot[0]) snprintf(origin->path, sizeof origin->path, "%s", snapshot);
     if (st == LS_OK)
         st = ls_loader_from_path(ld, origin->path, &src->given, true, &origin->params, out, &origin->absent, err);
+    /* A tenant's path lies in its own directory, where no repo id is
+     * looked up: the hint for a missing one says so. */
+    if (st != LS_OK && src->tenant && origin->absent)
+        snprintf(err->hint, sizeof err->hint, "a tenant key's paths are relative to its tenant's own directory of "
+                                              "--adapter-dir (named as the tenant)");
     if (st != LS_OK) origin->path[0] = '\0';
     return st;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "common/file.h"
 #include "format/safetensors.h"
 #include "lora/adapter_config.h"
 #include "lora/loader.h"
@@ -386,6 +388,8 @@ static void test_hub_cache_snapshot(void **state) {
     ls_error_init(&err);
     assert_int_equal(ls_loader_load(&ld, &tenant, &a, &o, &err), LS_INVALID_REQUEST);
     assert_non_null(strstr(err.message, "does not exist in the adapter directory"));
+    assert_null(strstr(err.hint, "repo id"));
+    assert_non_null(strstr(err.hint, "tenant's own directory"));
     ls_error_free(&err);
     ls_loader_close(&ld);
 
@@ -503,6 +507,39 @@ static void test_file_bytes_stay_private(void **state) {
 /* Another process swaps a directory of the tree for a link out of it as
  * fast as it can while loads run: every load gives the adapter inside or
  * a clean refusal, never what lies outside. */
+/* ls_file_stat_beneath, auto-load's lookup: a link within the directory
+ * is followed, one out of it is not (its target is never looked at). */
+static void test_stat_stays_beneath(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/in.safetensors", dir);
+    assert_int_equal(symlink("bare.safetensors", path), 0);
+    snprintf(path, sizeof path, "%s/out.safetensors", dir);
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+    snprintf(path, sizeof path, "%s/up", dir);
+    assert_int_equal(symlink("..", path), 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    struct stat sb;
+    assert_int_equal(ls_file_stat_beneath(dfd, "in.safetensors", &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(ls_file_stat_beneath(dfd, "peft", &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    const char *out[] = {"out.safetensors", "up", "up/x", "../x", "/etc/hostname"};
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++) {
+        errno = 0;
+        assert_int_equal(ls_file_stat_beneath(dfd, out[i], &sb), -1);
+        if (errno != EXDEV && errno != ELOOP) fail_msg("%s: errno %d", out[i], errno);
+    }
+    assert_int_equal(ls_file_stat_beneath(dfd, "nothing", &sb), -1);
+    assert_int_equal(errno, ENOENT);
+    close(dfd);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_swap_for_a_link_out(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp(), *outside = ls_test_mkdtemp();
@@ -765,6 +802,7 @@ int main(void) {
         cmocka_unit_test(test_hub_cache_snapshot),
         cmocka_unit_test(test_no_way_out_and_back),
         cmocka_unit_test(test_file_bytes_stay_private),
+        cmocka_unit_test(test_stat_stays_beneath),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
         cmocka_unit_test(test_files_checked_before_read),
