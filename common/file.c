@@ -191,6 +191,13 @@ static int ls_file_walk_beneath(int dirfd, const char *rel, int flags) {
             errno = saved == ENOTDIR && next ? ELOOP : saved;
             return -1;
         }
+        /* O_PATH | O_NOFOLLOW opens a final link itself: refused too. */
+        struct stat sb;
+        if (!next && (flags & O_PATH) && (fstat(fd, &sb) != 0 || S_ISLNK(sb.st_mode))) {
+            close(fd);
+            errno = ELOOP;
+            return -1;
+        }
         cur = fd;
         comp = next;
     }

@@ -16,7 +16,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -540,6 +544,64 @@ static void test_stat_stays_beneath(void **state) {
     free(dir);
 }
 
+/* Makes openat2 fail with ENOSYS in this process, as on a kernel
+ * without it: ls_file_open_beneath then walks the path itself. */
+static int hide_openat2(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof *f, .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* The walk that stands in for openat2 refuses '..' and every link, the
+ * last component's too (an O_PATH open of a link would be the link). */
+static void test_walk_without_openat2(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/in.safetensors", dir);
+    assert_int_equal(symlink("bare.safetensors", path), 0);
+    snprintf(path, sizeof path, "%s/out.safetensors", dir);
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        /* Plain checks, no cmocka, in the child: its exit code says which failed. */
+        struct stat sb;
+        if (hide_openat2()) _exit(10);
+        if (ls_file_stat_beneath(dfd, "bare.safetensors", &sb) || !S_ISREG(sb.st_mode)) _exit(11);
+        if (ls_file_stat_beneath(dfd, "peft", &sb) || !S_ISDIR(sb.st_mode)) _exit(12);
+        int fd = ls_file_open_beneath(dfd, "peft/adapter_config.json", O_RDONLY);
+        if (fd < 0) _exit(13);
+        close(fd);
+        const char *refused[] = {"in.safetensors", "out.safetensors", "../x", "peft/../bare.safetensors"};
+        for (int i = 0; i < 4; i++) {
+            errno = 0;
+            if (ls_file_stat_beneath(dfd, refused[i], &sb) == 0 || (errno != ELOOP && errno != EXDEV)) _exit(20 + i);
+            if ((fd = ls_file_open_beneath(dfd, refused[i], O_RDONLY)) >= 0 || (errno != ELOOP && errno != EXDEV))
+                _exit(30 + i);
+        }
+        if (ls_file_stat_beneath(dfd, "nothing", &sb) == 0 || errno != ENOENT) _exit(40);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status)) fail_msg("the walk's check %d failed", WEXITSTATUS(status));
+    close(dfd);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_swap_for_a_link_out(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp(), *outside = ls_test_mkdtemp();
@@ -803,6 +865,7 @@ int main(void) {
         cmocka_unit_test(test_no_way_out_and_back),
         cmocka_unit_test(test_file_bytes_stay_private),
         cmocka_unit_test(test_stat_stays_beneath),
+        cmocka_unit_test(test_walk_without_openat2),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
         cmocka_unit_test(test_files_checked_before_read),
