@@ -508,24 +508,29 @@ static void test_file_bytes_stay_private(void **state) {
     free(dir);
 }
 
-/* Another process swaps a directory of the tree for a link out of it as
- * fast as it can while loads run: every load gives the adapter inside or
- * a clean refusal, never what lies outside. */
+/* A new directory (*dir, the caller's to free) with write_adapters' files,
+ * in.safetensors (a link to bare.safetensors), out.safetensors (a link
+ * out) and up (a link to ".."); returns it open. */
+static int links_dir(char **dir) {
+    *dir = ls_test_mkdtemp();
+    write_adapters(*dir);
+    const char *links[][2] = {{"in.safetensors", "bare.safetensors"}, {"out.safetensors", "/etc/hostname"}, {"up", ".."}};
+    for (size_t i = 0; i < 3; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", *dir, links[i][0]);
+        assert_int_equal(symlink(links[i][1], path), 0);
+    }
+    int dfd = open(*dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    return dfd;
+}
+
 /* ls_file_stat_beneath, auto-load's lookup: a link within the directory
  * is followed, one out of it is not (its target is never looked at). */
 static void test_stat_stays_beneath(void **state) {
     (void)state;
-    char *dir = ls_test_mkdtemp();
-    write_adapters(dir);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/in.safetensors", dir);
-    assert_int_equal(symlink("bare.safetensors", path), 0);
-    snprintf(path, sizeof path, "%s/out.safetensors", dir);
-    assert_int_equal(symlink("/etc/hostname", path), 0);
-    snprintf(path, sizeof path, "%s/up", dir);
-    assert_int_equal(symlink("..", path), 0);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    assert_true(dfd >= 0);
+    char *dir;
+    int dfd = links_dir(&dir);
     struct stat sb;
     assert_int_equal(ls_file_stat_beneath(dfd, "in.safetensors", &sb), 0);
     assert_true(S_ISREG(sb.st_mode));
@@ -562,15 +567,8 @@ static int hide_openat2(void) {
  * last component's too (an O_PATH open of a link would be the link). */
 static void test_walk_without_openat2(void **state) {
     (void)state;
-    char *dir = ls_test_mkdtemp();
-    write_adapters(dir);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/in.safetensors", dir);
-    assert_int_equal(symlink("bare.safetensors", path), 0);
-    snprintf(path, sizeof path, "%s/out.safetensors", dir);
-    assert_int_equal(symlink("/etc/hostname", path), 0);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    assert_true(dfd >= 0);
+    char *dir;
+    int dfd = links_dir(&dir);
     fflush(NULL);
     pid_t child = fork();
     assert_true(child >= 0);
@@ -583,8 +581,8 @@ static void test_walk_without_openat2(void **state) {
         int fd = ls_file_open_beneath(dfd, "peft/adapter_config.json", O_RDONLY);
         if (fd < 0) _exit(13);
         close(fd);
-        const char *refused[] = {"in.safetensors", "out.safetensors", "../x", "peft/../bare.safetensors"};
-        for (int i = 0; i < 4; i++) {
+        const char *refused[] = {"in.safetensors", "out.safetensors", "up/x", "../x", "peft/../bare.safetensors"};
+        for (int i = 0; i < 5; i++) {
             errno = 0;
             if (ls_file_stat_beneath(dfd, refused[i], &sb) == 0 || (errno != ELOOP && errno != EXDEV)) _exit(20 + i);
             if ((fd = ls_file_open_beneath(dfd, refused[i], O_RDONLY)) >= 0 || (errno != ELOOP && errno != EXDEV))
@@ -602,6 +600,9 @@ static void test_walk_without_openat2(void **state) {
     free(dir);
 }
 
+/* Another process swaps a directory of the tree for a link out of it as
+ * fast as it can while loads run: every load gives the adapter inside or
+ * a clean refusal, never what lies outside. */
 static void test_swap_for_a_link_out(void **state) {
     (void)state;
     char *dir = ls_test_mkdtemp(), *outside = ls_test_mkdtemp();
