@@ -214,16 +214,6 @@ int ls_file_open_beneath_nolinks(int dirfd, const char *rel, int flags) {
     return ls_file_open_how(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
 }
 
-int ls_file_stat_beneath(int dirfd, const char *rel, struct stat *st) {
-    int fd = ls_file_open_beneath(dirfd, rel, O_PATH);
-    if (fd < 0) return -1;
-    int rc = fstat(fd, st);
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
 static int ls_file_open_how(int dirfd, const char *rel, int flags, unsigned long long resolve) {
     struct open_how how;
     memset(&how, 0, sizeof how);

@@ -41,9 +41,6 @@ ls_status ls_file_read_text(const char *path, size_t max, char **out, ls_status 
 int ls_file_open_beneath(int dirfd, const char *rel, int flags);
 /* The same, following no link at all on the way (RESOLVE_NO_SYMLINKS). */
 int ls_file_open_beneath_nolinks(int dirfd, const char *rel, int flags);
-/* stat(2) of rel resolved as ls_file_open_beneath resolves it (links
- * followed only while they stay beneath dirfd): 0, or -1 with errno. */
-int ls_file_stat_beneath(int dirfd, const char *rel, struct stat *st);
 
 /* What tells one version of a file from the next without reading it:
  * changed when the file is replaced, rewritten or touched. No padding,

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/file.h"
 #include "common/log.h"
 #include "lora/loader_memo.h"
 
@@ -97,21 +96,23 @@ static void ls_autoload_count(ls_autoload *al, int delta) {
     if (al->gauge.fn) al->gauge.fn(al->gauge.ctx, delta);
 }
 
-static void ls_autoload_stat(int dirfd, const char *rel, int i, ls_loader_print *p) {
+/* Stats resolve rel as the loader opens it (ls_loader_stat): links
+ * followed only as far as an upload of that path follows them, a
+ * tenant's path beneath its own directory. */
+static void ls_autoload_stat(const ls_loader *ld, const char *rel, int i, ls_loader_print *p) {
     struct stat st;
-    if (ls_file_stat_beneath(dirfd, rel, &st)) p->f[i].missing = 1;
+    if (ls_loader_stat(ld, rel, &st)) p->f[i].missing = 1;
     else ls_loader_print_set(p, i, &st);
 }
 
-/* Whether rel is in the adapter directory (a directory, when dir): the
- * stat follows links only while they stay beneath it. What cannot be
- * told (a link that leads out, a server out of descriptors) is there
- * too: the loader's open answers it with the error an upload of that
- * path gets, where "holds neither" would send the client looking. */
-static bool ls_autoload_there(int dirfd, const char *rel, bool dir) {
+/* 1 when rel is there (a directory, when dir), 0 when not, -1 when that
+ * cannot be told (a link that leads out, a server out of descriptors):
+ * the loader's open then answers with the error an upload of that path
+ * gets, where "holds neither" would send the client looking. */
+static int ls_autoload_there(const ls_loader *ld, const char *rel, bool dir) {
     struct stat st;
-    if (!ls_file_stat_beneath(dirfd, rel, &st)) return !dir || S_ISDIR(st.st_mode);
-    return errno != ENOENT && errno != ENOTDIR;
+    if (!ls_loader_stat(ld, rel, &st)) return !dir || S_ISDIR(st.st_mode);
+    return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
 }
 
 /* Finds name's files: NAME/ (a PEFT directory, first) or NAME.safetensors,
@@ -122,24 +123,24 @@ static bool ls_autoload_there(int dirfd, const char *rel, bool dir) {
 static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path, size_t len, ls_loader_print *p) {
     memset(p, 0, sizeof *p);
     char rel[192];
-    if (ls_autoload_there(al->ld->dirfd, name, true)) {
-        snprintf(path, len, "%s", name);
-        snprintf(rel, sizeof rel, "%s/adapter_model.safetensors", name);
-        ls_autoload_stat(al->ld->dirfd, rel, 0, p);
-        snprintf(rel, sizeof rel, "%s/adapter_config.json", name);
-        ls_autoload_stat(al->ld->dirfd, rel, 1, p);
-        return true;
-    }
+    const int dir = ls_autoload_there(al->ld, name, true);
     /* Whatever NAME.safetensors is (a FIFO, a link to a device) is the
      * file asked for: the loader's open refuses what is not a regular
-     * file beneath the directory. */
+     * file beneath the directory. It goes before a NAME that cannot be
+     * told to be a directory (a link out, say). */
     snprintf(rel, sizeof rel, "%s.safetensors", name);
-    if (ls_autoload_there(al->ld->dirfd, rel, false)) {
+    if (dir != 1 && ls_autoload_there(al->ld, rel, false) != 0) {
         snprintf(path, len, "%s", rel);
-        ls_autoload_stat(al->ld->dirfd, rel, 0, p);
+        ls_autoload_stat(al->ld, rel, 0, p);
         return true;
     }
-    return false;
+    if (dir == 0) return false;
+    snprintf(path, len, "%s", name);
+    snprintf(rel, sizeof rel, "%s/adapter_model.safetensors", name);
+    ls_autoload_stat(al->ld, rel, 0, p);
+    snprintf(rel, sizeof rel, "%s/adapter_config.json", name);
+    ls_autoload_stat(al->ld, rel, 1, p);
+    return true;
 }
 
 /* The answer for a name the adapter directory has no files for, with the
@@ -147,11 +148,17 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
 static ls_status ls_autoload_not_found(const ls_autoload *al, const char *name, ls_error *err) {
     char near[136] = "";
     ls_pool_nearest(al->pool, name, near, sizeof near);
+    /* A tenant's TENANT/NAME is looked for in its own directory (the
+     * reply loses every "TENANT/", so the text never spells it). */
+    const bool tenant = strchr(name, '/') != NULL;
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
-                        "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter directory",
-                        "adapter '%s' is not registered, and the adapter directory holds neither %s/ nor "
-                        "%s.safetensors%s%s%s",
-                        name, name, name, near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
+                        tenant ? "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the tenant's "
+                                 "own directory of --adapter-dir (named as the tenant)"
+                               : "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter "
+                                 "directory",
+                        "adapter '%s' is not registered, and %s holds neither %s/ nor %s.safetensors%s%s%s", name,
+                        tenant ? "the tenant's directory" : "the adapter directory", name, name,
+                        near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }
 
 /* With mu held: name's entry, or NULL. */

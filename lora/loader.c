@@ -276,7 +276,6 @@ static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, in
     } else {
         snprintf(path, sizeof path, "%s/%s", dir, target);
     }
-    /* openat2 takes O_PATH with no other open flags. */
     int fd = ls_file_open_beneath(top->fd, path, flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return -1;
     if (resolved && resolved_len) { /* a longer one opened no file: the kernel's limit is shorter */
@@ -309,36 +308,60 @@ static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, int 
     return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
 }
 
-/* Opens rel (a PEFT directory or a file) beneath the adapter directory,
- * or with ld->scoped beneath its top-level directory; a final link with
- * an absolute target in the same top-level directory is followed as well
- * (the kernel refuses those beneath a directory), read from its parent
- * opened beneath it; -1 with err set. */
-static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, const char *rel, char *in_top,
-                               size_t in_top_len, bool *absent, ls_error *err) {
+/* Opens rel (a PEFT directory or a file) with flags (O_RDONLY or
+ * O_PATH) beneath the adapter directory, or with ld->scoped beneath its
+ * top-level directory; a final link with an absolute target in the same
+ * top-level directory is followed as well (the kernel refuses those
+ * beneath a directory), read from its parent opened beneath it. in_top
+ * gets the path beneath top.fd; -1 with errno otherwise. */
+static int ls_loader_resolve(const ls_loader *ld, const ls_loader_top *top, const char *rel, int flags, char *in_top,
+                             size_t in_top_len) {
     snprintf(in_top, in_top_len, "%s", top->fd >= 0 && *top->rel ? top->rel : ".");
     const bool scoped = ld->scoped && top->fd >= 0;
     if (ld->scoped && top->why) { /* its top-level directory is a link, "..", or none */
         errno = top->why;
-        return ls_loader_open_fail(-1, NULL, rel, absent, err);
+        return -1;
     }
-    int fd = ls_file_open_beneath(scoped ? top->fd : ld->dirfd, scoped ? top->rel : rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    /* openat2 takes O_PATH with no other open flags. */
+    int fd = ls_file_open_beneath(scoped ? top->fd : ld->dirfd, scoped ? top->rel : rel,
+                                  flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK);
     if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
         char parent[LS_LOADER_PATH_MAX];
         const char *slash = strrchr(top->rel, '/');
         snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - top->rel) : 1, slash ? top->rel : ".");
         int pfd = ls_file_open_beneath(top->fd, parent, O_PATH | O_DIRECTORY);
         if (pfd >= 0) {
-            fd = ls_loader_open_link(ld, top, pfd, parent, slash ? slash + 1 : top->rel, O_RDONLY, in_top, in_top_len);
+            fd = ls_loader_open_link(ld, top, pfd, parent, slash ? slash + 1 : top->rel, flags, in_top, in_top_len);
+            const int saved = errno;
             close(pfd);
+            errno = saved;
         } else {
             errno = EXDEV;
         }
     }
+    return fd;
+}
+
+/* ls_loader_resolve for reading, -1 with err set. */
+static int ls_loader_open_path(const ls_loader *ld, const ls_loader_top *top, const char *rel, char *in_top,
+                               size_t in_top_len, bool *absent, ls_error *err) {
+    int fd = ls_loader_resolve(ld, top, rel, O_RDONLY, in_top, in_top_len);
     if (fd >= 0) return fd;
     /* A one-component path's own link may be read for its hint (a path
      * with a top-level directory has a '/': no link read). */
     return ls_loader_open_fail(strchr(rel, '/') ? -1 : ld->dirfd, rel, rel, absent, err);
+}
+
+int ls_loader_stat(const ls_loader *ld, const char *rel, struct stat *st) {
+    ls_loader_top top = ls_loader_top_open(ld, rel);
+    char in_top[LS_LOADER_PATH_MAX];
+    int fd = ls_loader_resolve(ld, &top, rel, O_PATH, in_top, sizeof in_top);
+    int rc = fd >= 0 ? fstat(fd, st) : -1;
+    const int saved = errno;
+    if (fd >= 0) close(fd);
+    ls_loader_top_close(&top);
+    errno = saved;
+    return rc;
 }
 
 /* Opens name (a file of the PEFT directory dir_fd, dir where it is
@@ -460,19 +483,21 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
      * in: once that directory is open it is checked to hold that model,
      * so a rename meanwhile cannot pair the model with another config. */
     const bool scoped = ld->scoped && f->top.fd >= 0;
-    int dir = ls_loader_open_at(scoped ? f->top.fd : ld->dirfd, scoped ? ls_loader_in_top(&f->top, parent) : parent,
-                                parent, O_RDONLY | O_DIRECTORY, NULL, err);
-    if (dir < 0) return err->code;
-    /* Resolved as the loader opens a file in it, so a link is followed
-     * only while it stays in the top-level directory. */
+    const int at = scoped ? f->top.fd : ld->dirfd;
     const char *in_top = ls_loader_in_top(&f->top, parent);
-    int model = ls_file_open_beneath(dir, "adapter_model.safetensors", O_PATH);
-    if (model < 0 && (errno == EXDEV || errno == ELOOP) && f->top.fd >= 0)
-        model = ls_loader_open_link(ld, &f->top, dir, in_top, "adapter_model.safetensors", O_PATH, NULL, 0);
+    int dir = ls_loader_open_at(at, scoped ? in_top : parent, parent, O_RDONLY | O_DIRECTORY, NULL, err);
+    if (dir < 0) return err->code;
+    /* Once dir is open, the path resolves again as the model was opened
+     * (links followed as far as that open followed them), and the parent
+     * again to dir: a rename meanwhile leads to another file. */
+    char again[LS_LOADER_PATH_MAX];
+    int model = ls_loader_resolve(ld, &f->top, rel, O_PATH, again, sizeof again);
+    int dir_now = ls_file_open_beneath(at, scoped ? in_top : parent, O_PATH | O_DIRECTORY);
     struct stat now;
-    const bool same = model >= 0 && fstat(model, &now) == 0 && now.st_dev == f->model_sb.st_dev &&
-                      now.st_ino == f->model_sb.st_ino;
+    const bool same = model >= 0 && dir_now >= 0 && fstat(model, &now) == 0 && now.st_dev == f->model_sb.st_dev &&
+                      now.st_ino == f->model_sb.st_ino && ls_loader_same_inode(dir_now, dir);
     if (model >= 0) close(model);
+    if (dir_now >= 0) close(dir_now);
     if (!same) {
         close(dir);
         return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",

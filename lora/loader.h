@@ -17,6 +17,7 @@
 #define LS_LORA_LOADER_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "common/dims.h"
 #include "common/error.h"
@@ -92,6 +93,12 @@ typedef struct {
  * empty. */
 ls_status ls_loader_load(const ls_loader *ld, const ls_adapter_source *src, ls_adapter *out, ls_adapter_origin *origin,
                          ls_error *err);
+
+/* stat(2) of rel (relative to the adapter directory) resolved as
+ * ls_loader_load opens it: links followed only as far as that open
+ * follows them, with ld->scoped a path of several components beneath
+ * its top-level directory. 0, or -1 with errno. */
+int ls_loader_stat(const ls_loader *ld, const char *rel, struct stat *st);
 
 /* path as a client gave it, made relative to the adapter directory into
  * out (an absolute path must name something inside it; ".." segments are

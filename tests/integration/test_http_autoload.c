@@ -139,6 +139,17 @@ static void test_escape_refused(void **state) {
     assert_int_equal(forward("/forward", "\"adapter\": \"../evil\"", NULL, NULL), 400);
 }
 
+/* A NAME that is a link out (or dangling) does not hide
+ * NAME.safetensors: the file is what loads. */
+static void test_link_out_does_not_hide_the_file(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/shadow", ts.dir);
+    assert_int_equal(symlink("/nonexistent/dangling", path), 0);
+    tiny_write_adapter_file(&ts, "shadow.safetensors", "4");
+    tiny_check_forward(&ts, "shadow", "interleaved");
+}
+
 /* NAME.safetensors that is no regular file (a FIFO, a link to a device)
  * is refused as a path upload of it is, not answered as absent ("holds
  * neither"); reading it never hangs the server. */
@@ -386,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_loads_directory_and_file),
         cmocka_unit_test(test_bad_file_remembered),
         cmocka_unit_test(test_escape_refused),
+        cmocka_unit_test(test_link_out_does_not_hide_the_file),
         cmocka_unit_test(test_not_a_regular_file),
         cmocka_unit_test(test_concurrent_requests_one_load),
         cmocka_unit_test(test_adapter_beside_the_body),

@@ -589,8 +589,13 @@ static void test_files_are_the_tenants(void **state) {
     mkdir(dir, 0755);
     tiny_write_peft_dir(&ts, "acme/auto", "{\"r\": 2, \"lora_alpha\": 4}");
     tiny_write_peft_dir(&ts, "acme/by-path", "{\"r\": 2, \"lora_alpha\": 4}");
-    /* bob cannot reach acme's files, by name or by path. */
-    json_decref(forward_a(bob_auth, "auto", 404));
+    /* bob cannot reach acme's files, by name or by path; the 404 says
+     * where bob's own would be looked for. */
+    json_t *nf = forward_a(bob_auth, "auto", 404);
+    const json_t *e = json_object_get(nf, "error");
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "the tenant's directory holds neither"));
+    assert_non_null(strstr(json_string_value(json_object_get(e, "hint")), "tenant's own directory of --adapter-dir"));
+    json_decref(nf);
     ls_test_response r;
     assert_int_equal(req("POST", "/adapters", bob_auth, "{\"name\": \"p\", \"path\": \"../acme/by-path\"}", &r), 400);
     assert_null(strstr(r.body, "acme"));

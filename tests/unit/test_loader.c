@@ -525,26 +525,98 @@ static int links_dir(char **dir) {
     return dfd;
 }
 
-/* ls_file_stat_beneath, auto-load's lookup: a link within the directory
- * is followed, one out of it is not (its target is never looked at). */
-static void test_stat_stays_beneath(void **state) {
+/* ls_loader_stat, auto-load's lookup: links followed as far as the
+ * loader's open follows them (a hub snapshot's file, an absolute link in
+ * the same top-level directory), none out of the directory, and with
+ * scoped none out of the path's top-level directory (another tenant's). */
+static void test_stat_as_the_loader_opens(void **state) {
     (void)state;
     char *dir;
     int dfd = links_dir(&dir);
-    struct stat sb;
-    assert_int_equal(ls_file_stat_beneath(dfd, "in.safetensors", &sb), 0);
-    assert_true(S_ISREG(sb.st_mode));
-    assert_int_equal(ls_file_stat_beneath(dfd, "peft", &sb), 0);
-    assert_true(S_ISDIR(sb.st_mode));
-    const char *out[] = {"out.safetensors", "up", "up/x", "../x", "/etc/hostname"};
-    for (size_t i = 0; i < sizeof out / sizeof *out; i++) {
-        errno = 0;
-        assert_int_equal(ls_file_stat_beneath(dfd, out[i], &sb), -1);
-        if (errno != EXDEV && errno != ELOOP) fail_msg("%s: errno %d", out[i], errno);
+    char path[4200], target[4200];
+    const char *dirs[] = {"acme", "acme/blobs", "zeta"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, dirs[i]);
+        assert_int_equal(mkdir(path, 0700), 0);
     }
-    assert_int_equal(ls_file_stat_beneath(dfd, "nothing", &sb), -1);
-    assert_int_equal(errno, ENOENT);
+    const char *files[] = {"acme/blobs/m", "zeta/secret"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        ls_test_write_file(path, "x", 1);
+    }
+    snprintf(path, sizeof path, "%s/acme/abs", dir);
+    snprintf(target, sizeof target, "%s/acme/blobs/m", dir);
+    assert_int_equal(symlink(target, path), 0);
+    snprintf(path, sizeof path, "%s/acme/peek", dir);
+    assert_int_equal(symlink("../zeta/secret", path), 0);
+    ls_loader ld = make_loader(dir);
+    struct stat sb;
+    const char *found[] = {"in.safetensors", "bare.safetensors", "acme/abs", "acme/peek"};
+    for (int scoped = 0; scoped < 2; scoped++) {
+        ld.scoped = scoped;
+        for (size_t i = 0; i < sizeof found / sizeof *found; i++) {
+            const bool crosses = scoped && !strcmp(found[i], "acme/peek");
+            errno = 0;
+            const int rc = ls_loader_stat(&ld, found[i], &sb);
+            if (crosses ? rc != -1 || errno != EXDEV : rc != 0 || !S_ISREG(sb.st_mode))
+                fail_msg("scoped %d, %s: %d errno %d", scoped, found[i], rc, errno);
+        }
+        assert_int_equal(ls_loader_stat(&ld, "peft", &sb), 0);
+        assert_true(S_ISDIR(sb.st_mode));
+        const char *out[] = {"out.safetensors", "up", "up/x", "../x"};
+        for (size_t i = 0; i < sizeof out / sizeof *out; i++) {
+            errno = 0;
+            assert_int_equal(ls_loader_stat(&ld, out[i], &sb), -1);
+            if (errno != EXDEV && errno != ELOOP) fail_msg("%s: errno %d", out[i], errno);
+        }
+        assert_int_equal(ls_loader_stat(&ld, "nothing", &sb), -1);
+        assert_int_equal(errno, ENOENT);
+    }
+    ls_loader_close(&ld);
     close(dfd);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
+/* fstat of rel opened O_PATH beneath dfd: 0, or -1 with errno. */
+static int stat_beneath(int dfd, const char *rel, struct stat *sb) {
+    int fd = ls_file_open_beneath(dfd, rel, O_PATH);
+    if (fd < 0) return -1;
+    int rc = fstat(fd, sb);
+    close(fd);
+    return rc;
+}
+
+/* Without tenants a path resolves beneath the whole directory: a PEFT
+ * directory's model file named by its path loads through a link into
+ * another top-level directory, with the config beside the link (and
+ * without one, as a bare file), as before the checks after the open
+ * stopped following links in the kernel. */
+static void test_file_path_through_a_link(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    const char *subs[] = {"a", "b"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+        assert_int_equal(mkdir(path, 0700), 0);
+        snprintf(path, sizeof path, "%s/%s/adapter_model.safetensors", dir, subs[i]);
+        assert_int_equal(symlink("../bare.safetensors", path), 0);
+    }
+    snprintf(path, sizeof path, "%s/a/adapter_config.json", dir);
+    const char *cfg = "{\"r\": 2, \"lora_alpha\": 8}";
+    ls_test_write_file(path, cfg, strlen(cfg));
+    ls_loader ld = make_loader(dir);
+    ls_adapter_source src = {.path = "a/adapter_model.safetensors"};
+    ls_adapter_origin o;
+    double scale = 0;
+    load_sha(&ld, &src, &o, &scale);
+    assert_true(scale == 4.0); /* a's config: alpha 8 / r 2 */
+    src.path = "b/adapter_model.safetensors";
+    load_sha(&ld, &src, &o, &scale);
+    assert_true(scale == 2.0); /* the file's own lora_alpha 4 / r 2 */
+    ls_loader_close(&ld);
     ls_test_rmtree(dir);
     free(dir);
 }
@@ -576,19 +648,19 @@ static void test_walk_without_openat2(void **state) {
         /* Plain checks, no cmocka, in the child: its exit code says which failed. */
         struct stat sb;
         if (hide_openat2()) _exit(10);
-        if (ls_file_stat_beneath(dfd, "bare.safetensors", &sb) || !S_ISREG(sb.st_mode)) _exit(11);
-        if (ls_file_stat_beneath(dfd, "peft", &sb) || !S_ISDIR(sb.st_mode)) _exit(12);
+        if (stat_beneath(dfd, "bare.safetensors", &sb) || !S_ISREG(sb.st_mode)) _exit(11);
+        if (stat_beneath(dfd, "peft", &sb) || !S_ISDIR(sb.st_mode)) _exit(12);
         int fd = ls_file_open_beneath(dfd, "peft/adapter_config.json", O_RDONLY);
         if (fd < 0) _exit(13);
         close(fd);
         const char *refused[] = {"in.safetensors", "out.safetensors", "up/x", "../x", "peft/../bare.safetensors"};
         for (int i = 0; i < 5; i++) {
             errno = 0;
-            if (ls_file_stat_beneath(dfd, refused[i], &sb) == 0 || (errno != ELOOP && errno != EXDEV)) _exit(20 + i);
+            if (stat_beneath(dfd, refused[i], &sb) == 0 || (errno != ELOOP && errno != EXDEV)) _exit(20 + i);
             if ((fd = ls_file_open_beneath(dfd, refused[i], O_RDONLY)) >= 0 || (errno != ELOOP && errno != EXDEV))
                 _exit(30 + i);
         }
-        if (ls_file_stat_beneath(dfd, "nothing", &sb) == 0 || errno != ENOENT) _exit(40);
+        if (stat_beneath(dfd, "nothing", &sb) == 0 || errno != ENOENT) _exit(40);
         _exit(0);
     }
     int status = 0;
@@ -865,8 +937,9 @@ int main(void) {
         cmocka_unit_test(test_hub_cache_snapshot),
         cmocka_unit_test(test_no_way_out_and_back),
         cmocka_unit_test(test_file_bytes_stay_private),
-        cmocka_unit_test(test_stat_stays_beneath),
+        cmocka_unit_test(test_stat_as_the_loader_opens),
         cmocka_unit_test(test_walk_without_openat2),
+        cmocka_unit_test(test_file_path_through_a_link),
         cmocka_unit_test(test_swap_for_a_link_out),
         cmocka_unit_test(test_rewritten_while_read),
         cmocka_unit_test(test_files_checked_before_read),
