@@ -67,6 +67,7 @@ typedef struct {
     int max_queue_tokens; /* bound of the batcher's queue */
     int max_request_tokens; /* rows of x one /forward may carry */
     int max_queue_mb;       /* bytes all /forward requests in flight may hold, MiB */
+    int max_upload_mb;      /* bytes the other requests' bodies may hold at once, MiB */
     bool batching;        /* false: each /forward runs alone */
     int http_threads;
 

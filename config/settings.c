@@ -181,6 +181,9 @@ const ls_setting ls_settings[] = {
         "tokens of one forward request, checked while x is read (413 past it)"),
     INT(LS_GROUP_LIMITS, "max-queue-mb", max_queue_mb, 1, 1048576, "1024",
         "MiB that forward requests may hold at once (bodies as they arrive, x, gammas, y); 429 past it"),
+    INT(LS_GROUP_LIMITS, "max-upload-mb", max_upload_mb, 1, 1048576, "2048",
+        "MiB that other requests' bodies (adapter uploads, validations) may hold at once, from their first byte "
+        "until answered; 429 past it"),
     BOOL(LS_GROUP_POOL, "batching", batching, "true", "coalesce concurrent /forward requests into one backend call"),
     INT(LS_GROUP_HTTP, "http-threads", http_threads, 1, 1024, "4", "threads serving HTTP connections; as many offload workers for adapter loads, and for validations"),
     INT(LS_GROUP_LIMITS, "max-connections", max_connections, 1, 65536, "1024", "open HTTP connections"),

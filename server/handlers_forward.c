@@ -242,7 +242,7 @@ ls_forward_job *ls_forward_prepare(const ls_request *req, ls_forward_step *next,
         /* The body counted as it arrived is part of it already. */
         const unsigned long long handed = fj->held, more = bytes > handed ? bytes - handed : 0;
         unsigned long long others;
-        if (!ls_metrics_queue_take(&srv->metrics, handed, more, budget, &others)) {
+        if (!ls_metrics_budget_take(&srv->metrics.queue_bytes, handed, more, budget, &others)) {
             ls_metrics_overload(&srv->metrics);
             st = ls_error_set(&err, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
                               "forward requests in flight hold %.1f MiB and this one needs %.1f MiB (%.1f MiB of it "

@@ -65,9 +65,10 @@ typedef struct {
     uint8_t *body;
     size_t len, cap;
     size_t discarded; /* body bytes dropped past the limit */
-    /* A /forward body's bytes counted in srv->metrics.queue_bytes as
-     * they arrive (--max-queue-mb), until its handler takes them over
-     * with the rest of the request (ls_request.held). */
+    /* The body's bytes counted as they arrive: a /forward's in
+     * srv->metrics.queue_bytes (--max-queue-mb) until its handler takes
+     * them over with the rest of the request (ls_request.held); any
+     * other's in upload_bytes (--max-upload-mb) until it is answered. */
     size_t held;
     bool overloaded; /* discarded for the budget, not the size */
     ls_forward_job *fjob; /* a /forward bound for the batcher */
@@ -318,41 +319,60 @@ static bool ls_http_head_ok(ls_server *srv, struct MHD_Connection *conn, const c
     return ok;
 }
 
-/* Whether a /forward body of total bytes would fit the budget beside
- * what other requests hold now (a request alone always does, as at the
- * handler's count). Counts nothing: a head alone costs no memory, and
- * a few heads that promise large bodies must not refuse everyone. */
-static bool ls_http_body_fits(ls_server *srv, const ls_conn_state *st, size_t total) {
-    if (st->route->steps != LS_STEPS_FORWARD) return true;
-    const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
-    return ls_metrics_queue_fits(&srv->metrics, st->held, total > st->held ? total - st->held : 0, budget);
+/* Whether the request is a forward, whose bytes count against
+ * --max-queue-mb; any other body counts against --max-upload-mb. */
+static bool ls_http_is_forward(const ls_conn_state *st) { return st->route->steps == LS_STEPS_FORWARD; }
+
+/* The count a body's bytes go to, and its budget in bytes. */
+static atomic_ullong *ls_http_budget(ls_server *srv, const ls_conn_state *st, unsigned long long *budget) {
+    const int mb = ls_http_is_forward(st) ? srv->cfg.max_queue_mb : srv->cfg.max_upload_mb;
+    *budget = (unsigned long long)mb << 20;
+    return ls_http_is_forward(st) ? &srv->metrics.queue_bytes : &srv->metrics.upload_bytes;
 }
 
-/* Counts a /forward body's total bytes arrived so far in the budget.
- * False, counting nothing more, when other requests hold bytes and this
- * would pass --max-queue-mb. */
+/* Whether a body of total bytes would fit its budget beside what other
+ * requests hold now (a request alone always does, as at the forward
+ * handler's count). Counts nothing: a head alone costs no memory, and a
+ * few heads that promise large bodies must not refuse everyone. */
+static bool ls_http_body_fits(ls_server *srv, const ls_conn_state *st, size_t total) {
+    unsigned long long budget;
+    atomic_ullong *held = ls_http_budget(srv, st, &budget);
+    return ls_metrics_budget_fits(held, st->held, total > st->held ? total - st->held : 0, budget);
+}
+
+/* Counts a body's total bytes arrived so far in its budget. False,
+ * counting nothing more, when other requests hold bytes and this would
+ * pass it. */
 static bool ls_http_hold_body(ls_server *srv, ls_conn_state *st, size_t total) {
-    if (st->route->steps != LS_STEPS_FORWARD || total <= st->held) return true;
-    const unsigned long long budget = (unsigned long long)srv->cfg.max_queue_mb << 20;
-    unsigned long long others;
-    if (!ls_metrics_queue_take(&srv->metrics, st->held, total - st->held, budget, &others)) return false;
+    if (total <= st->held) return true;
+    unsigned long long budget, others;
+    atomic_ullong *held = ls_http_budget(srv, st, &budget);
+    if (!ls_metrics_budget_take(held, st->held, total - st->held, budget, &others)) return false;
     st->held = total;
     return true;
 }
 
-/* The body will never reach its handler: it leaves the budget's count. */
+/* The body will never reach its handler, or its request is answered:
+ * it leaves the budget's count. */
 static void ls_http_release_body(ls_server *srv, ls_conn_state *st) {
     if (!st->held) return;
-    atomic_fetch_sub(&srv->metrics.queue_bytes, st->held);
+    unsigned long long budget;
+    atomic_fetch_sub(ls_http_budget(srv, st, &budget), st->held);
     st->held = 0;
 }
 
-static void ls_http_refuse_budget(ls_server *srv, ls_reply *r, size_t bytes) {
+static void ls_http_refuse_budget(ls_server *srv, const ls_conn_state *st, ls_reply *r, size_t bytes) {
     ls_metrics_overload(&srv->metrics);
-    ls_reply_fail(r, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
-                  "forward requests in flight hold the %d MiB budget (--max-queue-mb): this body of %.1f MiB does "
-                  "not fit beside them",
-                  srv->cfg.max_queue_mb, (double)bytes / 1048576.0);
+    if (ls_http_is_forward(st))
+        ls_reply_fail(r, LS_OVERLOADED, "retry after a short wait, or send fewer tokens per request",
+                      "forward requests in flight hold the %d MiB budget (--max-queue-mb): this body of %.1f MiB "
+                      "does not fit beside them",
+                      srv->cfg.max_queue_mb, (double)bytes / 1048576.0);
+    else
+        ls_reply_fail(r, LS_OVERLOADED, "retry after a short wait: the uploads in flight are answered first",
+                      "the bodies of uploads in flight hold the %d MiB budget (--max-upload-mb): this body of "
+                      "%.1f MiB does not fit beside them",
+                      srv->cfg.max_upload_mb, (double)bytes / 1048576.0);
 }
 
 /* First call of a request: head rules, route, auth, size and media type.
@@ -401,7 +421,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
                           srv->cfg.max_body_mb);
         /* Refused before it is read when it cannot fit now. */
         else if (cl && !ls_http_body_fits(srv, st, (size_t)strtoull(cl, NULL, 10)))
-            ls_http_refuse_budget(srv, &r, (size_t)strtoull(cl, NULL, 10));
+            ls_http_refuse_budget(srv, st, &r, (size_t)strtoull(cl, NULL, 10));
         else return false;
     } else {
         return false;
@@ -427,7 +447,7 @@ static ls_request ls_http_request(ls_server *srv, struct MHD_Connection *conn, c
 
 static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_conn_state *st, ls_reply *r) {
     if (st->phase == LS_PHASE_DISCARDING && st->overloaded) {
-        ls_http_refuse_budget(srv, r, st->discarded);
+        ls_http_refuse_budget(srv, st, r, st->discarded);
         return;
     }
     if (st->phase == LS_PHASE_DISCARDING) {
@@ -435,8 +455,10 @@ static void ls_http_dispatch(ls_server *srv, struct MHD_Connection *conn, ls_con
         return;
     }
     ls_request req = ls_http_request(srv, conn, st);
-    req.held = st->held; /* the handler's now */
-    st->held = 0;
+    if (ls_http_is_forward(st)) { /* the handler's now; another's stays counted until answered */
+        req.held = st->held;
+        st->held = 0;
+    }
     st->route->fn(&req, r);
 }
 
@@ -754,9 +776,10 @@ enum MHD_Result ls_http_handler(void *cls, struct MHD_Connection *conn, const ch
     if (!st->body_done) {
         /* Whole: what remains is the server's work, on no deadline. */
         st->body_done = true;
-        /* A body that reaches its handler stays counted: the handler
-         * takes its bytes over (ls_request.held), so no request that
-         * came later finds the budget empty in between. */
+        /* A body that reaches its handler stays counted: a forward's
+         * handler takes its bytes over (ls_request.held), another's
+         * stay until it is answered, so no request that came later
+         * finds the budget empty in between. */
         if (st->phase == LS_PHASE_DISCARDING) ls_http_release_body(srv, st);
         if (!ls_guard_body_done(srv->guard, st->gc)) return MHD_NO;
     }

@@ -143,18 +143,19 @@ static bool ls_metrics_queue_room(unsigned long long others, unsigned long long 
     return others == 0 || others + mine + more <= budget;
 }
 
-bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
-                           unsigned long long budget, unsigned long long *others) {
-    unsigned long long cur = atomic_load(&m->queue_bytes);
+bool ls_metrics_budget_take(atomic_ullong *held, unsigned long long mine, unsigned long long more,
+                            unsigned long long budget, unsigned long long *others) {
+    unsigned long long cur = atomic_load(held);
     do {
         *others = cur - mine;
         if (!ls_metrics_queue_room(*others, mine, more, budget)) return false;
-    } while (!atomic_compare_exchange_weak(&m->queue_bytes, &cur, cur + more));
+    } while (!atomic_compare_exchange_weak(held, &cur, cur + more));
     return true;
 }
 
-bool ls_metrics_queue_fits(ls_metrics *m, unsigned long long mine, unsigned long long more, unsigned long long budget) {
-    return ls_metrics_queue_room(atomic_load(&m->queue_bytes) - mine, mine, more, budget);
+bool ls_metrics_budget_fits(atomic_ullong *held, unsigned long long mine, unsigned long long more,
+                            unsigned long long budget) {
+    return ls_metrics_queue_room(atomic_load(held) - mine, mine, more, budget);
 }
 
 static void ls_metrics_render_requests(const ls_metrics *m, ls_buf *b) {
@@ -229,6 +230,10 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                      "arriving, and requests parsed until they are answered.\n"
                      "# TYPE lorasink_queue_bytes gauge\nlorasink_queue_bytes %llu\n",
                   (unsigned long long)atomic_load(&m->queue_bytes));
+    ls_buf_printf(b, "# HELP lorasink_upload_bytes Bytes the bodies of other requests (adapter uploads, "
+                     "validations) hold against --max-upload-mb, from their first byte until answered.\n"
+                     "# TYPE lorasink_upload_bytes gauge\nlorasink_upload_bytes %llu\n",
+                  (unsigned long long)atomic_load(&m->upload_bytes));
     ls_buf_printf(b, "# HELP lorasink_queue_depth Forward requests waiting for the batcher.\n"
                      "# TYPE lorasink_queue_depth gauge\nlorasink_queue_depth %lld\n",
                   (long long)m->queue_depth);

@@ -68,6 +68,10 @@ typedef struct {
      * body's first byte until they are answered (server/http.c and
      * handlers_forward.c keep it; no lock). */
     atomic_ullong queue_bytes;
+    /* What the bodies of other requests (uploads, validations) hold
+     * against --max-upload-mb, from their first byte until answered
+     * (server/http.c keeps it; no lock). */
+    atomic_ullong upload_bytes;
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);
@@ -86,15 +90,16 @@ void ls_metrics_set_receiving(ls_metrics *m, int64_t forwards);
 /* An adapter load began (+1) or ended (-1). */
 void ls_metrics_loads(ls_metrics *m, int delta);
 void ls_metrics_overload(ls_metrics *m);
-/* Adds more bytes to queue_bytes for a request that holds mine there
- * already, unless others hold some (*others: queue_bytes - mine) and
- * all of it would pass budget; false then, adding nothing. One atomic
- * step, so two requests that would fit one at a time are never both
- * refused for seeing each other's bytes. */
-bool ls_metrics_queue_take(ls_metrics *m, unsigned long long mine, unsigned long long more,
-                           unsigned long long budget, unsigned long long *others);
-/* Whether ls_metrics_queue_take would take more now; takes nothing. */
-bool ls_metrics_queue_fits(ls_metrics *m, unsigned long long mine, unsigned long long more, unsigned long long budget);
+/* Adds more bytes to held (queue_bytes or upload_bytes) for a request
+ * that holds mine there already, unless others hold some (*others:
+ * held - mine) and all of it would pass budget; false then, adding
+ * nothing. One atomic step, so two requests that would fit one at a
+ * time are never both refused for seeing each other's bytes. */
+bool ls_metrics_budget_take(atomic_ullong *held, unsigned long long mine, unsigned long long more,
+                            unsigned long long budget, unsigned long long *others);
+/* Whether ls_metrics_budget_take would take more now; takes nothing. */
+bool ls_metrics_budget_fits(atomic_ullong *held, unsigned long long mine, unsigned long long more,
+                            unsigned long long budget);
 /* Connections opened (+1) or closed (-1), and of those from the reserve. */
 void ls_metrics_connections(ls_metrics *m, int open, int reserved);
 void ls_metrics_connection_refused(ls_metrics *m);

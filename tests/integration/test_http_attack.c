@@ -828,6 +828,65 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
     tiny_server_stop(&ts);
 }
 
+/* The bodies of uploads had no budget beside --max-body-mb: a thousand
+ * connections each sending most of a 256 MiB upload held 256 GiB. They
+ * count in lorasink_upload_bytes as they arrive and until answered, one
+ * that cannot fit beside them is 429 from its head, and forwards keep
+ * their own budget. */
+static void test_upload_budget_counts_arriving_bodies(void **state) {
+    (void)state;
+    const char *extra[] = {"--max-upload-mb", "1", "--max-body-mb", "4", NULL};
+    tiny_server ts;
+    assert_true(tiny_server_start(&ts, "interleaved", extra));
+    tiny_write_adapter_file(&ts, "a.safetensors", "4");
+    const size_t len = 700000; /* JSON padded with blanks: 0.67 MiB */
+    char *body = malloc(len + 1);
+    assert_non_null(body);
+    memset(body, ' ', len);
+    const char *upload = "{\"name\": \"a\", \"path\": \"a.safetensors\"";
+    memcpy(body, upload, strlen(upload));
+    body[len - 1] = '}';
+    body[len] = '\0';
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /adapters HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+             "Content-Length: %zu\r\n\r\n",
+             len);
+    int first = ls_test_raw_connect(ts.srv);
+    assert_true(first >= 0);
+    send_all(first, head, strlen(head));
+    send_all(first, body, len - 20);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_upload_bytes", (double)(len - 20)));
+    ls_test_response r = expect_error(ts.srv, "POST", "/adapters/validate", NULL, body, len, 429, "overloaded");
+    assert_non_null(strstr(r.body, "--max-upload-mb"));
+    assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
+    ls_test_response_free(&r);
+    /* A forward of the same size is not an upload: its budget is free. */
+    char *fwd = malloc(len + 1);
+    assert_non_null(fwd);
+    memset(fwd, ' ', len);
+    memcpy(fwd, "{\"x\": [[1, 2, 3, 4]]", 20);
+    fwd[len - 1] = '}';
+    fwd[len] = '\0';
+    ls_test_response ok;
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, fwd, len, NULL, &ok), 0);
+    assert_int_equal(ok.status, 200);
+    ls_test_response_free(&ok);
+    /* The first, once whole, loads; then its bytes are given back. */
+    send_all(first, body + len - 20, 20);
+    char buf[4096];
+    read_answer(first, buf, sizeof buf);
+    assert_memory_equal(buf, "HTTP/1.1 201", 12);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_upload_bytes", 0));
+    assert_int_equal(ls_test_http(ts.srv, "POST", "/adapters/validate", NULL, body, len, NULL, &ok), 0);
+    assert_int_equal(ok.status, 200);
+    ls_test_response_free(&ok);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_upload_bytes", 0));
+    free(fwd);
+    free(body);
+    tiny_server_stop(&ts);
+}
+
 /* An HTTP/1.0 POST without Content-Length sends its body after the head,
  * which is never read as one: "the body is empty" with "send a JSON
  * object" told the client nothing it could fix. */
@@ -1024,6 +1083,7 @@ int main(void) {
         cmocka_unit_test(test_overflow_names_adapter),
         cmocka_unit_test(test_queue_budget_counts_arriving_bodies),
         cmocka_unit_test(test_queue_budget_ignores_promises),
+        cmocka_unit_test(test_upload_budget_counts_arriving_bodies),
         cmocka_unit_test(test_unframed_body),
         cmocka_unit_test(test_alpha_is_decimal),
         cmocka_unit_test(test_rank_zero_peft),
