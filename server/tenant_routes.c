@@ -52,12 +52,14 @@ void ls_tenant_pool_view(const ls_principal *who, json_t *pool) {
             json_object_set_new(slot, "pinned", json_false());
         }
     }
-    /* Pool-wide counts would count other tenants' adapters. */
+    /* Pool-wide counts of adapters, their bytes and their loads would
+     * count other tenants' adapters and changes. */
     json_t *hc = json_object_get(pool, "host_cache");
-    if (hc) {
-        json_object_set_new(hc, "registered", json_null());
-        json_object_set_new(hc, "pinned", json_null());
-    }
+    static const char *const counts[] = {"used", "bytes", "registered", "pinned", NULL};
+    for (int k = 0; hc && counts[k]; k++) json_object_set_new(hc, counts[k], json_null());
+    json_t *counters = json_object_get(pool, "counters");
+    static const char *const changes[] = {"loads", "host_drops", NULL};
+    for (int k = 0; counters && changes[k]; k++) json_object_set_new(counters, changes[k], json_null());
 }
 
 /* The adapter label of a metrics line (borrowed into line), or NULL;
@@ -72,11 +74,14 @@ static const char *ls_metrics_label(const char *line, size_t len, size_t *n) {
     return l;
 }
 
-/* Pool-wide gauges a scoped caller does not see, as GET /pool nulls
- * host_cache.registered and .pinned: they count other tenants'
- * adapters. */
-static const char *const ls_tenant_hidden_gauges[] = {"lorasink_adapters_registered", "lorasink_pool_slots_pinned",
-                                                      NULL};
+/* Server-wide series a scoped caller does not see, as GET /pool nulls
+ * their fields: they count other tenants' adapters, their bytes, loads
+ * and refused uploads. What the shared machine does (slots, queues,
+ * requests, latency) stays. */
+static const char *const ls_tenant_hidden_gauges[] = {
+    "lorasink_adapters_registered",     "lorasink_pool_slots_pinned",      "lorasink_host_cache_adapters",
+    "lorasink_host_cache_bytes",        "lorasink_host_cache_drops_total", "lorasink_pool_loads_total",
+    "lorasink_adapter_loads_running",   "lorasink_validation_failures_total", NULL};
 
 /* Whether line (len bytes) is a sample, HELP or TYPE line of a hidden
  * gauge. */
