@@ -69,6 +69,17 @@ ls_status ls_loader_open(ls_loader *ld, const char *adapter_dir, const ls_dims *
         close(fd);
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "the adapter directory %s cannot be resolved", ls_text_tail(dir).s);
     }
+    /* Clients name files beneath it: at / that is every file of the
+     * machine (a server started from / without --adapter-dir). */
+    if (!strcmp(real, "/")) {
+        close(fd);
+        return ls_error_set(err, LS_INVALID_REQUEST,
+                            "give --adapter-dir the directory that holds the adapters (an empty one when every "
+                            "upload sends its tensors)",
+                            "the adapter directory is / (%s): a client's path could name any file of the machine",
+                            adapter_dir && *adapter_dir ? "--adapter-dir" : "the working directory, as --adapter-dir "
+                                                                            "was not given");
+    }
     snprintf(ld->root, sizeof ld->root, "%s", real);
     ls_loader_spelled(dir, ld->given, sizeof ld->given);
     if (!(ld->memo = ls_loader_memo_create())) {

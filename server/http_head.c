@@ -56,6 +56,14 @@ static bool ls_head_host_part(const char *v, char *host, size_t hlen, bool *v6) 
     return true;
 }
 
+bool ls_http_bind_loopback(const char *host) {
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (!strcasecmp(host, "localhost")) return true;
+    if (inet_pton(AF_INET, host, &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 bool ls_http_host_allowed(const char *value, const char *allowed) {
     char host[256];
     unsigned char addr[sizeof(struct in6_addr)];

@@ -52,6 +52,11 @@ ls_status ls_http_head_check(const ls_http_head *h, const ls_http_head_policy *p
  * name of the comma list allowed ("*": any name). */
 bool ls_http_host_allowed(const char *host, const char *allowed);
 
+/* Whether a --host to bind names only this machine: localhost,
+ * 127.0.0.0/8 or ::1 (a wildcard or any other address is reachable from
+ * others). */
+bool ls_http_bind_loopback(const char *host);
+
 /* A request target as sent (before any percent-decoding), read for its
  * form. RFC 9112 3.2.2: a server must accept absolute-form
  * ("http://host:8080/forward", any case of http or https) and read the

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "config/config.h"
+#include "server/http_head.h"
 #include "server/probe.h"
 #include "server/server.h"
 #include "server/tls.h"
@@ -115,6 +116,11 @@ int main(int argc, char **argv) {
     fflush(stdout);
     ls_log_info("listening on %s:%d%s%s", cfg.host, srv.port, srv.tls ? ls_tls_describe(srv.tls) : "",
                 cfg.api_key[0] || tenants ? " (API key required)" : "");
+    /* Reachable from other machines with no key: said once, plainly. */
+    if (!cfg.api_key[0] && !tenants && !ls_http_bind_loopback(cfg.host))
+        ls_log_warn("no --api-key or --api-keys, and %s is reachable from other machines: anyone who reaches port %d "
+                    "can load, replace and delete adapters, load files beneath --adapter-dir and run forwards",
+                    cfg.host, srv.port);
 
     unsigned char sig = 0;
     while (read(ls_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

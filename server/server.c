@@ -228,6 +228,7 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
     ls_status st;
     if ((st = ls_loader_open(&srv->loader, cfg->adapter_dir, &srv->dims, &srv->pool_dims, err)) != LS_OK) {
         ls_log_error("%s", err->message);
+        if (err->hint[0] && strcmp(err->hint, ls_status_hint(err->code))) ls_log_error("hint: %s", err->hint);
         return false;
     }
     /* Paths are taken beneath this directory only: say which it is, since

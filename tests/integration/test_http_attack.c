@@ -573,6 +573,23 @@ static void test_missing_adapter_dir_stops_startup(void **state) {
     assert_null(strstr(out, "listening on"));
 }
 
+/* An adapter directory at / (a server started from / without
+ * --adapter-dir took the working directory) would let a client's path
+ * name any file of the machine: start-up stops and says so. */
+static void test_root_adapter_dir_stops_startup(void **state) {
+    (void)state;
+    const char *dirs[] = {"/", "/tmp/.."};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--demo",   "--experts", "2", "--hidden",      "8",     "--intermediate", "4",
+                              "--layers", "1",         "--port", "0", "--adapter-dir", dirs[i], NULL};
+        char out[8192];
+        assert_int_equal(ls_test_run_binary(args, out, sizeof out), 1);
+        assert_non_null(strstr(out, "the adapter directory is / (--adapter-dir)"));
+        assert_non_null(strstr(out, "give --adapter-dir the directory that holds the adapters"));
+        assert_null(strstr(out, "listening on"));
+    }
+}
+
 /* A forward body of T tokens of the tiny model (x and gammas). */
 static char *forward_json(int T, const char *adapter) {
     ls_buf b;
@@ -1092,6 +1109,7 @@ int main(void) {
         cmocka_unit_test(test_replace_keeps_pin),
         cmocka_unit_test(test_file_text_never_quoted),
         cmocka_unit_test(test_missing_adapter_dir_stops_startup),
+        cmocka_unit_test(test_root_adapter_dir_stops_startup),
         cmocka_unit_test(test_max_request_tokens),
         cmocka_unit_test(test_queue_budget),
         cmocka_unit_test(test_queue_budget_counts_borrowed_x_once),

@@ -12,6 +12,18 @@
 
 #include "server/http_head.h"
 
+/* Which --host binds are said to be reachable from other machines
+ * when no key is set (the start-up warning). */
+static void test_bind_loopback(void **state) {
+    (void)state;
+    const char *local[] = {"127.0.0.1", "127.8.9.10", "::1", "localhost", "LocalHost"};
+    for (size_t i = 0; i < sizeof local / sizeof *local; i++)
+        if (!ls_http_bind_loopback(local[i])) fail_msg("%s taken as reachable", local[i]);
+    const char *reachable[] = {"0.0.0.0", "::", "10.0.0.7", "128.0.0.1", "fe80::1", "::ffff:127.0.0.1", "example.com", ""};
+    for (size_t i = 0; i < sizeof reachable / sizeof *reachable; i++)
+        if (ls_http_bind_loopback(reachable[i])) fail_msg("%s taken as loopback", reachable[i]);
+}
+
 static void test_host_values(void **state) {
     (void)state;
     const char *ok[] = {"127.0.0.1", "127.0.0.1:8080", "10.0.0.7:1", "[::1]", "[::1]:65535", "[fe80::1]:80",
@@ -202,6 +214,7 @@ static void test_target_read(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bind_loopback),
         cmocka_unit_test(test_host_values), cmocka_unit_test(test_origin),  cmocka_unit_test(test_sec_fetch_site),
         cmocka_unit_test(test_host_rule),   cmocka_unit_test(test_framing), cmocka_unit_test(test_header_names),
         cmocka_unit_test(test_response_headers), cmocka_unit_test(test_target_read),
