@@ -33,6 +33,8 @@ struct ls_batcher {
     int *map_at;          /* [job] where its indices start in map */
     ls_pool_used *used;
     ls_batch_job **batch;
+    double *queued_s; /* [k] batch[k]'s time in the queue, taken before it runs (it may be freed after) */
+    bool *served;     /* [k] whether batch[k] was answered with y */
 };
 
 static void ls_batcher_finish(ls_batch_job *job, ls_status st) {
@@ -41,12 +43,14 @@ static void ls_batcher_finish(ls_batch_job *job, ls_status st) {
 }
 
 /* Runs one job on its own buffers (a job over the cap, a lone job, or the
- * fall-back when a merged call failed for one job's sake). */
-static void ls_batcher_run_alone(ls_batcher *b, ls_batch_job *job) {
+ * fall-back when a merged call failed for one job's sake); whether it was
+ * served. A refused one (an unknown adapter, say) ran no batch. */
+static bool ls_batcher_run_alone(ls_batcher *b, ls_batch_job *job) {
     ls_status st = ls_pool_forward(b->pool, job->layer, job->T, job->x, job->gammas, job->names, job->y, job->used,
                                    &job->n_used, &job->err);
-    ls_metrics_observe_batch(b->metrics, 1, job->T);
+    if (st == LS_OK) ls_metrics_observe_batch(b->metrics, 1, job->T);
     ls_batcher_finish(job, st);
+    return st == LS_OK;
 }
 
 /* Whether a job's tokens name adapters. */
@@ -87,7 +91,9 @@ static void ls_batcher_used_of(const ls_batcher *b, int j, ls_batch_job *job) {
     job->n_used = job->names->n;
 }
 
-static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count) {
+/* Runs jobs in one call, or each alone when that call fails; served[k]
+ * says which were answered with y. */
+static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count, bool *served) {
     const int H = b->H, n = b->n;
     int T = 0;
     bool any_names = false, any_gammas = false;
@@ -119,10 +125,11 @@ static void ls_batcher_run_merged(ls_batcher *b, ls_batch_job **jobs, int count)
          * its own outcome and never with another's error (and a merge
          * short of memory costs only the merge). */
         ls_error_free(&err);
-        for (int j = 0; j < count; j++) ls_batcher_run_alone(b, jobs[j]);
+        for (int j = 0; j < count; j++) served[j] = ls_batcher_run_alone(b, jobs[j]);
         return;
     }
     ls_metrics_observe_batch(b->metrics, count, T);
+    for (int j = 0; j < count; j++) served[j] = true;
     int off = 0;
     for (int j = 0; j < count; j++) {
         ls_batch_job *job = jobs[j];
@@ -216,15 +223,22 @@ static void *ls_batcher_main(void *arg) {
         b->last_jobs = count;
         ls_metrics_set_queue_depth(b->metrics, b->queued_jobs);
         pthread_mutex_unlock(&b->lock);
-        /* Queue and compute times per request, as Triton reports them;
-         * a job may be freed once run, so its queue time is taken first. */
+        /* Queue and compute times per request served, as Triton reports
+         * them (a refused request ran nothing); a job may be freed once
+         * run, so its queue time is taken first. */
         struct timespec start;
         clock_gettime(CLOCK_MONOTONIC, &start);
-        for (int k = 0; k < count; k++)
-            ls_metrics_observe_forward_queue(b->metrics, ls_batcher_us_between(&b->batch[k]->enqueued, &start) * 1e-6);
-        if (count == 1) ls_batcher_run_alone(b, b->batch[0]);
-        else ls_batcher_run_merged(b, b->batch, count);
-        ls_metrics_observe_forward_compute(b->metrics, ls_batcher_age_us(&start) * 1e-6, count);
+        for (int k = 0; k < count; k++) b->queued_s[k] = ls_batcher_us_between(&b->batch[k]->enqueued, &start) * 1e-6;
+        if (count == 1) b->served[0] = ls_batcher_run_alone(b, b->batch[0]);
+        else ls_batcher_run_merged(b, b->batch, count, b->served);
+        const double compute_s = ls_batcher_age_us(&start) * 1e-6;
+        int served = 0;
+        for (int k = 0; k < count; k++) {
+            if (!b->served[k]) continue;
+            ls_metrics_observe_forward_queue(b->metrics, b->queued_s[k]);
+            served++;
+        }
+        if (served) ls_metrics_observe_forward_compute(b->metrics, compute_s, served);
         pthread_mutex_lock(&b->lock);
         clock_gettime(CLOCK_MONOTONIC, &b->last_end);
     }
@@ -249,12 +263,15 @@ ls_status ls_batcher_create(ls_pool *pool, ls_metrics *metrics, const ls_dims *d
     b->map_at = malloc(sizeof(int) * T);
     b->used = malloc(sizeof(ls_pool_used) * T);
     b->batch = malloc(sizeof(ls_batch_job *) * T);
+    b->queued_s = malloc(sizeof(double) * T);
+    b->served = malloc(sizeof(bool) * T);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     if (!b->x || !b->y || !b->gammas || !b->names.of_token || !b->map || !b->map_at || !b->used || !b->batch ||
-        pthread_create(&b->worker, NULL, ls_batcher_main, b)) {
+        !b->queued_s || !b->served || pthread_create(&b->worker, NULL, ls_batcher_main, b)) {
         b->stop = true; /* no worker to join */
         free(b->x), free(b->y), free(b->gammas), free(b->map), free(b->map_at), free(b->used), free(b->batch);
+        free(b->queued_s), free(b->served);
         ls_token_names_free(&b->names);
         pthread_mutex_destroy(&b->lock);
         pthread_cond_destroy(&b->cond);
@@ -280,6 +297,8 @@ void ls_batcher_free(ls_batcher *b) {
     free(b->map_at);
     free(b->used);
     free(b->batch);
+    free(b->queued_s);
+    free(b->served);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
     free(b);

@@ -784,18 +784,32 @@ static void test_stop_finishes_owed_replies(void **state) {
     free(mid);
 }
 
-/* Every batched forward adds one observation to the queue-time and the
- * compute-time histograms (Triton's queue and compute_infer), and the
- * scrape is a well-formed histogram; with --batching=false there is no
- * batcher queue, and neither series moves. */
+/* Every batched forward served adds one observation to the queue-time
+ * and the compute-time histograms (Triton's queue and compute_infer),
+ * and the scrape is a well-formed histogram; a forward refused in the
+ * batcher (an adapter nobody has) ran no backend call and adds none, nor
+ * batch tokens (each refused one counted as a call of about 10 us); with
+ * --batching=false there is no batcher queue, and neither series moves. */
 static void test_queue_and_compute_seconds(void **state) {
     (void)state;
     for (int batching = 1; batching >= 0; batching--) {
         start_on("generic", "f32", batching);
         const int K = 5;
+        int tokens = 0;
         for (int i = 0; i < K; i++) {
             char *body = request_body(i);
             json_decref(post("/forward", body, 200));
+            free(body);
+            tokens += 1 + i % 3;
+        }
+        for (int i = 0; i < 3; i++) {
+            json_t *x = json_array(), *row = json_array();
+            for (int h = 0; h < H; h++) json_array_append_new(row, json_real(0.25));
+            json_array_append_new(x, row);
+            json_t *j = json_pack("{s:o, s:[s]}", "x", x, "adapters", "nobody");
+            char *body = json_dumps(j, JSON_COMPACT);
+            json_decref(j);
+            json_decref(post("/forward", body, 404));
             free(body);
         }
         const double want = batching ? K : 0;
@@ -811,6 +825,7 @@ static void test_queue_and_compute_seconds(void **state) {
         assert_true(metric("lorasink_forward_compute_seconds_bucket{le=\"0.0005\"}") <= want);
         assert_true(metric("lorasink_forward_queue_seconds_bucket{le=\"10\"}") <= want);
         if (batching) assert_true(metric("lorasink_forward_compute_seconds_sum") > 0);
+        if (batching) assert_true(metric("lorasink_batch_tokens_total") == tokens);
         assert_int_equal(ls_test_server_stop(srv), 0);
     }
 }
