@@ -181,8 +181,8 @@ static void ls_guard_reap(ls_guard *g, ls_guard_conn *c, int64_t now) {
     if (g->cfg.access_log) {
         char shown[3 * LS_REQUEST_ID_MAX + 1];
         ls_text_log_field(id, false, shown, sizeof shown);
-        ls_log_access("%s %s 408 %zu %lld", shown, body ? c->what : "- -", n && !g->cfg.tls ? body_len : 0,
-                      (long long)((now - c->started_ns) / 1000));
+        ls_log_access("%s %s 408 %zu %lld %s -", shown, body ? c->what : "- -", n && !g->cfg.tls ? body_len : 0,
+                      (long long)((now - c->started_ns) / 1000), ip);
     }
 }
 
@@ -357,6 +357,11 @@ void ls_guard_request_done(ls_guard *g, ls_guard_conn *c) {
         c->id[0] = '\0';
     }
     pthread_mutex_unlock(&g->mu);
+}
+
+void ls_guard_peer(const ls_guard_conn *c, char *out, size_t len) {
+    if (!c || (c->family != AF_INET && c->family != AF_INET6) || !inet_ntop(c->family, c->ip, out, (socklen_t)len))
+        snprintf(out, len, "?");
 }
 
 bool ls_guard_reserved(const ls_guard_conn *c) { return c && c->reserved; }

@@ -70,6 +70,8 @@ bool ls_guard_body_done(ls_guard *g, ls_guard_conn *c);
 void ls_guard_request_done(ls_guard *g, ls_guard_conn *c);
 /* Taken from the reserve: it may serve a probe, once. */
 bool ls_guard_reserved(const ls_guard_conn *c);
+/* The client's address as text ("?" when c is NULL or it is not IP). */
+void ls_guard_peer(const ls_guard_conn *c, char *out, size_t len);
 /* A slot of c for the TLS layer's state of the connection (server/tls.h),
  * NULL until it sets it; the guard never reads it. */
 void **ls_guard_tls_slot(ls_guard_conn *c);

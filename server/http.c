@@ -204,8 +204,14 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
     MHD_destroy_response(resp);
     const double elapsed = ls_elapsed_s(&st->t0);
     ls_metrics_observe_request(&srv->metrics, st->label, r->status, elapsed);
-    if (srv->cfg.access_log)
-        ls_log_access("%s %s %s %d %zu %lld", f.id, f.method, f.path, r->status, bytes, (long long)(elapsed * 1e6));
+    if (srv->cfg.access_log) {
+        /* Who: the client's address and the key's id ("none" without
+         * auth, "-" for a request no key was taken for). */
+        char peer[INET6_ADDRSTRLEN];
+        ls_guard_peer(st->gc, peer, sizeof peer);
+        ls_log_access("%s %s %s %d %zu %lld %s %s", f.id, f.method, f.path, r->status, bytes,
+                      (long long)(elapsed * 1e6), peer, st->who.key_id[0] ? st->who.key_id : "-");
+    }
     st->phase = LS_PHASE_REPLIED;
     return ret;
 }

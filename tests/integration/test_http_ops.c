@@ -240,10 +240,27 @@ static void test_key_from_environment(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* The end of the access line of request id, after its time: who sent
+ * it (address and key id), into out. */
+static void access_who(const char *id, char *out, size_t len) {
+    char want[192];
+    snprintf(want, sizeof want, " access %s ", id);
+    assert_true(ls_test_server_wait_output(ts.srv, want) > 0);
+    char *all = ls_test_server_output(ts.srv);
+    const char *line = strstr(all, want);
+    assert_non_null(line);
+    const size_t n = strcspn(line, "\n");
+    /* id, method, path, status, bytes, microseconds: then who. */
+    const char *p = line + strlen(want);
+    for (int field = 0; field < 5; field++) p = strchr(p, ' ') + 1;
+    snprintf(out, len, "%.*s", (int)(n - (size_t)(p - line)), p);
+    free(all);
+}
+
 /* Every response carries X-Request-Id (the client's when it is fit to
  * echo, else a new one), the access log has one line per request with
- * that id, method, path, status, bytes and time, and JSON bodies end with
- * a newline. */
+ * that id, method, path, status, bytes, time, the client's address and
+ * the key's id, and JSON bodies end with a newline. */
 static void test_request_id_and_access_log(void **state) {
     (void)state;
     ls_test_response r;
@@ -293,6 +310,17 @@ static void test_request_id_and_access_log(void **state) {
     assert_int_equal(ls_test_http(ts.srv, "GET", "/adapters/a%0aforged", NULL, NULL, 0, tagged, &r), 0);
     ls_test_response_free(&r);
     assert_true(ls_test_server_wait_output(ts.srv, " access crlf-probe GET /adapters/a%0Aforged 401 ") > 0);
+
+    /* Who: the address, and the key ("-" when none was taken). */
+    char who[128];
+    access_who("crlf-probe", who, sizeof who);
+    assert_string_equal(who, "127.0.0.1 -");
+    const char *keyed[] = {"Authorization: Bearer s3cret", "X-Request-Id: keyed-probe", NULL};
+    assert_int_equal(ls_test_http(ts.srv, "GET", "/pool", NULL, NULL, 0, keyed, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    access_who("keyed-probe", who, sizeof who);
+    assert_string_equal(who, "127.0.0.1 api-key");
 }
 
 /* --access-log false: no access lines, the id header still sent. */
