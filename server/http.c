@@ -161,10 +161,12 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
         return MHD_NO;
     }
     /* A 5xx is the server's trouble, not the client's: the operator
-     * reads it in the log (the error body says what and how to fix). */
+     * reads it in the log (the error body says what and how to fix).
+     * A drain's 503 shutting_down is what a stop is meant to answer (a
+     * probe asks /ready at every beat of it): the access line is enough. */
     ls_http_log_fields f;
     ls_http_log_fields_of(st, &f);
-    if (r->status >= 500) {
+    if (r->status >= 500 && r->code != LS_SHUTTING_DOWN) {
         size_t n = r->body ? r->len : 0;
         while (n && r->body[n - 1] == '\n') n--;
         char body[3 * 400 + 1], cut[401];

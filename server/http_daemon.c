@@ -42,6 +42,13 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     }
     /* Its messages quote the request (a decoded URL among them). */
     ls_text_log_field(msg, true, shown, sizeof shown);
+    /* A client that went away mid-request (or one the deadline reaper
+     * closed, which logged its own warning) is the client's doing. */
+    if (strstr(msg, "when reading request") &&
+        (!strncmp(msg, "Socket has been disconnected", 28) || !strncmp(msg, "Connection socket is closed", 27))) {
+        ls_log_info("microhttpd: %s", shown);
+        return;
+    }
     ls_log_warn("microhttpd: %s", shown);
 }
 

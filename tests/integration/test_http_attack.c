@@ -214,6 +214,12 @@ static void test_sigterm_refuses_new_clients(void **state) {
     assert_memory_equal(reply, "HTTP/1.1 503", 12);
     assert_non_null(strstr(reply, "\"code\":\"shutting_down\""));
     close(probe);
+    /* A drain's 503 is what a stop answers, not the server's trouble:
+     * its access line, and no error line beside it. */
+    assert_true(ls_test_server_wait_output(ts.srv, " GET /ready 503 ") > 0);
+    char *out = ls_test_server_output(ts.srv);
+    if (strstr(out, "/ready: 503")) fail_msg("a drain's /ready logged as an error:\n%s", out);
+    free(out);
     /* The server is still there for the request it had begun. */
     size_t rest = strlen(body) - 10;
     assert_int_equal(send(fd, body + 10, rest, 0), (ssize_t)rest);
