@@ -221,8 +221,8 @@ static ls_status ls_pool_load_claim(ls_pool *p, const char *name, const ls_pool_
     /* Not pool_exhausted: waiting does not help, only the client's own change. */
     if (e->pinned && pins >= p->S - 1)
         return ls_error_set(err, LS_PIN_LIMIT, NULL,
-                            "adapter '%s' cannot be pinned: %d adapters are, and at most S-1 = %d can be", name,
-                            pins, p->S - 1);
+                            "adapter '%s' cannot be pinned: %d adapter%s, and at most S-1 = %d can be", name,
+                            pins, pins == 1 ? " is" : "s are", p->S - 1);
     if (opts->restore_version && (opts->restore_version <= last || opts->restore_version > LS_STATE_VERSION_MAX))
         return ls_error_set(err, LS_INTERNAL, NULL,
                             "restoring adapter '%s' version %" PRIu64 " behind version %" PRIu64, name,

@@ -245,7 +245,14 @@ static bool ls_http_auth(ls_server *srv, struct MHD_Connection *conn, ls_conn_st
         return true;
     }
     if (a == LS_AUTH_DENIED) {
-        ls_reply_fail(r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
+        /* A key was sent and is not taken: saying so tells the client
+         * nothing it did not send, and sends it to the right fix. */
+        if (ls_http_bearer(conn))
+            ls_reply_fail(r, LS_UNAUTHORIZED,
+                          "check the key: it must be the --api-key or one whose SHA-256 is in --api-keys (a removed "
+                          "key is refused as soon as the file is read again)",
+                          "the key sent in Authorization: Bearer is not one this server takes");
+        else ls_reply_fail(r, LS_UNAUTHORIZED, NULL, "this route needs Authorization: Bearer <api key>");
         return false;
     }
     if (a == LS_AUTH_RATE) {

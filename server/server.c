@@ -115,7 +115,9 @@ static bool ls_server_preload(ls_server *srv) {
         ls_error_free(&err);
         loaded++;
     }
-    if (loaded || kept) ls_log_info("start-up adapters: %d loaded, %d kept", loaded, kept);
+    if (loaded || kept)
+        ls_log_info("start-up adapters: %d loaded, %d kept as the state directory restored them (the same files)",
+                    loaded, kept);
     return true;
 }
 

@@ -166,14 +166,14 @@ ls_status ls_tenant_admit_load(ls_server *srv, const ls_principal *who, const ch
         char more[96] = "";
         if (also) snprintf(more, sizeof more, " and this forward loads %zu more before this one", also);
         return ls_error_set(err, LS_ADAPTER_QUOTA, NULL,
-                            "tenant %s holds %zu adapters%s: its quota is %lld (max_adapters of key %s)", who->tenant,
-                            count, more, who->max_adapters, who->key_id);
+                            "tenant %s holds %zu adapter%s%s: its quota is %lld (max_adapters of key %s)", who->tenant,
+                            count, count == 1 ? "" : "s", more, who->max_adapters, who->key_id);
     }
     const bool pin = pinned || (keep_pin && was_pinned);
     if (pin && !was_pinned && who->max_pins >= 0 && (long long)pins >= who->max_pins)
         return ls_error_set(err, LS_TENANT_PIN_LIMIT, NULL,
-                            "tenant %s holds %zu pinned adapters: its cap is %d (max_pins of key %s)", who->tenant,
-                            pins, who->max_pins, who->key_id);
+                            "tenant %s holds %zu pinned adapter%s: its cap is %d (max_pins of key %s)", who->tenant,
+                            pins, pins == 1 ? "" : "s", who->max_pins, who->key_id);
     return LS_OK;
 }
 

@@ -327,7 +327,7 @@ static void test_pin_limit(void **state) {
         } else {
             ls_test_response r = expect_error(ts.srv, "POST", "/adapters", NULL, text, strlen(text), 409, "pin_limit");
             assert_null(strcasestr(r.headers, "Retry-After"));
-            assert_non_null(strstr(r.body, "S-1 = 3"));
+            assert_non_null(strstr(r.body, "3 adapters are, and at most S-1 = 3"));
             ls_test_response_free(&r);
         }
         free(text);

@@ -62,8 +62,13 @@ static void test_auth(void **state) {
         json_t *j = ls_test_response_json(&r);
         assert_string_equal(ls_test_error_code(j), "unauthorized");
         json_decref(j);
+        assert_non_null(strstr(r.body, "this route needs Authorization: Bearer"));
         ls_test_response_free(&r);
-        assert_int_equal(status_of(routes[i][0], routes[i][1], wrong, body, NULL), 401);
+        /* A wrong key is told apart from none: the fix is another key. */
+        assert_int_equal(status_of(routes[i][0], routes[i][1], wrong, body, &r), 401);
+        assert_non_null(strstr(r.body, "the key sent in Authorization: Bearer is not one this server takes"));
+        assert_non_null(strstr(r.body, "check the key"));
+        ls_test_response_free(&r);
         assert_int_equal(status_of(routes[i][0], routes[i][1], wrong2, body, NULL), 401);
         assert_int_equal(status_of(routes[i][0], routes[i][1], basic, body, NULL), 401);
         assert_true(status_of(routes[i][0], routes[i][1], auth, body, NULL) != 401);

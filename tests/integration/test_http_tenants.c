@@ -385,6 +385,7 @@ static void test_quotas(void **state) {
     assert_int_equal(req("POST", "/adapters", bob_auth, body, &r), 409);
     j = ls_test_response_json(&r);
     assert_string_equal(ls_test_error_code(j), "tenant_pin_limit");
+    assert_non_null(strstr(r.body, "holds 1 pinned adapter: its cap is 1"));
     json_decref(j);
     ls_test_response_free(&r);
     free(body);
