@@ -89,6 +89,34 @@ static void ls_tenants_swap(ls_tenants *t, ls_api_keys *keys, ls_bucket *buckets
     t->buckets = buckets;
 }
 
+/* The key ids in a and not in b (by hash), appended to out as " id id"
+ * (the first 8; then how many more); how many. */
+static size_t ls_tenants_only_in(const ls_api_keys *a, const ls_api_keys *b, char *out, size_t len) {
+    size_t n = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        bool found = false;
+        for (size_t j = 0; j < b->n && !found; j++) found = !memcmp(a->keys[i].sha256, b->keys[j].sha256, 32);
+        if (found) continue;
+        const size_t at = strlen(out);
+        if (n < 8) snprintf(out + at, len - at, " %s", a->keys[i].id);
+        n++;
+    }
+    if (n > 8) {
+        const size_t at = strlen(out);
+        snprintf(out + at, len - at, " and %zu more", n - 8);
+    }
+    return n;
+}
+
+/* What a re-read changed, for its log line: "; added ID...; removed
+ * ID..." by key id (a hash prefix, never a key), or "". */
+static void ls_tenants_diff(const ls_api_keys *before, const ls_api_keys *after, char *out, size_t len) {
+    char added[160] = "", removed[160] = "";
+    const size_t a = ls_tenants_only_in(after, before, added, sizeof added);
+    const size_t r = ls_tenants_only_in(before, after, removed, sizeof removed);
+    snprintf(out, len, "%s%s%s%s", a ? "; added" : "", added, r ? "; removed" : "", removed);
+}
+
 /* One look at the file, every LS_TENANTS_POLL_MS on the watcher's thread:
  * re-read when it changed. */
 static void ls_tenants_poll(void *arg) {
@@ -133,11 +161,13 @@ static void ls_tenants_poll(void *arg) {
         ls_api_keys_free(&keys);
         return; /* out of memory: the next look tries again */
     }
+    char diff[360];
     pthread_mutex_lock(&t->mu);
+    ls_tenants_diff(&t->keys, &keys, diff, sizeof diff);
     ls_tenants_swap(t, &keys, b);
     t->id = id;
     pthread_mutex_unlock(&t->mu);
-    ls_log_info("--api-keys %s: read %zu keys", t->path, keys.n);
+    ls_log_info("--api-keys %s: read %zu keys%s", t->path, keys.n, diff);
 }
 
 /* Owns nothing on failure. */

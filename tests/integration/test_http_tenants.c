@@ -524,6 +524,11 @@ static void test_key_file_reload(void **state) {
     assert_int_equal(req("GET", "/adapters", late, NULL, NULL), 401);
     write_keys(true);
     assert_true(wait_count("read 7 keys", 1));
+    /* The line says which keys came and went, by id (never the key). */
+    char hex[65], said[128];
+    ls_sha256_hex("late-key", 8, hex);
+    snprintf(said, sizeof said, "read 7 keys; added %.12s\n", hex);
+    assert_true(wait_count(said, 1));
     assert_int_equal(req("GET", "/adapters", late, NULL, NULL), 200);
     /* A bad file keeps the keys in force and says why. */
     char tmp[4200];
@@ -536,6 +541,8 @@ static void test_key_file_reload(void **state) {
     assert_int_equal(req("GET", "/adapters", acme_auth, NULL, NULL), 200);
     write_keys(false);
     assert_true(wait_count("read 6 keys", 2));
+    snprintf(said, sizeof said, "read 6 keys; removed %.12s\n", hex);
+    assert_true(wait_count(said, 1));
     assert_int_equal(req("GET", "/adapters", late, NULL, NULL), 401);
     /* A deleted file keeps the keys too, and says so once. */
     assert_int_equal(unlink(keys_path), 0);
