@@ -36,8 +36,8 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     /* libmicrohttpd says this of every failed TLS handshake: a client's
      * doing, told as such (server/tls.c logs a refused certificate). */
     if (!strcmp(msg, "Error: received handshake message out of context.")) {
-        ls_log_info("tls: a handshake failed: the client is not TLS 1.2 or later, refused the certificate, or "
-                    "gave no valid client certificate");
+        ls_log_info("tls: a handshake failed: the client spoke plain HTTP to this HTTPS port, is not TLS 1.2 or "
+                    "later, refused the certificate, or gave no valid client certificate");
         return;
     }
     /* Its messages quote the request (a decoded URL among them). */
