@@ -150,7 +150,7 @@ static ls_status ls_autoload_not_found(const ls_autoload *al, const char *name, 
     ls_pool_nearest(al->pool, name, near, sizeof near);
     /* A tenant's TENANT/NAME is looked for in its own directory (the
      * reply loses every "TENANT/", so the text never spells it). */
-    const bool tenant = strchr(name, '/') != NULL;
+    const bool tenant = al->ld->scoped && strchr(name, '/') != NULL;
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND,
                         tenant ? "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the tenant's "
                                  "own directory of --adapter-dir (named as the tenant)"

@@ -55,6 +55,7 @@ struct ls_guard_conn {
     const char *route;     /* BODY: the request's metrics label (static) */
     char id[LS_REQUEST_ID_MAX + 1];
     char what[160];        /* BODY: method and path, escaped */
+    char who[32];          /* BODY: the key's id as the access log shows it */
     void *tls;             /* the TLS layer's (ls_guard_tls_slot) */
 };
 
@@ -181,8 +182,8 @@ static void ls_guard_reap(ls_guard *g, ls_guard_conn *c, int64_t now) {
     if (g->cfg.access_log) {
         char shown[3 * LS_REQUEST_ID_MAX + 1];
         ls_text_log_field(id, false, shown, sizeof shown);
-        ls_log_access("%s %s 408 %zu %lld %s -", shown, body ? c->what : "- -", n && !g->cfg.tls ? body_len : 0,
-                      (long long)((now - c->started_ns) / 1000), ip);
+        ls_log_access("%s %s 408 %zu %lld %s %s", shown, body ? c->what : "- -", n && !g->cfg.tls ? body_len : 0,
+                      (long long)((now - c->started_ns) / 1000), ip, body ? c->who : "-");
     }
 }
 
@@ -321,7 +322,8 @@ void ls_guard_request_line(ls_guard *g, ls_guard_conn *c) {
     pthread_mutex_unlock(&g->mu);
 }
 
-bool ls_guard_head_done(ls_guard *g, ls_guard_conn *c, const char *id, const char *what, const char *route) {
+bool ls_guard_head_done(ls_guard *g, ls_guard_conn *c, const char *id, const char *what, const char *who,
+                        const char *route) {
     if (!c) return true;
     const int64_t now = ls_guard_now();
     pthread_mutex_lock(&g->mu);
@@ -333,6 +335,7 @@ bool ls_guard_head_done(ls_guard *g, ls_guard_conn *c, const char *id, const cha
         c->route = route;
         snprintf(c->id, sizeof c->id, "%s", id);
         snprintf(c->what, sizeof c->what, "%s", what);
+        snprintf(c->who, sizeof c->who, "%s", who);
     }
     pthread_mutex_unlock(&g->mu);
     return ok;

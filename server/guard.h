@@ -58,11 +58,12 @@ void ls_guard_close(ls_guard *g, ls_guard_conn *c);
  * request line came (its head's clock runs, if no byte had started it). */
 void ls_guard_request_line(ls_guard *g, ls_guard_conn *c);
 /* The head came whole: the body's clock starts. id (its X-Request-Id),
- * what (the method and path as the log shows them) and route (a static
- * metrics label) name the request in a timeout's reply, log line and
- * metrics. False when the reaper took the connection first: answer
- * nothing, close it. */
-bool ls_guard_head_done(ls_guard *g, ls_guard_conn *c, const char *id, const char *what, const char *route);
+ * what (the method and path as the log shows them), who (the key's id
+ * as the access log shows it) and route (a static metrics label) name
+ * the request in a timeout's reply, log lines and metrics. False when
+ * the reaper took the connection first: answer nothing, close it. */
+bool ls_guard_head_done(ls_guard *g, ls_guard_conn *c, const char *id, const char *what, const char *who,
+                        const char *route);
 /* The body came whole, or a reply is about to be queued: no deadline
  * any more (the server's own work is not bounded here). False as above. */
 bool ls_guard_body_done(ls_guard *g, ls_guard_conn *c);

@@ -144,6 +144,10 @@ static void ls_http_log_fields_of(const ls_conn_state *st, ls_http_log_fields *f
     ls_text_log_field(st->url, false, f->path, sizeof f->path);
 }
 
+/* Who the request came from, as the access log shows it: the key's id,
+ * "-" when none was taken (a 401, a refusal before the key was looked at). */
+static const char *ls_http_who(const ls_conn_state *st) { return st->who.key_id[0] ? st->who.key_id : "-"; }
+
 /* The response of r's body, which it takes (freed with the response):
  * sent from where it lies, r->skip bytes into its buffer, never copied. */
 static struct MHD_Response *ls_http_response(ls_reply *r) {
@@ -212,7 +216,7 @@ static enum MHD_Result ls_http_send(struct MHD_Connection *conn, ls_server *srv,
         char peer[INET6_ADDRSTRLEN];
         ls_guard_peer(st->gc, peer, sizeof peer);
         ls_log_access("%s %s %s %d %zu %lld %s %s", f.id, f.method, f.path, r->status, bytes,
-                      (long long)(elapsed * 1e6), peer, st->who.key_id[0] ? st->who.key_id : "-");
+                      (long long)(elapsed * 1e6), peer, ls_http_who(st));
     }
     st->phase = LS_PHASE_REPLIED;
     return ret;
@@ -673,7 +677,7 @@ static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn
     ls_http_log_fields f;
     ls_http_log_fields_of(st, &f);
     snprintf(what, sizeof what, "%s %s", f.method, f.path);
-    if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, st->label)) return MHD_NO;
+    if (!ls_guard_head_done(srv->guard, st->gc, st->request_id, what, ls_http_who(st), st->label)) return MHD_NO;
     if (srv->batcher && st->route->steps == LS_STEPS_FORWARD) {
         ls_batcher_arriving(srv->batcher);
         st->arriving = true;

@@ -27,6 +27,23 @@
  * closed: a send of a few MB to a client that reads. */
 #define LS_HTTP_FLUSH_MS 2000
 
+/* Whether a message of libmicrohttpd (0.9.75's wording) says a client
+ * went away mid-request: the client's doing (or the deadline reaper's,
+ * which logged its own warning). Its running short of memory is not. */
+static bool ls_http_client_gone(const char *msg) {
+    static const char *const whole[] = {"Socket has been disconnected when reading request.",
+                                        "Connection was closed by remote side with incomplete request.", NULL};
+    static const char closed[] = "Connection socket is closed when reading request due to the error: ";
+    static const char *const why[] = {"The connection was forcibly closed by remote peer",
+                                      "The socket is not connected", "detected connection closure", NULL};
+    for (int i = 0; whole[i]; i++)
+        if (!strcmp(msg, whole[i])) return true;
+    if (strncmp(msg, closed, sizeof closed - 1)) return false;
+    for (int i = 0; why[i]; i++)
+        if (!strcmp(msg + sizeof closed - 1, why[i])) return true;
+    return false;
+}
+
 static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char msg[512], shown[3 * sizeof msg];
@@ -42,10 +59,7 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     }
     /* Its messages quote the request (a decoded URL among them). */
     ls_text_log_field(msg, true, shown, sizeof shown);
-    /* A client that went away mid-request (or one the deadline reaper
-     * closed, which logged its own warning) is the client's doing. */
-    if (strstr(msg, "when reading request") &&
-        (!strncmp(msg, "Socket has been disconnected", 28) || !strncmp(msg, "Connection socket is closed", 27))) {
+    if (ls_http_client_gone(msg)) {
         ls_log_info("microhttpd: %s", shown);
         return;
     }

@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     ls_log_info("listening on %s:%d%s%s", cfg.host, srv.port, srv.tls ? ls_tls_describe(srv.tls) : "",
                 cfg.api_key[0] || tenants ? " (API key required)" : "");
     /* Reachable from other machines with no key: said once, plainly. */
-    if (!cfg.api_key[0] && !tenants && !ls_http_bind_loopback(cfg.host))
+    if (!cfg.api_key[0] && !tenants && !cfg.tls_client_ca[0] && !ls_http_bind_loopback(cfg.host))
         ls_log_warn("no --api-key or --api-keys, and %s is reachable from other machines: anyone who reaches port %d "
                     "can load, replace and delete adapters, load files beneath --adapter-dir and run forwards",
                     cfg.host, srv.port);

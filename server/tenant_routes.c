@@ -58,7 +58,7 @@ void ls_tenant_pool_view(const ls_principal *who, json_t *pool) {
     static const char *const counts[] = {"used", "bytes", "registered", "pinned", NULL};
     for (int k = 0; hc && counts[k]; k++) json_object_set_new(hc, counts[k], json_null());
     json_t *counters = json_object_get(pool, "counters");
-    static const char *const changes[] = {"loads", "host_drops", NULL};
+    static const char *const changes[] = {"loads", "evictions", "hits", "misses", "host_drops", NULL};
     for (int k = 0; counters && changes[k]; k++) json_object_set_new(counters, changes[k], json_null());
 }
 
@@ -75,13 +75,16 @@ static const char *ls_metrics_label(const char *line, size_t len, size_t *n) {
 }
 
 /* Server-wide series a scoped caller does not see, as GET /pool nulls
- * their fields: they count other tenants' adapters, their bytes, loads
- * and refused uploads. What the shared machine does (slots, queues,
- * requests, latency) stays. */
+ * their fields: they count other tenants' adapters, their bytes, their
+ * loads into slots and out (loads = evictions + slots used), and refused
+ * uploads. What the shared machine does (slots, queues, requests,
+ * latency) stays. */
 static const char *const ls_tenant_hidden_gauges[] = {
-    "lorasink_adapters_registered",     "lorasink_pool_slots_pinned",      "lorasink_host_cache_adapters",
-    "lorasink_host_cache_bytes",        "lorasink_host_cache_drops_total", "lorasink_pool_loads_total",
-    "lorasink_adapter_loads_running",   "lorasink_validation_failures_total", NULL};
+    "lorasink_adapters_registered",    "lorasink_adapters_folded",          "lorasink_pool_slots_pinned",
+    "lorasink_host_cache_adapters",    "lorasink_host_cache_bytes",         "lorasink_host_cache_drops_total",
+    "lorasink_pool_loads_total",       "lorasink_pool_evictions_total",     "lorasink_pool_hits_total",
+    "lorasink_pool_misses_total",      "lorasink_adapter_loads_running",    "lorasink_validation_failures_total",
+    NULL};
 
 /* Whether line (len bytes) is a sample, HELP or TYPE line of a hidden
  * gauge. */

@@ -110,6 +110,12 @@ static void test_loads_directory_and_file(void **state) {
     assert_int_equal(forward("/forward", "\"adapter\": \"auto_dir\"", NULL, &r), 404);
     assert_non_null(strstr(r.body, "auto_dir.safetensors; did you mean 'auto-dir'?"));
     ls_test_response_free(&r);
+    /* Without tenants a name with a '/' is a subfolder of the directory,
+     * no tenant's. */
+    assert_int_equal(forward("/forward", "\"adapter\": \"org/nowhere\"", NULL, &r), 404);
+    assert_non_null(strstr(r.body, "the adapter directory holds neither org/nowhere/"));
+    assert_null(strstr(r.body, "tenant"));
+    ls_test_response_free(&r);
 }
 
 /* A bad file answers its validation error; the next request gets it again
