@@ -787,6 +787,42 @@ static void read_answer(int fd, char *buf, size_t cap) {
     close(fd);
 }
 
+/* A JSON body of len bytes: open (an object left open), blanks, '}'. */
+static char *padded_json(const char *open, size_t len) {
+    char *body = malloc(len + 1);
+    assert_non_null(body);
+    memset(body, ' ', len);
+    memcpy(body, open, strlen(open));
+    body[len - 1] = '}';
+    body[len] = '\0';
+    return body;
+}
+
+/* Sends POST route with body but its last 20 bytes on a new connection
+ * (Connection: close); returns the socket. */
+static int send_all_but_20(const ls_test_server *srv, const char *route, const char *body, size_t len) {
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+             "Content-Length: %zu\r\n\r\n",
+             route, len);
+    int fd = ls_test_raw_connect(srv);
+    assert_true(fd >= 0);
+    send_all(fd, head, strlen(head));
+    send_all(fd, body, len - 20);
+    return fd;
+}
+
+/* POST route with body is 429 overloaded naming the budget flag, with
+ * Retry-After: 1. */
+static void expect_overloaded(const ls_test_server *srv, const char *route, const char *body, size_t len,
+                              const char *flag) {
+    ls_test_response r = expect_error(srv, "POST", route, NULL, body, len, 429, "overloaded");
+    assert_non_null(strstr(r.body, flag));
+    assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
+    ls_test_response_free(&r);
+}
+
 /* Bodies still arriving held no part of --max-queue-mb: twelve clients
  * each holding back the last byte of a 60 MiB forward made the server
  * hold 720 MiB under a 64 MiB budget. A body counts as it arrives (in
@@ -798,29 +834,13 @@ static void test_queue_budget_counts_arriving_bodies(void **state) {
     tiny_server ts;
     assert_true(tiny_server_start(&ts, "interleaved", extra));
     const size_t len = 700000; /* JSON padded with blanks: 0.67 MiB, one x row */
-    char *body = malloc(len + 1);
-    assert_non_null(body);
-    memset(body, ' ', len);
-    memcpy(body, "{\"x\": [[1, 2, 3, 4]]", 20);
-    body[len - 1] = '}';
-    body[len] = '\0';
-    char head[256];
-    snprintf(head, sizeof head,
-             "POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
-             "Content-Length: %zu\r\n\r\n",
-             len);
+    char *body = padded_json("{\"x\": [[1, 2, 3, 4]]", len);
     /* The first holds back the last 20 bytes of its body: what came is
      * counted, byte for byte. */
-    int first = ls_test_raw_connect(ts.srv);
-    assert_true(first >= 0);
-    send_all(first, head, strlen(head));
-    send_all(first, body, len - 20);
+    int first = send_all_but_20(ts.srv, "/forward", body, len);
     assert_true(ls_test_wait_metric(ts.srv, "lorasink_queue_bytes", (double)(len - 20)));
     /* A second by Content-Length: refused from its head. */
-    ls_test_response r = expect_error(ts.srv, "POST", "/forward", NULL, body, len, 429, "overloaded");
-    assert_non_null(strstr(r.body, "--max-queue-mb"));
-    assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
-    ls_test_response_free(&r);
+    expect_overloaded(ts.srv, "/forward", body, len, "--max-queue-mb");
     /* A chunked one: read and dropped, 429 at its end. */
     int chunked = ls_test_raw_connect(ts.srv);
     assert_true(chunked >= 0);
@@ -863,34 +883,12 @@ static void test_upload_budget_counts_arriving_bodies(void **state) {
     assert_true(tiny_server_start(&ts, "interleaved", extra));
     tiny_write_adapter_file(&ts, "a.safetensors", "4");
     const size_t len = 700000; /* JSON padded with blanks: 0.67 MiB */
-    char *body = malloc(len + 1);
-    assert_non_null(body);
-    memset(body, ' ', len);
-    const char *upload = "{\"name\": \"a\", \"path\": \"a.safetensors\"";
-    memcpy(body, upload, strlen(upload));
-    body[len - 1] = '}';
-    body[len] = '\0';
-    char head[256];
-    snprintf(head, sizeof head,
-             "POST /adapters HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
-             "Content-Length: %zu\r\n\r\n",
-             len);
-    int first = ls_test_raw_connect(ts.srv);
-    assert_true(first >= 0);
-    send_all(first, head, strlen(head));
-    send_all(first, body, len - 20);
+    char *body = padded_json("{\"name\": \"a\", \"path\": \"a.safetensors\"", len);
+    int first = send_all_but_20(ts.srv, "/adapters", body, len);
     assert_true(ls_test_wait_metric(ts.srv, "lorasink_upload_bytes", (double)(len - 20)));
-    ls_test_response r = expect_error(ts.srv, "POST", "/adapters/validate", NULL, body, len, 429, "overloaded");
-    assert_non_null(strstr(r.body, "--max-upload-mb"));
-    assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
-    ls_test_response_free(&r);
+    expect_overloaded(ts.srv, "/adapters/validate", body, len, "--max-upload-mb");
     /* A forward of the same size is not an upload: its budget is free. */
-    char *fwd = malloc(len + 1);
-    assert_non_null(fwd);
-    memset(fwd, ' ', len);
-    memcpy(fwd, "{\"x\": [[1, 2, 3, 4]]", 20);
-    fwd[len - 1] = '}';
-    fwd[len] = '\0';
+    char *fwd = padded_json("{\"x\": [[1, 2, 3, 4]]", len);
     ls_test_response ok;
     assert_int_equal(ls_test_http(ts.srv, "POST", "/forward", NULL, fwd, len, NULL, &ok), 0);
     assert_int_equal(ok.status, 200);
