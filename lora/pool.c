@@ -529,6 +529,7 @@ static ls_status ls_pool_restore_one(void *ctx, const ls_state_record *rec, ls_a
          * that fits it, skipped here; its version stays taken. */
         ls_log_error("state directory: adapter '%s' version %" PRIu64 " not restored: %s", rec->name, rec->version,
                      why.message);
+        ls_state_note_unrestored(p->cfg.state);
         pthread_mutex_lock(&p->mu);
         ls_pool_floor_raise(p, rec->name, rec->version);
         pthread_mutex_unlock(&p->mu);

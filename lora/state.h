@@ -120,5 +120,11 @@ typedef void (*ls_state_tomb_fn)(void *ctx, const char *name, uint64_t version);
  * tombstone dropped (best effort). An error of fn stops the restore and
  * is returned. */
 ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn tomb, void *ctx, ls_error *err);
+/* Records (NAME.adapter files) the restore did not register: set aside,
+ * kept for another model or pool shape, or skipped by fn, which says so
+ * with ls_state_note_unrestored. Each was an adapter a client was told
+ * is stored. */
+int ls_state_unrestored(const ls_state *s);
+void ls_state_note_unrestored(ls_state *s);
 
 #endif

@@ -25,6 +25,7 @@ struct ls_state {
     int corrupt_fd; /* DIR/corrupt once opened; -1 before, -2 when it is not a directory */
     char dir[PATH_MAX];
     unsigned long tmp_seq; /* names of temporary files; callers serialise writes */
+    int unrestored;        /* records the restore did not register (ls_state_unrestored) */
     size_t max_record;     /* bytes (ls_state_fit); SIZE_MAX until set */
     bool fitted;           /* dims and pd are the pool's (ls_state_fit) */
     ls_dims dims;          /* its sizes only: layer_ids is not kept */

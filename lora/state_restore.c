@@ -558,6 +558,7 @@ static ls_status ls_state_restore_record(ls_state *s, const char *file, const ch
                                          ls_state_tomb_fn tomb, void *ctx, ls_error *err) {
     if (!ls_adapter_pool_name_valid(name)) {
         /* No upload can use the name: there are no versions to keep. */
+        s->unrestored++;
         ls_state_set_aside(s, file, "is not named by the adapter name rule");
         return LS_OK;
     }
@@ -568,13 +569,20 @@ static ls_status ls_state_restore_record(ls_state *s, const char *file, const ch
         ls_state_decode(s, file, name, &rec, &a, source, sizeof source, nm, sizeof nm, why, sizeof why);
     if (d == LS_DECODE_NOMEM)
         return ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", file);
-    if (d != LS_DECODED) return ls_state_set_aside_record(s, file, name, d, why, tomb, ctx, err);
+    if (d != LS_DECODED) {
+        s->unrestored++;
+        return ls_state_set_aside_record(s, file, name, d, why, tomb, ctx, err);
+    }
     rec.a = &a;
     ls_status st = fn(ctx, &rec, &a, err);
     ls_adapter_free(&a);
     if (st == LS_OK) ls_state_tidy(s, name, rec.version);
     return st;
 }
+
+int ls_state_unrestored(const ls_state *s) { return s ? s->unrestored : 0; }
+
+void ls_state_note_unrestored(ls_state *s) { s->unrestored++; }
 
 ls_status ls_state_restore(ls_state *s, ls_state_restore_fn fn, ls_state_tomb_fn tomb, void *ctx, ls_error *err) {
     char **files = NULL;

@@ -230,6 +230,11 @@ static void ls_metrics_render_batches(const ls_metrics *m, ls_buf *b) {
                      "arriving, and requests parsed until they are answered.\n"
                      "# TYPE lorasink_queue_bytes gauge\nlorasink_queue_bytes %llu\n",
                   (unsigned long long)atomic_load(&m->queue_bytes));
+    ls_buf_printf(b, "# HELP lorasink_state_records_unrestored Records of --state-dir the start-up did not register "
+                     "(damaged ones moved to corrupt/, others kept for another model or pool shape): adapters once "
+                     "acknowledged that are not served now.\n"
+                     "# TYPE lorasink_state_records_unrestored gauge\nlorasink_state_records_unrestored %d\n",
+                  m->state_unrestored);
     ls_buf_printf(b, "# HELP lorasink_upload_bytes Bytes the bodies of other requests (adapter uploads, "
                      "validations) hold against --max-upload-mb, from their first byte until answered.\n"
                      "# TYPE lorasink_upload_bytes gauge\nlorasink_upload_bytes %llu\n",

@@ -72,6 +72,9 @@ typedef struct {
      * against --max-upload-mb, from their first byte until answered
      * (server/http.c keeps it; no lock). */
     atomic_ullong upload_bytes;
+    /* Set once at start-up, before serving: state directory records the
+     * restore did not register. */
+    int state_unrestored;
 } ls_metrics;
 
 void ls_metrics_init(ls_metrics *m);

@@ -254,6 +254,13 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
         return false;
     }
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
+    /* Each was an adapter a client was told is stored: said loudly, and
+     * kept in /metrics for whoever watches the replicas. */
+    srv->metrics.state_unrestored = ls_state_unrestored(srv->state);
+    if (srv->metrics.state_unrestored)
+        ls_log_warn("state directory %s: %d record(s) not restored (the lines above say why; damaged ones are in "
+                    "%s/corrupt/): load those adapters again",
+                    cfg->state_dir, srv->metrics.state_unrestored, cfg->state_dir);
     if (!ls_server_preload(srv)) return false;
     if (cfg->auto_load) {
         const ls_autoload_gauge gauge = {ls_server_count_load, &srv->metrics};

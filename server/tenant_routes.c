@@ -84,7 +84,7 @@ static const char *const ls_tenant_hidden_gauges[] = {
     "lorasink_host_cache_adapters",    "lorasink_host_cache_bytes",         "lorasink_host_cache_drops_total",
     "lorasink_pool_loads_total",       "lorasink_pool_evictions_total",     "lorasink_pool_hits_total",
     "lorasink_pool_misses_total",      "lorasink_adapter_loads_running",    "lorasink_validation_failures_total",
-    NULL};
+    "lorasink_state_records_unrestored", NULL};
 
 /* Whether line (len bytes) is a sample, HELP or TYPE line of a hidden
  * gauge. */

@@ -169,6 +169,11 @@ static void test_hostile_files_do_not_stop_start_up(void **state) {
     assert_int_equal(n, 3);
     assert_true(ls_test_server_wait_output(ts.srv, "sparse.adapter is 68719476736 bytes") > 0);
     assert_true(ls_test_server_wait_output(ts.srv, "nl\\x0aname.adapter is not named by the adapter name rule") > 0);
+    /* Four acknowledged adapters are not served (nanscale, the badly
+     * named one, the FIFO and the sparse file): said in the log and kept
+     * in /metrics, where a replica's monitoring can see it. */
+    assert_true(ls_test_server_wait_output(ts.srv, "4 record(s) not restored") > 0);
+    assert_true(ls_test_wait_metric(ts.srv, "lorasink_state_records_unrestored", 4));
     stop();
 }
 

@@ -484,7 +484,7 @@ static void test_sweep_every_route_as_each_role(void **state) {
                                          "lorasink_pool_loads_total ",        "lorasink_pool_evictions_total ",
                                          "lorasink_pool_hits_total ",         "lorasink_pool_misses_total ",
                                          "lorasink_adapter_loads_running ",   "lorasink_validation_failures_total",
-                                         NULL};
+                                         "lorasink_state_records_unrestored ", NULL};
     for (int k = 0; hidden[k]; k++)
         if (strstr(r.body, hidden[k])) fail_msg("a tenant sees %s", hidden[k]);
     assert_non_null(strstr(r.body, "lorasink_pool_slots_used "));
