@@ -79,8 +79,10 @@ static ls_status ls_forward_autoload_check(ls_server *srv, const ls_principal *w
     for (int k = 0; k < fr->names.n; k++) {
         ls_autoload_need need;
         ls_status st = ls_autoload_check(srv->autoload, fr->names.names[k], &need, err);
-        if (st == LS_OK && need != LS_AUTOLOAD_READY)
+        if (st == LS_OK && need != LS_AUTOLOAD_READY) {
             st = ls_tenant_admit_load(srv, who, fr->names.names[k], false, false, loads++, err);
+            if (st == LS_ADAPTER_QUOTA) ls_tenant_audit_refused(who, "auto-load", fr->names.names[k], st);
+        }
         if (st != LS_OK) return st;
         if (need == LS_AUTOLOAD_READ) *next = LS_FORWARD_READ;
         else if (need != LS_AUTOLOAD_READY && *next == LS_FORWARD_BATCH) *next = LS_FORWARD_LOAD;

@@ -187,14 +187,29 @@ ls_status ls_tenant_register(ls_server *srv, const ls_principal *who, const char
     ls_status st = ls_tenant_admit_load(srv, who, name, opts->pinned, opts->keep_pin && opts->replace, 0, err);
     if (st == LS_OK) st = ls_pool_load(srv->pool, name, a, opts, info, err);
     ls_tenant_load_unlock(who);
+    if (st == LS_ADAPTER_QUOTA || st == LS_TENANT_PIN_LIMIT)
+        ls_tenant_audit_refused(who, opts->auto_loaded ? "auto-load" : opts->replace ? "replace" : "load", name, st);
     return st;
 }
 
-void ls_tenant_audit(const ls_principal *who, const char *action, const char *name, uint64_t version) {
+/* The fields every audit line opens with, for pool name name. */
+static void ls_tenant_audit_line(const ls_principal *who, const char *action, const char *name, const char *outcome) {
     char tenant[LS_TENANT_NAME_MAX + 1];
     ls_tenant_of(name, tenant, sizeof tenant);
     const char *slash = strchr(name, '/');
-    ls_log_info("audit: tenant=%s key=%s role=%s action=%s name=%s version=%llu", tenant[0] ? tenant : "-",
+    ls_log_info("audit: tenant=%s key=%s role=%s action=%s name=%s %s", tenant[0] ? tenant : "-",
                 who->key_id[0] ? who->key_id : "-", ls_role_name(who->role), action, slash ? slash + 1 : name,
-                (unsigned long long)version);
+                outcome);
+}
+
+void ls_tenant_audit(const ls_principal *who, const char *action, const char *name, uint64_t version) {
+    char outcome[32];
+    snprintf(outcome, sizeof outcome, "version=%llu", (unsigned long long)version);
+    ls_tenant_audit_line(who, action, name, outcome);
+}
+
+void ls_tenant_audit_refused(const ls_principal *who, const char *action, const char *name, ls_status code) {
+    char outcome[64];
+    snprintf(outcome, sizeof outcome, "refused=%s", ls_status_code(code));
+    ls_tenant_audit_line(who, action, name, outcome);
 }

@@ -32,5 +32,8 @@ ls_status ls_tenant_register(ls_server *srv, const ls_principal *who, const char
 /* The audit line of a change to pool name name (action: "load",
  * "replace", "delete"). */
 void ls_tenant_audit(const ls_principal *who, const char *action, const char *name, uint64_t version);
+/* The audit line of a change a tenant's quota or pin cap refused
+ * (code: LS_ADAPTER_QUOTA or LS_TENANT_PIN_LIMIT). */
+void ls_tenant_audit_refused(const ls_principal *who, const char *action, const char *name, ls_status code);
 
 #endif

@@ -387,6 +387,12 @@ static void test_quotas(void **state) {
     assert_string_equal(ls_test_error_code(j), "tenant_pin_limit");
     assert_non_null(strstr(r.body, "holds 1 pinned adapter: its cap is 1"));
     json_decref(j);
+    /* A refused change is audited too, with its code. */
+    char bob_hex[65], refused[256];
+    ls_sha256_hex("bob-key", 7, bob_hex);
+    snprintf(refused, sizeof refused,
+             "audit: tenant=bob key=%.12s role=tenant action=load name=pin2 refused=tenant_pin_limit", bob_hex);
+    assert_true(ls_test_server_wait_output(ts.srv, refused) >= 1);
     ls_test_response_free(&r);
     free(body);
     assert_int_equal(req("DELETE", "/adapters/pin1", bob_auth, NULL, NULL), 200);
@@ -649,6 +655,8 @@ static void test_files_are_the_tenants(void **state) {
     assert_string_equal(ls_test_error_code(j), "adapter_quota");
     json_decref(j);
     ls_test_response_free(&r);
+    snprintf(line, sizeof line, "audit: tenant=acme key=%.12s role=tenant action=load name=p refused=adapter_quota", hex);
+    assert_true(ls_test_server_wait_output(ts.srv, line) >= 1);
     assert_int_equal(req("DELETE", "/adapters/auto", acme_auth, NULL, NULL), 200);
     assert_int_equal(req("POST", "/adapters", acme_auth, "{\"name\": \"p\", \"path\": \"by-path\"}", &r), 201);
     j = ls_test_response_json(&r);
@@ -656,6 +664,9 @@ static void test_files_are_the_tenants(void **state) {
     json_decref(j);
     ls_test_response_free(&r);
     json_decref(forward_a(acme_auth, "auto", 403)); /* the quota again, now on the auto-load */
+    snprintf(line, sizeof line, "audit: tenant=acme key=%.12s role=tenant action=auto-load name=auto refused=adapter_quota",
+             hex);
+    assert_true(ls_test_server_wait_output(ts.srv, line) >= 1);
     assert_int_equal(req("DELETE", "/adapters/p", acme_auth, NULL, NULL), 200);
     /* One place left and a forward naming two new adapters: refused whole
      * before either loads (each alone would fit). */
