@@ -172,10 +172,15 @@ static int ls_loader_open_fail(int dirfd, const char *name, const char *shown, b
     return -1;
 }
 
+/* The open flags of a file of the adapter tree: never a controlling
+ * terminal, never a wait on a FIFO; O_PATH alone as openat2 takes it
+ * (it refuses O_PATH with other open flags). */
+static int ls_loader_flags(int flags) { return flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK; }
+
 /* Opens rel beneath dirfd (a directory of the adapter tree), or -1 with
  * err set as ls_loader_open_fail says. */
 static int ls_loader_open_at(int dirfd, const char *rel, const char *shown, int flags, bool *absent, ls_error *err) {
-    int fd = ls_file_open_beneath(dirfd, rel, flags | O_NOCTTY | O_NONBLOCK);
+    int fd = ls_file_open_beneath(dirfd, rel, ls_loader_flags(flags));
     return fd >= 0 ? fd : ls_loader_open_fail(dirfd, rel, shown, absent, err);
 }
 
@@ -287,7 +292,7 @@ static int ls_loader_open_link(const ls_loader *ld, const ls_loader_top *top, in
     } else {
         snprintf(path, sizeof path, "%s/%s", dir, target);
     }
-    int fd = ls_file_open_beneath(top->fd, path, flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK);
+    int fd = ls_file_open_beneath(top->fd, path, ls_loader_flags(flags));
     if (fd < 0) return -1;
     if (resolved && resolved_len) { /* a longer one opened no file: the kernel's limit is shorter */
         size_t n = strlen(path) < resolved_len ? strlen(path) : resolved_len - 1;
@@ -313,7 +318,7 @@ static const char *ls_loader_in_top(const ls_loader_top *top, const char *dir) {
  * top-level directory; -1 with err set otherwise. */
 static int ls_loader_open_in(const ls_loader *ld, const ls_loader_top *top, int dir_fd, const char *dir,
                              const char *name, const char *shown, bool *absent, ls_error *err) {
-    int fd = ls_file_open_beneath(dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    int fd = ls_file_open_beneath(dir_fd, name, ls_loader_flags(O_RDONLY));
     if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0)
         fd = ls_loader_open_link(ld, top, dir_fd, dir, name, O_RDONLY, NULL, 0);
     return fd >= 0 ? fd : ls_loader_open_fail(dir_fd, name, shown, absent, err);
@@ -333,9 +338,7 @@ static int ls_loader_resolve(const ls_loader *ld, const ls_loader_top *top, cons
         errno = top->why;
         return -1;
     }
-    /* openat2 takes O_PATH with no other open flags. */
-    int fd = ls_file_open_beneath(scoped ? top->fd : ld->dirfd, scoped ? top->rel : rel,
-                                  flags & O_PATH ? flags : flags | O_NOCTTY | O_NONBLOCK);
+    int fd = ls_file_open_beneath(scoped ? top->fd : ld->dirfd, scoped ? top->rel : rel, ls_loader_flags(flags));
     if (fd < 0 && (errno == EXDEV || errno == ELOOP) && top->fd >= 0) {
         char parent[LS_LOADER_PATH_MAX];
         const char *slash = strrchr(top->rel, '/');

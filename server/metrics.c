@@ -138,8 +138,8 @@ void ls_metrics_overload(ls_metrics *m) {
 
 /* The budget's one rule: a request alone always fits; beside others,
  * all of it together must be within the budget. */
-static bool ls_metrics_queue_room(unsigned long long others, unsigned long long mine, unsigned long long more,
-                                  unsigned long long budget) {
+static bool ls_metrics_budget_room(unsigned long long others, unsigned long long mine, unsigned long long more,
+                                   unsigned long long budget) {
     return others == 0 || others + mine + more <= budget;
 }
 
@@ -148,14 +148,14 @@ bool ls_metrics_budget_take(atomic_ullong *held, unsigned long long mine, unsign
     unsigned long long cur = atomic_load(held);
     do {
         *others = cur - mine;
-        if (!ls_metrics_queue_room(*others, mine, more, budget)) return false;
+        if (!ls_metrics_budget_room(*others, mine, more, budget)) return false;
     } while (!atomic_compare_exchange_weak(held, &cur, cur + more));
     return true;
 }
 
 bool ls_metrics_budget_fits(atomic_ullong *held, unsigned long long mine, unsigned long long more,
                             unsigned long long budget) {
-    return ls_metrics_queue_room(atomic_load(held) - mine, mine, more, budget);
+    return ls_metrics_budget_room(atomic_load(held) - mine, mine, more, budget);
 }
 
 static void ls_metrics_render_requests(const ls_metrics *m, ls_buf *b) {
