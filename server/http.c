@@ -394,12 +394,22 @@ static void ls_http_refuse_budget(ls_server *srv, const ls_conn_state *st, ls_re
                       srv->cfg.max_upload_mb, (double)bytes / 1048576.0);
 }
 
+/* Whether the head frames no body: no Transfer-Encoding, and no
+ * Content-Length or one of 0. */
+static bool ls_http_bodiless(struct MHD_Connection *conn) {
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+           (!cl || !strcmp(cl, "0"));
+}
+
 /* First call of a request: head rules, route, auth, size and media type.
- * Returns true when a reply was queued already. */
+ * Returns true when the request is answered: its reply queued, or kept
+ * for the next call. */
 static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
                           const char *version, ls_conn_state *st, enum MHD_Result *ret) {
     char allow[64];
     ls_reply r = {0};
+    bool head_ok = false;
     st->route = ls_route_find(method, url, st->param, sizeof st->param, allow, sizeof allow);
     st->label = st->route ? st->route->pattern : "other";
     if (st->target_len > LS_HTTP_TARGET_MAX || st->query_n > LS_HTTP_QUERY_MAX) {
@@ -418,7 +428,7 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         ls_reply_fail(&r, LS_TOO_MANY_CONNECTIONS, NULL,
                       "this connection is past the open-connection cap of its address or of the server: it "
                       "serves only GET /health and GET /ready");
-    } else if (!ls_http_head_ok(srv, conn, version, st, st->route && st->route->open, &r)) {
+    } else if (!(head_ok = ls_http_head_ok(srv, conn, version, st, st->route && st->route->open, &r))) {
         if (!st->route) st->label = ls_route_label(url);
     } else if (!st->route && allow[0]) {
         st->label = ls_route_label(url);
@@ -444,6 +454,16 @@ static bool ls_http_begin(ls_server *srv, struct MHD_Connection *conn, const cha
         else return false;
     } else {
         return false;
+    }
+    if (head_ok && ls_http_bodiless(conn)) {
+        /* Queued now, libmicrohttpd would close the connection (it
+         * cannot know no body follows); on the next call, which comes
+         * at once, the connection is kept: a client retrying a 401 or a
+         * 429 saves a connection, and a TLS handshake. */
+        st->reply = r;
+        st->phase = LS_PHASE_ANSWERED;
+        *ret = MHD_YES;
+        return true;
     }
     *ret = ls_http_send(conn, srv, st, &r);
     return true;
@@ -656,7 +676,8 @@ static enum MHD_Result ls_http_forward_async(ls_server *srv, struct MHD_Connecti
 }
 
 /* The first call, the head whole: the request's state, its checks (a
- * refusal is answered at once) and the body's deadline. */
+ * refusal is answered at once, or on the next call when no body follows)
+ * and the body's deadline. */
 static enum MHD_Result ls_http_first(ls_server *srv, struct MHD_Connection *conn, const char *url, const char *method,
                                      const char *version, void **con_cls) {
     ls_conn_state *st = *con_cls;

@@ -210,6 +210,60 @@ static void test_body_on_bodyless_route(void **state) {
     assert_int_equal(ls_test_server_stop(s), 0);
 }
 
+/* Sends req on a new connection and reads until the server closes; the
+ * answer in buf, its count of responses returned. */
+static int pipelined(const ls_test_server *s, const char *req, char *buf, size_t cap) {
+    int fd = raw_connect(s);
+    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+    size_t len;
+    ls_test_raw_read_all(fd, buf, cap, &len);
+    close(fd);
+    return count_responses(buf);
+}
+
+static void test_bodiless_refusal_keeps_alive(void **state) {
+    (void)state;
+    /* A refusal of a request that frames no body (wrong key, no route,
+     * method not allowed) keeps its connection: the next request on it
+     * is answered. One that frames a body is still closed, since the
+     * body is never read. */
+    const char *args[] = {"--demo", "--experts", "2", "--hidden", "8", "--intermediate", "4", "--layers", "1",
+                          "--api-key", "k", NULL};
+    ls_test_server *s = ls_test_server_start(args);
+    assert_non_null(s);
+    const char *next = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    const char *first[] = {"GET /pool HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+                           "GET /pool HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                           "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer k\r\n\r\n",
+                           "DELETE /pool HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer k\r\n"
+                           "Content-Length: 0\r\n\r\n"};
+    const char *status[] = {"HTTP/1.1 401", "HTTP/1.1 401", "HTTP/1.1 404", "HTTP/1.1 405"};
+    char req[512], buf[16384];
+    for (size_t i = 0; i < sizeof first / sizeof *first; i++) {
+        snprintf(req, sizeof req, "%s%s", first[i], next);
+        const int n = pipelined(s, req, buf, sizeof buf);
+        if (n != 2) fprintf(stderr, "%s-> %s\n", first[i], buf);
+        assert_memory_equal(buf, status[i], strlen(status[i]));
+        assert_int_equal(n, 2);
+        const char *second = strstr(buf + 1, "HTTP/1.1 ");
+        assert_memory_equal(second, "HTTP/1.1 200", 12);
+        char one[8192];
+        snprintf(one, sizeof one, "%.*s", (int)(second - buf), buf);
+        assert_null(strstr(one, "Connection: close"));
+    }
+    /* A body framed: one answer, the connection closed. */
+    snprintf(req, sizeof req, "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer k\r\n"
+                              "Content-Length: 2\r\n\r\n{}%s", next);
+    assert_int_equal(pipelined(s, req, buf, sizeof buf), 1);
+    assert_memory_equal(buf, "HTTP/1.1 404", 12);
+    assert_non_null(strstr(buf, "Connection: close"));
+    /* A head that is refused as unsound is closed too. */
+    snprintf(req, sizeof req, "GET /pool HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\n\r\n%s", next);
+    assert_int_equal(pipelined(s, req, buf, sizeof buf), 1);
+    assert_memory_equal(buf, "HTTP/1.1 400", 12);
+    assert_int_equal(ls_test_server_stop(s), 0);
+}
+
 typedef struct {
     int port;
     atomic_int ok, failed_status; /* read by the test while the client runs */
@@ -297,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_y),
         cmocka_unit_test(test_early_413_closes),
         cmocka_unit_test(test_body_on_bodyless_route),
+        cmocka_unit_test(test_bodiless_refusal_keeps_alive),
         cmocka_unit_test(test_shutdown_with_parked_forwards),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
