@@ -346,11 +346,21 @@ class TestKeyAndIdle(unittest.TestCase):
             self.assertEqual(c.pool()["capacity"]["slots"], 4)
             self.assertEqual(c.connections_opened, 2)
 
-    def test_reconnects_after_connection_close(self):
-        """A 401 closes its connection; the next call opens another."""
+    def test_bodiless_refusal_keeps_connection(self):
+        """A 401 to a request with no body keeps its connection."""
         with Client(self.server.url) as c:
             with self.assertRaises(LorasinkError):
                 c.pool()
+            self.assertEqual(c.health()["status"], "ok")
+            self.assertEqual(c.connections_opened, 1)
+
+    def test_reconnects_after_connection_close(self):
+        """A 401 to a request with a body it never read closes the
+        connection; the next call opens another."""
+        with Client(self.server.url) as c:
+            with self.assertRaises(LorasinkError) as e:
+                c.forward(0, xs(1))
+            self.assertEqual(e.exception.status, 401)
             self.assertEqual(c.health()["status"], "ok")
             self.assertEqual(c.connections_opened, 2)
 
