@@ -104,6 +104,8 @@
     X(DEVICE_ERROR, "device_error", NONE, "the compute device failed; check /ready and the log")   \
     X(SHUTTING_DOWN, "shutting_down", NONE,                                                        \
       "the server is stopping; send new requests to another replica")                              \
+    X(INSUFFICIENT_STORAGE, "insufficient_storage", NONE,                                          \
+      "free space on the disk of --state-dir (or raise its quota), then send the request again")    \
     X(INTERNAL, "internal", NONE, "this is a bug in lorasink; the log has details")
 
 typedef enum {

@@ -79,8 +79,9 @@ typedef struct {
  * LS_ADAPTER_EXISTS (name taken, no replace), LS_PIN_LIMIT (a pin over
  * S-1), LS_POOL_EXHAUSTED (pinned and no slot can be had now), LS_DEVICE_ERROR (slot
  * write failed: rolled back), LS_VERSIONS_EXHAUSTED (the name had
- * LS_STATE_VERSION_MAX), LS_INTERNAL (out of memory, or the state
- * directory refused: nothing changed). One exception: when the state
+ * LS_STATE_VERSION_MAX), LS_INSUFFICIENT_STORAGE (the state directory's
+ * disk or quota is full: nothing changed), LS_INTERNAL (out of memory, or
+ * the state directory refused: nothing changed). One exception: when the state
  * directory renamed the record into place and only the sync after it
  * failed, the adapter is registered as the disk now says (*a taken and
  * info filled as on success) and LS_INTERNAL says its durability is not
@@ -95,8 +96,9 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
  * this call removed, taken as it went (a replace racing the delete may
  * have made it a newer one than a describe before the call saw).
  * LS_ADAPTER_NOT_FOUND when unknown. With a state
- * directory the delete is durable before this returns (LS_INTERNAL, and
- * nothing changed, when the disk refuses; but when the record was removed
+ * directory the delete is durable before this returns (LS_INTERNAL, or
+ * LS_INSUFFICIENT_STORAGE for the one write it may need, and nothing
+ * changed, when the disk refuses; but when the record was removed
  * and only the sync after it failed, the name is unregistered as the disk
  * says, and LS_INTERNAL says the delete's durability is not confirmed).
  * After a failure info->version is 0 unless the delete stands (that last

@@ -41,8 +41,14 @@ bool ls_state_file_name(char *out, size_t len, const char *name, const char *suf
 
 ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
     char ebuf[128];
-    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (space, permissions)",
-                        "state directory: %s %s: %s", what, file, strerror_r(errno, ebuf, sizeof ebuf));
+    /* A full disk or quota is the operator's to fix, and a client may
+     * retry once it is: not a bug of ours (500). */
+    const int e = errno;
+    if (e == ENOSPC || e == EDQUOT)
+        return ls_error_set(err, LS_INSUFFICIENT_STORAGE, NULL, "state directory: %s %s: %s", what, file,
+                            strerror_r(e, ebuf, sizeof ebuf));
+    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (permissions, errors in the kernel log)",
+                        "state directory: %s %s: %s", what, file, strerror_r(e, ebuf, sizeof ebuf));
 }
 
 /* ---- opening and the lock -------------------------------------------------- */
@@ -182,24 +188,18 @@ ls_status ls_state_stage(ls_state *s, const char *file, const void *data, size_t
     snprintf(t->tmp, sizeof t->tmp, ".tmp.%lu.%s", ++s->tmp_seq, file);
     int fd = openat(s->dirfd, t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        ls_state_fail(err, "cannot create", t->tmp);
+        const ls_status st = ls_state_fail(err, "cannot create", t->tmp);
         t->tmp[0] = '\0';
-        return LS_INTERNAL;
+        return st;
     }
     /* Each failure sets err from errno at once, before the clean-up
      * changes it. */
-    bool ok = ls_state_write_all(fd, data, len);
-    if (!ok) ls_state_fail(err, "cannot write", t->tmp);
-    if (ok && fsync(fd) != 0) {
-        ls_state_fail(err, "cannot sync", t->tmp);
-        ok = false;
-    }
-    if (close(fd) != 0 && ok) {
-        ls_state_fail(err, "cannot close", t->tmp);
-        ok = false;
-    }
-    if (!ok) ls_state_unstage(s, t);
-    return ok ? LS_OK : LS_INTERNAL;
+    ls_status st = LS_OK;
+    if (!ls_state_write_all(fd, data, len)) st = ls_state_fail(err, "cannot write", t->tmp);
+    if (st == LS_OK && fsync(fd) != 0) st = ls_state_fail(err, "cannot sync", t->tmp);
+    if (close(fd) != 0 && st == LS_OK) st = ls_state_fail(err, "cannot close", t->tmp);
+    if (st != LS_OK) ls_state_unstage(s, t);
+    return st;
 }
 
 void ls_state_unstage(ls_state *s, ls_state_staged *t) {
@@ -210,9 +210,9 @@ void ls_state_unstage(ls_state *s, ls_state_staged *t) {
 ls_status ls_state_place(ls_state *s, ls_state_staged *t, bool *placed, ls_error *err) {
     *placed = false;
     if (renameat(s->dirfd, t->tmp, s->dirfd, t->file) != 0) {
-        ls_state_fail(err, "cannot rename into place", t->file);
+        const ls_status st = ls_state_fail(err, "cannot rename into place", t->file);
         ls_state_unstage(s, t);
-        return LS_INTERNAL;
+        return st;
     }
     t->tmp[0] = '\0';
     *placed = true;

@@ -63,8 +63,9 @@ typedef struct {
  * place (the step that makes the save), then the floor, then a
  * NAME.deleted is dropped (best effort: one left behind is older than
  * the record, and a restore ignores it). *made says whether the record is
- * in place: true on LS_OK; on a failure (LS_INTERNAL, or
- * LS_INVALID_REQUEST for a name that breaks the name rule) true only
+ * in place: true on LS_OK; on a failure (LS_INSUFFICIENT_STORAGE for a
+ * full disk or quota, LS_INTERNAL, or LS_INVALID_REQUEST for a name that
+ * breaks the name rule) true only
  * when the rename happened and the sync of the directory after it
  * failed: the disk then says the new version, and the caller must say
  * the same (register it) while it reports the error. When *made is false

@@ -37,7 +37,8 @@ struct ls_state {
  * every file it names inside the state directory. */
 bool ls_state_file_name(char *out, size_t len, const char *name, const char *suffix);
 
-/* Sets err from errno: "state directory: <what> <file>: <errno text>". */
+/* Sets err from errno: "state directory: <what> <file>: <errno text>".
+ * Returns LS_INSUFFICIENT_STORAGE for ENOSPC or EDQUOT, else LS_INTERNAL. */
 ls_status ls_state_fail(ls_error *err, const char *what, const char *file);
 
 /* A file written under a temporary name, synced, waiting to be renamed

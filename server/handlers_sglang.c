@@ -41,7 +41,7 @@ static json_t *ls_sglang_loaded(const ls_request *req) {
  * to retry, a fault of the server) are kept. */
 static int ls_sglang_status(int status) {
     switch (status) {
-    case 401: case 403: case 413: case 429: case 500: case 503: return status;
+    case 401: case 403: case 413: case 429: case 500: case 503: case 507: return status;
     default: return 400;
     }
 }

@@ -53,6 +53,7 @@
     X(POOL_EXHAUSTED, 503)                                  \
     X(DEVICE_ERROR, 503)                                    \
     X(SHUTTING_DOWN, 503)                                   \
+    X(INSUFFICIENT_STORAGE, 507)                            \
     X(INTERNAL, 500)
 
 static const int ls_http_table[LS_STATUS_COUNT] = {

@@ -25,6 +25,7 @@ int __wrap_unlinkat(int dirfd, const char *path, int flags);
 
 static bool fs_counting, fs_crash, fs_did_fire;
 static long fs_n, fs_fail_at;
+static int fs_errno;
 static char fs_call[320];
 
 void fs_arm(long n, bool crash) {
@@ -32,6 +33,7 @@ void fs_arm(long n, bool crash) {
     fs_fail_at = n;
     fs_crash = crash;
     fs_did_fire = false;
+    fs_errno = 0;
     fs_call[0] = '\0';
     fs_counting = true;
 }
@@ -40,6 +42,7 @@ void fs_disarm(void) { fs_counting = false; }
 long fs_count(void) { return fs_n; }
 bool fs_fired(void) { return fs_did_fire; }
 const char *fs_fired_call(void) { return fs_call; }
+int fs_fired_errno(void) { return fs_errno; }
 
 /* True when this call is to fail (errno then set to e). */
 static bool fs_fail(const char *what, const char *path, int e) {
@@ -48,6 +51,7 @@ static bool fs_fail(const char *what, const char *path, int e) {
     const bool fail = fs_fail_at > 0 && (fs_n == fs_fail_at || (fs_crash && fs_n > fs_fail_at));
     if (fail && !fs_did_fire) {
         fs_did_fire = true;
+        fs_errno = e;
         snprintf(fs_call, sizeof fs_call, "%s %s", what, path ? path : "");
     }
     if (fail) errno = e;

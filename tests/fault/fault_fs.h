@@ -30,5 +30,7 @@ long fs_count(void);
  * failed call was ("renameat n0.adapter"), for messages. */
 bool fs_fired(void);
 const char *fs_fired_call(void);
+/* The errno the armed failure set (ENOSPC, EIO, EPERM); 0 before it. */
+int fs_fired_errno(void);
 
 #endif

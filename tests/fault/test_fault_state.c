@@ -11,12 +11,15 @@
  *   from the disk; LS_OK means the change was made (and comes back), an
  *   error means it was not, or, when the message says the change stands,
  *   that it was; a change not made leaves the files as they were (no
- *   floor or temporary file of a failed upload stays behind);
+ *   floor or temporary file of a failed upload stays behind); a
+ *   refusal with ENOSPC that stopped the change is
+ *   LS_INSUFFICIENT_STORAGE (507), every other failure LS_INTERNAL;
  * - a crash: a restart restores the registry from before the operation
  *   or from after it, never a mix, and a deleted adapter never comes
  *   back;
  * - both: the next load of the name gets the version after the last one
  *   the restored registry knows, never one given before. */
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -234,8 +237,15 @@ static bool fs_attempt(const fs_case *c, const fs_ref *r, long n, bool crash) {
     if (!crash) {
         if (!fs_same_registry(&mem, &disk)) fail_msg("%s: memory and disk disagree after %s", when, err.message);
         if (st == LS_OK && !was_done) fail_msg("%s: LS_OK, but the change is not on disk", when);
-        if (st != LS_OK && (!err.message[0] || st != LS_INTERNAL))
-            fail_msg("%s: failed with %s and no message", when, ls_status_code(st));
+        if (st != LS_OK && !err.message[0]) fail_msg("%s: failed with %s and no message", when, ls_status_code(st));
+        /* A full disk that stopped the change is the operator's to fix
+         * and the client's to retry (507); any other refusal, or one that
+         * came after the change stood, is 500. */
+        const ls_status want_st =
+            fs_fired_errno() == ENOSPC && !was_done ? LS_INSUFFICIENT_STORAGE : LS_INTERNAL;
+        if (st != LS_OK && st != want_st)
+            fail_msg("%s: failed with %s, not %s: %s", when, ls_status_code(st), ls_status_code(want_st),
+                     err.message);
         if (st != LS_OK && was_done != !!strstr(err.message, "its durability is not confirmed"))
             fail_msg("%s: the change was%s made, but the error says otherwise: %s", when, was_done ? "" : " not",
                      err.message);

@@ -283,7 +283,9 @@ static void test_refused_steps_agree_with_the_disk(void **state) {
 
 /* On a full state disk DELETE succeeds (it answered 500: the tombstone
  * was written first, so the API could not free space) and an upload
- * fails leaving nothing behind. */
+ * fails leaving nothing behind, with 507 insufficient_storage (it was
+ * 500 internal, "a bug"), which the same request passes once there is
+ * room. */
 static void test_full_disk_can_delete(void **state) {
     (void)state;
     if (mount("lorasink-test", state_dir, "tmpfs", 0, "size=256k,mode=0700") != 0) {
@@ -300,7 +302,11 @@ static void test_full_disk_can_delete(void **state) {
     while (write(fd, block, sizeof block) > 0) {
     }
     close(fd);
-    assert_int_equal(upload("b", false, NULL), 500);
+    json_t *j = NULL;
+    assert_int_equal(upload("b", false, &j), 507);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "insufficient_storage");
+    json_decref(j);
     assert_int_equal(del("a"), 200);
     restart();
     long status;
@@ -309,7 +315,7 @@ static void test_full_disk_can_delete(void **state) {
     version_of("b", &status);
     assert_int_equal(status, 404);
     assert_int_equal(unlink(filler), 0);
-    json_t *j = NULL;
+    assert_int_equal(upload("b", false, NULL), 201);
     assert_int_equal(upload("a", false, &j), 201);
     assert_int_equal(json_integer_value(json_object_get(j, "version")), 2);
     json_decref(j);

@@ -50,6 +50,9 @@ static void test_pool_outcomes(void **state) {
     assert_int_equal(ls_http_status(LS_ADAPTER_NOT_FOUND), 404);
     assert_int_equal(ls_http_status(LS_POOL_EXHAUSTED), 503);
     assert_int_equal(ls_http_status(LS_OVERLOADED), 429);
+    /* A full state disk is the operator's to fix, not a bug. */
+    assert_int_equal(ls_http_status(LS_INSUFFICIENT_STORAGE), 507);
+    assert_int_equal(ls_http_status(LS_INTERNAL), 500);
 }
 
 static bool is_http_number(long v) {

@@ -1017,14 +1017,14 @@ static void test_full_disk(void **state) {
     fill_disk(dir);
     ls_error err;
     ls_error_init(&err);
-    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INSUFFICIENT_STORAGE);
     assert_int_equal(litter(dir, "c"), 0);
     ls_error_clear(&err);
-    assert_int_equal(pc_load(f.p, "a", 2, false, true, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(pc_load(f.p, "a", 2, false, true, NULL, NULL, &err), LS_INSUFFICIENT_STORAGE);
     assert_int_equal(pc_describe(f.p, "a").version, 1);
     ls_error_clear(&err);
     free_one_page(dir);
-    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INTERNAL);
+    assert_int_equal(pc_load(f.p, "c", 1, false, false, NULL, NULL, &err), LS_INSUFFICIENT_STORAGE);
     assert_int_equal(litter(dir, "c"), 0);
     ls_error_clear(&err);
     fill_disk(dir);
