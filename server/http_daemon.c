@@ -51,8 +51,10 @@ static void ls_http_log(void *cls, const char *fmt, va_list ap) {
     size_t l = strlen(msg);
     while (l && (msg[l - 1] == '\n' || msg[l - 1] == '\r')) msg[--l] = '\0';
     /* libmicrohttpd says this of every failed TLS handshake: a client's
-     * doing, told as such (server/tls.c logs a refused certificate). */
+     * doing, told as such, unless server/tls.c has just said why (a
+     * refused certificate, with the client's address). */
     if (!strcmp(msg, "Error: received handshake message out of context.")) {
+        if (ls_tls_refusal_logged()) return;
         ls_log_info("tls: a handshake failed: the client spoke plain HTTP to this HTTPS port, is not TLS 1.2 or "
                     "later, refused the certificate, or gave no valid client certificate");
         return;

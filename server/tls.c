@@ -163,6 +163,21 @@ static void ls_tls_peer(gnutls_session_t session, char *host, size_t len) {
     getnameinfo(ci->client_addr, alen, host, (socklen_t)len, NULL, 0, NI_NUMERICHOST);
 }
 
+/* When this thread last logged a refused client certificate; zero:
+ * never, or already reported. libmicrohttpd logs its generic line of
+ * the failed handshake right after, in the thread that ran it. */
+static _Thread_local struct timespec ls_tls_refused_at;
+
+bool ls_tls_refusal_logged(void) {
+    const struct timespec at = ls_tls_refused_at;
+    if (at.tv_sec == 0 && at.tv_nsec == 0) return false;
+    ls_tls_refused_at = (struct timespec){0};
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    /* Bounded so that a refusal never silences a later, other failure. */
+    return now.tv_sec - at.tv_sec < 2;
+}
+
 /* The client's certificate, checked during the handshake: it must chain
  * to a CA of --tls-client-ca, be valid now and allow client use. Non-zero
  * ends the handshake. */
@@ -181,6 +196,7 @@ static int ls_tls_verify_client(gnutls_session_t session) {
     snprintf(reason, sizeof reason, "%s", have_text ? (const char *)text.data : rc ? gnutls_strerror(rc) : "not valid");
     for (size_t n = strlen(reason); n && reason[n - 1] == ' '; n--) reason[n - 1] = '\0';
     ls_log_info("tls: client certificate from %s refused: %s", host, reason);
+    clock_gettime(CLOCK_MONOTONIC, &ls_tls_refused_at);
     if (have_text) gnutls_free(text.data);
     return GNUTLS_E_CERTIFICATE_ERROR;
 }

@@ -50,6 +50,12 @@ void ls_tls_connection_started(ls_tls *tls, struct MHD_Connection *conn, int fd,
  * closes. */
 void ls_tls_connection_closed(ls_tls *tls, void *slot);
 
+/* For libmicrohttpd's log callback, on its generic line of a failed
+ * handshake: true when this thread has just logged why (a refused client
+ * certificate, with the client's address), so the generic line is not
+ * needed. Consumes what it reports. */
+bool ls_tls_refusal_logged(void);
+
 /* " (TLS)" or " (TLS, client certificates required)", for the start-up
  * log line; static. */
 const char *ls_tls_describe(const ls_tls *tls);

@@ -299,6 +299,24 @@ def check_probe(binary, port, srv):
     lsys.ok("--probe asks /ready over TLS with the server's files (exit 0), and without them exits 1 saying why")
 
 
+def check_one_line_each(log):
+    """Each refused handshake above logs one line: a refused certificate
+    its own, with the client's address (it was followed by the generic
+    line too), a missing one the generic line."""
+    deadline = time.time() + 20
+    while True:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        refused, generic = text.count("tls: client certificate from"), text.count("tls: a handshake failed")
+        if refused >= 2 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    if (refused, generic) != (2, 2):
+        lsys.fail("four refused handshakes (two certificates refused, two missing) logged %d refused-certificate and "
+                  "%d generic lines, not 2 and 2; the log ends:\n%s" % (refused, generic, lsys.log_tail(log)))
+    lsys.ok("each refused handshake logs one line, a refused certificate with the client's address")
+
+
 def check_client_certs(binary, d, ca, other_ca):
     srv = make_leaf(d, "mtls-server", ca, "serverAuth")
     good = make_leaf(d, "good-client", ca, "clientAuth")
@@ -319,6 +337,7 @@ def check_client_certs(binary, d, ca, other_ca):
                 lsys.fail("%s: exit %d, status %s: %s" % (label, rc, code, body))
             lsys.ok("%s is refused in the handshake (curl exit %d: %s)" % (label, rc, err.strip()))
         wait_log(log, "tls: client certificate from 127.0.0.1 refused", 0)
+        check_one_line_each(log)
         rc, code, body, err = curl(port, "/health", ca[0], good)
         if code != "200":
             lsys.fail("a client certificate of the CA: exit %d, status %s: %s %s" % (rc, code, body, err))
