@@ -247,7 +247,11 @@ ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const
     /* The size may change while read: read to the end, capped at max + 1. */
     size_t cap = (size_t)st.st_size + 1, n = 0;
     uint8_t *buf = malloc(cap);
-    if (!buf) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+    if (!buf) {
+        ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+        errno = ENOMEM;
+        return LS_INTERNAL;
+    }
     for (;;) {
         if (n == cap) {
             if (n > max) break;
@@ -255,7 +259,9 @@ ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const
             uint8_t *nb = realloc(buf, grow);
             if (!nb) {
                 free(buf);
-                return ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+                ls_error_set(err, LS_INTERNAL, NULL, "out of memory reading %s", what);
+                errno = ENOMEM;
+                return LS_INTERNAL;
             }
             buf = nb;
             cap = grow;
@@ -263,10 +269,13 @@ ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const
         ssize_t r = pread(fd, buf + n, cap - n, (off_t)n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
+            const int e = errno;
             char ebuf[128];
-            ls_error_set(err, code, NULL, "cannot read %s: %s", what, strerror_r(errno, ebuf, sizeof ebuf));
+            ls_error_set(err, LS_INTERNAL, "the file could not be read now; retry, and check the disk (its errors are in "
+                         "the kernel log)", "cannot read %s: %s", what, strerror_r(e, ebuf, sizeof ebuf));
             free(buf);
-            return code;
+            errno = e;
+            return LS_INTERNAL;
         }
         if (r == 0) break;
         n += (size_t)r;
@@ -278,6 +287,10 @@ ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const
     *data = buf;
     *len = n;
     return LS_OK;
+}
+
+bool ls_file_errno_transient(int e) {
+    return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS || e == EIO;
 }
 
 ls_file_stamp ls_file_stamp_of(const struct stat *st) {

@@ -57,6 +57,11 @@ typedef struct {
 ls_file_stamp ls_file_stamp_of(const struct stat *st);
 bool ls_file_stamp_same(const ls_file_stamp *a, const ls_file_stamp *b);
 
+/* True for an errno that says the server ran short (descriptors,
+ * memory, buffers) or the disk failed: nothing in the file or its path
+ * to fix, nothing to remember against it; a retry may pass. */
+bool ls_file_errno_transient(int e);
+
 /* What a file of this mode is, for a message ("a directory", "a FIFO",
  * ... "not a regular file"); only for modes that are not regular. */
 const char *ls_file_kind(mode_t mode);
@@ -65,7 +70,10 @@ const char *ls_file_kind(mode_t mode);
  * buffer (*data, *len; caller frees *data). More than max bytes is
  * refused, also when the file grows while read; a file cut short while
  * read simply gives fewer bytes (which the format checks then refuse).
- * what names the file in messages, which never hold its bytes. */
+ * what names the file in messages, which never hold its bytes. What is
+ * wrong with the file is code; out of memory, and a read the disk failed
+ * (EIO, say), are LS_INTERNAL, with errno ENOMEM or the read's: nothing
+ * in the file to fix, and a retry may pass. */
 ls_status ls_file_read_fd(int fd, size_t max, uint8_t **data, size_t *len, const char *what, ls_status code,
                           ls_error *err);
 

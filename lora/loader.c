@@ -143,7 +143,10 @@ static int ls_loader_open_fail(int dirfd, const char *name, const char *shown, b
         ls_error_set(err, LS_INVALID_REQUEST, ls_loader_out_hint(dirfd, name),
                      "path \"%s\" leads out of the adapter directory", ls_text_tail(shown).s);
     else if (errno == ESTALE)
-        ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
+        /* A rename raced the open (or an NFS handle went stale): the
+         * request is right and a retry may pass, so neither 400 nor a
+         * failure to remember. */
+        ls_error_set(err, LS_INTERNAL, "retry once the directory stays put",
                      "path \"%s\" was moved or replaced while it was opened", ls_text_tail(shown).s);
     else if (errno == ENOENT || errno == ENOTDIR) {
         if (absent) *absent = true;
@@ -159,14 +162,25 @@ static int ls_loader_open_fail(int dirfd, const char *name, const char *shown, b
         ls_error_set(err, LS_INTERNAL, "retry: the adapter directory was changing while the path was resolved",
                      "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s,
                      strerror_r(errno, ebuf, sizeof ebuf));
-    else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EIO || errno == ENOBUFS)
+    else if (ls_file_errno_transient(errno))
         /* The server ran short (descriptors, memory) or the disk failed:
          * nothing the client can fix in its path, and nothing to remember
          * against the file. */
         ls_error_set(err, LS_INTERNAL, "the server is short of a resource now; retry, and check its limits (ulimit -n)",
                      "path \"%s\" cannot be opened now: %s", ls_text_tail(shown).s,
                      strerror_r(errno, ebuf, sizeof ebuf));
-    else
+    else if (errno == EACCES || errno == EPERM) {
+        /* Nothing in the request is wrong: the file's owner or mode
+         * keeps the server out (files fetched as root in a container). */
+        const int e = errno;
+        char hint[256];
+        snprintf(hint, sizeof hint,
+                 "the server runs as uid %u, which may not read it: give that user read access to the file and "
+                 "search (x) access to every directory above it",
+                 (unsigned)geteuid());
+        ls_error_set(err, LS_INVALID_REQUEST, hint, "path \"%s\" cannot be opened: %s", ls_text_tail(shown).s,
+                     strerror_r(e, ebuf, sizeof ebuf));
+    } else
         ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be opened: %s", ls_text_tail(shown).s,
                      strerror_r(errno, ebuf, sizeof ebuf));
     return -1;
@@ -514,7 +528,7 @@ static ls_status ls_loader_sibling_config(const ls_loader *ld, const char *rel, 
     if (dir_now >= 0) close(dir_now);
     if (!same) {
         close(dir);
-        return ls_error_set(err, LS_INVALID_REQUEST, "retry once the directory stays put",
+        return ls_error_set(err, LS_INTERNAL, "retry once the directory stays put",
                             "path \"%s\" was moved or replaced while it was opened", ls_text_tail(rel).s);
     }
     bool absent = false;

@@ -188,7 +188,8 @@ static ls_status ls_policy_reload(ls_pool *p, ls_pool_entry *e, ls_error *err) {
     ls_error_init(&why);
     ls_status st = p->cfg.reload(p->cfg.reload_ctx, e->source_path, &e->params, &tmp, &why);
     if (st == LS_INTERNAL) {
-        ls_error_set(err, st, NULL, "adapter '%s': reading %s back failed: %s", e->name, e->source_path, why.message);
+        ls_error_set(err, st, why.hint[0] ? why.hint : NULL, "adapter '%s': reading %s back failed: %s", e->name,
+                     e->source_path, why.message);
     } else if (st != LS_OK) {
         ls_error_set(err, LS_ADAPTER_STALE, NULL, "adapter '%s' version %" PRIu64 " cannot be read back from %s: %s",
                      e->name, e->version, e->source_path, why.message);

@@ -5,7 +5,8 @@
  * directory, the merge of stated over own parameters, and one adapter
  * loaded from a PEFT directory, from a bare .safetensors file, from
  * tensors in memory and by the host tier's reload giving the same factors
- * whenever the parameters agree. */
+ * whenever the parameters agree; a file the server may not read, and a
+ * read the disk fails, answered as what they are. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -928,6 +930,87 @@ static void test_failures_remembered(void **state) {
     free(dir);
 }
 
+/* A read the disk fails (EIO) was answered with the caller's code: 400
+ * for an adapter file, 422 for its adapter_config.json, both remembered
+ * against a file with nothing wrong in it. It is LS_INTERNAL now, with a
+ * hint to retry, and errno says why. /proc/self/mem is a regular file
+ * whose first page, unmapped, reads as EIO. */
+static void test_read_error_is_not_the_files(void **state) {
+    (void)state;
+    int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        print_message("skipped: /proc/self/mem cannot be opened here (%s)\n", strerror(errno));
+        skip();
+    }
+    uint8_t *data = NULL;
+    size_t len = 0;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_file_read_fd(fd, 1 << 20, &data, &len, "mem", LS_ADAPTER_CONFIG_INVALID, &err), LS_INTERNAL);
+    assert_int_equal(errno, EIO);
+    assert_null(data);
+    assert_non_null(strstr(err.message, "cannot read mem: Input/output error"));
+    assert_non_null(strstr(err.hint, "retry, and check the disk"));
+    ls_error_free(&err);
+    close(fd);
+}
+
+/* In a child as uid and gid 65534 (as root) or as this user: loading
+ * path gives LS_INVALID_REQUEST, "Permission denied" and a hint naming
+ * the uid and what to grant. The exit status says which failed. */
+static int load_unreadable(const ls_loader *ld, const char *path) {
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+                           setresuid(65534, 65534, 65534) != 0))
+        return 2;
+    char uid[64];
+    snprintf(uid, sizeof uid, "runs as uid %u", (unsigned)geteuid());
+    ls_adapter a;
+    ls_adapter_origin o;
+    ls_error err;
+    ls_error_init(&err);
+    const ls_adapter_source src = {.path = path};
+    const ls_status st = ls_loader_load(ld, &src, &a, &o, &err);
+    fprintf(stderr, "  %s: %s (%s)\n", path, err.message, err.hint);
+    if (st != LS_INVALID_REQUEST) return 3;
+    if (!strstr(err.message, "Permission denied")) return 4;
+    if (!strstr(err.hint, uid) || !strstr(err.hint, "read access")) return 5;
+    return 0;
+}
+
+/* A file the server's user may not read (fetched as root into a
+ * container, say) was 400 with the hint to read the API reference; the
+ * hint now names the server's uid and what it needs. Root reads every
+ * file, so the loader runs in a child that gives that up. */
+static void test_unreadable_file(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    write_adapters(dir);
+    char path[4200];
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/peft", dir);
+    assert_int_equal(chmod(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/peft/adapter_config.json", dir);
+    assert_int_equal(chmod(path, 0), 0);
+    snprintf(path, sizeof path, "%s/bare.safetensors", dir);
+    assert_int_equal(chmod(path, 0), 0);
+    ls_loader ld = make_loader(dir);
+    const char *const paths[] = {"bare.safetensors", "peft"};
+    for (int i = 0; i < 2; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) _exit(load_unreadable(&ld, paths[i]));
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) == 2) fail_msg("cannot become uid 65534 to test an unreadable file");
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    ls_loader_close(&ld);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_way_in_gives_the_same_factors),
@@ -944,6 +1027,8 @@ int main(void) {
         cmocka_unit_test(test_rewritten_while_read),
         cmocka_unit_test(test_files_checked_before_read),
         cmocka_unit_test(test_failures_remembered),
+        cmocka_unit_test(test_unreadable_file),
+        cmocka_unit_test(test_read_error_is_not_the_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
