@@ -47,8 +47,12 @@ ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
     if (e == ENOSPC || e == EDQUOT)
         return ls_error_set(err, LS_INSUFFICIENT_STORAGE, NULL, "state directory: %s %s: %s", what, file,
                             strerror_r(e, ebuf, sizeof ebuf));
-    return ls_error_set(err, LS_INTERNAL, "check the disk of --state-dir (permissions, errors in the kernel log)",
-                        "state directory: %s %s: %s", what, file, strerror_r(e, ebuf, sizeof ebuf));
+    /* Short of descriptors or memory: the disk is fine. */
+    const char *hint = e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS
+                           ? "the server is short of a resource now; retry, and check its limits (ulimit -n)"
+                           : "check the disk of --state-dir (permissions, a read-only mount, errors in the kernel log)";
+    return ls_error_set(err, LS_INTERNAL, hint, "state directory: %s %s: %s", what, file,
+                        strerror_r(e, ebuf, sizeof ebuf));
 }
 
 /* ---- opening and the lock -------------------------------------------------- */

@@ -40,9 +40,10 @@ static bool ls_state_meta_u64(const ls_tensor_set *set, const char *key, uint64_
 
 /* What reading a record gave: the record, a file that is not one, one
  * larger than any record this pool could hold (never read), or no memory
- * to tell (which says nothing about the file: it must not be set aside
- * for it). */
-typedef enum { LS_DECODED, LS_DECODE_BAD, LS_DECODE_HUGE, LS_DECODE_NOMEM } ls_state_decoded;
+ * to tell, or a file that could not be read now (the disk failed, a
+ * permission, no descriptor left); the last two say nothing about the
+ * file: it must not be set aside for them. */
+typedef enum { LS_DECODED, LS_DECODE_BAD, LS_DECODE_HUGE, LS_DECODE_NOMEM, LS_DECODE_IO } ls_state_decoded;
 
 /* jansson's out of memory where it says so: json_unpack's error code, or
  * a parse that failed before it could name a reason (its buffer could not
@@ -92,9 +93,12 @@ static ls_state_decoded ls_state_read_record(const ls_state *s, const char *file
     char ebuf[128];
     struct stat sb;
     int fd = ls_state_open_file(s, file, &sb);
-    if (fd < 0 && !errno) snprintf(why, why_len, "is %s, not a record", ls_file_kind(sb.st_mode));
-    else if (fd < 0) snprintf(why, why_len, "cannot be opened (%s)", strerror_r(errno, ebuf, sizeof ebuf));
-    if (fd < 0) return LS_DECODE_BAD;
+    const int e = fd < 0 ? errno : 0;
+    if (fd < 0 && !e) snprintf(why, why_len, "is %s, not a record", ls_file_kind(sb.st_mode));
+    else if (fd < 0) snprintf(why, why_len, "cannot be opened (%s)", strerror_r(e, ebuf, sizeof ebuf));
+    /* Gone, or a link swapped in: not a record. Anything else is the
+     * disk's or the process's, not the file's. */
+    if (fd < 0) return !e || e == ENOENT || e == ELOOP ? LS_DECODE_BAD : LS_DECODE_IO;
     ls_state_decoded d = LS_DECODED;
     if ((uint64_t)sb.st_size > s->max_record) {
         snprintf(why, why_len, "is %lld bytes, more than any record this pool could hold (%zu)", (long long)sb.st_size,
@@ -104,9 +108,14 @@ static ls_state_decoded ls_state_read_record(const ls_state *s, const char *file
         ls_error err;
         ls_error_init(&err);
         ls_status st = ls_file_read_fd(fd, s->max_record, bytes, len, file, LS_INVALID_REQUEST, &err);
+        const int read_errno = errno; /* with LS_INTERNAL, ENOMEM: a malloc failed; else the read's */
         ls_error_free(&err);
-        snprintf(why, why_len, "cannot be read");
-        d = st == LS_OK ? LS_DECODED : st == LS_INTERNAL ? LS_DECODE_NOMEM : LS_DECODE_BAD;
+        if (st == LS_INTERNAL) snprintf(why, why_len, "cannot be read (%s)", strerror_r(read_errno, ebuf, sizeof ebuf));
+        else snprintf(why, why_len, "cannot be read");
+        d = st == LS_OK ? LS_DECODED
+            : st != LS_INTERNAL ? LS_DECODE_BAD
+            : read_errno == ENOMEM ? LS_DECODE_NOMEM
+                                   : LS_DECODE_IO;
     }
     close(fd);
     return d;
@@ -228,13 +237,18 @@ ls_status ls_state_read(ls_state *s, const char *name, uint64_t version, ls_adap
         ls_state_decode(s, file, name, &rec, out, source, sizeof source, nm, sizeof nm, why, sizeof why);
     if (d == LS_DECODE_NOMEM)
         return ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s back", file);
+    if (d == LS_DECODE_IO)
+        return ls_error_set(err, LS_INTERNAL,
+                            "retry; check the disk of --state-dir (errors in the kernel log) and the server's limits "
+                            "(ulimit -n)",
+                            "state directory: %s cannot be read back now: it %s", file, why);
     if (d != LS_DECODED)
         return ls_error_set(err, LS_INTERNAL, "the state directory was changed behind the server",
                             "state directory: %s cannot be read back: it %s", file, why);
     if (rec.version != version) {
         ls_adapter_free(out);
-        return ls_error_set(err, LS_INTERNAL, NULL, "state directory: %s holds version %" PRIu64 ", not %" PRIu64,
-                            file, rec.version, version);
+        return ls_error_set(err, LS_INTERNAL, "the state directory was changed behind the server",
+                            "state directory: %s holds version %" PRIu64 ", not %" PRIu64, file, rec.version, version);
     }
     return LS_OK;
 }
@@ -569,6 +583,14 @@ static ls_status ls_state_restore_record(ls_state *s, const char *file, const ch
         ls_state_decode(s, file, name, &rec, &a, source, sizeof source, nm, sizeof nm, why, sizeof why);
     if (d == LS_DECODE_NOMEM)
         return ls_error_set(err, LS_INTERNAL, NULL, "state directory: out of memory reading %s", file);
+    if (d == LS_DECODE_IO)
+        /* Setting it aside would drop an acknowledged adapter for a
+         * failure of the disk or the process, not of the file. */
+        return ls_error_set(err, LS_INTERNAL,
+                            "check the disk of --state-dir (errors in the kernel log), its permissions and the "
+                            "server's limits (ulimit -n); to start without this adapter, move the file out of the "
+                            "directory",
+                            "state directory: %s %s", file, why);
     if (d != LS_DECODED) {
         s->unrestored++;
         return ls_state_set_aside_record(s, file, name, d, why, tomb, ctx, err);

@@ -250,7 +250,11 @@ static bool ls_server_open_adapters(ls_server *srv, const ls_config *cfg, ls_err
      * registry back as it was acknowledged. */
     int restored = 0;
     if ((st = ls_pool_restore(srv->pool, &restored, err)) != LS_OK) {
-        ls_log_error("state directory: %s", err->message);
+        /* Its messages mostly name the state directory already; the hint
+         * says what to do about a record that cannot be read. */
+        const bool named = !strncmp(err->message, "state directory", 15);
+        ls_log_error("%s%s%s%s%s", named ? "" : "state directory: ", err->message, err->hint[0] ? " (" : "",
+                     err->hint, err->hint[0] ? ")" : "");
         return false;
     }
     if (srv->state) ls_log_info("state directory %s: %d adapter(s) restored", cfg->state_dir, restored);
