@@ -570,6 +570,17 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
                              "reorder the rows before upload, or drop gate_up_order",
                              "gate_up_order \"%s\" applies to PEFT factors only",
                              ls_gate_up_order_name(params->gate_up_order));
+    /* Pool buffers are used as they are, times scale: PEFT's scale terms
+     * stated with them would be dropped without a word. */
+    const char *peft_term = params->has_alpha ? "lora_alpha"
+                            : params->has_rslora && params->use_rslora ? "use_rslora"
+                                                                        : ls_peft_rules_scaling(rules);
+    if (c.format == LS_ADAPTER_FORMAT_POOL && peft_term)
+        ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
+                             "pool-format factors are used as they are, times scale (1 when not given): fold the "
+                             "scale into gate_up_lora_b and down_lora_b, or send scale = lora_alpha / r (/ sqrt(r) "
+                             "with rsLoRA) in place of PEFT's terms",
+                             "%s applies to PEFT factors only, and these are pool-format", peft_term);
     ls_adapter_check_data(&c);
     ls_adapter_check_finite(&c);
     if (n_peft + n_pool == 0) ls_adapter_report_empty(&c, tensors, dims, n_other);

@@ -441,6 +441,10 @@ bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alp
     return hit != NULL;
 }
 
+const char *ls_peft_rules_scaling(const ls_peft_rules *r) {
+    return !r ? NULL : r->n_alpha ? "alpha_pattern" : r->n_rank ? "rank_pattern" : NULL;
+}
+
 bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, ls_peft_key *first, ls_peft_key *later) {
     const ls_rule *hit = r ? ls_rules_first(r, r->alpha, r->n_alpha, module) : NULL;
     if (!hit) return false;

@@ -47,6 +47,9 @@ void ls_peft_rules_free(ls_peft_rules *r);
 int ls_peft_rules_rank(const ls_peft_rules *r, const char *module, const char **key);
 /* alpha_pattern's value for module into *alpha; false when no key matches. */
 bool ls_peft_rules_alpha(const ls_peft_rules *r, const char *module, double *alpha, const char **key);
+/* The pattern that gives some module its own scale: "rank_pattern",
+ * "alpha_pattern", or NULL when r has neither. */
+const char *ls_peft_rules_scaling(const ls_peft_rules *r);
 
 /* A pattern key as the rules hold it: its text and value (borrowed), and
  * its place in adapter_config.json's pattern (1..), 0 when the request

@@ -5,6 +5,7 @@
  * checks that depend on a failed one. */
 #include <math.h>
 
+#include "lora/adapter_rules.h"
 #include "tests/util/adapter_fixture.h"
 
 /* Full name of buffer buf ("gate_up_lora_a", ...) of layer l. */
@@ -349,6 +350,44 @@ static void test_pool_dtype_and_nonfinite(void **state) {
     assert_int_equal(f->err.n_violations, 2);
 }
 
+/* Pool buffers are used as they are, times scale: a stated lora_alpha,
+ * use_rslora or alpha_pattern used to load with scale 1, the term
+ * dropped without a word (a newcomer who forgot to fold the scale got
+ * other outputs than PEFT's). Each is refused naming itself; scale, and
+ * use_rslora false, still load. */
+static void test_peft_terms_refused(void **state) {
+    tu_fx *f = *state;
+    tu_add_pool_layer(&f->s, &f->d, 0, 1, 2, 0);
+    tu_add_pool_layer(&f->s, &f->d, 1, 1, 2, 0);
+    ls_adapter_params alpha = {.has_alpha = true, .lora_alpha = 16};
+    ls_adapter_params rslora = {.has_rslora = true, .use_rslora = true};
+    ls_adapter_params pattern = {0};
+    ls_error perr;
+    ls_error_init(&perr);
+    assert_int_equal(ls_peft_rules_from_text("alpha_pattern", "{\"down_proj\": 4}", "metadata", pattern.peft,
+                                             sizeof pattern.peft, &perr),
+                     LS_OK);
+    ls_error_free(&perr);
+    const ls_adapter_params *refused[] = {&alpha, &rslora, &pattern};
+    const char *const term[] = {"lora_alpha applies", "use_rslora applies", "alpha_pattern applies"};
+    for (int i = 0; i < 3; i++) {
+        ls_error_clear(&f->err);
+        tu_expect_fail(&f->s, refused[i], &f->d, &f->p, LS_ADAPTER_CONFIG_INVALID, &f->err);
+        const ls_violation *v = tu_expect(&f->err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA);
+        assert_non_null(strstr(v->message, term[i]));
+        assert_non_null(strstr(v->hint, "scale = lora_alpha / r"));
+        assert_int_equal(f->err.n_violations, 1);
+    }
+    const ls_adapter_params ok[] = {{.has_scale = true, .scale = 2}, {.has_rslora = true, .use_rslora = false}};
+    for (int i = 0; i < 2; i++) {
+        ls_adapter a;
+        ls_error_clear(&f->err);
+        assert_int_equal(ls_adapter_normalise(&f->s, &ok[i], &f->d, &f->p, &a, &f->err), LS_OK);
+        assert_true(a.meta.scale == (i == 0 ? 2.0 : 1.0));
+        ls_adapter_free(&a);
+    }
+}
+
 int main(void) {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, tu_fx_setup, tu_fx_teardown)
     const struct CMUnitTest tests[] = {
@@ -373,6 +412,7 @@ int main(void) {
         T(test_rank_across_layers),
         T(test_rank_too_large),
         T(test_config_rank),
+        T(test_peft_terms_refused),
         T(test_layout_unsupported),
         T(test_pool_dtype_and_nonfinite),
     };
