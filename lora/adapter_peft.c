@@ -216,7 +216,18 @@ static void ls_peft_check_layer(ls_adapter_ctx *c, int l) {
         const ls_adapter_in *in = a->name ? a : b;
         char module[192], layers[96];
         long long index;
-        if (ls_peft_rules_layer_ok(c->rules, ls_adapter_module_name(in, module, sizeof module), &index)) continue;
+        const char *scope = ls_peft_rules_left_out(c->rules, ls_adapter_module_name(in, module, sizeof module));
+        if (scope) {
+            ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, l, in->name, LS_NA, LS_NA, LS_NA,
+                                 "correct target_modules and exclude_modules in the config, or leave out the factors "
+                                 "of the modules they leave out",
+                                 "layer %d: %s is a factor of %s, which the config's %s %s: PEFT would neither create "
+                                 "nor load it",
+                                 l, in->name, module, scope,
+                                 strcmp(scope, "exclude_modules") ? "does not name" : "names");
+            continue;
+        }
+        if (ls_peft_rules_layer_ok(c->rules, module, &index)) continue;
         ls_peft_rules_layers_str(c->rules, layers, sizeof layers);
         if (index >= 0)
             ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, l, in->name, LS_NA, LS_NA, index,

@@ -17,6 +17,16 @@
 
 #define LS_RULES_MAX_LAYERS 4096 /* entries of layers_to_transform kept */
 
+/* target_modules or exclude_modules as PEFT's check_target_module_exists
+ * reads them: an expression the whole name must match, or names that
+ * are the module's or its end after a '.'. */
+typedef struct {
+    bool given;
+    ls_regex *re; /* (expression)\Z; NULL: names */
+    char **names;
+    size_t n_names;
+} ls_rule_scope;
+
 typedef struct {
     char *key;
     ls_regex *re; /* (.*\.)?(key)$ */
@@ -35,6 +45,7 @@ struct ls_peft_rules {
     size_t n_names;
     char **params; /* target_parameters entries that can name a shared expert's weight */
     size_t n_params;
+    ls_rule_scope targets, excludes; /* target_modules, exclude_modules */
 };
 
 /* Ends a key may have to concern a shared expert: a leaf, or the weight
@@ -226,6 +237,55 @@ static bool ls_projection_weight(const char *s) {
     return ls_ends_with(s, ".weight") && (strstr(s, "proj") || strstr(s, "_linear"));
 }
 
+/* re.fullmatch(expr, name) as re.match("(expr)\Z", name); NULL when
+ * this engine cannot evaluate expr exactly. */
+static ls_regex *ls_full_compile(const char *expr) {
+    size_t n = strlen(expr);
+    char *pat = malloc(n + 8), why[160];
+    if (!pat) return NULL;
+    snprintf(pat, n + 8, "(%s)\\Z", expr);
+    ls_regex *re = NULL;
+    ls_regex_compile(pat, &re, why, sizeof why);
+    free(pat);
+    return re;
+}
+
+/* Most bytes a scope takes in the compact text: a longer list of names
+ * (one per layer, say) is not kept, and its factors go unchecked. */
+#define LS_RULES_SCOPE_MAX 2048
+
+/* target_modules or exclude_modules (key) as out's as: an expression, or
+ * the names that can end a shared expert's module name (kept even when
+ * none can: then no factor is targeted). Not kept, so that every factor
+ * stays as before: "all-linear" (which the shared experts are), an
+ * expression this engine cannot evaluate exactly, a list too long. */
+static bool ls_rules_scope(const json_t *obj, const char *key, const char *as, json_t *out) {
+    json_t *v = json_object_get(obj, key);
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        ls_regex *re = strcmp(s, "all-linear") ? ls_full_compile(s) : NULL;
+        const bool keep = re != NULL;
+        ls_regex_free(re);
+        return !keep || !json_object_set(out, as, v);
+    }
+    if (!json_is_array(v) || (!json_array_size(v) && strcmp(key, "target_modules"))) return true;
+    json_t *names = json_array();
+    if (!names) return false;
+    size_t i;
+    json_t *e;
+    bool ok = true;
+    json_array_foreach(v, i, e) {
+        if (ok && json_is_string(e) && ls_key_may_concern(json_string_value(e))) ok = !json_array_append(names, e);
+    }
+    char *text = ok ? json_dumps(names, JSON_COMPACT) : NULL;
+    ok = ok && text;
+    if (ok && strlen(text) <= LS_RULES_SCOPE_MAX && (json_array_size(names) || !strcmp(key, "target_modules")))
+        ok = !json_object_set(out, as, names);
+    free(text);
+    json_decref(names);
+    return ok;
+}
+
 /* target_modules: its kind decides whether layers_to_transform applies,
  * and its full module names bypass it. Only names that can be a shared
  * expert's are kept. */
@@ -284,13 +344,19 @@ static ls_status ls_rules_write(const json_t *out, char *text, size_t len, ls_er
 ls_status ls_peft_rules_from_config(const json_t *obj, bool from_file, char *text, size_t len, ls_error *err) {
     json_t *out = json_object();
     if (!out) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    /* A step that failed without a violation ran out of memory. */
+    const size_t said = err->n_violations + (size_t)err->dropped;
     bool ok = ls_rules_pattern(obj, "rank_pattern", from_file, out, err);
     ok &= ls_rules_pattern(obj, "alpha_pattern", from_file, out, err);
     ok &= ls_rules_layers(obj, out, err);
     ok &= ls_rules_layers_pattern(obj, out, err);
     ok &= ls_rules_targets(obj, out, err);
     ok &= ls_rules_params(obj, out, err);
-    ls_status st = ok ? ls_rules_write(out, text, len, err) : LS_ADAPTER_CONFIG_INVALID;
+    ok &= ls_rules_scope(obj, "target_modules", "targets", out) && ls_rules_scope(obj, "exclude_modules", "excludes", out);
+    ls_status st = ok                                                ? ls_rules_write(out, text, len, err)
+                   : err->n_violations + (size_t)err->dropped > said ? LS_ADAPTER_CONFIG_INVALID
+                                                                     : ls_error_set(err, LS_INTERNAL, NULL,
+                                                                                    "out of memory reading the config");
     json_decref(out);
     return st;
 }
@@ -307,6 +373,13 @@ static json_t *ls_rules_as_config(const char *text) {
         json_array_foreach(pairs, i, p) json_object_set(obj, json_string_value(json_array_get(p, 0)), json_array_get(p, 1));
         if (pairs) json_object_set(c, names[k], obj);
         json_decref(obj);
+    }
+    /* The scopes back under the config's names: a merge parses this again. */
+    const char *scope[2][2] = {{"targets", "target_modules"}, {"excludes", "exclude_modules"}};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(c, scope[k][0]);
+        if (v) json_object_set(c, scope[k][1], v);
+        json_object_del(c, scope[k][0]);
     }
     return c;
 }
@@ -341,6 +414,10 @@ void ls_peft_rules_free(ls_peft_rules *r) {
     ls_rules_free_list(r->patterns, r->n_patterns);
     ls_rules_free_list(r->names, r->n_names);
     ls_rules_free_list(r->params, r->n_params);
+    ls_regex_free(r->targets.re);
+    ls_rules_free_list(r->targets.names, r->targets.n_names);
+    ls_regex_free(r->excludes.re);
+    ls_rules_free_list(r->excludes.names, r->excludes.n_names);
     free(r);
 }
 
@@ -373,6 +450,13 @@ static bool ls_rules_load_strings(const json_t *arr, char ***out, size_t *n) {
     return true;
 }
 
+/* A scope from the compact text (v: absent, an expression or names). */
+static bool ls_rules_load_scope(const json_t *v, ls_rule_scope *s) {
+    s->given = v != NULL;
+    if (json_is_string(v)) return (s->re = ls_full_compile(json_string_value(v))) != NULL;
+    return !v || ls_rules_load_strings(v, &s->names, &s->n_names);
+}
+
 ls_status ls_peft_rules_load(const char *text, ls_peft_rules **out, ls_error *err) {
     *out = NULL;
     if (!text || !*text) return LS_OK;
@@ -382,7 +466,9 @@ ls_status ls_peft_rules_load(const char *text, ls_peft_rules **out, ls_error *er
               ls_rules_load_pairs(json_object_get(c, "alpha_pattern"), &r->alpha, &r->n_alpha) &&
               ls_rules_load_strings(json_object_get(c, "layers_pattern"), &r->patterns, &r->n_patterns) &&
               ls_rules_load_strings(json_object_get(c, "target_modules"), &r->names, &r->n_names) &&
-              ls_rules_load_strings(json_object_get(c, "target_parameters"), &r->params, &r->n_params);
+              ls_rules_load_strings(json_object_get(c, "target_parameters"), &r->params, &r->n_params) &&
+              ls_rules_load_scope(json_object_get(c, "targets"), &r->targets) &&
+              ls_rules_load_scope(json_object_get(c, "excludes"), &r->excludes);
     const json_t *layers = ok ? json_object_get(c, "layers_to_transform") : NULL;
     if (layers) {
         r->layers = calloc(json_array_size(layers) + 1, sizeof *r->layers);
@@ -480,6 +566,27 @@ static long long ls_rules_index(const char *module, const char *pattern) {
         return strtoll(d, NULL, 10);
     }
     return -1;
+}
+
+/* Whether module is in scope s: matched whole by its expression, or
+ * named, in full or as its end after a '.'. */
+static bool ls_rules_in_scope(const ls_rule_scope *s, const char *module) {
+    if (s->re) return ls_regex_match(s->re, module) == 1;
+    const size_t n = strlen(module);
+    for (size_t i = 0; i < s->n_names; i++) {
+        const size_t m = strlen(s->names[i]);
+        if (!strcmp(module, s->names[i]) || (n > m && module[n - m - 1] == '.' && !strcmp(module + n - m, s->names[i])))
+            return true;
+    }
+    return false;
+}
+
+const char *ls_peft_rules_left_out(const ls_peft_rules *r, const char *module) {
+    /* A weight PEFT wrapped as a parameter is targeted by that list. */
+    if (!r || ls_rules_is_param(r, module)) return NULL;
+    if (r->excludes.given && ls_rules_in_scope(&r->excludes, module)) return "exclude_modules";
+    if (r->targets.given && !ls_rules_in_scope(&r->targets, module)) return "target_modules";
+    return NULL;
 }
 
 bool ls_peft_rules_layer_ok(const ls_peft_rules *r, const char *module, long long *index) {

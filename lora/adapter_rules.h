@@ -67,6 +67,13 @@ typedef struct {
  * Fills the two keys when true. */
 bool ls_peft_rules_alpha_shadowed(const ls_peft_rules *r, const char *module, ls_peft_key *first, ls_peft_key *later);
 
+/* Which of target_modules and exclude_modules keeps PEFT from creating a
+ * LoRA layer at module (so that it would not load its factors either):
+ * "exclude_modules", "target_modules", or NULL when neither does (also
+ * when neither is known: "all-linear", an expression this engine cannot
+ * evaluate exactly, a list of names too long to keep). */
+const char *ls_peft_rules_left_out(const ls_peft_rules *r, const char *module);
+
 /* Whether PEFT's layers_to_transform lets module have an adapter: true
  * when there is no such list, when module is named in full in
  * target_modules, or when the layer index PEFT reads from the name (into

@@ -66,7 +66,7 @@ static void test_inline_pool_format(void **state) {
 
 static void test_path_peft_dir(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "peft-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "peft-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     json_t *req = json_pack("{s:s, s:s}", "name", "dir-a", "path", "peft-dir");
     json_t *r = tiny_post_json(&ts, "/adapters", req, 201);
     assert_non_null(strstr(json_string_value(json_object_get(r, "source")), "peft-dir"));
@@ -186,7 +186,7 @@ static void test_metadata_format(void **state) {
  * directory's adapter_config.json: the same adapter as the directory. */
 static void test_path_file_in_peft_dir(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "peft-dir2", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "peft-dir2", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     json_t *req = json_pack("{s:s, s:s}", "name", "dir-file", "path", "peft-dir2/adapter_model.safetensors");
     json_t *r = tiny_post_json(&ts, "/adapters", req, 201);
     assert_true(json_real_value(json_object_get(r, "scale")) == 2.0);

@@ -17,7 +17,7 @@
 #include "tests/util/server_driver.h"
 #include "tests/util/tiny_server.h"
 
-#define CONFIG "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}"
+#define CONFIG "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}"
 
 static tiny_server ts;
 
@@ -139,7 +139,7 @@ static void test_auth(void **state) {
 static void test_bad_requests(void **state) {
     (void)state;
     tiny_write_peft_dir(&ts, "s-bad", CONFIG);
-    tiny_write_peft_dir(&ts, "s-rank", "{\"r\": 3, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "s-rank", "{\"r\": 3, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     static const struct {
         const char *path, *body, *code, *says;
     } cases[] = {

@@ -68,7 +68,7 @@ static long adapter_status(const char *name) {
 
 static void test_load_forward_unload(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "v-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "v-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     char *t = post("/v1/load_lora_adapter", "{\"lora_name\": \"v-a\", \"lora_path\": \"v-dir\"}", auth, 200);
     assert_string_equal(t, "Success: LoRA adapter 'v-a' added successfully.");
     free(t);
@@ -96,7 +96,7 @@ static void test_load_forward_unload(void **state) {
 /* The adapter loaded by the vLLM route serves the example's forward. */
 static void test_loaded_adapter_serves(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "v-dir2", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "v-dir2", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     free(post("/v1/load_lora_adapter", "{\"lora_name\": \"v-b\", \"lora_path\": \"v-dir2\"}", auth, 200));
     tiny_check_forward(&ts, "v-b", "interleaved");
     free(post("/v1/unload_lora_adapter", "{\"lora_name\": \"v-b\"}", auth, 200));
@@ -108,7 +108,7 @@ static void test_auth(void **state) {
     tiny_server k;
     const char *extra[] = {"--api-key", KEY, NULL};
     assert_true(tiny_server_start(&k, "interleaved", extra));
-    tiny_write_peft_dir(&k, "k-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&k, "k-dir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     const char *load = "{\"lora_name\": \"k-a\", \"lora_path\": \"k-dir\"}";
     char *t = post_to(&k, "/v1/load_lora_adapter", load, NULL, 401);
     assert_code(t, "unauthorized");
@@ -181,7 +181,7 @@ static json_t *models(void) {
  * takes, is taken as a boolean. */
 static void test_models(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "v-mdir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "v-mdir", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     free(post("/v1/load_lora_adapter",
               "{\"lora_name\": \"v-m\", \"lora_path\": \"v-mdir\", \"is_3d_lora_weight\": false}", auth, 200));
     json_t *j = models();
@@ -206,7 +206,7 @@ static void test_models(void **state) {
 /* An adapter that fails validation: ours 422, vLLM's 400, code kept. */
 static void test_invalid_adapter_is_400(void **state) {
     (void)state;
-    tiny_write_peft_dir(&ts, "v-rank", "{\"r\": 3, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\"]}");
+    tiny_write_peft_dir(&ts, "v-rank", "{\"r\": 3, \"lora_alpha\": 4, \"target_modules\": [\"gate_up_proj\", \"down_proj\"]}");
     char *t = post("/v1/load_lora_adapter", "{\"lora_name\": \"v-e\", \"lora_path\": \"v-rank\"}", auth, 400);
     json_t *j = json_loads(t, 0, NULL);
     assert_non_null(j);

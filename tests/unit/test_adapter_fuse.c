@@ -354,6 +354,76 @@ static void test_layers_to_transform(void **state) {
     ls_tensor_set_free(&s);
 }
 
+/* target_modules and exclude_modules, read as PEFT's
+ * check_target_module_exists reads them: factors of a module they leave
+ * out loaded and were applied, where PEFT creates no LoRA layer there
+ * and drops them (a hand-edited or merged config). They are refused now,
+ * as layers_to_transform's are; what cannot be evaluated exactly
+ * ("all-linear", a look-ahead) checks nothing, as before. */
+static void test_target_and_exclude_modules(void **state) {
+    (void)state;
+    ls_tensor_set s;
+    ls_tensor_set_init(&s);
+    fx_mod g0 = fx_make(&s, GATE, 0, 2, HH, NE * FF), g2 = fx_make(&s, GATE, 2, 2, HH, NE * FF);
+    ls_dims d = fx_dims();
+    ls_pool_dims pool = tu_pool(RR, LS_LORA_SHARED);
+    ls_adapter_params p;
+    ls_error err;
+    ls_error_init(&err);
+    ls_adapter a;
+#define CFG(rest) "{\"r\": 2, \"lora_alpha\": 2, " rest "}"
+    const char *ok[] = {
+        CFG("\"target_modules\": [\"gate_proj\", \"q_proj\"]"),
+        CFG("\"target_modules\": [\"model.layers.0.mlp.shared_experts.gate_proj\", "
+            "\"model.layers.2.mlp.shared_experts.gate_proj\"]"),
+        CFG("\"target_modules\": \".*shared_experts\\\\.(gate|up)_proj\""),
+        CFG("\"target_modules\": \"all-linear\""),
+        CFG("\"target_modules\": \"(?=model).*gate_proj\""),
+        CFG("\"target_modules\": null, \"exclude_modules\": []"),
+        CFG("\"target_modules\": [\"gate_proj\"], \"exclude_modules\": [\"up_proj\", \"layers.2.mlp\"]"),
+        CFG("\"exclude_modules\": \".*layers\\\\.1\\\\..*\""),
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        assert_int_equal(parse_config(ok[i], &p, &err), LS_OK);
+        ls_status st = ls_adapter_normalise(&s, &p, &d, &pool, &a, &err);
+        if (st != LS_OK) tu_dump(&err);
+        assert_int_equal(st, LS_OK);
+        ls_adapter_free(&a);
+    }
+    const struct {
+        const char *config, *says;
+        int layers; /* bit l: layer l's factor refused */
+    } refused[] = {
+        {CFG("\"target_modules\": [\"q_proj\", \"v_proj\"]"), "target_modules does not name", 5},
+        {CFG("\"target_modules\": [\"up_proj\", \"model.layers.0.mlp.shared_experts.gate_proj\"]"),
+         "target_modules does not name", 4},
+        /* re.fullmatch, not re.match: a prefix of the name is no match. */
+        {CFG("\"target_modules\": \"model\\\\.layers\\\\.0\""), "target_modules does not name", 5},
+        {CFG("\"target_modules\": \"model\\\\.layers\\\\.0\\\\..*\""), "target_modules does not name", 4},
+        {CFG("\"exclude_modules\": \".*layers\\\\.2\\\\..*\""), "exclude_modules names", 4},
+        {CFG("\"target_modules\": [\"gate_proj\"], \"exclude_modules\": [\"gate_proj\"]"), "exclude_modules names",
+         5},
+    };
+#undef CFG
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        ls_error_clear(&err);
+        assert_int_equal(parse_config(refused[i].config, &p, &err), LS_OK);
+        tu_expect_fail(&s, &p, &d, &pool, LS_ADAPTER_CONFIG_INVALID, &err);
+        for (int l = 0; l <= 2; l += 2) {
+            if (!(refused[i].layers & (1 << l))) continue;
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_proj.lora_A.weight", l);
+            const ls_violation *v = tu_expect(&err, LS_ADAPTER_CONFIG_INVALID, l, name, LS_NA, LS_NA, LS_NA);
+            assert_non_null(strstr(v->message, refused[i].says));
+            assert_non_null(strstr(v->message, "PEFT would neither create nor load it"));
+        }
+        assert_int_equal(err.n_violations, __builtin_popcount((unsigned)refused[i].layers));
+    }
+    ls_error_free(&err);
+    fx_free(&g0), fx_free(&g2);
+    ls_tensor_set_free(&s);
+}
+
 /* Both forms of gate in one layer would add the delta twice. */
 static void test_fused_and_separate_in_one_layer(void **state) {
     (void)state;
@@ -378,7 +448,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unequal_ranks_and_scales), cmocka_unit_test(test_unequal_ranks_need_rank_pattern),
         cmocka_unit_test(test_family_names),             cmocka_unit_test(test_one_digest_three_forms),
-        cmocka_unit_test(test_layers_to_transform),      cmocka_unit_test(test_fused_and_separate_in_one_layer),
+        cmocka_unit_test(test_layers_to_transform),      cmocka_unit_test(test_target_and_exclude_modules),
+        cmocka_unit_test(test_fused_and_separate_in_one_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
