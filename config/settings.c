@@ -366,6 +366,12 @@ static bool ls_adapter_entry_split(const char *e, size_t len, ls_config_adapter 
     }
     memcpy(out->path, eq + 1, plen);
     out->path[plen] = '\0';
+    /* "A,pined" would be looked for as a file of that name. */
+    const char *comma = strrchr(out->path, ',');
+    if (!out->pinned && comma && ls_text_distance(comma + 1, ls_pinned_suffix + 1, 2) <= 2) {
+        *why = "ends in a ',' and a near miss of \"pinned\": write NAME=PATH,pinned to pin it";
+        return false;
+    }
     return true;
 }
 

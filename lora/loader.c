@@ -571,6 +571,16 @@ static ls_status ls_loader_open_files(const ls_loader *ld, const char *rel, ls_l
     if (fstat(f->dir_fd, &sb) != 0)
         return ls_error_set(err, LS_INVALID_REQUEST, NULL, "path \"%s\" cannot be read", ls_text_tail(rel).s);
     f->peft_dir = S_ISDIR(sb.st_mode);
+    const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
+    if (!f->peft_dir && !strcmp(base, "adapter_config.json")) {
+        /* Read as safetensors it would fail on its "header length". */
+        char hint[512];
+        snprintf(hint, sizeof hint, "give the path of its directory%s%.*s%s: the loader reads both files from there",
+                 slash ? ", \"" : "", slash ? (int)(slash - rel) : 0, rel, slash ? "\"" : "");
+        return ls_error_set(err, LS_INVALID_REQUEST, hint,
+                            "path \"%s\" is a PEFT directory's adapter_config.json, not an adapter file",
+                            ls_text_tail(rel).s);
+    }
     if (!f->peft_dir) {
         snprintf(f->shown, sizeof f->shown, "%s", rel);
         f->model_fd = f->dir_fd;

@@ -105,6 +105,12 @@ static ls_status ls_ckpt_read_json(const ls_ckpt *c, const char *name, json_t **
 /* The index's weight_map: an object of tensor name to shard name;
  * metadata may be anything or absent. */
 static ls_status ls_ckpt_load_index(ls_ckpt *c, const char *name, ls_model *m, ls_error *err) {
+    /* --help lists a directory, its index or the fused file: the config
+     * beside them is an easy slip, and "no weight_map" would not say so. */
+    if (!strcmp(name, "config.json"))
+        return ls_error_set(err, LS_INVALID_REQUEST, "give --weights the checkpoint directory itself",
+                            "%s/config.json is the model's config, not an index of its weights: give --weights %s",
+                            c->dir, c->dir);
     LS_MODEL_TRY(ls_ckpt_read_json(c, name, &c->index, err));
     c->map = json_object_get(c->index, "weight_map");
     if (!json_is_object(c->map))

@@ -678,6 +678,10 @@ static void test_hostile_indexes(void **state) {
     /* metadata empty, absent or anything: the weight_map is what counts */
     index_of(dir, t, owner, 6);
     expect_open_ok(dir);
+    /* The config beside the index, given for it: said so, with the
+     * directory to give (it was "weight_map is missing"). */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    expect_open_fails(path, "config.json is the model's config, not an index of its weights: give --weights", dir);
     ls_test_rmtree(dir);
     free(dir);
 }

@@ -996,6 +996,10 @@ static void test_peers_and_mistakes(void **state) {
     assert_int_equal(c.slots, 6); /* one name twice: the last wins, as documented */
     expect_error(ARGS("--max-loras", "0"), NULL, "--max-loras: 0 is out of range [1, 1024]");
     expect_error(ARGS("--lora-modules", "a=x", "b"), NULL, "--lora-modules: \"b\" is not NAME=PATH[,pinned]");
+    /* A misspelt pin was taken as part of the path ("A,pined" not found). */
+    expect_error(ARGS("--adapter", "a=x,pined"), NULL,
+                 "--adapter: \"a=x,pined\" ends in a ',' and a near miss of \"pinned\": write NAME=PATH,pinned");
+    assert_int_equal(run(&c, ARGS("--adapter", "a=x,y.safetensors"), NULL, err), LS_CONFIG_RUN);
 
     expect_error(ARGS("--max-rnak", "8"), NULL, "unknown flag --max-rnak; did you mean --max-rank?");
     expect_error(ARGS("--max_lora_rank", "8"), NULL, "did you mean --max-lora-rank?");

@@ -235,6 +235,20 @@ static void test_paths_and_messages(void **state) {
     write_adapters(dir);
     ls_loader ld = make_loader(dir);
     char path[4400];
+    /* A PEFT directory's config given for the adapter: read as
+     * safetensors it failed on a "header length"; the hint names the
+     * directory to give. */
+    expect_refused(&ld, "peft/adapter_config.json", "is a PEFT directory's adapter_config.json, not an adapter file");
+    {
+        ls_adapter_source src = {.path = "peft/adapter_config.json"};
+        ls_adapter a;
+        ls_adapter_origin o;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_loader_load(&ld, &src, &a, &o, &err), LS_INVALID_REQUEST);
+        assert_non_null(strstr(err.hint, "give the path of its directory, \"peft\""));
+        ls_error_free(&err);
+    }
     /* A link out of the directory, one inside it, and a long path of
      * slashes that climbs out (cut at a buffer's end it would not). */
     snprintf(path, sizeof path, "%s/out", dir);
