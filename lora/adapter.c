@@ -476,6 +476,8 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     ls_adapter_digest(a->data, L * lf, a->meta.sha256);
     a->meta.bytes = ls_adapter_host_bytes(a);
     memcpy(a->warnings, c->warnings, sizeof a->warnings);
+    if (c->params && c->params->config_note[0])
+        snprintf(a->warnings[LS_WARN_CONFIG_KEY], sizeof a->warnings[LS_WARN_CONFIG_KEY], "%s", c->params->config_note);
     return true;
 
 oom:

@@ -50,6 +50,10 @@ typedef struct {
      * of lora/adapter_rules.h; "" when none. Part of a whole config. */
     bool has_peft; /* stated apart from a whole config (a __metadata__ key) */
     char peft[LS_ADAPTER_PEFT_TEXT];
+    /* A config key that is no LoraConfig key but a near miss of one that
+     * changes the math: the load's warning (LS_WARN_CONFIG_KEY); "" none.
+     * Part of a whole config. */
+    char config_note[384];
 } ls_adapter_params;
 
 /* What describes an adapter whoever holds it: the adapter itself, the
@@ -70,7 +74,7 @@ typedef struct {
  * outer, rank), zeros where the upload has no factor, scale already
  * folded into the B factors. */
 /* The kinds of warning a load that stands may carry. */
-enum { LS_WARN_ALPHA_ORDER, LS_WARN_SKIPPED_MLP, LS_ADAPTER_WARNINGS };
+enum { LS_WARN_ALPHA_ORDER, LS_WARN_SKIPPED_MLP, LS_WARN_CONFIG_KEY, LS_ADAPTER_WARNINGS };
 
 typedef struct {
     ls_adapter_meta meta;

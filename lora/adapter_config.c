@@ -174,6 +174,48 @@ static bool ls_config_other_type(const json_t *obj, bool from_file, ls_error *er
     return true;
 }
 
+/* LoraConfig's keys (peft 0.21): one of them is never a near miss. */
+static const char *const ls_lora_config_keys[] = {
+    "peft_type", "task_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "r",
+    "target_modules", "exclude_modules", "target_parameters", "lora_alpha", "lora_dropout", "fan_in_fan_out", "bias",
+    "use_rslora", "modules_to_save", "init_lora_weights", "layers_to_transform", "layers_pattern", "rank_pattern",
+    "alpha_pattern", "megatron_config", "megatron_core", "trainable_token_indices", "loftq_config", "eva_config",
+    "corda_config", "use_dora", "use_qalora", "qalora_group_size", "layer_replication", "runtime_config", "lora_bias",
+    "alora_invocation_tokens", "arrow_config", "ensure_weight_tying", "gate_up_order", "scale", NULL};
+
+/* The keys that change the numbers this server computes. */
+static const char *const ls_math_keys[] = {"lora_alpha",          "use_rslora",     "rank_pattern",
+                                           "alpha_pattern",       "target_modules", "exclude_modules",
+                                           "layers_to_transform", "layers_pattern", "target_parameters",
+                                           "gate_up_order",       NULL};
+
+/* The first key of obj that is no LoraConfig key but within two edits of
+ * a math key: PEFT ignores it too (with a warning), so the load stands,
+ * but a misspelt alpha_pattern would change every output without a
+ * word. A file's key is named by its place, a request's quoted. */
+static void ls_config_near_miss(const json_t *obj, bool from_file, char *note, size_t len) {
+    note[0] = '\0';
+    const char *key;
+    const json_t *v;
+    size_t place = 0;
+    json_object_foreach((json_t *)obj, key, v) {
+        place++;
+        bool known = false;
+        for (size_t i = 0; ls_lora_config_keys[i] && !known; i++) known = !strcmp(key, ls_lora_config_keys[i]);
+        if (known || strlen(key) < 4) continue;
+        ls_text_near n;
+        ls_text_near_init(&n, key);
+        for (size_t i = 0; ls_math_keys[i]; i++) ls_text_near_offer(&n, ls_math_keys[i]);
+        if (!n.best[0]) continue;
+        char who[96];
+        if (from_file) snprintf(who, sizeof who, "key %zu of adapter_config.json", place);
+        else snprintf(who, sizeof who, "config key \"%.64s\"", key);
+        snprintf(note, len, "%s is no LoraConfig key, so it changes nothing (PEFT ignores it too); did you mean "
+                 "\"%s\"?", who, n.best);
+        return;
+    }
+}
+
 /* Writes into p only when every key is valid (p's other fields, such as
  * format and strict, are left as the caller set them). */
 static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool from_file, ls_adapter_params *p,
@@ -233,6 +275,7 @@ static ls_status ls_config_parse(const json_t *obj, bool require_alpha, bool fro
     p->has_rslora = rs != NULL;
     p->use_rslora = rs && json_is_true(rs);
     p->whole_config = true;
+    ls_config_near_miss(obj, from_file, p->config_note, sizeof p->config_note);
     return LS_OK;
 }
 
@@ -384,6 +427,7 @@ ls_adapter_params ls_adapter_params_merge(const ls_adapter_params *own, const ls
         m.has_peft = given->has_peft;
         memcpy(m.peft, given->peft, strlen(given->peft) + 1);
     }
+    if (given->whole_config) memcpy(m.config_note, given->config_note, sizeof m.config_note);
     m.strict = given->strict;
     return m;
 }

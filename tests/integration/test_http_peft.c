@@ -439,6 +439,24 @@ static void test_shadowed_alpha_pattern_warns(void **state) {
     json_decref(a);
 }
 
+/* A misspelt math key (alpha_patern): the load stands as PEFT's would,
+ * at lora_alpha / r, and its reply says which key was meant. */
+static void test_near_miss_key_warns(void **state) {
+    (void)state;
+    json_t *near = validate_dir("near-miss", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_patern\": {\"down_proj\": 9}}");
+    json_t *plain = validate_dir("near-plain", "{\"r\": 3, \"lora_alpha\": 6}");
+    assert_string_equal(json_string_value(json_object_get(near, "sha256")),
+                        json_string_value(json_object_get(plain, "sha256")));
+    json_t *w = json_object_get(near, "warnings");
+    assert_int_equal(json_array_size(w), 1);
+    assert_non_null(strstr(json_string_value(json_array_get(w, 0)),
+                           "key 3 of adapter_config.json is no LoraConfig key, so it changes nothing (PEFT ignores "
+                           "it too); did you mean \"alpha_pattern\"?"));
+    assert_int_equal(json_array_size(json_object_get(plain, "warnings")), 0);
+    json_decref(near);
+    json_decref(plain);
+}
+
 /* A DoRA adapter: 422 naming use_dora, nothing registered. */
 static void test_dora_refused(void **state) {
     (void)state;
@@ -530,6 +548,7 @@ int main(void) {
         cmocka_unit_test(test_rules_in_every_carrier),
         cmocka_unit_test(test_dora_refused),
         cmocka_unit_test(test_shadowed_alpha_pattern_warns),
+        cmocka_unit_test(test_near_miss_key_warns),
         cmocka_unit_test(test_missing_files_explained),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
