@@ -308,6 +308,34 @@ static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
              module);
 }
 
+/* A pattern key that matches none of the modules: it changes nothing,
+ * as in PEFT, but a key written for target_modules' names ("up_proj")
+ * beside target_parameters' ("up_proj.weight"), or misspelt, looks as
+ * if it did. Said for the first such key. */
+static void ls_peft_note_unmatched(ls_adapter_ctx *c) {
+    bool hit[256] = {false};
+    const size_t n = ls_peft_rules_keys(c->rules, sizeof hit / sizeof *hit);
+    for (int l = 0; n && l < c->dims->L; l++)
+        for (int m = 0; m < LS_MODS; m++) {
+            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
+            if (!a->name && !a[1].name) continue;
+            char module[192];
+            ls_peft_rules_hits(c->rules, ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module), hit, n);
+        }
+    for (size_t i = 0; i < n; i++) {
+        if (hit[i]) continue;
+        const char *pattern;
+        const ls_peft_key k = ls_peft_rules_key(c->rules, i, &pattern);
+        char shown[96];
+        snprintf(c->warnings[LS_WARN_UNMATCHED_KEY], sizeof c->warnings[LS_WARN_UNMATCHED_KEY],
+                 "%s %s matches none of the shared-expert modules this adapter has factors of, so it changes "
+                 "nothing here (PEFT matches a key against the module's whole name, (.*\\.)?(key)$, and for "
+                 "target_parameters against \"{module}.weight\")",
+                 pattern, ls_peft_key_shown(&k, shown, sizeof shown));
+        return;
+    }
+}
+
 /* The rank and scale of every module present, once the shapes agree:
  * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
  * and lora_alpha (alpha_pattern's, else the config's), or the scale
@@ -341,6 +369,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     c->scale = p->has_scale ? p->scale : 1.0;
     if (p->has_alpha && r0 > 0) c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)r0) : p->lora_alpha / (double)r0;
     c->rank = max;
+    ls_peft_note_unmatched(c);
 }
 
 /* gate_up_order orders the rows of a fused gate_up_proj.lora_B: stated

@@ -514,6 +514,29 @@ static const ls_rule *ls_rules_first(const ls_peft_rules *r, const ls_rule *rule
     return NULL;
 }
 
+size_t ls_peft_rules_keys(const ls_peft_rules *r, size_t max) {
+    const size_t n = r ? r->n_rank + r->n_alpha : 0;
+    return n < max ? n : max;
+}
+
+/* Key i of the rank keys then the alpha keys. */
+static const ls_rule *ls_rules_at(const ls_peft_rules *r, size_t i) {
+    return i < r->n_rank ? &r->rank[i] : &r->alpha[i - r->n_rank];
+}
+
+void ls_peft_rules_hits(const ls_peft_rules *r, const char *module, bool *hit, size_t n) {
+    char key[256];
+    ls_rules_matched_name(r, module, key);
+    for (size_t i = 0; i < n; i++)
+        if (!hit[i] && ls_regex_match(ls_rules_at(r, i)->re, key) == 1) hit[i] = true;
+}
+
+ls_peft_key ls_peft_rules_key(const ls_peft_rules *r, size_t i, const char **pattern) {
+    const ls_rule *k = ls_rules_at(r, i);
+    *pattern = i < r->n_rank ? "rank_pattern" : "alpha_pattern";
+    return (ls_peft_key){k->key, k->value, k->index};
+}
+
 int ls_peft_rules_rank(const ls_peft_rules *r, const char *module, const char **key) {
     const ls_rule *hit = r ? ls_rules_first(r, r->rank, r->n_rank, module) : NULL;
     if (key) *key = hit ? hit->key : NULL;

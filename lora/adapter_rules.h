@@ -60,6 +60,13 @@ typedef struct {
     size_t index;
 } ls_peft_key;
 
+/* Pattern keys, rank_pattern's first: how many (at most max), whether
+ * key i matches module as PEFT matches it (*hit set, never cleared),
+ * and key i itself. */
+size_t ls_peft_rules_keys(const ls_peft_rules *r, size_t max);
+void ls_peft_rules_hits(const ls_peft_rules *r, const char *module, bool *hit, size_t n);
+ls_peft_key ls_peft_rules_key(const ls_peft_rules *r, size_t i, const char **pattern);
+
 /* Whether a later alpha_pattern key than the one that applies to module
  * matches it too, with another value: the first in the file's order
  * wins, as in PEFT's loader, but save_pretrained writes the keys sorted,

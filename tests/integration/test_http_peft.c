@@ -457,6 +457,28 @@ static void test_near_miss_key_warns(void **state) {
     json_decref(plain);
 }
 
+/* A pattern key that matches none of the adapter's modules changes
+ * nothing, as in PEFT; written for target_parameters' names beside
+ * target_modules' factors ("up_proj.weight"), it looked as if it did.
+ * The reply says so, naming the key by its place. */
+static void test_unmatched_key_warns(void **state) {
+    (void)state;
+    json_t *miss = validate_dir("unmatched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"gate_proj\": 6, "
+                                             "\"up_proj.weight\": 9}}");
+    json_t *plain = validate_dir("unmatched-plain", "{\"r\": 3, \"lora_alpha\": 6}");
+    json_t *hit = validate_dir("matched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"up_proj\": 9}}");
+    assert_string_equal(json_string_value(json_object_get(miss, "sha256")),
+                        json_string_value(json_object_get(plain, "sha256")));
+    json_t *w = json_object_get(miss, "warnings");
+    assert_int_equal(json_array_size(w), 1);
+    assert_non_null(strstr(json_string_value(json_array_get(w, 0)),
+                           "alpha_pattern key 2 of adapter_config.json matches none of the shared-expert modules"));
+    assert_int_equal(json_array_size(json_object_get(hit, "warnings")), 0);
+    json_decref(miss);
+    json_decref(plain);
+    json_decref(hit);
+}
+
 /* A DoRA adapter: 422 naming use_dora, nothing registered. */
 static void test_dora_refused(void **state) {
     (void)state;
@@ -549,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_dora_refused),
         cmocka_unit_test(test_shadowed_alpha_pattern_warns),
         cmocka_unit_test(test_near_miss_key_warns),
+        cmocka_unit_test(test_unmatched_key_warns),
         cmocka_unit_test(test_missing_files_explained),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
