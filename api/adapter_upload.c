@@ -45,8 +45,9 @@ static ls_status ls_upload_set_name(ls_adapter_upload *up, const char *name, boo
 }
 
 static ls_status ls_upload_parse_bool_text(const char *v, const char *key, bool *out, ls_error *err) {
-    if (!ls_text_bool(v, out))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s=%.32s is not true or false", key, v);
+    if (!ls_text_bool_py(v, out))
+        return ls_error_set(err, LS_INVALID_REQUEST, "give true or false (1 or 0, or Python's True or False)",
+                            "%s=%.32s is not true or false", key, v);
     return LS_OK;
 }
 

@@ -24,6 +24,13 @@ bool ls_text_bool(const char *text, bool *out) {
     return true;
 }
 
+bool ls_text_bool_py(const char *text, bool *out) {
+    if (!strcmp(text, "True")) *out = true;
+    else if (!strcmp(text, "False")) *out = false;
+    else return ls_text_bool(text, out);
+    return true;
+}
+
 bool ls_text_int(const char *text, long long min, long long max, long long *out) {
     const char *d = text[0] == '-' ? text + 1 : text;
     if (!*d) return false;

@@ -29,6 +29,9 @@ bool ls_adapter_pool_name_valid(const char *name);
 
 /* "true" or "1", "false" or "0"; false (out untouched) for anything else. */
 bool ls_text_bool(const char *text, bool *out);
+/* The same, and Python's str() of a bool ("True", "False"), as a client
+ * or a safetensors writer in Python sends an adapter's parameters. */
+bool ls_text_bool_py(const char *text, bool *out);
 
 /* A decimal integer written plainly: an optional '-' and digits, nothing
  * else (no blank, '+', hex or trailing byte, as strtoll would take),

@@ -309,8 +309,9 @@ static const char *ls_params_subject(char *buf, size_t len, const char *key, con
 
 static ls_status ls_params_bool(const char *v, const char *key, const char *where, bool *out, ls_error *err) {
     char subject[160];
-    if (!ls_text_bool(v, out))
-        return ls_error_set(err, LS_INVALID_REQUEST, NULL, "%s is not true or false",
+    if (!ls_text_bool_py(v, out))
+        return ls_error_set(err, LS_INVALID_REQUEST, "give true or false (1 or 0, or Python's True or False)",
+                            "%s is not true or false",
                             ls_params_subject(subject, sizeof subject, key, v, where));
     return LS_OK;
 }

@@ -204,6 +204,43 @@ static void test_base64_tensor_sizes(void **state) {
     }
 }
 
+/* use_rslora in the query of a raw body: Python's str(True) ("True") was
+ * 400 with the hint to read the API reference; it is taken now, and
+ * anything else says what a boolean is. */
+static const char *query_rslora(void *ctx, const char *key) {
+    return !strcmp(key, "use_rslora") ? ctx : NULL;
+}
+
+static void test_upload_bool_spellings(void **state) {
+    (void)state;
+    static const uint8_t raw[] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+    const char *const yes[] = {"true", "1", "True"}, *const no[] = {"false", "0", "False"};
+    for (int i = 0; i < 3; i++) {
+        ls_adapter_upload up;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(ls_adapter_upload_parse_raw(raw, sizeof raw, query_rslora, (void *)yes[i], false, false,
+                                                     &up, &err),
+                         LS_OK);
+        assert_true(up.given.has_rslora && up.given.use_rslora);
+        ls_adapter_upload_free(&up);
+        assert_int_equal(ls_adapter_upload_parse_raw(raw, sizeof raw, query_rslora, (void *)no[i], false, false, &up,
+                                                     &err),
+                         LS_OK);
+        assert_true(up.given.has_rslora && !up.given.use_rslora);
+        ls_adapter_upload_free(&up);
+        ls_error_free(&err);
+    }
+    ls_adapter_upload up;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_adapter_upload_parse_raw(raw, sizeof raw, query_rslora, "yes", false, false, &up, &err),
+                     LS_INVALID_REQUEST);
+    assert_non_null(strstr(err.message, "use_rslora=yes is not true or false"));
+    assert_non_null(strstr(err.hint, "give true or false"));
+    ls_error_free(&err);
+}
+
 /* gate_up_order as a JSON field and as a query parameter of a raw body:
  * stated, it reaches the loader; a bad value is 400 naming the key. */
 static const char *query_order(void *ctx, const char *key) {
@@ -614,6 +651,7 @@ int main(void) {
         cmocka_unit_test(test_forward_metadata_adapters),
         cmocka_unit_test(test_forward_metadata_like_json),
         cmocka_unit_test(test_upload_gate_up_order),
+        cmocka_unit_test(test_upload_bool_spellings),
         cmocka_unit_test(test_upload_null_is_not_given),
         cmocka_unit_test(test_error_body_invalid_utf8),
         cmocka_unit_test(test_error_body_cut_character),
