@@ -272,7 +272,8 @@ static void ls_peft_scale_refused(ls_adapter_ctx *c, const char *module, bool bo
     ls_adapter_violation(c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA,
                          "state lora_alpha: ?lora_alpha= on a raw safetensors body, \"config\": {\"lora_alpha\"} in "
                          "a JSON upload, __metadata__ lora_alpha in the file, or lora_alpha in the PEFT directory's "
-                         "adapter_config.json; or give scale to set the scale itself",
+                         "adapter_config.json (PEFT's LoraConfig default is 8: state 8 if the adapter was trained "
+                         "without setting it); or give scale to set the scale itself",
                          "lora_alpha is stated nowhere (%s): PEFT scales the factors by lora_alpha / r", module);
 }
 
@@ -423,6 +424,10 @@ static void ls_peft_other_model(ls_adapter_ctx *c) {
                       "the adapter was made for another model: its factors give hidden size %lld and a shared-expert "
                       "width n*F of %lld, this server's model has H = %d and n*F = %d*%d = %lld",
                       (long long)H, (long long)W, c->dims->H, c->dims->n, c->dims->F, (long long)nF);
+    /* The headline's code too when the first violation is a width's,
+     * which would label another hidden size as another expert count. */
+    if (c->first == LS_LORA_EXPERT_COUNT_MISMATCH || c->first == LS_LORA_INTERMEDIATE_MISMATCH)
+        c->first = c->err->code = LS_LORA_HIDDEN_MISMATCH;
 }
 
 void ls_adapter_peft_check(ls_adapter_ctx *c) {

@@ -113,6 +113,7 @@ static void test_raw_body(void **state) {
     assert_non_null(strstr(hint, "__metadata__ lora_alpha"));
     assert_non_null(strstr(hint, "adapter_config.json"));
     assert_non_null(strstr(hint, "scale"));
+    assert_non_null(strstr(hint, "PEFT's LoraConfig default is 8")); /* what an untold training used */
     json_decref(j);
     ls_test_response_free(&resp);
     char *after = tiny_state_snapshot(&ts);

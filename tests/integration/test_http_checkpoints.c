@@ -472,7 +472,10 @@ static void check_wider(ck_family f, unsigned long long seed) {
     printf("%s: %s (%zu violations)\n", sv.m.model_type,
            json_string_value(json_object_get(json_object_get(j, "error"), "message")), json_array_size(vs));
     assert_int_equal(json_array_size(vs), (sv.m.fused ? 4 : 6) * sv.m.L);
-    /* The summary first: every factor says the same other model. */
+    /* The summary first: every factor says the same other model, under
+     * the hidden size's code (the first violation may be a width's). */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "lora_hidden_mismatch");
     assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
                            "made for another model: its factors give hidden size 64 and a shared-expert width n*F of "
                            "40, this server's model has H = 48 and n*F = 1*32 = 32"));
