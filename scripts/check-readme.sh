@@ -61,8 +61,14 @@ fi
 kill "$stand_in" 2>/dev/null || true
 grep -q "listens on http://127.0.0.1:18402 but LORASINK_URL is" "$out" || { cat "$out"; fail "wait-ready.sh did not name both ports"; }
 [ $(($(date +%s) - t0)) -le 10 ] || fail "wait-ready.sh took more than 10 s to see the port differ"
+# --port beside a LORASINK_URL of another port: wait-ready.sh and the
+# examples would ask the wrong one, so demo.sh refuses before it builds.
+if LORASINK_URL=http://127.0.0.1:1 timeout 60 bash scripts/demo.sh --port 2 >"$out" 2>&1; then
+  fail "demo.sh took a --port that LORASINK_URL contradicts"
+fi
+grep -q "\-\-port 2 and LORASINK_URL=http://127.0.0.1:1 disagree" "$out" || { cat "$out"; fail "demo.sh did not name both ports"; }
 rm -f "$out.log"
-echo "PASS fail-fast: a taken port refused by demo.sh, an exited server and a server on another port reported by wait-ready.sh, each in seconds"
+echo "PASS fail-fast: a taken port and a --port against LORASINK_URL refused by demo.sh, an exited server and a server on another port reported by wait-ready.sh, each in seconds"
 
 # -- the Try it block --------------------------------------------------------
 block=$(awk '/^## Try it/{on=1} on && /^```sh/{grab=1; next} grab && /^```/{exit} grab{print}' README.md)
