@@ -5,6 +5,7 @@
  * before it closes the rest. The requests themselves are http.c's. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,6 +117,34 @@ static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket
     /* Unguarded (NULL), the socket is already shut down. */
     if (srv->tls && *socket_context)
         ls_tls_connection_started(srv->tls, conn, fd->connect_fd, ls_guard_tls_slot(*socket_context));
+}
+
+bool ls_http_probe(const ls_config *cfg) {
+    if (cfg->port == 0) return true; /* any free port: nothing to be taken */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    if (getaddrinfo(cfg->host, port, &hints, &ai)) return true; /* ls_http_start says why */
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* As libmicrohttpd binds: a port in TIME_WAIT is not taken, and an
+     * IPv6 address is bound without IPv4 (no MHD_USE_DUAL_STACK). */
+    const int on = 1;
+    bool ok = fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+              (ai->ai_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) ||
+              bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    const int e = errno;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    /* Only what will surely fail again: the rest ls_http_start says. */
+    ok = ok || (e != EADDRINUSE && e != EACCES);
+    if (!ok) {
+        char ebuf[128];
+        ls_log_error("cannot listen on %s:%d: %s%s (checked before the weights load)", cfg->host, cfg->port,
+                     strerror_r(e, ebuf, sizeof ebuf),
+                     e == EADDRINUSE ? ": another process holds the port (an older server?); stop it or give --port" : "");
+    }
+    return ok;
 }
 
 bool ls_http_start(ls_server *srv) {

@@ -101,6 +101,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     static ls_server srv;
+    if (!ls_http_probe(&cfg)) {
+        ls_tenants_free(tenants);
+        return 1;
+    }
     if (!ls_server_init(&srv, &cfg)) {
         ls_tenants_free(tenants);
         return 1;

@@ -63,6 +63,11 @@ bool ls_server_init(ls_server *srv, const ls_config *cfg);
 bool ls_server_init_with_backend(ls_server *srv, const ls_config *cfg, ls_backend *be);
 void ls_server_free(ls_server *srv);
 
+/* Whether cfg's address and port can be bound now: false, logged, when
+ * another process holds the port, or it is privileged and we are not.
+ * Called before the weights load, which can take minutes, so that a
+ * taken port is said at once; ls_http_start binds for real later. */
+bool ls_http_probe(const ls_config *cfg);
 /* Starts listening (port 0 = ephemeral; srv->port gets the real one). */
 bool ls_http_start(ls_server *srv);
 /* Stops accepting, waits for the requests in flight, stops the daemon. */

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,6 +280,22 @@ static void test_command_line(void **state) {
             assert_non_null(strstr(out, want));
         }
     }
+    /* A port another process listens on stops start-up before the
+     * weights are read (a checkpoint of hundreds of GB used to load
+     * first): the weights named here do not even exist. */
+    int held = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_true(held >= 0 && bind(held, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(held, 1) == 0 &&
+                getsockname(held, (struct sockaddr *)&sa, &sl) == 0);
+    char port[16], want_port[96];
+    snprintf(port, sizeof port, "%d", ntohs(sa.sin_port));
+    const char *taken[] = {"--port", port, "--weights", "/nonexistent.safetensors", NULL};
+    assert_int_equal(ls_test_run_binary(taken, out, sizeof out), 1);
+    snprintf(want_port, sizeof want_port, "cannot listen on 127.0.0.1:%s: Address already in use", port);
+    assert_non_null(strstr(out, want_port));
+    assert_null(strstr(out, "nonexistent"));
+    close(held);
     /* auto says which backend it took in its first log line */
     const char *autod[] = {"--device", "auto", "--weights", "/nonexistent.safetensors", NULL};
     assert_int_equal(ls_test_run_binary(autod, out, sizeof out), 1);
