@@ -439,43 +439,43 @@ static void test_shadowed_alpha_pattern_warns(void **state) {
     json_decref(a);
 }
 
+/* Validates config (in dir sub) and the same factors with only r and
+ * lora_alpha: the same sha256, and one warning, saying want. */
+static void expect_warned_same(const char *sub, const char *config, const char *want) {
+    char plain_sub[64];
+    snprintf(plain_sub, sizeof plain_sub, "%s-plain", sub);
+    json_t *warned = validate_dir(sub, config), *plain = validate_dir(plain_sub, "{\"r\": 3, \"lora_alpha\": 6}");
+    assert_string_equal(json_string_value(json_object_get(warned, "sha256")),
+                        json_string_value(json_object_get(plain, "sha256")));
+    json_t *w = json_object_get(warned, "warnings");
+    assert_int_equal(json_array_size(w), 1);
+    assert_non_null(strstr(json_string_value(json_array_get(w, 0)), want));
+    assert_int_equal(json_array_size(json_object_get(plain, "warnings")), 0);
+    json_decref(warned);
+    json_decref(plain);
+}
+
 /* A misspelt math key (alpha_patern): the load stands as PEFT's would,
  * at lora_alpha / r, and its reply says which key was meant. */
 static void test_near_miss_key_warns(void **state) {
     (void)state;
-    json_t *near = validate_dir("near-miss", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_patern\": {\"down_proj\": 9}}");
-    json_t *plain = validate_dir("near-plain", "{\"r\": 3, \"lora_alpha\": 6}");
-    assert_string_equal(json_string_value(json_object_get(near, "sha256")),
-                        json_string_value(json_object_get(plain, "sha256")));
-    json_t *w = json_object_get(near, "warnings");
-    assert_int_equal(json_array_size(w), 1);
-    assert_non_null(strstr(json_string_value(json_array_get(w, 0)),
-                           "key 3 of adapter_config.json is no LoraConfig key, so it changes nothing (PEFT ignores "
-                           "it too); did you mean \"alpha_pattern\"?"));
-    assert_int_equal(json_array_size(json_object_get(plain, "warnings")), 0);
-    json_decref(near);
-    json_decref(plain);
+    expect_warned_same("near-miss", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_patern\": {\"down_proj\": 9}}",
+                       "key 3 of adapter_config.json is no LoraConfig key, so it changes nothing (PEFT ignores it "
+                       "too); did you mean \"alpha_pattern\"?");
 }
 
 /* A pattern key that matches none of the adapter's modules changes
  * nothing, as in PEFT; written for target_parameters' names beside
  * target_modules' factors ("up_proj.weight"), it looked as if it did.
- * The reply says so, naming the key by its place. */
+ * The reply says so, naming the key by its place; a key that matches
+ * says nothing. */
 static void test_unmatched_key_warns(void **state) {
     (void)state;
-    json_t *miss = validate_dir("unmatched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"gate_proj\": 6, "
-                                             "\"up_proj.weight\": 9}}");
-    json_t *plain = validate_dir("unmatched-plain", "{\"r\": 3, \"lora_alpha\": 6}");
+    expect_warned_same("unmatched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"gate_proj\": 6, "
+                                    "\"up_proj.weight\": 9}}",
+                       "alpha_pattern key 2 of adapter_config.json matches none of the shared-expert modules");
     json_t *hit = validate_dir("matched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"up_proj\": 9}}");
-    assert_string_equal(json_string_value(json_object_get(miss, "sha256")),
-                        json_string_value(json_object_get(plain, "sha256")));
-    json_t *w = json_object_get(miss, "warnings");
-    assert_int_equal(json_array_size(w), 1);
-    assert_non_null(strstr(json_string_value(json_array_get(w, 0)),
-                           "alpha_pattern key 2 of adapter_config.json matches none of the shared-expert modules"));
     assert_int_equal(json_array_size(json_object_get(hit, "warnings")), 0);
-    json_decref(miss);
-    json_decref(plain);
     json_decref(hit);
 }
 

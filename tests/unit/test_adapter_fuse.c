@@ -304,20 +304,55 @@ static void test_one_digest_three_forms(void **state) {
     ls_tensor_set_free(&pf);
 }
 
+/* Each of configs (adapter_config.json texts) loads s. */
+static void expect_configs_load(const ls_tensor_set *s, const ls_dims *d, const ls_pool_dims *pool,
+                                const char *const *configs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ls_adapter_params p;
+        ls_adapter a;
+        ls_error err;
+        ls_error_init(&err);
+        assert_int_equal(parse_config(configs[i], &p, &err), LS_OK);
+        ls_status st = ls_adapter_normalise(s, &p, d, pool, &a, &err);
+        if (st != LS_OK) tu_dump(&err);
+        assert_int_equal(st, LS_OK);
+        ls_adapter_free(&a);
+        ls_error_free(&err);
+    }
+}
+
+/* Factors of gate on layers 0 and 2, with a config and its error. */
+typedef struct {
+    ls_tensor_set s;
+    fx_mod g0, g2;
+    ls_dims d;
+    ls_pool_dims pool;
+    ls_adapter_params p;
+    ls_error err;
+} gates2;
+
+static void gates2_init(gates2 *f) {
+    ls_tensor_set_init(&f->s);
+    f->g0 = fx_make(&f->s, GATE, 0, 2, HH, NE * FF);
+    f->g2 = fx_make(&f->s, GATE, 2, 2, HH, NE * FF);
+    f->d = fx_dims();
+    f->pool = tu_pool(RR, LS_LORA_SHARED);
+    ls_error_init(&f->err);
+}
+
+static void gates2_free(gates2 *f) {
+    ls_error_free(&f->err);
+    fx_free(&f->g0), fx_free(&f->g2);
+    ls_tensor_set_free(&f->s);
+}
+
 /* layers_to_transform: factors of a layer it leaves out contradict the
  * config (PEFT would neither create nor load them); with layers_pattern
  * the index is read after that name; full names in target_modules pass. */
 static void test_layers_to_transform(void **state) {
     (void)state;
-    ls_tensor_set s;
-    ls_tensor_set_init(&s);
-    fx_mod g0 = fx_make(&s, GATE, 0, 2, HH, NE * FF), g2 = fx_make(&s, GATE, 2, 2, HH, NE * FF);
-    ls_dims d = fx_dims();
-    ls_pool_dims pool = tu_pool(RR, LS_LORA_SHARED);
-    ls_adapter_params p;
-    ls_error err;
-    ls_error_init(&err);
-    ls_adapter a;
+    gates2 f;
+    gates2_init(&f);
     const char *ok[] = {
         "{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"gate_proj\"], \"layers_to_transform\": [0, 2]}",
         "{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"gate_proj\"], \"layers_to_transform\": [2, 0], "
@@ -326,32 +361,24 @@ static void test_layers_to_transform(void **state) {
         "gate_proj\"], \"layers_to_transform\": 0}",
         "{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"gate_proj\"], \"layers_to_transform\": []}",
     };
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
-        assert_int_equal(parse_config(ok[i], &p, &err), LS_OK);
-        ls_status st = ls_adapter_normalise(&s, &p, &d, &pool, &a, &err);
-        if (st != LS_OK) tu_dump(&err);
-        assert_int_equal(st, LS_OK);
-        ls_adapter_free(&a);
-    }
+    expect_configs_load(&f.s, &f.d, &f.pool, ok, sizeof ok / sizeof *ok);
     assert_int_equal(parse_config("{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"gate_proj\"], "
                                   "\"layers_to_transform\": [0, 1]}",
-                                  &p, &err),
+                                  &f.p, &f.err),
                      LS_OK);
-    tu_expect_fail(&s, &p, &d, &pool, LS_ADAPTER_CONFIG_INVALID, &err);
-    const ls_violation *v = tu_expect(&err, LS_ADAPTER_CONFIG_INVALID, 2,
+    tu_expect_fail(&f.s, &f.p, &f.d, &f.pool, LS_ADAPTER_CONFIG_INVALID, &f.err);
+    const ls_violation *v = tu_expect(&f.err, LS_ADAPTER_CONFIG_INVALID, 2,
                                       "model.layers.2.mlp.shared_experts.gate_proj.lora_A.weight", LS_NA, LS_NA, 2);
     assert_non_null(strstr(v->message, "[0, 1]"));
-    assert_int_equal(err.n_violations, 1);
-    ls_error_clear(&err);
+    assert_int_equal(f.err.n_violations, 1);
+    ls_error_clear(&f.err);
     assert_int_equal(parse_config("{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"gate_proj\"], "
                                   "\"layers_to_transform\": [0, 2], \"layers_pattern\": [\"h\", \"blocks\"]}",
-                                  &p, &err),
+                                  &f.p, &f.err),
                      LS_OK);
-    tu_expect_fail(&s, &p, &d, &pool, LS_ADAPTER_CONFIG_INVALID, &err);
-    assert_int_equal(tu_count(&err, LS_ADAPTER_CONFIG_INVALID), 2);
-    ls_error_free(&err);
-    fx_free(&g0), fx_free(&g2);
-    ls_tensor_set_free(&s);
+    tu_expect_fail(&f.s, &f.p, &f.d, &f.pool, LS_ADAPTER_CONFIG_INVALID, &f.err);
+    assert_int_equal(tu_count(&f.err, LS_ADAPTER_CONFIG_INVALID), 2);
+    gates2_free(&f);
 }
 
 /* target_modules and exclude_modules, read as PEFT's
@@ -362,15 +389,8 @@ static void test_layers_to_transform(void **state) {
  * ("all-linear", a look-ahead) checks nothing, as before. */
 static void test_target_and_exclude_modules(void **state) {
     (void)state;
-    ls_tensor_set s;
-    ls_tensor_set_init(&s);
-    fx_mod g0 = fx_make(&s, GATE, 0, 2, HH, NE * FF), g2 = fx_make(&s, GATE, 2, 2, HH, NE * FF);
-    ls_dims d = fx_dims();
-    ls_pool_dims pool = tu_pool(RR, LS_LORA_SHARED);
-    ls_adapter_params p;
-    ls_error err;
-    ls_error_init(&err);
-    ls_adapter a;
+    gates2 f;
+    gates2_init(&f);
 #define CFG(rest) "{\"r\": 2, \"lora_alpha\": 2, " rest "}"
     const char *ok[] = {
         CFG("\"target_modules\": [\"gate_proj\", \"q_proj\"]"),
@@ -383,13 +403,7 @@ static void test_target_and_exclude_modules(void **state) {
         CFG("\"target_modules\": [\"gate_proj\"], \"exclude_modules\": [\"up_proj\", \"layers.2.mlp\"]"),
         CFG("\"exclude_modules\": \".*layers\\\\.1\\\\..*\""),
     };
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
-        assert_int_equal(parse_config(ok[i], &p, &err), LS_OK);
-        ls_status st = ls_adapter_normalise(&s, &p, &d, &pool, &a, &err);
-        if (st != LS_OK) tu_dump(&err);
-        assert_int_equal(st, LS_OK);
-        ls_adapter_free(&a);
-    }
+    expect_configs_load(&f.s, &f.d, &f.pool, ok, sizeof ok / sizeof *ok);
     const struct {
         const char *config, *says;
         int layers; /* bit l: layer l's factor refused */
@@ -406,22 +420,20 @@ static void test_target_and_exclude_modules(void **state) {
     };
 #undef CFG
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
-        ls_error_clear(&err);
-        assert_int_equal(parse_config(refused[i].config, &p, &err), LS_OK);
-        tu_expect_fail(&s, &p, &d, &pool, LS_ADAPTER_CONFIG_INVALID, &err);
+        ls_error_clear(&f.err);
+        assert_int_equal(parse_config(refused[i].config, &f.p, &f.err), LS_OK);
+        tu_expect_fail(&f.s, &f.p, &f.d, &f.pool, LS_ADAPTER_CONFIG_INVALID, &f.err);
         for (int l = 0; l <= 2; l += 2) {
             if (!(refused[i].layers & (1 << l))) continue;
             char name[96];
             snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_proj.lora_A.weight", l);
-            const ls_violation *v = tu_expect(&err, LS_ADAPTER_CONFIG_INVALID, l, name, LS_NA, LS_NA, LS_NA);
+            const ls_violation *v = tu_expect(&f.err, LS_ADAPTER_CONFIG_INVALID, l, name, LS_NA, LS_NA, LS_NA);
             assert_non_null(strstr(v->message, refused[i].says));
             assert_non_null(strstr(v->message, "PEFT would neither create nor load it"));
         }
-        assert_int_equal(err.n_violations, __builtin_popcount((unsigned)refused[i].layers));
+        assert_int_equal(f.err.n_violations, __builtin_popcount((unsigned)refused[i].layers));
     }
-    ls_error_free(&err);
-    fx_free(&g0), fx_free(&g2);
-    ls_tensor_set_free(&s);
+    gates2_free(&f);
 }
 
 /* Both forms of gate in one layer would add the delta twice. */

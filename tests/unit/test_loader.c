@@ -214,8 +214,8 @@ static void test_paths_stay_beneath_the_directory(void **state) {
     free(dir);
 }
 /* Loads path and expects a refusal whose message names path and not the
- * server's directory. */
-static void expect_refused(const ls_loader *ld, const char *path, const char *why) {
+ * server's directory, and whose hint says hint (NULL: anything). */
+static void expect_refused_hint(const ls_loader *ld, const char *path, const char *why, const char *hint) {
     ls_adapter_source src = {.path = path};
     ls_adapter a;
     ls_adapter_origin o;
@@ -226,7 +226,12 @@ static void expect_refused(const ls_loader *ld, const char *path, const char *wh
     if (!strstr(err.message, why)) fprintf(stderr, "%s: %s\n", path, err.message);
     assert_non_null(strstr(err.message, why));
     assert_null(strstr(err.message, ld->root));
+    if (hint) assert_non_null(strstr(err.hint, hint));
     ls_error_free(&err);
+}
+
+static void expect_refused(const ls_loader *ld, const char *path, const char *why) {
+    expect_refused_hint(ld, path, why, NULL);
 }
 
 static void test_paths_and_messages(void **state) {
@@ -238,17 +243,8 @@ static void test_paths_and_messages(void **state) {
     /* A PEFT directory's config given for the adapter: read as
      * safetensors it failed on a "header length"; the hint names the
      * directory to give. */
-    expect_refused(&ld, "peft/adapter_config.json", "is a PEFT directory's adapter_config.json, not an adapter file");
-    {
-        ls_adapter_source src = {.path = "peft/adapter_config.json"};
-        ls_adapter a;
-        ls_adapter_origin o;
-        ls_error err;
-        ls_error_init(&err);
-        assert_int_equal(ls_loader_load(&ld, &src, &a, &o, &err), LS_INVALID_REQUEST);
-        assert_non_null(strstr(err.hint, "give the path of its directory, \"peft\""));
-        ls_error_free(&err);
-    }
+    expect_refused_hint(&ld, "peft/adapter_config.json", "is a PEFT directory's adapter_config.json, not an adapter file",
+                        "give the path of its directory, \"peft\"");
     /* A link out of the directory, one inside it, and a long path of
      * slashes that climbs out (cut at a buffer's end it would not). */
     snprintf(path, sizeof path, "%s/out", dir);
