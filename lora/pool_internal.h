@@ -97,7 +97,8 @@ void ls_registry_destroy(ls_pool *p, ls_pool_entry *e);
 void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info *info);
 void ls_registry_nearest(const ls_pool *p, const char *name, char *out, size_t len);
 
-/* pool.c, with mu not held: adapter_not_found for name, with the nearest
+/* pool.c, with mu not held: adapter_not_found for name, saying it was
+ * deleted when it was (with its last version), else with the nearest
  * registered name when one is near; hint NULL: the code's own ("load it
  * first with POST /adapters"). */
 ls_status ls_pool_not_found(ls_pool *p, const char *name, const char *hint, ls_error *err);

@@ -132,6 +132,25 @@ static void test_transposed_pool_b(void **state) {
     json_decref(a);
 }
 
+/* A deleted name is said to be deleted: a second DELETE of "tenant-c"
+ * answered "did you mean 'tenant-a'?", offering a live adapter to delete
+ * in its place. */
+static void test_deleted_name_said(void **state) {
+    (void)state;
+    json_t *a = tiny_adapter_inline(&ts, "tenant-c", NULL);
+    json_decref(tiny_post_json(&ts, "/adapters", a, 201));
+    json_decref(a);
+    ls_test_response r;
+    assert_int_equal(ls_test_http(ts.srv, "DELETE", "/adapters/tenant-c", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    expect("DELETE", "/adapters/tenant-c", NULL, NULL, 0, 404, "adapter_not_found",
+           "adapter 'tenant-c' is not registered: it was deleted (its last version was 1)", "nothing was deleted");
+    expect("GET", "/adapters/tenant-c", NULL, NULL, 0, 404, "adapter_not_found", "it was deleted", NULL);
+    const char *fwd = "{\"x\": [[0.5, 0.25, 0.125, 1.0]], \"adapter\": \"tenant-c\"}";
+    expect("POST", "/forward", "application/json", fwd, strlen(fwd), 404, "adapter_not_found", "it was deleted", NULL);
+}
+
 static void test_did_you_mean(void **state) {
     (void)state;
     expect("GET", "/adapters/tenant_a", NULL, NULL, 0, 404, "adapter_not_found",
@@ -158,7 +177,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raw_upload_without_type), cmocka_unit_test(test_config_key_at_top),
         cmocka_unit_test(test_more_experts),            cmocka_unit_test(test_transposed_pool_b),
-        cmocka_unit_test(test_did_you_mean),
+        cmocka_unit_test(test_did_you_mean), cmocka_unit_test(test_deleted_name_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
