@@ -74,7 +74,14 @@ typedef struct {
  * outer, rank), zeros where the upload has no factor, scale already
  * folded into the B factors. */
 /* The kinds of warning a load that stands may carry. */
-enum { LS_WARN_ALPHA_ORDER, LS_WARN_SKIPPED_MLP, LS_WARN_CONFIG_KEY, LS_WARN_UNMATCHED_KEY, LS_ADAPTER_WARNINGS };
+enum {
+    LS_WARN_ALPHA_ORDER,
+    LS_WARN_SKIPPED_MLP,
+    LS_WARN_CONFIG_KEY,
+    LS_WARN_UNMATCHED_KEY,
+    LS_WARN_ZERO_SCALE,
+    LS_ADAPTER_WARNINGS
+};
 
 typedef struct {
     ls_adapter_meta meta;

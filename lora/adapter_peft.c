@@ -371,6 +371,18 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     if (p->has_alpha && r0 > 0) c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)r0) : p->lora_alpha / (double)r0;
     c->rank = max;
     ls_peft_note_unmatched(c);
+    bool any = false, all_zero = true;
+    for (int l = 0; l < c->dims->L; l++)
+        for (int m = 0; m < LS_MODS; m++) {
+            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
+            if (!a->name && !a[1].name) continue;
+            any = true;
+            all_zero = all_zero && ls_adapter_mod_at(c, l, m)->scale == 0;
+        }
+    /* PEFT takes lora_alpha 0 too; a load that adds nothing is worth a word. */
+    if (any && all_zero)
+        snprintf(c->warnings[LS_WARN_ZERO_SCALE], sizeof c->warnings[LS_WARN_ZERO_SCALE],
+                 "every module's scale is 0 (lora_alpha, alpha_pattern or scale 0): the adapter changes no output");
 }
 
 /* gate_up_order orders the rows of a fused gate_up_proj.lora_B: stated

@@ -479,6 +479,20 @@ static void test_unmatched_key_warns(void **state) {
     json_decref(hit);
 }
 
+/* lora_alpha 0 loads, as in PEFT, and adds nothing: said so; one
+ * module of scale 0 among others is no such adapter. */
+static void test_zero_scale_warns(void **state) {
+    (void)state;
+    json_t *zero = validate_dir("zero-alpha", "{\"r\": 3, \"lora_alpha\": 0}");
+    json_t *w = json_object_get(zero, "warnings");
+    assert_int_equal(json_array_size(w), 1);
+    assert_non_null(strstr(json_string_value(json_array_get(w, 0)), "every module's scale is 0"));
+    json_t *some = validate_dir("zero-some", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"up_proj\": 0}}");
+    assert_int_equal(json_array_size(json_object_get(some, "warnings")), 0);
+    json_decref(zero);
+    json_decref(some);
+}
+
 /* A DoRA adapter: 422 naming use_dora, nothing registered. */
 static void test_dora_refused(void **state) {
     (void)state;
@@ -572,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_shadowed_alpha_pattern_warns),
         cmocka_unit_test(test_near_miss_key_warns),
         cmocka_unit_test(test_unmatched_key_warns),
+        cmocka_unit_test(test_zero_scale_warns),
         cmocka_unit_test(test_missing_files_explained),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
