@@ -174,13 +174,16 @@ static bool ls_config_other_type(const json_t *obj, bool from_file, ls_error *er
     return true;
 }
 
-/* LoraConfig's keys (peft 0.21): one of them is never a near miss. */
+/* LoraConfig's keys (every one peft 0.21's save_pretrained writes, and
+ * ours): one of them is never a near miss (use_bdlora is two edits from
+ * use_rslora). */
 static const char *const ls_lora_config_keys[] = {
-    "peft_type", "task_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "r",
-    "target_modules", "exclude_modules", "target_parameters", "lora_alpha", "lora_dropout", "fan_in_fan_out", "bias",
-    "use_rslora", "modules_to_save", "init_lora_weights", "layers_to_transform", "layers_pattern", "rank_pattern",
-    "alpha_pattern", "megatron_config", "megatron_core", "trainable_token_indices", "loftq_config", "eva_config",
-    "corda_config", "use_dora", "use_qalora", "qalora_group_size", "layer_replication", "runtime_config", "lora_bias",
+    "peft_type", "peft_version", "task_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping",
+    "r", "target_modules", "exclude_modules", "target_parameters", "lora_alpha", "lora_dropout", "fan_in_fan_out",
+    "bias", "use_rslora", "modules_to_save", "init_lora_weights", "layers_to_transform", "layers_pattern",
+    "rank_pattern", "alpha_pattern", "megatron_config", "megatron_core", "trainable_token_indices", "loftq_config",
+    "eva_config", "corda_config", "lora_ga_config", "velora_config", "monteclora_config", "kasa_config", "use_dora",
+    "use_bdlora", "use_qalora", "qalora_group_size", "layer_replication", "runtime_config", "lora_bias",
     "alora_invocation_tokens", "arrow_config", "ensure_weight_tying", "gate_up_order", "scale", NULL};
 
 /* The keys that change the numbers this server computes. */

@@ -630,10 +630,12 @@ def check_mlp_warning(name, reply, notes):
     said = [w for w in reply.get("warnings", []) if "MLP modules other than the shared experts" in w]
     if bool(mlp) != bool(said):
         raise RuntimeError(f"{name}: {len(mlp)} MLP factors ignored, warnings {reply.get('warnings')}")
-    # Every pattern key of these configs matches a shared-expert module.
-    unmatched = [w for w in reply.get("warnings", []) if "matches none of the shared-expert modules" in w]
-    if unmatched:
-        raise RuntimeError(f"{name}: a pattern key PEFT applies is said to match nothing: {unmatched}")
+    # Every pattern key of these configs matches a shared-expert module,
+    # and every key is one save_pretrained writes: no near miss either.
+    false = [w for w in reply.get("warnings", [])
+             if "matches none of the shared-expert modules" in w or "is no LoraConfig key" in w]
+    if false:
+        raise RuntimeError(f"{name}: a warning about a config PEFT wrote itself: {false}")
     if said:
         notes.append(f"{name}: {len(mlp)} MLP factors skipped, warned")
 

@@ -199,6 +199,26 @@ static void test_near_miss_key_noted(void **state) {
     assert_non_null(strstr(p.config_note, "did you mean \"lora_alpha\"?"));
     json_decref(obj);
     ls_error_free(&err);
+    /* Every key peft 0.21's save_pretrained writes passes (use_bdlora,
+     * two edits from use_rslora, was taken for a misspelling of it). */
+    memset(&p, 0, sizeof p);
+    assert_int_equal(
+        parse("{\"alora_invocation_tokens\": null, \"alpha_pattern\": {}, \"arrow_config\": null, \"auto_mapping\": "
+              "null, \"base_model_name_or_path\": \"m\", \"bias\": \"none\", \"corda_config\": null, "
+              "\"ensure_weight_tying\": false, \"eva_config\": null, \"exclude_modules\": null, \"fan_in_fan_out\": "
+              "false, \"inference_mode\": true, \"init_lora_weights\": true, \"kasa_config\": null, "
+              "\"layer_replication\": null, \"layers_pattern\": null, \"layers_to_transform\": null, \"loftq_config\": "
+              "{}, \"lora_alpha\": 16, \"lora_bias\": false, \"lora_dropout\": 0.0, \"lora_ga_config\": null, "
+              "\"megatron_config\": null, \"megatron_core\": \"megatron.core\", \"modules_to_save\": null, "
+              "\"monteclora_config\": null, \"peft_type\": \"LORA\", \"peft_version\": \"0.21.2\", "
+              "\"qalora_group_size\": 16, \"r\": 8, \"rank_pattern\": {}, \"revision\": null, \"target_modules\": "
+              "[\"gate_proj\"], \"target_parameters\": null, \"task_type\": null, \"trainable_token_indices\": null, "
+              "\"use_bdlora\": null, \"use_dora\": false, \"use_qalora\": false, \"use_rslora\": false, "
+              "\"velora_config\": null}",
+              &p, &err),
+        LS_OK);
+    assert_string_equal(p.config_note, "");
+    ls_error_free(&err);
     /* LoraConfig's own keys, and keys near nothing that matters, pass. */
     memset(&p, 0, sizeof p);
     assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": 16, \"use_dora\": false, \"lora_bias\": false, \"bias\": "
