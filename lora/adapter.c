@@ -531,7 +531,7 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
     static const ls_adapter_params defaults = {0};
     if (!params) params = &defaults;
 
-    ls_adapter_ctx c = {.params = params, .dims = dims, .pool = pool, .err = err};
+    ls_adapter_ctx c = {.params = params, .dims = dims, .pool = pool, .err = err, .tensors = tensors};
     if (params->r < 0)
         ls_adapter_violation(&c, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, params->r, NULL,
                              "r is %d; it must be a positive integer", params->r);

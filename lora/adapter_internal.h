@@ -101,6 +101,7 @@ typedef struct {
     double scale;             /* folded into the B factors (PEFT: of modules no pattern matches) */
     ls_adapter_mod *mods;     /* PEFT: [L][LS_MODS] */
     const struct ls_peft_rules *rules; /* PEFT: the config's per-module rules, NULL: none */
+    const ls_tensor_set *tensors;       /* the upload, borrowed */
     char warnings[LS_ADAPTER_WARNINGS][512]; /* what the load should say though it stands; "" none */
 } ls_adapter_ctx;
 

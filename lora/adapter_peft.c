@@ -309,10 +309,29 @@ static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
              module);
 }
 
-/* A pattern key that matches none of the modules: it changes nothing,
- * as in PEFT, but a key written for target_modules' names ("up_proj")
- * beside target_parameters' ("up_proj.weight"), or misspelt, looks as
- * if it did. Said for the first such key. */
+/* The modules of the LoRA factors the upload holds for other modules
+ * (skipped here, applied by PEFT): each pattern key they match is hit. */
+static void ls_peft_hit_skipped(const ls_adapter_ctx *c, bool *hit, size_t n) {
+    for (size_t i = 0; c->tensors && i < c->tensors->n; i++) {
+        const char *name = c->tensors->items[i].name;
+        ls_adapter_name nm;
+        ls_adapter_name_parse(name, &nm);
+        const char *end = nm.kind == LS_AN_OTHER && nm.lora ? strstr(name, ".lora_") : NULL;
+        if (!end) continue;
+        const char *s = !strncmp(name, LS_ADAPTER_PREFIX, strlen(LS_ADAPTER_PREFIX)) ? name + strlen(LS_ADAPTER_PREFIX)
+                                                                                     : name;
+        char module[256];
+        snprintf(module, sizeof module, "%.*s", (int)(end - s), s);
+        ls_peft_rules_hits(c->rules, module, hit, n);
+    }
+}
+
+/* A pattern key that matches none of the modules the upload has factors
+ * of: it changes nothing, as in PEFT, but a key written for
+ * target_modules' names ("up_proj") beside target_parameters'
+ * ("up_proj.weight"), or misspelt, looks as if it did. Said for the
+ * first such key. A key for a module whose factors are skipped (a dense
+ * layer's) is PEFT's to apply there, and says nothing. */
 static void ls_peft_note_unmatched(ls_adapter_ctx *c) {
     bool hit[256] = {false};
     const size_t n = ls_peft_rules_keys(c->rules, sizeof hit / sizeof *hit);
@@ -323,14 +342,15 @@ static void ls_peft_note_unmatched(ls_adapter_ctx *c) {
             char module[192];
             ls_peft_rules_hits(c->rules, ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module), hit, n);
         }
+    if (n) ls_peft_hit_skipped(c, hit, n);
     for (size_t i = 0; i < n; i++) {
         if (hit[i]) continue;
         const char *pattern;
         const ls_peft_key k = ls_peft_rules_key(c->rules, i, &pattern);
         char shown[96];
         snprintf(c->warnings[LS_WARN_UNMATCHED_KEY], sizeof c->warnings[LS_WARN_UNMATCHED_KEY],
-                 "%s %s matches none of the shared-expert modules this adapter has factors of, so it changes "
-                 "nothing here (PEFT matches a key against the module's whole name, (.*\\.)?(key)$, and for "
+                 "%s %s matches none of the modules this adapter has factors of, so it changes "
+                 "nothing (PEFT matches a key against the module's whole name, (.*\\.)?(key)$, and for "
                  "target_parameters against \"{module}.weight\")",
                  pattern, ls_peft_key_shown(&k, shown, sizeof shown));
         return;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "format/json.h"
 #include "lora/adapter_regex.h"
@@ -263,7 +264,7 @@ static bool ls_rules_scope(const json_t *obj, const char *key, const char *as, j
     json_t *v = json_object_get(obj, key);
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
-        ls_regex *re = strcmp(s, "all-linear") ? ls_full_compile(s) : NULL;
+        ls_regex *re = strcasecmp(s, "all-linear") ? ls_full_compile(s) : NULL; /* PEFT lowercases it */
         const bool keep = re != NULL;
         ls_regex_free(re);
         return !keep || !json_object_set(out, as, v);
@@ -353,6 +354,13 @@ ls_status ls_peft_rules_from_config(const json_t *obj, bool from_file, char *tex
     ok &= ls_rules_targets(obj, out, err);
     ok &= ls_rules_params(obj, out, err);
     ok &= ls_rules_scope(obj, "target_modules", "targets", out) && ls_rules_scope(obj, "exclude_modules", "excludes", out);
+    /* The scopes only check: they never make a config too long to keep. */
+    char *all = ok ? json_dumps(out, JSON_COMPACT) : NULL;
+    if (all && strlen(all) >= len) {
+        json_object_del(out, "targets");
+        json_object_del(out, "excludes");
+    }
+    free(all);
     ls_status st = ok                                                ? ls_rules_write(out, text, len, err)
                    : err->n_violations + (size_t)err->dropped > said ? LS_ADAPTER_CONFIG_INVALID
                                                                      : ls_error_set(err, LS_INTERNAL, NULL,

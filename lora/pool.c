@@ -420,17 +420,19 @@ ls_status ls_pool_not_found(ls_pool *p, const char *name, const char *hint, ls_e
     uint64_t was = 0;
     if (name) {
         pthread_mutex_lock(&p->mu);
-        /* A name deleted before is said to be so, not matched to another
-         * name: after a second DELETE that would offer a live adapter to
-         * delete in its place. */
+        /* A name registered before (deleted, or a record the start did
+         * not restore) is said to be so, not matched to another name:
+         * after a second DELETE that would offer a live adapter to delete
+         * in its place. */
         was = ls_pool_floor_of(p, name);
         if (!was) ls_registry_nearest(p, name, near, sizeof near);
         pthread_mutex_unlock(&p->mu);
     }
     if (was)
         return ls_error_set(err, LS_ADAPTER_NOT_FOUND, hint,
-                            "adapter '%s' is not registered: it was deleted (its last version was %" PRIu64 ")", name,
-                            was);
+                            "adapter '%s' is not registered: it was deleted, or not restored at start-up (its last "
+                            "version was %" PRIu64 ")",
+                            name, was);
     return ls_error_set(err, LS_ADAPTER_NOT_FOUND, hint, "adapter '%s' is not registered%s%s%s", name ? name : "",
                         near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }

@@ -23,6 +23,10 @@
 #include "server/server.h"
 #include "server/tls.h"
 
+/* How often a held port is asked again before start-up stops: 5 s in
+ * steps of 250 ms. */
+#define LS_HTTP_PROBE_TRIES 20
+
 /* During a stop, how long a reply the server has just finished gets to go
  * out before the connections still open past --shutdown-timeout are
  * closed: a send of a few MB to a client that reads. */
@@ -119,6 +123,23 @@ static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket
         ls_tls_connection_started(srv->tls, conn, fd->connect_fd, ls_guard_tls_slot(*socket_context));
 }
 
+/* One bind of ai's address as libmicrohttpd binds it; the errno of a
+ * failure, 0 when it could be bound (or could not be tried). */
+static int ls_http_try_bind(const struct addrinfo *ai) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    /* A port in TIME_WAIT is not taken, and an IPv6 address is bound
+     * without IPv4 (no MHD_USE_DUAL_STACK). */
+    const int on = 1;
+    int e = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+        (ai->ai_family != AF_INET6 || setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) == 0) &&
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0)
+        e = errno;
+    close(fd);
+    return e;
+}
+
 bool ls_http_probe(const ls_config *cfg) {
     if (cfg->port == 0) return true; /* any free port: nothing to be taken */
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
@@ -126,25 +147,23 @@ bool ls_http_probe(const ls_config *cfg) {
     char port[16];
     snprintf(port, sizeof port, "%d", cfg->port);
     if (getaddrinfo(cfg->host, port, &hints, &ai)) return true; /* ls_http_start says why */
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    /* As libmicrohttpd binds: a port in TIME_WAIT is not taken, and an
-     * IPv6 address is bound without IPv4 (no MHD_USE_DUAL_STACK). */
-    const int on = 1;
-    bool ok = fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
-              (ai->ai_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) ||
-              bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-    const int e = errno;
-    if (fd >= 0) close(fd);
+    /* An older server may still be draining on the port: it lets go once
+     * its requests end, so a held port is asked again for a while. */
+    int e = ls_http_try_bind(ai);
+    for (int tries = 0; e == EADDRINUSE && tries < LS_HTTP_PROBE_TRIES; tries++) {
+        nanosleep(&(struct timespec){.tv_nsec = 250 * 1000 * 1000}, NULL);
+        e = ls_http_try_bind(ai);
+    }
     freeaddrinfo(ai);
     /* Only what will surely fail again: the rest ls_http_start says. */
-    ok = ok || (e != EADDRINUSE && e != EACCES);
-    if (!ok) {
-        char ebuf[128];
-        ls_log_error("cannot listen on %s:%d: %s%s (checked before the weights load)", cfg->host, cfg->port,
-                     strerror_r(e, ebuf, sizeof ebuf),
-                     e == EADDRINUSE ? ": another process holds the port (an older server?); stop it or give --port" : "");
-    }
-    return ok;
+    if (e != EADDRINUSE && e != EACCES) return true;
+    char ebuf[128];
+    ls_log_error("cannot listen on %s:%d: %s%s (checked before the weights load)", cfg->host, cfg->port,
+                 strerror_r(e, ebuf, sizeof ebuf),
+                 e == EADDRINUSE ? ": another process has held the port for 5 s (an older server?); stop it or give "
+                                   "--port"
+                                 : "");
+    return false;
 }
 
 bool ls_http_start(ls_server *srv) {

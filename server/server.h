@@ -64,7 +64,8 @@ bool ls_server_init_with_backend(ls_server *srv, const ls_config *cfg, ls_backen
 void ls_server_free(ls_server *srv);
 
 /* Whether cfg's address and port can be bound now: false, logged, when
- * another process holds the port, or it is privileged and we are not.
+ * another process holds the port for 5 s (an older server draining lets
+ * go sooner), or it is privileged and we are not.
  * Called before the weights load, which can take minutes, so that a
  * taken port is said at once; ls_http_start binds for real later. */
 bool ls_http_probe(const ls_config *cfg);

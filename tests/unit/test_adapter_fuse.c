@@ -398,6 +398,7 @@ static void test_target_and_exclude_modules(void **state) {
             "\"model.layers.2.mlp.shared_experts.gate_proj\"]"),
         CFG("\"target_modules\": \".*shared_experts\\\\.(gate|up)_proj\""),
         CFG("\"target_modules\": \"all-linear\""),
+        CFG("\"target_modules\": \"ALL-LINEAR\""), /* PEFT lowercases it */
         CFG("\"target_modules\": \"(?=model).*gate_proj\""),
         CFG("\"target_modules\": null, \"exclude_modules\": []"),
         CFG("\"target_modules\": [\"gate_proj\"], \"exclude_modules\": [\"up_proj\", \"layers.2.mlp\"]"),
@@ -436,6 +437,30 @@ static void test_target_and_exclude_modules(void **state) {
     gates2_free(&f);
 }
 
+/* A pattern key that matches none of the modules the upload has factors
+ * of is warned of; one that matches a module whose factors are skipped
+ * here (a dense layer's down_proj, which PEFT applies) is not. */
+static void test_unmatched_pattern_key(void **state) {
+    (void)state;
+    gates2 f;
+    gates2_init(&f);
+    fx_mod dense = fx_make(&f.s, "model.layers.%d.mlp.down_proj.%s.weight", 1, 2, NE * FF, HH);
+    const char *configs[] = {"{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.down_proj\": 4}}",
+                             "{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.up_proj\": 4}}"};
+    for (int i = 0; i < 2; i++) {
+        ls_adapter a;
+        ls_error_clear(&f.err);
+        assert_int_equal(parse_config(configs[i], &f.p, &f.err), LS_OK);
+        assert_int_equal(ls_adapter_normalise(&f.s, &f.p, &f.d, &f.pool, &a, &f.err), LS_OK);
+        const char *w = a.warnings[LS_WARN_UNMATCHED_KEY];
+        if (i == 0) assert_string_equal(w, "");
+        else assert_non_null(strstr(w, "alpha_pattern key 1 of adapter_config.json matches none of the modules"));
+        ls_adapter_free(&a);
+    }
+    fx_free(&dense);
+    gates2_free(&f);
+}
+
 /* Both forms of gate in one layer would add the delta twice. */
 static void test_fused_and_separate_in_one_layer(void **state) {
     (void)state;
@@ -461,7 +486,7 @@ int main(void) {
         cmocka_unit_test(test_unequal_ranks_and_scales), cmocka_unit_test(test_unequal_ranks_need_rank_pattern),
         cmocka_unit_test(test_family_names),             cmocka_unit_test(test_one_digest_three_forms),
         cmocka_unit_test(test_layers_to_transform),      cmocka_unit_test(test_target_and_exclude_modules),
-        cmocka_unit_test(test_fused_and_separate_in_one_layer),
+        cmocka_unit_test(test_fused_and_separate_in_one_layer), cmocka_unit_test(test_unmatched_pattern_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,6 +176,32 @@ static void test_target_parameters(void **state) {
     ls_error_free(&err);
 }
 
+/* target_modules and exclude_modules only check: a config whose
+ * patterns fill the kept text loads as it did before they were kept
+ * (they are dropped then), never refused as too long. */
+static void test_scopes_never_overflow(void **state) {
+    (void)state;
+    char text[12000];
+    size_t n = (size_t)snprintf(text, sizeof text, "{\"r\": 8, \"lora_alpha\": 16, \"rank_pattern\": {");
+    /* About 7000 bytes of patterns, and 1900 of full names in
+     * target_modules: together past the 8 KiB kept, apart within it. */
+    for (int l = 0; l < 140; l++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s\"layers.%d.mlp.shared_experts.gate_proj\": 2", l ? ", " : "",
+                              l);
+    n += (size_t)snprintf(text + n, sizeof text - n, "}, \"target_modules\": [");
+    for (int l = 0; l < 40; l++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s\"model.layers.%d.mlp.shared_experts.gate_proj\"",
+                              l ? ", " : "", l);
+    snprintf(text + n, sizeof text - n, "]}");
+    ls_adapter_params p;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(parse(text, &p, &err), LS_OK);
+    assert_null(strstr(p.peft, "\"targets\""));
+    assert_non_null(strstr(p.peft, "layers.139.mlp"));
+    ls_error_free(&err);
+}
+
 /* Each refused key is named with its reason, all at once. */
 static void test_refusals(void **state) {
     (void)state;
@@ -270,6 +296,7 @@ int main(void) {
         cmocka_unit_test(test_patterns_kept_in_order), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_rules_from_metadata),
         cmocka_unit_test(test_target_parameters),
+        cmocka_unit_test(test_scopes_never_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
