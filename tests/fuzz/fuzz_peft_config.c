@@ -29,8 +29,11 @@ enum { SHOWN_MAX = 40 }; /* ls_json_show: a value's rendering, cut at 37 charact
 
 static const char *const KINDS[] = {"an object", "an array", "a string", "an integer", "a real number", "a boolean",
                                     "null", NULL};
-static const char *const KEYS[][2] = {{"r", "a positive integer"}, {"lora_alpha", "a number"},
-                                      {"use_rslora", "true or false"}, {NULL, NULL}};
+static const char *const KEYS[][2] = {{"r", "a positive integer"},
+                                      {"lora_alpha", "a number"},
+                                      {"use_rslora", "true or false"},
+                                      {"gate_up_order", "\"gate_up\" or \"interleaved\""},
+                                      {NULL, NULL}};
 
 /* The keys whose refusals and rules name the key and never the file's
  * text (lora/adapter_config.c, lora/adapter_rules.c). */
