@@ -227,10 +227,8 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
                    d->layer_ids ? hint : NULL, msg, sizeof msg);
 }
 
-/* The module of name, a LoRA factor ("....q_proj" of "....q_proj.lora_A.weight"),
- * into buf, its first max bytes and "..." when longer; false when name
- * is no such factor. */
-static bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len) {
+/* See adapter_internal.h. */
+bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len) {
     const char *f = strstr(name, ".lora_");
     if (!f) return false;
     snprintf(buf, len, "%.*s%s", f - name > max ? max : (int)(f - name), name, f - name > max ? "..." : "");

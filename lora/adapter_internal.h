@@ -137,6 +137,10 @@ void ls_adapter_pool_check(ls_adapter_ctx *c);
 void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst);
 /* The module's name (without the prefix) of a placed PEFT factor into buf. */
 const char *ls_adapter_module_name(const ls_adapter_in *in, char *buf, size_t len);
+/* adapter.c: the module of name, a LoRA factor ("....q_proj" of
+ * "....q_proj.lora_A.weight"), into buf, its first max bytes and "..."
+ * when longer; false when name is no such factor. */
+bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len);
 /* The uploaded factor (name) that fills element i of factor k of layer l's
  * compact layout: the original tensor to name in a message. */
 const char *ls_adapter_source_of(const ls_adapter_ctx *c, int l, int k, size_t i);

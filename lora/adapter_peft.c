@@ -312,36 +312,25 @@ static void ls_peft_note_shadowed(ls_adapter_ctx *c, const char *module) {
 /* The modules of the LoRA factors the upload holds for other modules
  * (skipped here, applied by PEFT): each pattern key they match is hit. */
 static void ls_peft_hit_skipped(const ls_adapter_ctx *c, bool *hit, size_t n) {
+    const size_t prefix = strlen(LS_ADAPTER_PREFIX);
     for (size_t i = 0; c->tensors && i < c->tensors->n; i++) {
         const char *name = c->tensors->items[i].name;
         ls_adapter_name nm;
         ls_adapter_name_parse(name, &nm);
-        const char *end = nm.kind == LS_AN_OTHER && nm.lora ? strstr(name, ".lora_") : NULL;
-        if (!end) continue;
-        const char *s = !strncmp(name, LS_ADAPTER_PREFIX, strlen(LS_ADAPTER_PREFIX)) ? name + strlen(LS_ADAPTER_PREFIX)
-                                                                                     : name;
         char module[256];
-        snprintf(module, sizeof module, "%.*s", (int)(end - s), s);
-        ls_peft_rules_hits(c->rules, module, hit, n);
+        if (nm.kind == LS_AN_OTHER && nm.lora &&
+            ls_adapter_other_module(name + (nm.prefixed ? prefix : 0), (int)sizeof module - 4, module, sizeof module))
+            ls_peft_rules_hits(c->rules, module, hit, n);
     }
 }
 
-/* A pattern key that matches none of the modules the upload has factors
- * of: it changes nothing, as in PEFT, but a key written for
- * target_modules' names ("up_proj") beside target_parameters'
- * ("up_proj.weight"), or misspelt, looks as if it did. Said for the
- * first such key. A key for a module whose factors are skipped (a dense
- * layer's) is PEFT's to apply there, and says nothing. */
-static void ls_peft_note_unmatched(ls_adapter_ctx *c) {
-    bool hit[256] = {false};
-    const size_t n = ls_peft_rules_keys(c->rules, sizeof hit / sizeof *hit);
-    for (int l = 0; n && l < c->dims->L; l++)
-        for (int m = 0; m < LS_MODS; m++) {
-            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
-            if (!a->name && !a[1].name) continue;
-            char module[192];
-            ls_peft_rules_hits(c->rules, ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module), hit, n);
-        }
+/* After the modules' keys were hit (hit, n of them): the first pattern
+ * key that matches none of the modules the upload has factors of. It
+ * changes nothing, as in PEFT, but a key written for target_modules'
+ * names ("up_proj") beside target_parameters' ("up_proj.weight"), or
+ * misspelt, looks as if it did. A key for a module whose factors are
+ * skipped (a dense layer's) is PEFT's to apply there, and says nothing. */
+static void ls_peft_note_unmatched(ls_adapter_ctx *c, bool *hit, size_t n) {
     if (n) ls_peft_hit_skipped(c, hit, n);
     for (size_t i = 0; i < n; i++) {
         if (hit[i]) continue;
@@ -365,7 +354,9 @@ static void ls_peft_note_unmatched(ls_adapter_ctx *c) {
 static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     const ls_adapter_params *p = c->params;
     int max = 0;
-    bool refused = false;
+    bool refused = false, any = false, all_zero = true;
+    bool hit[256] = {false}; /* the pattern keys some module matches */
+    const size_t keys = ls_peft_rules_keys(c->rules, sizeof hit / sizeof *hit);
     for (int l = 0; l < c->dims->L; l++)
         for (int m = 0; m < LS_MODS; m++) {
             const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
@@ -377,8 +368,11 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             ls_adapter_module_name(a->name ? a : a + 1, module, sizeof module);
             bool has = ls_peft_rules_alpha(c->rules, module, &alpha, NULL) || p->has_alpha;
             if (!c->warnings[LS_WARN_ALPHA_ORDER][0]) ls_peft_note_shadowed(c, module);
+            if (keys) ls_peft_rules_hits(c->rules, module, hit, keys);
             const double r = md->rank > 0 ? md->rank : 1;
             md->scale = has ? (p->use_rslora ? alpha / sqrt(r) : alpha / r) : p->scale;
+            any = true;
+            all_zero = all_zero && md->scale == 0;
             if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;
             if (md->rank > max) {
                 max = md->rank;
@@ -390,15 +384,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     c->scale = p->has_scale ? p->scale : 1.0;
     if (p->has_alpha && r0 > 0) c->scale = p->use_rslora ? p->lora_alpha / sqrt((double)r0) : p->lora_alpha / (double)r0;
     c->rank = max;
-    ls_peft_note_unmatched(c);
-    bool any = false, all_zero = true;
-    for (int l = 0; l < c->dims->L; l++)
-        for (int m = 0; m < LS_MODS; m++) {
-            const ls_adapter_in *a = ls_adapter_at(c, l, 2 * m);
-            if (!a->name && !a[1].name) continue;
-            any = true;
-            all_zero = all_zero && ls_adapter_mod_at(c, l, m)->scale == 0;
-        }
+    ls_peft_note_unmatched(c, hit, keys);
     /* PEFT takes lora_alpha 0 too; a load that adds nothing is worth a word. */
     if (any && all_zero)
         snprintf(c->warnings[LS_WARN_ZERO_SCALE], sizeof c->warnings[LS_WARN_ZERO_SCALE],

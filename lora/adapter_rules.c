@@ -322,12 +322,22 @@ static bool ls_rules_params(const json_t *obj, json_t *out, ls_error *err) {
     return ls_rules_keep_names(v, ls_projection_weight, "target_parameters", out);
 }
 
-static ls_status ls_rules_write(const json_t *out, char *text, size_t len, ls_error *err) {
+/* out as compact text into text (len bytes). The scopes only check:
+ * they are dropped rather than make a config too long to keep. */
+static ls_status ls_rules_write(json_t *out, char *text, size_t len, ls_error *err) {
     text[0] = '\0';
     if (!json_object_size(out)) return LS_OK;
     char *s = json_dumps(out, JSON_COMPACT);
     if (!s) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     size_t n = strlen(s);
+    if (n >= len && (json_object_get(out, "targets") || json_object_get(out, "excludes"))) {
+        json_object_del(out, "targets");
+        json_object_del(out, "excludes");
+        free(s);
+        if (!json_object_size(out)) return LS_OK;
+        if (!(s = json_dumps(out, JSON_COMPACT))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+        n = strlen(s);
+    }
     ls_status st = LS_OK;
     if (n >= len)
         st = ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, (int64_t)len - 1, (int64_t)n,
@@ -354,13 +364,6 @@ ls_status ls_peft_rules_from_config(const json_t *obj, bool from_file, char *tex
     ok &= ls_rules_targets(obj, out, err);
     ok &= ls_rules_params(obj, out, err);
     ok &= ls_rules_scope(obj, "target_modules", "targets", out) && ls_rules_scope(obj, "exclude_modules", "excludes", out);
-    /* The scopes only check: they never make a config too long to keep. */
-    char *all = ok ? json_dumps(out, JSON_COMPACT) : NULL;
-    if (all && strlen(all) >= len) {
-        json_object_del(out, "targets");
-        json_object_del(out, "excludes");
-    }
-    free(all);
     ls_status st = ok                                                ? ls_rules_write(out, text, len, err)
                    : err->n_violations + (size_t)err->dropped > said ? LS_ADAPTER_CONFIG_INVALID
                                                                      : ls_error_set(err, LS_INTERNAL, NULL,

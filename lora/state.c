@@ -17,6 +17,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "format/safetensors.h"
@@ -48,7 +49,7 @@ ls_status ls_state_fail(ls_error *err, const char *what, const char *file) {
         return ls_error_set(err, LS_INSUFFICIENT_STORAGE, NULL, "state directory: %s %s: %s", what, file,
                             strerror_r(e, ebuf, sizeof ebuf));
     /* Short of descriptors or memory: the disk is fine. */
-    const char *hint = e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS
+    const char *hint = ls_file_errno_transient(e) && e != EIO
                            ? "the server is short of a resource now; retry, and check its limits (ulimit -n)"
                            : "check the disk of --state-dir (permissions, a read-only mount, errors in the kernel log)";
     return ls_error_set(err, LS_INTERNAL, hint, "state directory: %s %s: %s", what, file,

@@ -123,6 +123,16 @@ static void ls_http_notify(void *cls, struct MHD_Connection *conn, void **socket
         ls_tls_connection_started(srv->tls, conn, fd->connect_fd, ls_guard_tls_slot(*socket_context));
 }
 
+/* cfg's host and port as the address to bind (numeric only), into *ai
+ * (the caller's freeaddrinfo); getaddrinfo's code, 0 on success. */
+static int ls_http_resolve(const ls_config *cfg, struct addrinfo **ai) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    *ai = NULL;
+    return getaddrinfo(cfg->host, port, &hints, ai);
+}
+
 /* One bind of ai's address as libmicrohttpd binds it; the errno of a
  * failure, 0 when it could be bound (or could not be tried). */
 static int ls_http_try_bind(const struct addrinfo *ai) {
@@ -142,11 +152,8 @@ static int ls_http_try_bind(const struct addrinfo *ai) {
 
 bool ls_http_probe(const ls_config *cfg) {
     if (cfg->port == 0) return true; /* any free port: nothing to be taken */
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof port, "%d", cfg->port);
-    if (getaddrinfo(cfg->host, port, &hints, &ai)) return true; /* ls_http_start says why */
+    struct addrinfo *ai;
+    if (ls_http_resolve(cfg, &ai)) return true; /* ls_http_start says why */
     /* An older server may still be draining on the port: it lets go once
      * its requests end, so a held port is asked again for a while. */
     int e = ls_http_try_bind(ai);
@@ -171,11 +178,8 @@ bool ls_http_start(ls_server *srv) {
     clock_gettime(CLOCK_REALTIME, &now);
     atomic_store(&ls_http_id_state, (unsigned long long)now.tv_sec * 1000000007ULL ^
                                         (unsigned long long)now.tv_nsec << 20 ^ (unsigned long long)getpid());
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof port, "%d", srv->cfg.port);
-    int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
+    struct addrinfo *ai;
+    int gai = ls_http_resolve(&srv->cfg, &ai);
     if (gai) {
         ls_log_error("--host %s is not a numeric IPv4 or IPv6 address: %s", srv->cfg.host, gai_strerror(gai));
         return false;
