@@ -410,7 +410,7 @@ static ls_backend *ls_bench_backend(const ls_bench_opts *o, const ls_row_kind *k
                 ls_fill(fd, ld, seed, 0.05f);
             ls_pad_rank(fa, fb, fc, fd, o->n, o->H, o->F, o->max_rank, o->rank);
             if (o->bf16_factors) ls_round_bf16(fa, la), ls_round_bf16(fb, lb), ls_round_bf16(fc, lc), ls_round_bf16(fd, ld);
-            ls_slot_factors f = {fa, fb, fc, fd};
+            ls_slot_factors f = {fa, fb, fc, fd, NULL};
             if (ls_backend_slot_write(be, s, l, &f, &err) != LS_OK) exit(1);
         }
     free(fa), free(fb), free(fc), free(fd);

@@ -57,7 +57,7 @@ static int write_slots(ls_backend *be, const ls_backend_config *cfg, int rank, u
     ls_error err;
     ls_error_init(&err);
     for (int s = 0; s < BENCH_SLOTS && rc == 0; s++) {
-        ls_slot_factors f = {fa, fb, fc, fd};
+        ls_slot_factors f = {fa, fb, fc, fd, NULL};
         fill_slot(&f, cfg->pool.max_rank, rank, seed);
         if (ls_backend_slot_write(be, s, 0, &f, &err) != LS_OK) {
             fprintf(stderr, "bench_gpu: slot_write: %s\n", err.message);

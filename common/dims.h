@@ -49,6 +49,10 @@ typedef struct {
     int max_rank; /* R */
     ls_lora_layout layout;
     int max_tokens; /* largest T of one backend forward call */
+    /* The backend applies no factors of the shared-expert gate (CUDA,
+     * until a device run checks its kernel): adapters with them are
+     * refused at upload. */
+    bool no_gate_lora;
 } ls_pool_dims;
 
 /* O: 1 for the shared pool layout, n for per-expert. */

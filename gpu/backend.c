@@ -120,6 +120,10 @@ ls_status ls_backend_slot_write(ls_backend *be, int slot, int layer, const ls_sl
     if (!f || !f->gu_a || !f->gu_b || !f->d_a || !f->d_b)
         return ls_error_set(err, LS_INTERNAL, NULL, "%s backend: slot_write of slot %d layer %d without factors",
                             be->ops->name, slot, layer);
+    if (f->gate_d && (!be->dims.gate || be->pool.no_gate_lora))
+        return ls_error_set(err, LS_INTERNAL, NULL,
+                            "%s backend: slot_write of slot %d layer %d with a gate delta it does not apply",
+                            be->ops->name, slot, layer);
     return be->ops->slot_write(be, slot, layer, f, err);
 }
 

@@ -36,12 +36,16 @@ extern "C" {
 
 /* One slot's normalised factors for one layer, fp32, R-padded:
  * gu_a [O, 2R, H], gu_b [n, 2F, R], d_a [n, R, F], d_b [O, H, R].
- * Scaling is already folded into the B factors. */
+ * Scaling is already folded into the B factors. gate_d [H] is the delta
+ * s * B * A of the shared-expert gate's weight (docs/math.md), NULL when
+ * the adapter has none; only on a gated model whose backend applies it
+ * (pool dims' no_gate_lora false). */
 typedef struct {
     const float *gu_a;
     const float *gu_b;
     const float *d_a;
     const float *d_b;
+    const float *gate_d;
 } ls_slot_factors;
 
 /* One tensor as the model holds it: values of a float dtype (F32, F16 or

@@ -146,12 +146,9 @@ static void ls_adapter_unknown(ls_adapter_ctx *c, const char *name, const ls_ada
         break;
     case LS_AN_WHY_GATE:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
-                             "leave shared_expert_gate out of target_modules (with \"all-linear\", add it to "
-                             "exclude_modules): it sets the experts' gammas, which this server takes from the "
-                             "checkpoint or the request",
-                             "%s is a LoRA factor of the shared-expert gate; only gate_proj, up_proj, down_proj "
-                             "(or gate_up_proj) take factors",
-                             name);
+                             "save the adapter with PEFT's save_pretrained, which names the gate's factors "
+                             "model.layers.{l}.mlp.shared_expert_gate.lora_A.weight [r, H] and lora_B.weight [1, r]",
+                             "%s is a LoRA factor of the shared-expert gate in no form this server reads", name);
         break;
     case LS_AN_WHY_COPY:
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, LS_NA, name, LS_NA, LS_NA, LS_NA,
@@ -424,8 +421,10 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
         return false;
     }
     const ls_factor_layout lay = ls_factor_layout_of(c->dims, c->outer, c->rank);
-    const size_t lf = lay.total;
+    const bool gate = ls_adapter_has_gate(c);
+    const size_t lf = ls_adapter_layer_floats(c->dims, c->outer, c->rank, gate);
     a->meta.format = c->format;
+    a->meta.gate = gate;
     a->meta.rank = c->rank;
     a->meta.outer = c->outer;
     a->layers = (int)L;
@@ -459,6 +458,16 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
                                  "lower lora_alpha (or scale), or the magnitude of the B factors",
                                  "layer %zu: %s overflows fp32 once scaled", l, name);
             overflow = true;
+        }
+        /* dst is past the four factors: the gate's delta, when any. */
+        for (size_t h = 0; gate && h < (size_t)c->dims->H; h++) {
+            if (isfinite(dst[h])) continue;
+            const char *name = ls_adapter_at(c, (int)l, LS_AD_SG_B)->name;
+            ls_adapter_violation(c, LS_LORA_NONFINITE, (int)l, name, LS_NA, LS_NA, LS_NA,
+                                 "lower lora_alpha (or scale), or the magnitude of the gate's factors",
+                                 "layer %zu: %s times its lora_A overflows fp32 once scaled", l, name);
+            overflow = true;
+            break;
         }
     }
     if (overflow) return false;
@@ -628,6 +637,20 @@ void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, cons
     }
     for (size_t row = 0; row < n * 2 * F; row++) memcpy(gu_b + row * R, s_gu_b + row * r, r * sizeof(float));
     for (size_t e = 0; e < n; e++) memcpy(d_a + e * R * F, s_d_a + e * r * F, r * F * sizeof(float));
+}
+
+size_t ls_adapter_layer_floats(const ls_dims *dims, int outer, int rank, bool gate) {
+    return ls_factor_layout_of(dims, outer, rank).total + (gate ? (size_t)dims->H : 0);
+}
+
+/* Borrowed from a. */
+const float *ls_adapter_gate(const ls_adapter *a, int layer, const ls_dims *dims) {
+    if (!a || !a->meta.gate || !a->data || layer < 0 || layer >= a->layers) return NULL;
+    const size_t H = (size_t)dims->H;
+    const float *g = a->data + (size_t)layer * a->layer_floats + a->layer_floats - H;
+    for (size_t h = 0; h < H; h++)
+        if (g[h] != 0.0f) return g;
+    return NULL;
 }
 
 /* Frees what a owns and zeroes it; safe on a zeroed or freed adapter. */

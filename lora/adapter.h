@@ -67,12 +67,14 @@ typedef struct {
     char sha256[65]; /* hex SHA-256 of the factors as little-endian fp32 bytes, all layers */
     size_t bytes;    /* host bytes the factors take */
     size_t n_ignored; /* tensors of other modules that were skipped */
+    bool gate;        /* factors of the shared-expert gate: each layer's block ends in its delta [H] */
 } ls_adapter_meta;
 
 /* A normalised adapter (host, fp32, own rank r). For every layer l < L the
  * factors are stored compact in the layout ls_factor_layout_of(dims,
  * outer, rank), zeros where the upload has no factor, scale already
- * folded into the B factors. */
+ * folded into the B factors; with meta.gate the block then holds the
+ * shared-expert gate's delta s * B * A [H] (zeros on a layer without). */
 /* The kinds of warning a load that stands may carry. */
 enum {
     LS_WARN_ALPHA_ORDER,
@@ -106,6 +108,12 @@ ls_status ls_adapter_normalise(const ls_tensor_set *tensors, const ls_adapter_pa
 void ls_adapter_expand(const ls_adapter *a, int layer, const ls_dims *dims, const ls_pool_dims *pool, float *gu_a,
                        float *gu_b, float *d_a, float *d_b);
 
+/* Layer `layer`'s delta of the shared-expert gate [H] inside a's data, NULL
+ * when the adapter has none there (no gate factors, or all zeros). */
+const float *ls_adapter_gate(const ls_adapter *a, int layer, const ls_dims *dims);
+/* The floats of one layer's block: the factor layout's, and H more with
+ * the gate's delta. */
+size_t ls_adapter_layer_floats(const ls_dims *dims, int outer, int rank, bool gate);
 void ls_adapter_free(ls_adapter *a);
 
 /* Hex SHA-256 of count floats as little-endian fp32 bytes: an adapter's

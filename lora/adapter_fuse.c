@@ -5,7 +5,8 @@
  * rows of gate_up_lora_b in columns 0..r_g-1, up's B its F up rows in
  * columns 0..r_u-1; down's A and B land as they are. A fused gate_up_proj
  * A feeds both halves. Everything else stays zero, so gate rows see only
- * gate's A and up rows only up's A. */
+ * gate's A and up rows only up's A. The shared-expert gate's factors fold
+ * into one vector after the four (ls_fuse_shared_gate). */
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +73,27 @@ static void ls_fuse_down(const ls_fuse *f, int l) {
         for (size_t k = 0; k < r; k++) f->d_b[h * R + k] = (float)(md->scale * ls_adapter_value(b, h * r + k));
 }
 
+/* The shared-expert gate's A [r, H] and B [1, r] folded into the delta
+ * of its weight, dst[h] = s * sum_k B[0, k] * A[k, h], summed in double
+ * and rounded once: PEFT adds s * B(A x) to the gate's logit, and that
+ * is dst . x. */
+static void ls_fuse_shared_gate(const ls_adapter_ctx *c, int l, float *dst) {
+    const ls_adapter_mod *md = ls_adapter_mod_at(c, l, LS_MOD_SGATE);
+    const ls_tensor *a = ls_adapter_at(c, l, LS_AD_SG_A)->t, *b = ls_adapter_at(c, l, LS_AD_SG_B)->t;
+    const size_t r = (size_t)md->rank, H = (size_t)c->dims->H;
+    for (size_t h = 0; h < H; h++) {
+        double sum = 0;
+        for (size_t k = 0; k < r; k++) sum += (double)ls_adapter_value(b, k) * ls_adapter_value(a, k * H + h);
+        dst[h] = (float)(md->scale * sum);
+    }
+}
+
+bool ls_adapter_has_gate(const ls_adapter_ctx *c) {
+    for (int l = 0; c->format == LS_ADAPTER_FORMAT_PEFT && l < c->dims->L; l++)
+        if (ls_adapter_at(c, l, LS_AD_SG_A)->name) return true;
+    return false;
+}
+
 /* dst is the caller's (a layer of ls_adapter.data, zeroed); c is borrowed. */
 void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst) {
     const ls_factor_layout lay = ls_factor_layout_of(c->dims, 1, c->rank); /* PEFT outer factors are shared */
@@ -95,6 +117,7 @@ void ls_adapter_peft_fill(const ls_adapter_ctx *c, int l, float *dst) {
         ls_fuse_a(&f, ls_adapter_at(c, l, LS_AD_U_A)->t, (size_t)u->rank, f.R);
         ls_fuse_b(&f, ls_adapter_at(c, l, LS_AD_U_B)->t, (size_t)u->rank, u->scale, f.F);
     }
+    if (ls_adapter_at(c, l, LS_AD_SG_A)->name) ls_fuse_shared_gate(c, l, dst + lay.total);
 }
 
 /* The original tensor behind element i of factor k in layer l's compact

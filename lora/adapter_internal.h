@@ -27,7 +27,7 @@ typedef enum {
     LS_AN_WHY_SHARED_FORM, /* names the shared experts in no form we know */
     LS_AN_WHY_DORA,        /* a DoRA magnitude vector */
     LS_AN_WHY_BIAS,        /* a lora_B bias (lora_bias) */
-    LS_AN_WHY_GATE,        /* a factor of Qwen's shared_expert_gate */
+    LS_AN_WHY_GATE,        /* a factor of Qwen's shared_expert_gate in no form we know */
     LS_AN_WHY_COPY,        /* a weight or bias of a shared-expert module: a modules_to_save copy */
 } ls_adapter_name_why;
 
@@ -35,7 +35,9 @@ typedef enum {
  * (PEFT: gate_up A, gate_up B, down A, down B; pool: gate_up_lora_a,
  * gate_up_lora_b, down_lora_a, down_lora_b), then PEFT's separate gate
  * and up projections, which the fusion (adapter_fuse.c) places into the
- * gate_up factors. A and B of one module sit side by side (B = A + 1). */
+ * gate_up factors, then Qwen's shared_expert_gate (A [r, H], B [1, r]),
+ * folded into one vector beside the factors (ls_adapter_gate). A and B
+ * of one module sit side by side (B = A + 1). */
 enum {
     LS_AD_GU_A = LS_FACTOR_GU_A,
     LS_AD_GU_B = LS_FACTOR_GU_B,
@@ -45,11 +47,13 @@ enum {
     LS_AD_G_B,
     LS_AD_U_A,
     LS_AD_U_B,
+    LS_AD_SG_A,
+    LS_AD_SG_B,
     LS_AD_SLOTS
 };
 
 /* PEFT modules of a layer, each an (A, B) pair of slots 2m, 2m+1. */
-enum { LS_MOD_GATE_UP, LS_MOD_DOWN, LS_MOD_GATE, LS_MOD_UP, LS_MODS };
+enum { LS_MOD_GATE_UP, LS_MOD_DOWN, LS_MOD_GATE, LS_MOD_UP, LS_MOD_SGATE, LS_MODS };
 
 typedef struct {
     ls_adapter_name_kind kind;
@@ -145,5 +149,7 @@ bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len);
  * compact layout: the original tensor to name in a message. */
 const char *ls_adapter_source_of(const ls_adapter_ctx *c, int l, int k, size_t i);
 void ls_adapter_pool_fill(const ls_adapter_ctx *c, int l, float *dst);
+/* Whether any layer of the upload has a factor of the shared-expert gate. */
+bool ls_adapter_has_gate(const ls_adapter_ctx *c);
 
 #endif

@@ -1,7 +1,8 @@
 /* The tensor-name grammar of docs/api.md: which uploaded names are factors of
  * the shared experts (PEFT: fused gate_up_proj or separate gate_proj and
  * up_proj, and down_proj, in each family's spelling, Granite's
- * input_linear and output_linear; or the pool format),
+ * input_linear and output_linear, Qwen's shared_expert_gate; or the pool
+ * format),
  * which belong to other modules, and which are nothing we know. */
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 static const char *const ls_peft_suffix[LS_AD_SLOTS] = {
     "gate_up_proj.lora_A.weight", "gate_up_proj.lora_B.weight", "down_proj.lora_A.weight", "down_proj.lora_B.weight",
     "gate_proj.lora_A.weight",    "gate_proj.lora_B.weight",    "up_proj.lora_A.weight",   "up_proj.lora_B.weight",
+    "lora_A.weight",              "lora_B.weight",
 };
 static const char *const ls_pool_suffix[LS_FACTORS] = {
     "gate_up_lora_a",
@@ -21,6 +23,7 @@ static const char *const ls_pool_suffix[LS_FACTORS] = {
 static const char *const ls_peft_label[LS_AD_SLOTS] = {
     "gate_up_proj.lora_A", "gate_up_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B",
     "gate_proj.lora_A",    "gate_proj.lora_B",    "up_proj.lora_A",   "up_proj.lora_B",
+    "shared_expert_gate.lora_A", "shared_expert_gate.lora_B",
 };
 
 /* Granite's shared MLP, under the layer beside its MoE block: the fused
@@ -111,6 +114,17 @@ static const char *ls_after_shared(const char *s) {
     return NULL;
 }
 
+/* Qwen's shared-expert gate, a Linear beside the shared expert in the
+ * MoE block: the slot of "mlp.shared_expert_gate.lora_{A,B}.weight" (s
+ * after the layer index's dot), else -1. */
+#define LS_GATE_INFIX "mlp.shared_expert_gate."
+static int ls_gate_slot(const char *s) {
+    if (!ls_starts(s, LS_GATE_INFIX)) return -1;
+    for (int k = LS_AD_SG_A; k <= LS_AD_SG_B; k++)
+        if (!strcmp(s + strlen(LS_GATE_INFIX), ls_peft_suffix[k])) return k;
+    return -1;
+}
+
 /* Sorts a shared-expert name that is no factor we take by why. */
 static void ls_adapter_name_why_not(const char *s, ls_adapter_name *out) {
     if (strstr(s, "lora_magnitude_vector"))
@@ -142,15 +156,22 @@ void ls_adapter_name_parse(const char *name, ls_adapter_name *out) {
         const char *idx = s + strlen(ls_layer_roots[r]);
         const char *dot = strchr(idx, '.');
         const char *rest = dot ? ls_after_shared(dot + 1) : NULL;
-        if (!rest) break;
+        const int gate = dot ? ls_gate_slot(dot + 1) : -1;
+        if (!rest && gate < 0) break;
         int64_t layer;
         if (!ls_parse_index(idx, (size_t)(dot - idx), &layer)) {
             out->why = LS_AN_WHY_BAD_INDEX;
             return;
         }
         out->layer = layer;
+        if (gate >= 0) {
+            out->kind = LS_AN_PEFT;
+            out->slot = gate;
+            out->module_len = strlen(s) - strlen(".lora_A.weight");
+            return;
+        }
         const bool granite = ls_starts(dot + 1, LS_GRANITE_SHARED);
-        for (int k = 0; k < (granite ? LS_FACTORS : LS_AD_SLOTS); k++) {
+        for (int k = 0; k < (granite ? LS_FACTORS : LS_AD_SG_A); k++) {
             if (strcmp(rest, granite ? ls_granite_suffix[k] : ls_peft_suffix[k])) continue;
             out->kind = LS_AN_PEFT;
             out->slot = k;

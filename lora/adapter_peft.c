@@ -1,6 +1,6 @@
 /* PEFT-format adapters (docs/api.md, adapter formats): the checks of each
  * module's lora_A/lora_B pair (fused gate_up_proj, or separate gate_proj
- * and up_proj, and down_proj) against the model, and each module's rank
+ * and up_proj, down_proj, and Qwen's shared_expert_gate) against the model, and each module's rank
  * and scale from r, lora_alpha, use_rslora, rank_pattern and
  * alpha_pattern, as PEFT sets them; layers_to_transform checked against
  * the factors present. The fill is in adapter_fuse.c. */
@@ -152,10 +152,11 @@ static int64_t ls_peft_in_features(const ls_adapter_ctx *c, int m) {
 }
 static int64_t ls_peft_out_features(const ls_adapter_ctx *c, int m) {
     const int64_t nF = (int64_t)c->dims->n * c->dims->F;
-    return m == LS_MOD_DOWN ? c->dims->H : m == LS_MOD_GATE_UP ? 2 * nF : nF;
+    return m == LS_MOD_DOWN ? c->dims->H : m == LS_MOD_GATE_UP ? 2 * nF : m == LS_MOD_SGATE ? 1 : nF;
 }
 
-/* lora_A [r, in_features]: H for gate_up, gate and up; n*F for down. */
+/* lora_A [r, in_features]: H for gate_up, gate, up and the shared-expert
+ * gate; n*F for down. */
 static void ls_peft_check_a(ls_adapter_ctx *c, int l, int m, const ls_adapter_in *in) {
     if (!ls_peft_is_2d(c, l, in, true)) return;
     const ls_tensor *t = in->t;
@@ -179,7 +180,8 @@ static void ls_peft_check_a(ls_adapter_ctx *c, int l, int m, const ls_adapter_in
     }
 }
 
-/* lora_B [out_features, r]: n*2F for gate_up, n*F for gate and up, H for down. */
+/* lora_B [out_features, r]: n*2F for gate_up, n*F for gate and up, H for
+ * down, 1 for the shared-expert gate. */
 static void ls_peft_check_b(ls_adapter_ctx *c, int l, int m, const ls_adapter_in *in) {
     if (!ls_peft_is_2d(c, l, in, false)) return;
     const ls_tensor *t = in->t;
@@ -195,12 +197,37 @@ static void ls_peft_check_b(ls_adapter_ctx *c, int l, int m, const ls_adapter_in
     ls_peft_rank_axis(c, l, m, in, 1, rank_hint);
     if (m == LS_MOD_GATE_UP)
         ls_peft_expert_axis(c, l, in, 0, 2 * c->dims->F, "2F", "rows", feat_hint);
-    else if (m != LS_MOD_DOWN)
+    else if (m == LS_MOD_SGATE) {
+        if (t->shape[0] != 1)
+            ls_adapter_violation(c, LS_INVALID_SHAPE, l, in->name, 0, 1, t->shape[0],
+                                 feat_hint ? feat_hint : "PEFT stores the gate's lora_B as [1, r]",
+                                 "layer %d: %s output axis (0) is %lld, expected 1 (the gate is one value a token)",
+                                 l, in->name, (long long)t->shape[0]);
+    } else if (m != LS_MOD_DOWN)
         ls_peft_expert_axis(c, l, in, 0, c->dims->F, "F", "rows", feat_hint);
     else if (t->shape[0] != c->dims->H)
         ls_adapter_violation(c, LS_LORA_HIDDEN_MISMATCH, l, in->name, 0, c->dims->H, t->shape[0], feat_hint,
                              "layer %d: %s output axis (0) is %lld, expected the hidden size H = %d", l, in->name,
                              (long long)t->shape[0], c->dims->H);
+}
+
+/* A factor of Qwen's shared_expert_gate needs a model with that gate,
+ * whose value the server computes, and a backend that applies it. */
+static void ls_peft_check_gate(ls_adapter_ctx *c, int l, const ls_adapter_in *in) {
+    if (!c->dims->gate)
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, l, in->name, LS_NA, LS_NA, LS_NA,
+                             "load it on a server of a model with a shared-expert gate (Qwen2-MoE, Qwen3-Next, "
+                             "Qwen3.5-MoE), or leave the gate's factors out",
+                             "layer %d: %s is a factor of the shared-expert gate, and this server's model has none "
+                             "(GET /model shows \"gate\": false)",
+                             l, in->name);
+    else if (c->pool->no_gate_lora)
+        ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, l, in->name, LS_NA, LS_NA, LS_NA,
+                             "serve it with --device cpu, or train it without the gate (exclude_modules "
+                             "[\"shared_expert_gate\"]): the CUDA backend does not apply the gate's factors yet",
+                             "layer %d: %s is a factor of the shared-expert gate, which the CUDA backend does not "
+                             "apply",
+                             l, in->name);
 }
 
 /* Factors of one layer: pairs, shapes, one form of gate and up, and
@@ -214,6 +241,7 @@ static void ls_peft_check_layer(ls_adapter_ctx *c, int l) {
         if (a->name) ls_peft_check_a(c, l, m, a);
         if (b->name) ls_peft_check_b(c, l, m, b);
         const ls_adapter_in *in = a->name ? a : b;
+        if (m == LS_MOD_SGATE) ls_peft_check_gate(c, l, in);
         char module[192], layers[96];
         long long index;
         const char *scope = ls_peft_rules_left_out(c->rules, ls_adapter_module_name(in, module, sizeof module));
@@ -244,7 +272,7 @@ static void ls_peft_check_layer(ls_adapter_ctx *c, int l) {
     }
     const ls_adapter_in *fused = ls_adapter_at(c, l, LS_AD_GU_A);
     if (!fused->name) fused = fused + 1;
-    for (int k = LS_AD_G_A; fused->name && k < LS_AD_SLOTS; k++) {
+    for (int k = LS_AD_G_A; fused->name && k <= LS_AD_U_B; k++) {
         const ls_adapter_in *sep = ls_adapter_at(c, l, k);
         if (!sep->name) continue;
         ls_adapter_violation(c, LS_LORA_UNKNOWN_TENSOR, l, sep->name, LS_NA, LS_NA, LS_NA,
@@ -350,10 +378,11 @@ static void ls_peft_note_unmatched(ls_adapter_ctx *c, bool *hit, size_t n) {
  * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
  * and lora_alpha (alpha_pattern's, else the config's), or the scale
  * given instead of any alpha; neither is refused. The adapter's rank is
- * the largest. */
+ * the largest (the gate's only when it is alone). */
 static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     const ls_adapter_params *p = c->params;
-    int max = 0;
+    int max = 0, gate_rank = 0;
+    const char *gate_name = NULL;
     bool refused = false, any = false, all_zero = true;
     bool hit[256] = {false}; /* the pattern keys some module matches */
     const size_t keys = ls_peft_rules_keys(c->rules, sizeof hit / sizeof *hit);
@@ -374,11 +403,20 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             any = true;
             all_zero = all_zero && md->scale == 0;
             if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;
-            if (md->rank > max) {
+            /* The gate's factors fold into one vector: its rank takes no
+             * room in a slot, unless nothing else is there. */
+            if (m == LS_MOD_SGATE) {
+                gate_rank = md->rank > gate_rank ? md->rank : gate_rank;
+                if (!gate_name) gate_name = a->name ? a->name : a[1].name;
+            } else if (md->rank > max) {
                 max = md->rank;
                 *largest = a->name ? a->name : a[1].name;
             }
         }
+    if (!max && gate_rank) {
+        max = gate_rank;
+        *largest = gate_name;
+    }
     /* The scale reported is that of the modules no pattern matches. */
     const int r0 = c->rank > 0 ? c->rank : p->r;
     c->scale = p->has_scale ? p->scale : 1.0;
@@ -414,7 +452,7 @@ static void ls_peft_check_order(ls_adapter_ctx *c) {
 static void ls_peft_sizes(int slot, const ls_tensor *t, int64_t *h, int64_t *w) {
     *h = *w = -1;
     if (t->ndim != 2) return;
-    if (slot == LS_AD_GU_A || slot == LS_AD_G_A || slot == LS_AD_U_A) *h = t->shape[1];
+    if (slot == LS_AD_GU_A || slot == LS_AD_G_A || slot == LS_AD_U_A || slot == LS_AD_SG_A) *h = t->shape[1];
     else if (slot == LS_AD_D_B) *h = t->shape[0];
     else if (slot == LS_AD_D_A) *w = t->shape[1];
     else if (slot == LS_AD_G_B || slot == LS_AD_U_B) *w = t->shape[0];

@@ -52,8 +52,8 @@ struct ls_peft_rules {
 /* Ends a key may have to concern a shared expert: a leaf, or the weight
  * of one (PEFT matches target_parameters' patterns against
  * "{module}.weight"). */
-static const char *const ls_key_ends[] = {"gate_proj",    "up_proj",       "down_proj", "gate_up_proj",
-                                          "input_linear", "output_linear", "weight"};
+static const char *const ls_key_ends[] = {"gate_proj",     "up_proj",       "down_proj",          "gate_up_proj",
+                                          "input_linear",  "output_linear", "shared_expert_gate", "weight"};
 
 static bool ls_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -66,7 +66,7 @@ static bool ls_is_word_char(char c) {
 
 /* Whether key can match the name of a shared-expert module (which ends
  * in gate_proj, up_proj, down_proj or gate_up_proj; Granite's in
- * input_linear or output_linear). Without a top-level '|', a key ending in plain
+ * input_linear or output_linear; Qwen's gate is shared_expert_gate). Without a top-level '|', a key ending in plain
  * word characters T only matches names ending in T; T must then be the
  * end of a leaf. Anything less plain is kept. */
 static bool ls_key_may_concern(const char *key) {

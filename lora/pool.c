@@ -150,7 +150,11 @@ void ls_pool_free(ls_pool *p) {
  * bounds. */
 static ls_status ls_pool_check_adapter(const ls_pool *p, const ls_adapter *a, ls_error *err) {
     const ls_dims *d = &p->dims;
-    size_t want = ls_factor_layout_of(d, a->meta.outer, a->meta.rank).total;
+    if (a->meta.gate && (!d->gate || p->pd.no_gate_lora))
+        return ls_error_set(err, LS_INTERNAL, NULL,
+                            "the adapter has factors of the shared-expert gate, which %s", !d->gate ?
+                            "this model does not have" : "the CUDA backend does not apply (serve it with --device cpu)");
+    size_t want = ls_adapter_layer_floats(d, a->meta.outer, a->meta.rank, a->meta.gate);
     bool outer_ok = a->meta.outer == 1 || (a->meta.outer == d->n && p->pd.layout == LS_LORA_PER_EXPERT);
     if (!a->data || !a->layer_present || a->meta.rank < 1 || a->meta.rank > p->pd.max_rank || !outer_ok ||
         a->layers != d->L || a->layer_floats != want)

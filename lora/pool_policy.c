@@ -263,7 +263,7 @@ ls_status ls_policy_fill_slot(ls_pool *p, ls_pool_entry *e, int slot, ls_error *
     ls_backend *be = p->be;
     for (int l = 0; st == LS_OK && l < p->dims.L; l++) {
         ls_adapter_expand(&e->a, l, &p->dims, &p->pd, p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b);
-        ls_slot_factors f = {p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b};
+        ls_slot_factors f = {p->w_gu_a, p->w_gu_b, p->w_d_a, p->w_d_b, ls_adapter_gate(&e->a, l, &p->dims)};
         st = ls_backend_slot_write(be, slot, l, &f, err);
         if (st != LS_OK) {
             if (err && err->code == LS_OK) ls_error_set(err, st, NULL, "slot %d: write of layer %d failed", slot, l);

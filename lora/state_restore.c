@@ -142,8 +142,8 @@ static bool ls_state_meta_ok(const ls_tensor_set *set, const char *want_name, si
 
 /* The adapter of a parsed record into *a (zeroed first): its factors
  * copied out of set, its ignored names, and its digest checked. */
-static ls_state_decoded ls_state_fill(const ls_tensor_set *set, const json_t *ignored, uint64_t rank, uint64_t outer,
-                                      double scale, ls_adapter *a) {
+static ls_state_decoded ls_state_fill(const ls_state *s, const ls_tensor_set *set, const json_t *ignored,
+                                      uint64_t rank, uint64_t outer, double scale, ls_adapter *a) {
     const ls_tensor *factors = ls_tensor_set_find(set, "factors"), *flags = ls_tensor_set_find(set, "layer_present");
     const size_t L = (size_t)factors->shape[0], lf = (size_t)factors->shape[1], n_ign = json_array_size(ignored);
     a->layers = (int)L;
@@ -151,6 +151,9 @@ static ls_state_decoded ls_state_fill(const ls_tensor_set *set, const json_t *ig
     a->meta.rank = (int)rank;
     a->meta.outer = (int)outer;
     a->meta.scale = scale;
+    /* H floats past the factor layout: the gate's delta (a gated model's). */
+    a->meta.gate = s->dims.gate && rank <= INT32_MAX && outer <= INT32_MAX &&
+                   lf == ls_adapter_layer_floats(&s->dims, (int)outer, (int)rank, true);
     a->data = malloc(L * lf * sizeof(float));
     a->layer_present = calloc(L, sizeof(bool));
     a->ignored = calloc(n_ign ? n_ign : 1, sizeof(char *));
@@ -208,7 +211,7 @@ static ls_state_decoded ls_state_decode(const ls_state *s, const char *file, con
     json_t *ignored = d == LS_DECODED ? json_loads(ls_tensor_set_meta(&set, "ignored"), 0, &jerr) : NULL;
     if (d == LS_DECODED && !ignored) d = ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     if (d == LS_DECODED && !json_is_array(ignored)) d = LS_DECODE_BAD;
-    if (d == LS_DECODED) d = ls_state_fill(&set, ignored, rank, outer, scale, a);
+    if (d == LS_DECODED) d = ls_state_fill(s, &set, ignored, rank, outer, scale, a);
     if (d == LS_DECODED) {
         const char *pinned = ls_tensor_set_meta(&set, "pinned");
         rec->pinned = pinned && !strcmp(pinned, "true");
@@ -334,7 +337,8 @@ static bool ls_state_fits(const ls_state *s, const ls_state_header *h) {
     const ls_dims *d = &s->dims;
     if (!s->fitted || h->layers != d->L || h->rank < 1 || h->rank > (uint64_t)s->pd.max_rank) return false;
     const bool outer_ok = h->outer == 1 || (h->outer == (uint64_t)d->n && s->pd.layout == LS_LORA_PER_EXPERT);
-    return outer_ok && (uint64_t)h->layer_floats == ls_factor_layout_of(d, (int)h->outer, (int)h->rank).total;
+    const size_t plain = ls_adapter_layer_floats(d, (int)h->outer, (int)h->rank, false);
+    return outer_ok && ((uint64_t)h->layer_floats == plain || (d->gate && (uint64_t)h->layer_floats == plain + (size_t)d->H));
 }
 
 /* The header alone of file (a regular file): its length, then at most

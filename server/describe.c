@@ -34,6 +34,7 @@ json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
                           ls_describe_time_json(a->last_used_ms), "hits", (json_int_t)a->hits);
     if (j) json_object_set_new(j, "source", a->source_path[0] ? json_string(a->source_path) : json_null());
     if (j) json_object_set_new(j, "auto_loaded", json_boolean(a->auto_loaded));
+    if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a->meta.gate));
     /* The order only means something for PEFT factors (pool buffers have one). */
     if (j && a->meta.format == LS_ADAPTER_FORMAT_PEFT)
         json_object_set_new(j, "gate_up_order", json_string(ls_gate_up_order_name(a->gate_up_order)));

@@ -207,6 +207,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
                               "warnings", ls_warnings_json(&a), "sha256", a.meta.sha256, "bytes",
                               (json_int_t)a.meta.bytes);
+        if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a.meta.gate));
         if (j && up.name[0]) json_object_set_new(j, "name", json_string(ls_tenant_name_out(req->who, up.name)));
         ls_reply_json(r, 200, ls_json_take_text(j));
         ls_adapter_free(&a);

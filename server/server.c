@@ -194,6 +194,7 @@ static bool ls_server_open_backend(ls_server *srv, const ls_config *cfg, ls_erro
     const bool handed = srv->backend != NULL;
     if (handed ? !ls_server_backend_fits(srv->backend, &bc) : !ls_server_make_backend(srv, cfg, &bc, err))
         return false;
+    srv->pool_dims = *ls_backend_pool_dims(srv->backend); /* with what the backend cannot apply */
     ls_status st;
     if (ls_backend_isa(srv->backend) && !handed)
         ls_log_info("cpu engine: %s kernels (--cpu-isa %s), %d threads, compute %s%s", ls_backend_isa(srv->backend),

@@ -17,6 +17,7 @@ typedef struct {
     int rank;       /* every factor value at a rank index >= rank is zero */
     ls_dtype dt[4]; /* gu_a, gu_b, d_a, d_b: BF16 or F16 when every value
                      * of that factor is exactly such a number, else F32 */
+    bool gate_d;    /* the slot has a delta of the shared-expert gate here (gdelta) */
 } ls_cpu_form;
 
 /* One slot and layer's block of packed operands: the length of one
@@ -66,6 +67,10 @@ typedef struct {
     float *gate;    /* [L][gate_len] */
     size_t gate_len;
     float *gs;      /* [max_tokens] */
+    /* [S][L][gate_len]: a slot's delta of the gate's weight (s * B * A
+     * of a factor of shared_expert_gate), packed as the gate; its chain
+     * over H is added to the gate's before the sigmoid. Gated models only. */
+    float *gdelta;
 
     /* The pool, one block of slot.len floats per slot and layer, room for
      * rank R in fp32. A block holds its factors at the rank r and dtypes
@@ -106,6 +111,8 @@ int ls_cpu_rank(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_w13(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_w2(const ls_cpu *c, int layer);
 ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer);
+/* A slot's gate delta at a layer; NULL .p when it has none. */
+ls_cpu_mat ls_cpu_gate_delta(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_gu_a(const ls_cpu *c, int slot, int layer);
 ls_cpu_mat ls_cpu_gu_b(const ls_cpu *c, int slot, int layer, int e, int half);
 ls_cpu_mat ls_cpu_d_a(const ls_cpu *c, int slot, int layer, int e);

@@ -52,6 +52,12 @@ ls_cpu_mat ls_cpu_gate(const ls_cpu *c, int layer) {
     return (ls_cpu_mat){c->gate + (size_t)layer * c->gate_len, LS_DTYPE_F32, c->H, 1, false};
 }
 
+ls_cpu_mat ls_cpu_gate_delta(const ls_cpu *c, int slot, int layer) {
+    const size_t at = (size_t)slot * (size_t)c->L + (size_t)layer;
+    const float *p = c->form[at].gate_d ? c->gdelta + at * c->gate_len : NULL;
+    return (ls_cpu_mat){p, LS_DTYPE_F32, c->H, 1, false};
+}
+
 static float *ls_cpu_slot_base(const ls_cpu *c, int slot, int layer) {
     return c->pool + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->slot.len;
 }
@@ -125,6 +131,7 @@ static void ls_cpu_free(ls_backend *be) {
         free(c->w2);
         free(c->gate);
         free(c->gs);
+        free(c->gdelta);
         free(c->pool);
         free(c->dpool);
         free(c->form);
@@ -266,6 +273,11 @@ static ls_status ls_cpu_slot_write(ls_backend *be, int slot, int layer, const ls
     const int r = ls_slot_factors_rank(&be->dims, &be->pool, f);
     ls_cpu_form *form = ls_cpu_form_of(c, slot, layer);
     form->rank = r;
+    form->gate_d = f->gate_d != NULL;
+    if (f->gate_d) {
+        float *g = c->gdelta + ((size_t)slot * (size_t)c->L + (size_t)layer) * c->gate_len;
+        ls_cpu_pack_b(g, LS_DTYPE_F32, c->H, 0, 1, f->gate_d, 1, H, c->H, 1);
+    }
     form->dt[LS_CPU_GU_A] = ls_cpu_exact_dtype(f->gu_a, O * 2 * R * H);
     form->dt[LS_CPU_GU_B] = ls_cpu_exact_dtype(f->gu_b, n * 2 * F * R);
     form->dt[LS_CPU_D_A] = ls_cpu_exact_dtype(f->d_a, n * R * F);
@@ -298,7 +310,10 @@ static ls_status ls_cpu_slot_clear(ls_backend *be, int slot, ls_error *err) {
     (void)err;
     ls_cpu *c = ls_cpu_ctx(be);
     memset(ls_cpu_slot_base(c, slot, 0), 0, (size_t)c->L * c->slot.len * sizeof(float));
-    for (int l = 0; l < c->L; l++) ls_cpu_form_of(c, slot, l)->rank = 0;
+    for (int l = 0; l < c->L; l++) {
+        ls_cpu_form_of(c, slot, l)->rank = 0;
+        ls_cpu_form_of(c, slot, l)->gate_d = false;
+    }
     return LS_OK;
 }
 
@@ -460,6 +475,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_setti
     c->gate_len = ls_cpu_packed_len(H, 1);
     c->gate = ls_cpu_alloc(c->gated ? L : 0, 1, c->gate_len, sizeof(float));
     c->gs = ls_cpu_alloc(c->gated ? T : 0, 1, 1, sizeof(float));
+    c->gdelta = ls_cpu_alloc(c->gated ? S * L : 0, 1, c->gate_len, sizeof(float));
     /* S = 0 leaves a pool of nothing; keep the pointer valid anyway. */
     c->pool = ls_cpu_alloc(S, L, c->slot.len, sizeof(float));
     c->dpool = ls_cpu_alloc(c->bf16 ? S : 0, L, c->dslot.len, sizeof *c->dpool);
@@ -472,7 +488,7 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_setti
     c->st = ls_cpu_alloc(T, (size_t)O * 2, (size_t)R, sizeof(float));
     c->pt = ls_cpu_alloc(T, (size_t)O, (size_t)R, sizeof(float));
     c->apack = ls_cpu_alloc((size_t)threads, c->apack_len, 1, sizeof(float));
-    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->pool || !c->dpool || !c->form || !c->gather || !c->xs || !c->zs || !c->as ||
+    if (!c->w13 || !c->w2 || !c->gate || !c->gs || !c->gdelta || !c->pool || !c->dpool || !c->form || !c->gather || !c->xs || !c->zs || !c->as ||
         !c->ys || !c->st || !c->pt || !c->apack) {
         ls_backend_free(be);
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank, --max-batch-tokens or the model size",
@@ -485,13 +501,14 @@ ls_status ls_backend_cpu_create(const ls_backend_config *cfg, const ls_cpu_setti
         return st;
     }
     be->threads = threads;
-    /* The four fp32 buffers of every slot and layer, and under bf16
-     * compute the pair copies its tiles read beside them. */
+    /* The four fp32 buffers of every slot and layer, under bf16 compute
+     * the pair copies its tiles read beside them, and on a gated model
+     * the gate's delta. */
     be->pool_bytes = S * L *
                      ((ls_pool_gu_a_len(d, p) + ls_pool_gu_b_len(d, p) + ls_pool_d_a_len(d, p) +
                        ls_pool_d_b_len(d, p)) *
                           sizeof(float) +
-                      (c->bf16 ? c->dslot.len * sizeof *c->dpool : 0));
+                      (c->bf16 ? c->dslot.len * sizeof *c->dpool : 0) + (c->gated ? c->gate_len * sizeof(float) : 0));
     *out = be;
     return LS_OK;
 }

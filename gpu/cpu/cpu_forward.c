@@ -87,6 +87,21 @@ static void ls_cpu_gather(const ls_cpu_job *j, int r0, int r1) {
         memcpy(c->xs + (size_t)i * c->H, j->x + (size_t)j->plan->order[i] * c->H, (size_t)c->H * sizeof(float));
 }
 
+/* gs[r0:r1) += each adapted row's chain over H of its slot's gate delta
+ * (whatever the slot's rank at the layer: a layer may adapt the gate
+ * alone), so a row's gate is the same bits in any batch. */
+static void ls_cpu_gate_deltas(const ls_cpu_job *j, int r0, int r1, int index) {
+    const ls_cpu *c = j->c;
+    const int *start = j->plan->start;
+    for (int s = 0; s < c->S; s++) {
+        const int a = start[s] > r0 ? start[s] : r0, b = start[s + 1] < r1 ? start[s + 1] : r1;
+        ls_cpu_mat g = ls_cpu_gate_delta(c, s, j->layer);
+        if (a < b && g.p)
+            ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), b - a, j->xs + (size_t)a * c->H, (size_t)c->H, &g, 0, 1,
+                        c->gs + a, 1, LS_CPU_NR, true);
+    }
+}
+
 /* Stage shrink_gate_up, by rows: this thread's share gathered, its gate
  * when the model's gate stands in for gammas, then the gate/up shrink of
  * its adapted rows. */
@@ -100,6 +115,7 @@ static void ls_cpu_shrink_gate_up(void *p, int index, int count) {
         ls_cpu_mat g = ls_cpu_gate(c, j->layer);
         ls_cpu_gemm(c->kr, ls_cpu_apack_of(c, index), r1 - r0, j->xs + (size_t)r0 * c->H, (size_t)c->H, &g, 0, 1,
                     c->gs + r0, 1, LS_CPU_NR, false);
+        ls_cpu_gate_deltas(j, r0, r1, index);
         ls_cpu_sigmoid(c->gs + r0, r1 - r0);
     }
     const int n_lora = j->plan->n_lora;

@@ -522,6 +522,9 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_set
                             ls_cuda_poison_message());
     ls_backend *be = NULL;
     LS_TRY(ls_backend_new(&cuda_ops, cfg, &be, err));
+    /* The gate kernel takes no per-slot delta yet: the pool refuses
+     * adapters with factors of the shared-expert gate (lora/adapter_peft.c). */
+    be->pool.no_gate_lora = true;
     ls_cuda *c = (ls_cuda *)calloc(1, sizeof *c);
     if (!c) {
         ls_backend_free(be);

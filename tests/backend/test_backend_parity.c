@@ -231,7 +231,7 @@ static void write_slot(run *rn, int s, uint64_t *st, ls_error *err) {
     slot_data *sd = &rn->slots[s];
     for (int l = 0; l < rn->dims.L; l++) {
         make_factors(&rn->dims, &rn->pool, sd->rank, st, sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]);
-        ls_slot_factors f = {sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]};
+        ls_slot_factors f = {sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l], NULL};
         must(ls_backend_slot_write(rn->cpu, s, l, &f, err), err, "cpu slot_write");
         for (int i = 0; i < rn->ndev; i++)
             must(ls_backend_slot_write(rn->dev[i].be, s, l, &f, err), err, "device slot_write");
@@ -434,7 +434,7 @@ static void run_case(const pcase *pc, int threads) {
     int Tmax = 1;
     for (int i = 0; i < MAX_T && pc->T[i]; i++) Tmax = pc->T[i] > Tmax ? pc->T[i] : Tmax;
     rn.dims = (ls_dims){.n = pc->n, .H = pc->H, .F = pc->F, .L = pc->L, .w13_layout = pc->w13, .gate = pc->gate};
-    rn.pool = (ls_pool_dims){pc->S, pc->R, pc->pool, Tmax};
+    rn.pool = (ls_pool_dims){.slots = pc->S, .max_rank = pc->R, .layout = pc->pool, .max_tokens = Tmax};
     rn.tol = pc->dtype == LS_DTYPE_F32 ? 1e-5 : 1e-2;
     const long nFH = (long)pc->n * pc->F * pc->H;
     rn.ref_ok = (long)Tmax * nFH <= 60000000L && (long)pc->S * pc->R * nFH <= 60000000L;

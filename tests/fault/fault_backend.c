@@ -78,7 +78,7 @@ static ls_status fb_slot_write(ls_backend *be, int slot, int layer, const ls_slo
     ls_status st = fb_enter(fb, "slot_write", true, &injected, err);
     if (st == LS_OK) return ls_backend_slot_write(fb->inner, slot, layer, f, err);
     if (injected) {
-        ls_slot_factors junk = {fb->junk[0], fb->junk[1], fb->junk[2], fb->junk[3]};
+        ls_slot_factors junk = {fb->junk[0], fb->junk[1], fb->junk[2], fb->junk[3], NULL};
         ls_error ignored;
         ls_error_init(&ignored);
         ls_backend_slot_write(fb->inner, slot, layer, &junk, &ignored);

@@ -360,6 +360,12 @@ def adapter_configs(fam, shared):
     if fam.peft == "modules":
         out["parameters"] = (LoraConfig(r=2, lora_alpha=5, init_lora_weights=False,
                                         **targets(fam, "parameters", shared)), layers)
+    if fam.peft == "modules" and any(gate for _, gate in shared.values()):
+        # What users train most: every Linear, the shared-expert gate's
+        # too, with its own rank and alpha.
+        out["all-linear"] = (LoraConfig(r=2, lora_alpha=6, init_lora_weights=False, target_modules="all-linear",
+                                        rank_pattern={"shared_expert_gate": 3},
+                                        alpha_pattern={"shared_expert_gate": 5}), layers)
     return out
 
 
@@ -383,8 +389,10 @@ def check_reach(fam, adir, name, shared, layers):
     projection of the layers it was made for: the target spec reached them."""
     with safe_open(os.path.join(adir, name, "adapter_model.safetensors"), "np") as f:
         keys = set(f.keys())
-    missing = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in fam.projs for ab in "AB"
-               if f"base_model.model.{shared[l][0]}.{p}.lora_{ab}.weight" not in keys]
+    want = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in fam.projs for ab in "AB"]
+    if name == "all-linear":  # and the shared-expert gate's
+        want += [f"{shared[l][1]}.lora_{ab}.weight" for l in layers if shared[l][1] for ab in "AB"]
+    missing = [w for w in want if f"base_model.model.{w}" not in keys]
     if missing:
         raise RuntimeError(f"{fam.name}/{name}: PEFT wrote no {missing[0]} ({len(missing)} missing); "
                            f"tensors: {sorted(keys)[:6]}")
@@ -511,8 +519,11 @@ def check_other_forms(port, fam, active, loaded, shared, notes):
     for name, pm in active.items():
         sha, ignored = loaded[name]["sha256"], loaded[name].get("ignored", [])
         st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(fam, pm, shared)))
-        if st != 200 or v.get("sha256") != sha:
-            raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}")
+        # The pool format has no buffer for the shared-expert gate's delta.
+        gate = loaded[name].get("shared_expert_gate", False)
+        if st != 200 or (v.get("sha256") == sha) == gate or v.get("rank") != loaded[name]["rank"]:
+            raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}"
+                               f"{' with the gate' if gate else ''}")
         if ignored:
             st, v = http(port, "POST", "/adapters/validate", {"path": name, "strict": True})
             named = sorted(x.get("tensor", "") for x in v.get("error", {}).get("violations", []))

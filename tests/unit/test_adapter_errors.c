@@ -197,7 +197,7 @@ static void test_unknown_tensor(void **state) {
         "model.layers.1.mlp.shared_experts.gate_proj.lora_B.bias",
         "model.layers.1.mlp.shared_experts.down_proj.lora_magnitude_vector",
         "layers.0.mlp.shared_experts.gate_up_proj.lora_A.weight",
-        "model.layers.0.mlp.shared_expert_gate.lora_A.weight",
+        "model.layers.0.mlp.shared_expert_gate.lora_A.default.weight", /* not as PEFT saves it */
         "model.layers.0.mlp.shared_experts.gate_proj.lora_A.default.weight",
         "base_model.model.model.layers.0.mlp.shared_experts.gate_proj.weight", /* modules_to_save copies */
         "model.layers.0.mlp.shared_expert_gate.weight",

@@ -8,8 +8,9 @@
  * on the slow portable path), and the
  * second model's K and N are past one K block and not multiples of a
  * vector width. A model with a shared-expert gate, uploaded typed at its
- * dtype, takes sigmoid(w . x) as the gamma of tokens sent without gammas:
- * the same invariance and agreement hold for it. */
+ * dtype, takes sigmoid(w . x) as the gamma of tokens sent without gammas,
+ * and every other slot adds a delta of the gate's weight (an adapter of
+ * shared_expert_gate): the same invariance and agreement hold for it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,6 +99,7 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
     size_t lga = ls_pool_gu_a_len(d, p), lgb = ls_pool_gu_b_len(d, p);
     size_t lda = ls_pool_d_a_len(d, p), ldb = ls_pool_d_b_len(d, p);
     float *ga = ls_test_calloc(lga, 4), *gb = ls_test_calloc(lgb, 4), *da = ls_test_calloc(lda, 4), *db = ls_test_calloc(ldb, 4);
+    float *gd = ls_test_calloc(H, 4);
     for (int s = 0; s < SLOTS; s++) {
         ls_ref_fill_uniform_f(ga, lga, 1.0 / sqrt((double)H), &st);
         ls_ref_fill_uniform_f(gb, lgb, 0.5, &st);
@@ -119,10 +121,12 @@ static ls_backend *setup(const model_spec *m, ls_cpu_isa isa, int threads, unsig
                 memset(da + (e * R + k) * F, 0, F * 4);
                 for (size_t i = 0; i < 2 * F; i++) gb[(e * 2 * F + i) * R + k] = 0;
             }
-        ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db};
+        /* On a gated model every other slot adapts the gate too. */
+        ls_ref_fill_uniform_f(gd, H, 2.0 / sqrt((double)H), &st);
+        ls_slot_factors f = {.gu_a = ga, .gu_b = gb, .d_a = da, .d_b = db, .gate_d = d->gate && s % 2 == 0 ? gd : NULL};
         assert_int_equal(ls_backend_slot_write(be, s, 0, &f, &err), LS_OK);
     }
-    free(ga), free(gb), free(da), free(db), free(w13), free(w2);
+    free(ga), free(gb), free(da), free(db), free(gd), free(w13), free(w2);
     ls_error_free(&err);
     return be;
 }

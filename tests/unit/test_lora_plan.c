@@ -57,7 +57,7 @@ static void slot_derive(slot *s, const ls_dims *d, const ls_pool_dims *p) {
     const ls_lora_derived_lens l = ls_lora_derived_lens_of(d, p);
     const size_t lens[4] = {l.agu, l.b13, l.adcat, l.bdcat};
     for (int k = 0; k < 4; k++) s->der[k] = ls_test_calloc(lens[k], sizeof(float));
-    const ls_slot_factors f = {s->f[0], s->f[1], s->f[2], s->f[3]};
+    const ls_slot_factors f = {s->f[0], s->f[1], s->f[2], s->f[3], NULL};
     ls_lora_derive(d, p, &f, s->der[0], s->der[1], s->der[2], s->der[3]);
     const size_t H = d->H, nF = (size_t)d->n * d->F, O = ls_pool_outer(d, p);
     for (size_t i = 0; i < l.agu; i++)
@@ -148,7 +148,7 @@ static void check_plan(ls_w13_layout w13l, ls_lora_layout ll) {
     slot sl[S];
     for (int s = 0; s < S; s++) {
         slot_make(&sl[s], &d, &p, ranks[s], &seed);
-        const ls_slot_factors f = {sl[s].f[0], sl[s].f[1], sl[s].f[2], sl[s].f[3]};
+        const ls_slot_factors f = {sl[s].f[0], sl[s].f[1], sl[s].f[2], sl[s].f[3], NULL};
         assert_int_equal(ls_slot_factors_rank(&d, &p, &f), ranks[s]);
         slot_derive(&sl[s], &d, &p);
     }
@@ -233,7 +233,7 @@ static void test_slot_rank(void **state) {
     const ls_pool_dims p = {.slots = 1, .max_rank = 5, .layout = LS_LORA_SHARED, .max_tokens = 1};
     const ls_factor_layout l = ls_pool_layout(&d, &p);
     float *buf = ls_test_calloc(l.total, sizeof(float));
-    const ls_slot_factors f = {buf + l.off[0], buf + l.off[1], buf + l.off[2], buf + l.off[3]};
+    const ls_slot_factors f = {buf + l.off[0], buf + l.off[1], buf + l.off[2], buf + l.off[3], NULL};
     assert_int_equal(ls_slot_factors_rank(&d, &p, &f), 0);
     buf[l.off[3] + 2 * 5 + 3] = -0.0f; /* d_b[0][2][3] */
     assert_int_equal(ls_slot_factors_rank(&d, &p, &f), 4);

@@ -87,7 +87,7 @@ static void oracle_expect(oracle *o, const char *name, uint64_t version, int lay
         if (name && strcmp(key, o->in_slot) != 0) {
             for (int l = 0; l < D.L; l++) {
                 ls_adapter_expand(&a, l, &D, ls_backend_pool_dims(o->be), o->buf[0], o->buf[1], o->buf[2], o->buf[3]);
-                ls_slot_factors f = {o->buf[0], o->buf[1], o->buf[2], o->buf[3]};
+                ls_slot_factors f = {o->buf[0], o->buf[1], o->buf[2], o->buf[3], NULL};
                 W_REQUIRE(ls_backend_slot_write(o->be, 0, l, &f, NULL) == LS_OK, "oracle slot write");
             }
             snprintf(o->in_slot, sizeof o->in_slot, "%s", key);
