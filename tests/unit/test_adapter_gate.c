@@ -47,6 +47,15 @@ static void add_module(ls_tensor_set *s, const char *fmt, int layer, int r, int 
     else free(b);
 }
 
+/* An adapter of up and the gate on layer 0, rank 2, into a fresh s. */
+static void up_and_gate(ls_tensor_set *s) {
+    ls_tensor_set_init(s);
+    add_module(s, UP_N, 0, 2, HH, FF, NULL, NULL);
+    add_module(s, GATE_N, 0, 2, HH, 1, NULL, NULL);
+}
+
+#define GATE_A0 "model.layers.0.mlp.shared_expert_gate.lora_A.weight"
+
 static ls_status normalise(const ls_tensor_set *s, const char *config, const ls_dims *d, const ls_pool_dims *p,
                            ls_adapter *a, ls_error *err) {
     ls_adapter_params params;
@@ -133,9 +142,7 @@ static void test_gate_alone(void **state) {
 static void test_gate_refused_where_not_applied(void **state) {
     (void)state;
     ls_tensor_set s;
-    ls_tensor_set_init(&s);
-    add_module(&s, UP_N, 0, 2, HH, FF, NULL, NULL);
-    add_module(&s, GATE_N, 0, 2, HH, 1, NULL, NULL);
+    up_and_gate(&s);
     ls_dims d = gated_dims(1);
     d.gate = false;
     ls_pool_dims p = tu_pool(4, LS_LORA_SHARED);
@@ -143,7 +150,7 @@ static void test_gate_refused_where_not_applied(void **state) {
     ls_error err;
     ls_error_init(&err);
     assert_int_equal(normalise(&s, "{\"r\": 2, \"lora_alpha\": 2}", &d, &p, &a, &err), LS_LORA_UNKNOWN_TENSOR);
-    const ls_violation *v = tu_find(&err, LS_LORA_UNKNOWN_TENSOR, "model.layers.0.mlp.shared_expert_gate.lora_A.weight");
+    const ls_violation *v = tu_find(&err, LS_LORA_UNKNOWN_TENSOR, GATE_A0);
     assert_int_equal(v->layer, 0);
     assert_non_null(strstr(v->message, "this server's model has none"));
     assert_non_null(strstr(v->hint, "shared-expert gate"));
@@ -151,7 +158,7 @@ static void test_gate_refused_where_not_applied(void **state) {
     d.gate = true;
     p.no_gate_lora = true;
     assert_int_equal(normalise(&s, "{\"r\": 2, \"lora_alpha\": 2}", &d, &p, &a, &err), LS_LORA_UNKNOWN_TENSOR);
-    v = tu_find(&err, LS_LORA_UNKNOWN_TENSOR, "model.layers.0.mlp.shared_expert_gate.lora_A.weight");
+    v = tu_find(&err, LS_LORA_UNKNOWN_TENSOR, GATE_A0);
     assert_non_null(strstr(v->message, "CUDA backend does not apply"));
     assert_non_null(strstr(v->hint, "--device cpu"));
     ls_error_free(&err);
@@ -176,9 +183,7 @@ static void test_gate_shapes(void **state) {
     ls_error_free(&err);
     ls_tensor_set_free(&s);
 
-    ls_tensor_set_init(&s);
-    add_module(&s, UP_N, 0, 2, HH, FF, NULL, NULL);
-    add_module(&s, GATE_N, 0, 2, HH, 1, NULL, NULL);
+    up_and_gate(&s);
     tu_remove(&s, "model.layers.0.mlp.shared_expert_gate.lora_B.weight");
     ls_error_init(&err);
     assert_int_equal(normalise(&s, "{\"r\": 2, \"lora_alpha\": 2}", &d, &p, &a, &err), LS_LORA_MISSING_TENSOR);
@@ -192,9 +197,7 @@ static void test_gate_shapes(void **state) {
 static void test_gate_outside_target_modules(void **state) {
     (void)state;
     ls_tensor_set s;
-    ls_tensor_set_init(&s);
-    add_module(&s, UP_N, 0, 2, HH, FF, NULL, NULL);
-    add_module(&s, GATE_N, 0, 2, HH, 1, NULL, NULL);
+    up_and_gate(&s);
     ls_dims d = gated_dims(1);
     ls_pool_dims p = tu_pool(4, LS_LORA_SHARED);
     ls_adapter a;
@@ -202,7 +205,7 @@ static void test_gate_outside_target_modules(void **state) {
     ls_error_init(&err);
     assert_int_equal(normalise(&s, "{\"r\": 2, \"lora_alpha\": 2, \"target_modules\": [\"up_proj\"]}", &d, &p, &a, &err),
                      LS_ADAPTER_CONFIG_INVALID);
-    tu_find(&err, LS_ADAPTER_CONFIG_INVALID, "model.layers.0.mlp.shared_expert_gate.lora_A.weight");
+    tu_find(&err, LS_ADAPTER_CONFIG_INVALID, GATE_A0);
     ls_error_free(&err);
     ls_tensor_set_free(&s);
 }
