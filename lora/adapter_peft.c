@@ -347,8 +347,10 @@ static void ls_peft_hit_skipped(const ls_adapter_ctx *c, bool *hit, size_t n) {
         ls_adapter_name_parse(name, &nm);
         char module[256];
         if (nm.kind == LS_AN_OTHER && nm.lora &&
-            ls_adapter_other_module(name + (nm.prefixed ? prefix : 0), (int)sizeof module - 4, module, sizeof module))
+            ls_adapter_other_module(name + (nm.prefixed ? prefix : 0), (int)sizeof module - 4, module, sizeof module)) {
             ls_peft_rules_hits(c->rules, module, hit, n);
+            ls_peft_rules_hits_params(c->rules, module, hit, n);
+        }
     }
 }
 

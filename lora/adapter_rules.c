@@ -46,6 +46,8 @@ struct ls_peft_rules {
     size_t n_names;
     char **params; /* target_parameters entries that can name a shared expert's weight */
     size_t n_params;
+    char **other_params; /* the others (the routed experts' fused gate_up_proj): what pattern keys may be for */
+    size_t n_other_params;
     ls_rule_scope targets, excludes; /* target_modules, exclude_modules */
 };
 
@@ -238,6 +240,11 @@ static bool ls_projection_weight(const char *s) {
     return ls_ends_with(s, ".weight") && (strstr(s, "proj") || strstr(s, "_linear"));
 }
 
+/* A target_parameters entry of another module, short enough to keep: a
+ * pattern key written for it (PEFT's conversion of target_modules for the
+ * routed experts writes ".*\\.gate_up_proj") is no unmatched key. */
+static bool ls_other_param(const char *s) { return !ls_projection_weight(s) && strlen(s) <= 64; }
+
 /* re.fullmatch(expr, name) as re.match("(expr)\Z", name); NULL when
  * this engine cannot evaluate expr exactly. */
 static ls_regex *ls_full_compile(const char *expr) {
@@ -319,20 +326,24 @@ static bool ls_rules_params(const json_t *obj, json_t *out, ls_error *err) {
         ls_rules_bad(err, "target_parameters", NULL, "must be a list of parameter names (PEFT refuses a string too)");
         return false;
     }
-    return ls_rules_keep_names(v, ls_projection_weight, "target_parameters", out);
+    return ls_rules_keep_names(v, ls_projection_weight, "target_parameters", out) &&
+           ls_rules_keep_names(v, ls_other_param, "other_params", out);
 }
 
-/* out as compact text into text (len bytes). The scopes only check:
- * they are dropped rather than make a config too long to keep. */
+/* out as compact text into text (len bytes). The scopes only check and
+ * the other parameters only quiet a warning: they are dropped rather than
+ * make a config too long to keep. */
 static ls_status ls_rules_write(json_t *out, char *text, size_t len, ls_error *err) {
     text[0] = '\0';
     if (!json_object_size(out)) return LS_OK;
     char *s = json_dumps(out, JSON_COMPACT);
     if (!s) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     size_t n = strlen(s);
-    if (n >= len && (json_object_get(out, "targets") || json_object_get(out, "excludes"))) {
+    if (n >= len && (json_object_get(out, "targets") || json_object_get(out, "excludes") ||
+                     json_object_get(out, "other_params"))) {
         json_object_del(out, "targets");
         json_object_del(out, "excludes");
+        json_object_del(out, "other_params");
         free(s);
         if (!json_object_size(out)) return LS_OK;
         if (!(s = json_dumps(out, JSON_COMPACT))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
@@ -425,6 +436,7 @@ void ls_peft_rules_free(ls_peft_rules *r) {
     ls_rules_free_list(r->patterns, r->n_patterns);
     ls_rules_free_list(r->names, r->n_names);
     ls_rules_free_list(r->params, r->n_params);
+    ls_rules_free_list(r->other_params, r->n_other_params);
     ls_regex_free(r->targets.re);
     ls_rules_free_list(r->targets.names, r->targets.n_names);
     ls_regex_free(r->excludes.re);
@@ -478,6 +490,7 @@ ls_status ls_peft_rules_load(const char *text, ls_peft_rules **out, ls_error *er
               ls_rules_load_strings(json_object_get(c, "layers_pattern"), &r->patterns, &r->n_patterns) &&
               ls_rules_load_strings(json_object_get(c, "target_modules"), &r->names, &r->n_names) &&
               ls_rules_load_strings(json_object_get(c, "target_parameters"), &r->params, &r->n_params) &&
+              ls_rules_load_strings(json_object_get(c, "other_params"), &r->other_params, &r->n_other_params) &&
               ls_rules_load_scope(json_object_get(c, "targets"), &r->targets) &&
               ls_rules_load_scope(json_object_get(c, "excludes"), &r->excludes);
     const json_t *layers = ok ? json_object_get(c, "layers_to_transform") : NULL;
@@ -540,6 +553,27 @@ void ls_peft_rules_hits(const ls_peft_rules *r, const char *module, bool *hit, s
     ls_rules_matched_name(r, module, key);
     for (size_t i = 0; i < n; i++)
         if (!hit[i] && ls_regex_match(ls_rules_at(r, i)->re, key) == 1) hit[i] = true;
+}
+
+void ls_peft_rules_hits_params(const ls_peft_rules *r, const char *module, bool *hit, size_t n) {
+    /* PEFT nests one wrapper per parameter: "experts.base_layer" is
+     * "experts" once its wrappers are taken off. */
+    char base[256];
+    size_t len = 0;
+    for (const char *p = module; *p && len < sizeof base - 1;) {
+        if (!strncmp(p, ".base_layer", 11) && (p[11] == '.' || !p[11])) {
+            p += 11;
+            continue;
+        }
+        base[len++] = *p++;
+    }
+    base[len] = '\0';
+    for (size_t k = 0; r && k < r->n_other_params; k++) {
+        char name[384];
+        snprintf(name, sizeof name, "%s.%s", base, r->other_params[k]);
+        for (size_t i = 0; i < n; i++)
+            if (!hit[i] && ls_regex_match(ls_rules_at(r, i)->re, name) == 1) hit[i] = true;
+    }
 }
 
 ls_peft_key ls_peft_rules_key(const ls_peft_rules *r, size_t i, const char **pattern) {

@@ -65,6 +65,10 @@ typedef struct {
  * and key i itself. */
 size_t ls_peft_rules_keys(const ls_peft_rules *r, size_t max);
 void ls_peft_rules_hits(const ls_peft_rules *r, const char *module, bool *hit, size_t n);
+/* The same for the parameters of another module that target_parameters
+ * names ("{module}.gate_up_proj" of a skipped routed experts' factor,
+ * PEFT's wrappers' ".base_layer" taken off). */
+void ls_peft_rules_hits_params(const ls_peft_rules *r, const char *module, bool *hit, size_t n);
 ls_peft_key ls_peft_rules_key(const ls_peft_rules *r, size_t i, const char **pattern);
 
 /* Whether a later alpha_pattern key than the one that applies to module

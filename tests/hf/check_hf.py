@@ -360,9 +360,10 @@ def adapter_configs(fam, shared):
     if fam.peft == "modules":
         out["parameters"] = (LoraConfig(r=2, lora_alpha=5, init_lora_weights=False,
                                         **targets(fam, "parameters", shared)), layers)
-    if fam.peft == "modules" and any(gate for _, gate in shared.values()):
+    if any(gate for _, gate in shared.values()):
         # What users train most: every Linear, the shared-expert gate's
-        # too, with its own rank and alpha.
+        # too, with its own rank and alpha. (Where the entry says
+        # target_parameters, PEFT's all-linear reaches the gate alone.)
         out["all-linear"] = (LoraConfig(r=2, lora_alpha=6, init_lora_weights=False, target_modules="all-linear",
                                         rank_pattern={"shared_expert_gate": 3},
                                         alpha_pattern={"shared_expert_gate": 5}), layers)
@@ -389,7 +390,8 @@ def check_reach(fam, adir, name, shared, layers):
     projection of the layers it was made for: the target spec reached them."""
     with safe_open(os.path.join(adir, name, "adapter_model.safetensors"), "np") as f:
         keys = set(f.keys())
-    want = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in fam.projs for ab in "AB"]
+    want = [f"{shared[l][0]}.{p}.lora_{ab}.weight" for l in layers for p in fam.projs for ab in "AB"
+            if name != "all-linear" or fam.peft == "modules"]
     if name == "all-linear":  # and the shared-expert gate's
         want += [f"{shared[l][1]}.lora_{ab}.weight" for l in layers if shared[l][1] for ab in "AB"]
     missing = [w for w in want if f"base_model.model.{w}" not in keys]
@@ -483,6 +485,8 @@ def pool_form(fam, peft_model, shared):
     base = peft_model.get_base_model()
     mods = {(l, p): base.get_submodule(f"{shared[l][0]}.{p}") for l in shared for p in fam.projs}
     mods = {k: m for k, m in mods.items() if "default" in getattr(m, "lora_A", {})}
+    if not mods:  # the shared-expert gate alone: no pool buffer holds it
+        return None
     R = max(m.r["default"] for m in mods.values())
     out = {}
     for l in sorted({l for l, _ in mods}):
@@ -518,12 +522,16 @@ def check_other_forms(port, fam, active, loaded, shared, notes):
     strict = 0
     for name, pm in active.items():
         sha, ignored = loaded[name]["sha256"], loaded[name].get("ignored", [])
-        st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(pool_form(fam, pm, shared)))
-        # The pool format has no buffer for the shared-expert gate's delta.
-        gate = loaded[name].get("shared_expert_gate", False)
-        if st != 200 or (v.get("sha256") == sha) == gate or v.get("rank") != loaded[name]["rank"]:
-            raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory {sha}"
-                               f"{' with the gate' if gate else ''}")
+        form = pool_form(fam, pm, shared)
+        if form is None:
+            notes.append(f"{name}: the gate alone, no pool form")
+        else:
+            st, v = http_raw(port, f"/adapters/validate?format=pool&name={name}-pool", save(form))
+            # The pool format has no buffer for the shared-expert gate's delta.
+            gate = loaded[name].get("shared_expert_gate", False)
+            if st != 200 or (v.get("sha256") == sha) == gate or v.get("rank") != loaded[name]["rank"]:
+                raise RuntimeError(f"{name}: the pool form gives {st} {json.dumps(v)[:300]}, the PEFT directory "
+                                   f"{sha}{' with the gate' if gate else ''}")
         if ignored:
             st, v = http(port, "POST", "/adapters/validate", {"path": name, "strict": True})
             named = sorted(x.get("tensor", "") for x in v.get("error", {}).get("violations", []))

@@ -439,25 +439,35 @@ static void test_target_and_exclude_modules(void **state) {
 
 /* A pattern key that matches none of the modules the upload has factors
  * of is warned of; one that matches a module whose factors are skipped
- * here (a dense layer's down_proj, which PEFT applies) is not. */
+ * here (a dense layer's down_proj, which PEFT applies) is not, nor one
+ * for a skipped parameter that target_parameters names (PEFT's own
+ * conversion for Qwen3-Next's routed experts writes ".*\\.gate_up_proj"
+ * and puts their factors on "mlp.experts" and "mlp.experts.base_layer"). */
 static void test_unmatched_pattern_key(void **state) {
     (void)state;
     gates2 f;
     gates2_init(&f);
     fx_mod dense = fx_make(&f.s, "model.layers.%d.mlp.down_proj.%s.weight", 1, 2, NE * FF, HH);
-    const char *configs[] = {"{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.down_proj\": 4}}",
-                             "{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.up_proj\": 4}}"};
-    for (int i = 0; i < 2; i++) {
+    fx_mod routed = fx_make(&f.s, "model.layers.%d.mlp.experts.base_layer.%s.weight", 0, 2, HH, 2 * FF);
+    const char *configs[] = {
+        "{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.down_proj\": 4}}",
+        "{\"r\": 2, \"lora_alpha\": 2, \"alpha_pattern\": {\"layers.1.mlp.up_proj\": 4}}",
+        "{\"r\": 2, \"lora_alpha\": 2, \"target_parameters\": [\"gate_up_proj\", \"down_proj\"], "
+        "\"rank_pattern\": {\".*\\\\.gate_up_proj\": 4}, \"alpha_pattern\": {\".*\\\\.gate_up_proj\": 4}}",
+        "{\"r\": 2, \"lora_alpha\": 2, \"target_parameters\": [\"gate_up_proj\"], "
+        "\"alpha_pattern\": {\"layers.5.mlp.experts.gate_up_proj\": 4}}", /* no layer 5 */
+    };
+    for (int i = 0; i < 4; i++) {
         ls_adapter a;
         ls_error_clear(&f.err);
         assert_int_equal(parse_config(configs[i], &f.p, &f.err), LS_OK);
         assert_int_equal(ls_adapter_normalise(&f.s, &f.p, &f.d, &f.pool, &a, &f.err), LS_OK);
         const char *w = a.warnings[LS_WARN_UNMATCHED_KEY];
-        if (i == 0) assert_string_equal(w, "");
+        if (i % 2 == 0) assert_string_equal(w, "");
         else assert_non_null(strstr(w, "alpha_pattern key 1 of adapter_config.json matches none of the modules"));
         ls_adapter_free(&a);
     }
-    fx_free(&dense);
+    fx_free(&dense), fx_free(&routed);
     gates2_free(&f);
 }
 
