@@ -380,7 +380,7 @@ static void ls_peft_note_unmatched(ls_adapter_ctx *c, bool *hit, size_t n) {
  * scale = lora_alpha / r (rsLoRA: / sqrt(r)) with the module's own r
  * and lora_alpha (alpha_pattern's, else the config's), or the scale
  * given instead of any alpha; neither is refused. The adapter's rank is
- * the largest (the gate's only when it is alone). */
+ * the largest but the gate's (1 when the gate is alone). */
 static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
     const ls_adapter_params *p = c->params;
     int max = 0, gate_rank = 0;
@@ -406,7 +406,7 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
             all_zero = all_zero && md->scale == 0;
             if (!refused && has == p->has_scale) ls_peft_scale_refused(c, module, has), refused = true;
             /* The gate's factors fold into one vector: its rank takes no
-             * room in a slot, unless nothing else is there. */
+             * room in a slot. */
             if (m == LS_MOD_SGATE) {
                 gate_rank = md->rank > gate_rank ? md->rank : gate_rank;
                 if (!gate_name) gate_name = a->name ? a->name : a[1].name;
@@ -415,8 +415,8 @@ static void ls_peft_settle(ls_adapter_ctx *c, const char **largest) {
                 *largest = a->name ? a->name : a[1].name;
             }
         }
-    if (!max && gate_rank) {
-        max = gate_rank;
+    if (!max && gate_rank) { /* the gate alone: a slot of rank 1 holding zeros */
+        max = 1;
         *largest = gate_name;
     }
     /* The scale reported is that of the modules no pattern matches. */

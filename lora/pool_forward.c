@@ -304,9 +304,11 @@ ls_status ls_pool_forward(ls_pool *p, int layer, int T, const float *x, const fl
 }
 
 /* The most host bytes one adapter of this pool can take: every layer at
- * the pool's rank and outer size. */
+ * the pool's rank and outer size, with the gate's delta where it applies. */
 static size_t ls_fwd_max_adapter_bytes(const ls_pool *p) {
-    return (size_t)p->dims.L * (ls_pool_layout(&p->dims, &p->pd).total * sizeof(float) + sizeof(bool));
+    const bool gate = p->dims.gate && !p->pd.no_gate_lora;
+    const size_t lf = ls_adapter_layer_floats(&p->dims, ls_pool_outer(&p->dims, &p->pd), p->pd.max_rank, gate);
+    return (size_t)p->dims.L * (lf * sizeof(float) + sizeof(bool));
 }
 
 size_t ls_pool_forward_read_bytes(ls_pool *p, const ls_token_names *names, bool unregistered) {
