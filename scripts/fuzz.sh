@@ -16,8 +16,8 @@ if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS] [HARNESS...]" >&2
   exit 2
 fi
-all=(fuzz_safetensors fuzz_forward_json fuzz_forward_safetensors fuzz_adapter_upload_json fuzz_adapter_upload_raw fuzz_peft_config fuzz_config
-     fuzz_api_keys)
+all=(fuzz_safetensors fuzz_forward_json fuzz_forward_safetensors fuzz_adapter_upload_json fuzz_adapter_upload_raw
+     fuzz_adapter_normalise fuzz_peft_config fuzz_config fuzz_api_keys)
 harnesses=("${all[@]}")
 [ $# -gt 0 ] && harnesses=("$@")
 if ! command -v clang >/dev/null; then
@@ -43,7 +43,8 @@ for h in "${harnesses[@]}"; do
   args=(-max_total_time="$secs" -timeout=25 -print_final_stats=1 -artifact_prefix="$dir/findings/$h/")
   case $h in
     fuzz_safetensors) seeds=(tests/data/hostile) ;;
-    fuzz_adapter_upload_raw | fuzz_forward_safetensors) seeds=(tests/data/hostile); args+=(-dict=tests/fuzz/json.dict) ;;
+    fuzz_adapter_upload_raw | fuzz_adapter_normalise | fuzz_forward_safetensors)
+      seeds=(tests/data/hostile); args+=(-dict=tests/fuzz/json.dict) ;;
     *) seeds=(); args+=(-dict=tests/fuzz/json.dict) ;;
   esac
   log=$work/$h.log

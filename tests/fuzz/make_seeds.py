@@ -166,6 +166,42 @@ def adapter_upload_raw():
     }
 
 
+def factor(shape, salt):
+    """A float32 factor of small varied values."""
+    n = 1
+    for e in shape:
+        n *= e
+    return ("F32", shape, f32(*[((i * 7 + salt) % 11 - 5) / 8 for i in range(n)]))
+
+
+def adapter_normalise():
+    """Uploads for the normaliser's three servers: the gated n=1, H=8, F=4
+    model (all-linear: up, down and the gate, the gate with its own rank;
+    the gate alone) and the ungated n=2, H=4, F=3 one (fused PEFT, pool)."""
+    q = "model.layers.%d.mlp.shared_expert."
+    g = "model.layers.%d.mlp.shared_expert_gate."
+    qwen = {}
+    for l in (0, 1):
+        qwen.update({q % l + "up_proj.lora_A.weight": factor((2, 8), l), q % l + "up_proj.lora_B.weight": factor((4, 2), 1),
+                     q % l + "down_proj.lora_A.weight": factor((2, 4), 2),
+                     q % l + "down_proj.lora_B.weight": factor((8, 2), 3),
+                     g % l + "lora_A.weight": factor((3, 8), 4), g % l + "lora_B.weight": factor((1, 3), 5)})
+    meta = {"r": "2", "lora_alpha": "4", "rank_pattern": js({"shared_expert_gate": 3}).decode(),
+            "alpha_pattern": js({"shared_expert_gate": 6}).decode()}
+    gate_only = {g % 0 + "lora_A.weight": factor((2, 8), 6), g % 0 + "lora_B.weight": factor((1, 2), 7)}
+    s = "model.layers.0.mlp.shared_experts."
+    fused = {s + "gate_up_proj.lora_A.weight": factor((2, 4), 1), s + "gate_up_proj.lora_B.weight": factor((12, 2), 2),
+             s + "down_proj.lora_A.weight": factor((2, 6), 3), s + "down_proj.lora_B.weight": factor((4, 2), 4)}
+    pool = {s + "gate_up_lora_a": factor((1, 2, 4, 4), 1), s + "gate_up_lora_b": factor((1, 2, 6, 2), 2),
+            s + "down_lora_a": factor((1, 2, 2, 3), 3), s + "down_lora_b": factor((1, 2, 4, 2), 4)}
+    return {
+        "qwen_all_linear.safetensors": safetensors(qwen, meta),
+        "qwen_gate_only.safetensors": safetensors(gate_only, {"r": "2", "lora_alpha": "2"}),
+        "fused_peft.safetensors": safetensors(fused, {"r": "2", "lora_alpha": "2", "gate_up_order": "interleaved"}),
+        "pool.safetensors": safetensors(pool, {"scale": "0.5", "format": "pool"}),
+    }
+
+
 PEFT = {
     "alpha_pattern": {}, "auto_mapping": None, "base_model_name_or_path": "org/model", "bias": "none",
     "fan_in_fan_out": False, "inference_mode": True, "init_lora_weights": True, "layers_pattern": None,
@@ -258,7 +294,8 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
     for harness, cases in (("fuzz_forward_json", forward_json()), ("fuzz_forward_safetensors", forward_safetensors()),
                            ("fuzz_adapter_upload_json", adapter_upload_json()),
-                           ("fuzz_adapter_upload_raw", adapter_upload_raw()), ("fuzz_peft_config", peft_config()),
+                           ("fuzz_adapter_upload_raw", adapter_upload_raw()),
+                           ("fuzz_adapter_normalise", adapter_normalise()), ("fuzz_peft_config", peft_config()),
                            ("fuzz_config", config()), ("fuzz_api_keys", api_keys())):
         d = os.path.join(out, harness)
         os.makedirs(d, exist_ok=True)
