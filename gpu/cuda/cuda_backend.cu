@@ -83,6 +83,7 @@ static void cuda_free(ls_backend *be) {
         if (c->h_io) cudaFreeHost(c->h_io);
         if (c->h_gam) cudaFreeHost(c->h_gam);
         if (c->h_tasks) cudaFreeHost(c->h_tasks);
+        if (c->h_gsel) cudaFreeHost(c->h_gsel);
         if (c->h_der) cudaFreeHost(c->h_der);
         for (int i = 0; i < 2; i++) {
             if (c->h_chunk[i]) cudaFreeHost(c->h_chunk[i]);
@@ -92,6 +93,7 @@ static void cuda_free(ls_backend *be) {
         free(c->h_canon);
         free(c->h_der32);
         free(c->rank);
+        free(c->gflag);
         ls_nvml_close(c->nvml);
         free(c);
     }
@@ -233,6 +235,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
         {&c->d_w2, L * H * n * F * esz},
         {(void **)&c->d_gate, c->gated ? L * H * sizeof(float) : 0},
         {&c->d_der, S * L * c->der_len * esz},
+        {(void **)&c->d_gdelta, c->gate_lora ? S * L * H * sizeof(float) : 0},
         {(void **)&c->d_x32, f32 || c->gated ? Tm * H * sizeof(float) : 0},
         {&c->d_xc, f32 ? 0 : Tm * H * esz},
         {(void **)&c->d_gam, Tm * n * sizeof(float)},
@@ -244,6 +247,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
         {&c->d_wc, Tm * O * R * esz},
         {(void **)&c->d_y, Tm * H * sizeof(float)},
         {(void **)&c->d_tasks, (size_t)c->max_tasks * sizeof(int4)},
+        {(void **)&c->d_gsel, c->gate_lora ? Tm * sizeof(int) : 0},
         {(void **)&c->d_part, LS_SGMV_SPLIT_MAX * split_rows * O * 2 * R * sizeof(float)},
         {&c->d_blas_ws, c->blas_ws_bytes},
         {&c->d_blas_ws_side, c->blas_ws_side_bytes},
@@ -252,7 +256,7 @@ static ls_status cuda_alloc_device(ls_cuda *c, size_t *weights, size_t *pool, ls
     for (int i = 0; i < LS_CUDA_MAX_PARTS; i++) total += parts[i].bytes;
     c->device_bytes = total;
     *weights = parts[0].bytes + parts[1].bytes + parts[2].bytes;
-    *pool = parts[3].bytes;
+    *pool = parts[3].bytes + parts[4].bytes; /* derived operands and gate deltas */
     size_t free_b = 0, total_b = 0;
     LS_CUDA_TRY(err, cudaMemGetInfo(&free_b, &total_b));
     cudaError_t ce = total <= free_b ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -284,8 +288,9 @@ static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
     const size_t S = c->S, L = c->L, H = c->H, Tm = c->max_tokens;
     c->h_canon = (float *)calloc(S * L * c->canon.total, sizeof(float));
     c->rank = (int *)calloc(S * L, sizeof(int));
+    c->gflag = (unsigned char *)calloc(S * L, 1);
     c->h_der32 = (float *)calloc(c->der_len, sizeof(float));
-    if (!c->h_canon || !c->rank || !c->h_der32)
+    if (!c->h_canon || !c->rank || !c->gflag || !c->h_der32)
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --slots, --max-rank or --layers",
                             "cuda backend: cannot allocate %.1f MiB of host memory for the slots' factors",
                             MIB(S * L * c->canon.total * sizeof(float)));
@@ -296,6 +301,7 @@ static ls_status cuda_alloc_host(ls_cuda *c, ls_error *err) {
         LS_TRY(pinned(&c->h_xc, Tm * H * c->esz, err));
     LS_TRY(pinned((void **)&c->h_gam, Tm * c->n * sizeof(float), err));
     LS_TRY(pinned((void **)&c->h_tasks, (size_t)c->max_tasks * sizeof(int4), err));
+    if (c->gate_lora) LS_TRY(pinned((void **)&c->h_gsel, Tm * sizeof(int), err));
     LS_TRY(pinned(&c->h_der, c->der_len * c->esz, err));
     for (int i = 0; i < 2; i++) LS_TRY(pinned(&c->h_chunk[i], c->chunk_bytes, err));
     return LS_OK;
@@ -305,10 +311,12 @@ static void graph_destroy(void *g) { (void)cudaGraphExecDestroy((cudaGraphExec_t
 
 /* Takes the device and allocates everything the backend will use, once;
  * the caller unwinds (ls_backend_free) from whatever was set. */
-static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, int graphs, ls_error *err) {
+static ls_status cuda_init(ls_backend *be, const ls_backend_config *cfg, int device_id, int graphs, int gate_lora,
+                           ls_error *err) {
     ls_cuda *c = ls_cuda_of(be);
     LS_TRY(cuda_open_device(c, device_id, err));
     cuda_sizes(c, cfg);
+    c->gate_lora = c->gated && gate_lora;
     char why[256];
     if (!ls_gemm_plan_fits_grid(&c->gplan, LS_SGMV_TILE_N, why, sizeof why))
         return ls_error_set(err, LS_DEVICE_ERROR, "lower --max-rank, or use fewer shared experts per block",
@@ -432,12 +440,17 @@ static ls_status slot_write_locked(ls_cuda *c, int slot, int layer, const ls_slo
     ls_convert_dtype(LS_DTYPE_F32, der, c->dt, c->h_der, c->der_len);
     LS_CUDA_TRY(err, cudaMemcpyAsync(ls_cuda_der(c, slot, layer), c->h_der, c->der_len * c->esz,
                                      cudaMemcpyHostToDevice, c->stream));
+    const size_t at = (size_t)slot * c->L + layer;
+    if (f->gate_d) /* backend.c lets one through only with gate_lora */
+        LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gdelta + at * c->H, f->gate_d, (size_t)c->H * sizeof(float),
+                                         cudaMemcpyHostToDevice, c->stream));
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     /* Host state changes only once the device holds the new operands. */
     float *canon = ls_cuda_canon(c, slot, layer);
     const float *src[LS_FACTORS] = {f->gu_a, f->gu_b, f->d_a, f->d_b};
     for (int k = 0; k < LS_FACTORS; k++) memcpy(canon + c->canon.off[k], src[k], c->canon.len[k] * sizeof(float));
-    c->rank[(size_t)slot * c->L + layer] = ls_slot_factors_rank(d, p, f);
+    c->rank[at] = ls_slot_factors_rank(d, p, f);
+    if (c->gate_lora) c->gflag[at] = f->gate_d != NULL;
     return LS_OK;
 }
 
@@ -456,6 +469,7 @@ static ls_status slot_clear_locked(ls_cuda *c, int slot, ls_error *err) {
     LS_CUDA_TRY(err, cudaStreamSynchronize(c->stream));
     memset(ls_cuda_canon(c, slot, 0), 0, L * c->canon.total * sizeof(float));
     for (size_t l = 0; l < L; l++) c->rank[(size_t)slot * L + l] = 0;
+    memset(c->gflag + (size_t)slot * L, 0, L); /* the deltas stay, unread */
     return LS_OK;
 }
 
@@ -522,9 +536,10 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_set
                             ls_cuda_poison_message());
     ls_backend *be = NULL;
     LS_TRY(ls_backend_new(&cuda_ops, cfg, &be, err));
-    /* The gate kernel takes no per-slot delta yet: the pool refuses
-     * adapters with factors of the shared-expert gate (lora/adapter_peft.c). */
-    be->pool.no_gate_lora = true;
+    /* The gate kernel's per-slot delta has not run on a device: unless a
+     * test asks for it, the pool refuses adapters with factors of the
+     * shared-expert gate (lora/adapter_peft.c). */
+    be->pool.no_gate_lora = !(cuda && cuda->gate_lora);
     ls_cuda *c = (ls_cuda *)calloc(1, sizeof *c);
     if (!c) {
         ls_backend_free(be);
@@ -532,7 +547,7 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_set
     }
     be->ctx = c;
     const int graphs = !cuda || cuda->graphs == 0 ? LS_CUDA_GRAPHS_DEFAULT : cuda->graphs < 0 ? 0 : cuda->graphs;
-    ls_status st = cuda_init(be, cfg, cuda ? cuda->device_id : 0, graphs, err);
+    ls_status st = cuda_init(be, cfg, cuda ? cuda->device_id : 0, graphs, cuda && cuda->gate_lora, err);
     if (st != LS_OK) {
         ls_backend_free(be);
         return st;

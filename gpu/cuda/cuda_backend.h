@@ -22,6 +22,11 @@ typedef struct {
     /* Forward shapes kept as captured CUDA graphs (gpu/graph_cache.h):
      * 0 = the default, LS_CUDA_GRAPHS_DEFAULT; < 0 = none (direct launches). */
     int graphs;
+    /* 1: slots may carry a delta of the shared-expert gate (an adapter of
+     * shared_expert_gate) and the gate kernel applies it. Off in serving
+     * until a device run of the parity suite (which turns it on) checks
+     * it: the pool then refuses such adapters (no_gate_lora). */
+    int gate_lora;
 } ls_cuda_settings;
 
 #define LS_CUDA_GRAPHS_DEFAULT 256

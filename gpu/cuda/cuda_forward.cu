@@ -51,6 +51,19 @@ static void plan_tasks(ls_cuda *c, int layer, const ls_token_plan *tp, bool has_
 /* Whether this forward computes the shared-expert gate (from fp32 x). */
 static bool needs_gate(const ls_cuda *c, const ls_cuda_plan *p) { return !p->has_gammas && c->gated; }
 
+/* Each row's slot whose gate delta it adds, in plan order (-1: none):
+ * the rows of a slot with a delta at the layer, whatever its rank there.
+ * Copied every forward of a gated backend with gate_lora, so a graph's
+ * gate kernel always reads it afresh. */
+static void stage_gate_slots(ls_cuda *c, const ls_cuda_plan *p) {
+    const ls_token_plan *tp = p->tokens;
+    for (int i = 0; i < p->T; i++) c->h_gsel[i] = -1;
+    for (int s = 0; s < c->S; s++) {
+        if (!c->gflag[(size_t)s * c->L + p->layer]) continue;
+        for (int i = tp->start[s]; i < tp->start[s + 1]; i++) c->h_gsel[i] = s;
+    }
+}
+
 /* Stage gather: copies x in plan order through pinned memory, rounded to
  * the compute dtype on the way (gpu/stage_rows.h: the device gets half
  * the bytes and converts nothing), and in fp32 too when the gate reads
@@ -71,6 +84,10 @@ static ls_status gather_parts(ls_cuda *c, const ls_cuda_plan *p, const float *x,
     if (needs_gate(c, p) && c->dt != LS_DTYPE_F32) {
         if (stage) ls_stage_rows(c->h_io, LS_DTYPE_F32, x, order, T, H);
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    }
+    if (needs_gate(c, p) && c->gate_lora) {
+        if (stage) stage_gate_slots(c, p);
+        LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gsel, c->h_gsel, T * sizeof(int), cudaMemcpyHostToDevice, c->stream));
     }
     if (p->has_gammas) {
         if (stage) ls_stage_rows(c->h_gam, LS_DTYPE_F32, gammas, order, T, n);
@@ -250,9 +267,12 @@ static ls_status run_forked(ls_cuda *c, const ls_cuda_plan *p, int i, ls_error *
 
 /* Without gammas a gated model's gamma is its gate, from fp32 x. */
 static ls_status gate(ls_cuda *c, const ls_cuda_plan *p, ls_error *err) {
-    if (needs_gate(c, p))
-        LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * c->H, c->d_gam, p->T, c->H, c->n,
-                                      c->stream));
+    if (needs_gate(c, p)) {
+        const size_t H = c->H;
+        LS_CUDA_TRY(err, ls_cuda_gate(c->d_x32, c->d_gate + (size_t)p->layer * H, c->gate_lora ? c->d_gsel : NULL,
+                                      c->gate_lora ? c->d_gdelta + (size_t)p->layer * H : NULL, (long long)c->L * H,
+                                      c->d_gam, p->T, c->H, c->n, c->stream));
+    }
     return LS_OK;
 }
 

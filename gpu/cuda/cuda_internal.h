@@ -15,7 +15,7 @@
 #include "gpu/lora_plan.h"
 #include "gpu/nvml.h"
 
-#define LS_CUDA_MAX_PARTS 18
+#define LS_CUDA_MAX_PARTS 20
 
 typedef struct {
     int device;
@@ -52,6 +52,7 @@ typedef struct {
     ls_factor_layout canon; /* common/dims.h at the pool's O and R */
     size_t der_len, der_agu, der_b13, der_ad, der_bd; /* der_*: offsets */
     int *rank; /* [S][L] each slot and layer's rank (gpu/slot_rank.h), host */
+    unsigned char *gflag; /* [S][L] the slot has a gate delta at the layer (gate_lora), host */
 
     /* Device memory, allocated at create; d_parts owns it. */
     void *d_parts[LS_CUDA_MAX_PARTS];
@@ -61,6 +62,9 @@ typedef struct {
     void *d_w2;      /* [L][H, n*F]: W2cat[h, e*F + j] = W2[e, h, j] */
     int gated;       /* the model has a shared-expert gate (dims.gate) */
     float *d_gate;   /* [L][H] its weights in fp32 (absent without) */
+    int gate_lora;   /* gated, and slots may carry a gate delta (ls_cuda_settings.gate_lora) */
+    float *d_gdelta; /* [S][L][H] each slot's gate delta, fp32 (gate_lora only) */
+    int *d_gsel;     /* [T] the slot whose gate delta a row adds, -1 none (gate_lora only) */
     void *d_der;     /* [S][L][der_len] derived operands */
     float *d_x32;    /* [T, H] fp32 inputs in plan order, for the gate (absent when neither gated nor f32) */
     void *d_xc;      /* [T, H] inputs in the compute dtype, rounded on the host (= d_x32 for f32) */
@@ -86,6 +90,7 @@ typedef struct {
     void *h_xc;       /* [max_tokens, H]: x in the compute dtype (= h_io for f32) */
     float *h_gam;     /* [max_tokens, n] */
     int4 *h_tasks;    /* [max_tasks] */
+    int *h_gsel;      /* [max_tokens] d_gsel's staging (gate_lora) */
     void *h_der;      /* [der_len] one slot write's derived operands, compute dtype */
     void *h_chunk[2]; /* base weight upload: two chunks, one filled while the other copies */
     cudaEvent_t chunk_done[2];

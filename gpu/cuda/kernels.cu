@@ -61,14 +61,21 @@ cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t
 /* ---- the shared-expert gate ------------------------------------------------- */
 
 /* One block of 256 threads per token: strided partial sums, then a tree
- * in shared memory; thread 0 writes the sigmoid for every expert. */
-__global__ void gate_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ gam, int H,
-                            int n) {
+ * in shared memory; thread 0 writes the sigmoid for every expert. A row
+ * whose gsel names a slot adds that slot's delta dw (gd + slot * gstride)
+ * in the same sums: (w + dw) . x. */
+__global__ void gate_kernel(const float *__restrict__ x, const float *__restrict__ w, const int *__restrict__ gsel,
+                            const float *__restrict__ gd, long long gstride, float *__restrict__ gam, int H, int n) {
     __shared__ float part[256];
     const int t = blockIdx.x;
     const float *xr = x + (long long)t * H;
+    const int slot = gsel ? gsel[t] : -1;
+    const float *dw = slot >= 0 ? gd + (long long)slot * gstride : NULL;
     float acc = 0.0f;
-    for (int h = threadIdx.x; h < H; h += blockDim.x) acc = fmaf(xr[h], w[h], acc);
+    if (dw)
+        for (int h = threadIdx.x; h < H; h += blockDim.x) acc = fmaf(xr[h], dw[h], fmaf(xr[h], w[h], acc));
+    else
+        for (int h = threadIdx.x; h < H; h += blockDim.x) acc = fmaf(xr[h], w[h], acc);
     part[threadIdx.x] = acc;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s /= 2) {
@@ -81,9 +88,10 @@ __global__ void gate_kernel(const float *__restrict__ x, const float *__restrict
     }
 }
 
-cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int H, int n, cudaStream_t stream) {
+cudaError_t ls_cuda_gate(const float *x, const float *w, const int *gsel, const float *gd, long long gstride,
+                         float *gam, int T, int H, int n, cudaStream_t stream) {
     if (T <= 0) return cudaSuccess;
-    gate_kernel<<<(unsigned)T, 256, 0, stream>>>(x, w, gam, H, n);
+    gate_kernel<<<(unsigned)T, 256, 0, stream>>>(x, w, gsel, gd, gstride, gam, H, n);
     return cudaGetLastError();
 }
 

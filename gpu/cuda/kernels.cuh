@@ -76,7 +76,10 @@ cudaError_t ls_cuda_swiglu(const float *z, const float *gam, void *a, ls_dtype t
                            cudaStream_t stream);
 
 /* The shared-expert gate: gam[t, e] = sigmoid(sum_h x[t, h] * w[h]) for
- * every expert e < n, t < T; x and w fp32, the sum in fp32. */
-cudaError_t ls_cuda_gate(const float *x, const float *w, float *gam, int T, int H, int n, cudaStream_t stream);
+ * every expert e < n, t < T; x and w fp32, the sum in fp32. With gsel
+ * (NULL: none), a row t with gsel[t] >= 0 sums x . (w + dw) instead, dw
+ * the H floats at gd + gsel[t] * gstride. */
+cudaError_t ls_cuda_gate(const float *x, const float *w, const int *gsel, const float *gd, long long gstride,
+                         float *gam, int T, int H, int n, cudaStream_t stream);
 
 #endif

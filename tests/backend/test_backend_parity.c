@@ -7,7 +7,9 @@
  * weights are uploaded typed, at the dtype they are stored in (16-bit
  * bytes for 16-bit cases, and mixed dtypes into an f32 backend), and the
  * gated cases carry a shared-expert gate that forwards without gammas
- * apply; each device forward is run twice and must give the same bits.
+ * apply, and their even slots a delta of it (an adapter of
+ * shared_expert_gate, gate_lora on for every CUDA backend here); each
+ * device forward is run twice and must give the same bits.
  * Exits 77 (skipped) when no CUDA device answers. */
 #include <math.h>
 #include <stdint.h>
@@ -74,6 +76,8 @@ typedef struct {
 typedef struct {
     int rank; /* 0: cleared, adds nothing */
     float **gu_a, **gu_b, **d_a, **d_b; /* [L] */
+    int gated;       /* gated cases, even slots: a delta of the gate's weight too */
+    float **gate_d;  /* [L] that delta (an adapter of shared_expert_gate) */
 } slot_data;
 
 static int g_checks, g_failures;
@@ -229,9 +233,11 @@ static int must(ls_status st, ls_error *err, const char *what) {
 
 static void write_slot(run *rn, int s, uint64_t *st, ls_error *err) {
     slot_data *sd = &rn->slots[s];
+    sd->gated = rn->gate && s % 2 == 0;
     for (int l = 0; l < rn->dims.L; l++) {
         make_factors(&rn->dims, &rn->pool, sd->rank, st, sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]);
-        ls_slot_factors f = {sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l], NULL};
+        if (sd->gated) fill(sd->gate_d[l], (size_t)rn->dims.H, 2.0 * sqrt(3.0 / rn->dims.H), st);
+        ls_slot_factors f = {sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l], sd->gated ? sd->gate_d[l] : NULL};
         must(ls_backend_slot_write(rn->cpu, s, l, &f, err), err, "cpu slot_write");
         for (int i = 0; i < rn->ndev; i++)
             must(ls_backend_slot_write(rn->dev[i].be, s, l, &f, err), err, "device slot_write");
@@ -272,10 +278,13 @@ static void check_forward(run *rn, const char *pattern, int layer, int T, const 
         for (long i = 0; i < (long)T * H; i++) xd[i] = x[i];
         if (gam)
             for (long i = 0; i < (long)T * d->n; i++) gd[i] = gam[i];
-        /* Without gammas a gated model's gamma is sigmoid(gate . x). */
+        /* Without gammas a gated model's gamma is sigmoid(gate . x), with
+         * the token's slot's delta of the gate when it has one. */
         for (int t = 0; !gam && rn->gate && t < T; t++) {
+            const int s = slot_of_token ? slot_of_token[t] : -1;
+            const float *dw = s >= 0 && rn->slots[s].gated ? rn->slots[s].gate_d[layer] : NULL;
             double z = 0;
-            for (int h = 0; h < H; h++) z += xd[(long)t * H + h] * rn->gate[layer][h];
+            for (int h = 0; h < H; h++) z += xd[(long)t * H + h] * (rn->gate[layer][h] + (dw ? (double)dw[h] : 0.0));
             for (int e = 0; e < d->n; e++) gd[(long)t * d->n + e] = 1.0 / (1.0 + exp(-z));
         }
         ref_adapter *ra = ls_test_calloc((size_t)rn->pool.slots, sizeof *ra);
@@ -401,7 +410,11 @@ static void upload_layer(run *rn, int l, size_t n13, size_t n2, ls_error *err) {
 static void add_cuda(run *rn, const ls_backend_config *cfg, const ls_cuda_settings *settings, ls_cuda_sgmv_mode mode,
                      const char *name, ls_error *err) {
     ls_backend *be = NULL;
-    if (!must(ls_backend_cuda_create(cfg, settings, &be, err), err, "cuda create")) return;
+    /* The gate's per-slot delta, off in serving until this suite has
+     * passed on a device, is on in every CUDA backend here. */
+    ls_cuda_settings with_gate = settings ? *settings : (ls_cuda_settings){0};
+    with_gate.gate_lora = 1;
+    if (!must(ls_backend_cuda_create(cfg, &with_gate, &be, err), err, "cuda create")) return;
     ls_backend_cuda_set_sgmv_mode(be, mode);
     rn->dev[rn->ndev++] = (device){name, be, !settings || settings->graphs >= 0};
 }
@@ -497,6 +510,8 @@ static void run_case(const pcase *pc, int threads) {
             sd->d_a[l] = ls_test_calloc(ls_pool_d_a_len(&rn.dims, &rn.pool), sizeof(float));
             sd->d_b[l] = ls_test_calloc(ls_pool_d_b_len(&rn.dims, &rn.pool), sizeof(float));
         }
+        sd->gate_d = ls_test_calloc((size_t)pc->L, sizeof(float *));
+        for (int l = 0; rn.gate && l < pc->L; l++) sd->gate_d[l] = ls_test_calloc((size_t)pc->H, sizeof(float));
         write_slot(&rn, s, &st, &err);
     }
     int live = pc->S;
@@ -505,6 +520,7 @@ static void run_case(const pcase *pc, int threads) {
         for (int i = 0; i < rn.ndev; i++)
             must(ls_backend_slot_clear(rn.dev[i].be, pc->S - 1, &err), &err, "device slot_clear");
         rn.slots[pc->S - 1].rank = 0;
+        rn.slots[pc->S - 1].gated = 0; /* a clear drops the gate's delta too */
         live = pc->S - 1;
     }
     check_slot_read(&rn, &err);
@@ -586,7 +602,9 @@ done:
             free(rn.slots[s].gu_b[l]);
             free(rn.slots[s].d_a[l]);
             free(rn.slots[s].d_b[l]);
+            if (rn.slots[s].gate_d) free(rn.slots[s].gate_d[l]);
         }
+        free(rn.slots[s].gate_d);
         free(rn.slots[s].gu_a);
         free(rn.slots[s].gu_b);
         free(rn.slots[s].d_a);
