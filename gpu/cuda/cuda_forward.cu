@@ -86,7 +86,7 @@ static ls_status gather_parts(ls_cuda *c, const ls_cuda_plan *p, const float *x,
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_x32, c->h_io, T * H * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     }
     if (needs_gate(c, p) && c->gate_lora) {
-        if (stage) stage_gate_slots(c, p);
+        stage_gate_slots(c, p); /* from the plan, not x: the profile's too */
         LS_CUDA_TRY(err, cudaMemcpyAsync(c->d_gsel, c->h_gsel, T * sizeof(int), cudaMemcpyHostToDevice, c->stream));
     }
     if (p->has_gammas) {
