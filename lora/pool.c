@@ -174,6 +174,7 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
     e->a = *a;
     e->host_data = true;
     e->meta = a->meta;
+    memcpy(e->warnings, a->warnings, sizeof e->warnings);
     e->params = opts->params;
     e->pinned = opts->pinned;
     e->auto_loaded = opts->auto_loaded;

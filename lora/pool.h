@@ -69,6 +69,7 @@ typedef struct {
     uint64_t loads, evictions; /* slot writes of the adapter, and evictions from a slot */
     bool auto_loaded; /* registered by --auto-load */
     ls_gate_up_order gate_up_order; /* how its PEFT gate_up_proj.lora_B rows were read */
+    char warnings[LS_ADAPTER_WARNINGS][512]; /* its load's (ls_adapter.warnings); "" none */
     char source_path[4096]; /* "" for inline uploads */
     uint64_t replaced; /* from ls_pool_load: the version this load replaced, 0 when the name was new */
 } ls_adapter_info;

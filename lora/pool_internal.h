@@ -22,6 +22,9 @@ typedef struct ls_pool_entry {
     char *source_path; /* owned; NULL for inline uploads */
     bool auto_loaded;  /* registered by --auto-load */
     ls_adapter_params params;
+    /* What its load said though it stood (ls_adapter.warnings), kept
+     * while the host copy is dropped and across restarts. */
+    char warnings[LS_ADAPTER_WARNINGS][512];
 
     bool live;   /* the name table points here; false once deleted or replaced */
     bool keep_copy; /* its record is being removed or replaced: the host tier keeps its copy */

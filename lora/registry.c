@@ -151,5 +151,6 @@ void ls_registry_info(const ls_pool *p, const ls_pool_entry *e, ls_adapter_info 
     info->evictions = e->evictions;
     info->auto_loaded = e->auto_loaded;
     info->gate_up_order = e->params.gate_up_order;
+    memcpy(info->warnings, e->warnings, sizeof info->warnings);
     snprintf(info->source_path, sizeof info->source_path, "%s", e->source_path ? e->source_path : "");
 }

@@ -338,20 +338,29 @@ static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, si
     const ls_adapter *a = rec->a;
     const int64_t L = a->layers, lf = (int64_t)a->layer_floats;
     uint8_t *present = malloc((size_t)L ? (size_t)L : 1);
-    json_t *params = ls_state_params_json(&rec->params), *ignored = json_array();
+    json_t *params = ls_state_params_json(&rec->params), *ignored = json_array(), *warnings = json_array();
     for (size_t i = 0; ignored && i < a->meta.n_ignored; i++)
         if (json_array_append_new(ignored, json_string(a->ignored[i]))) { /* out of memory: no list, no record */
             json_decref(ignored);
             ignored = NULL;
         }
+    /* The load's warnings, one per kind ("" none), for GET after a restart. */
+    for (int k = 0; warnings && k < LS_ADAPTER_WARNINGS; k++)
+        if (json_array_append_new(warnings, json_string(a->warnings[k]))) {
+            json_decref(warnings);
+            warnings = NULL;
+        }
     char *params_text = ls_state_dump(params);
     char *ignored_text = ls_state_dump(ignored);
+    char *warnings_text = ls_state_dump(warnings);
     json_decref(params);
     json_decref(ignored);
+    json_decref(warnings);
     ls_tensor_set set;
     ls_tensor_set_init(&set);
     ls_status st = LS_OK;
-    if (!present || !params_text || !ignored_text) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
+    if (!present || !params_text || !ignored_text || !warnings_text)
+        st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     if (st == LS_OK) {
         for (int64_t l = 0; l < L; l++) present[l] = a->layer_present[l] ? 1 : 0;
         ls_tensor factors = {.dtype = LS_DTYPE_F32, .ndim = 2, .shape = {L, lf}, .data = a->data,
@@ -373,7 +382,8 @@ static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, si
                   ls_tensor_set_add_meta(&set, "sha256", a->meta.sha256) &&
                   ls_tensor_set_add_meta(&set, "source", rec->source_path ? rec->source_path : "") &&
                   ls_tensor_set_add_meta(&set, "params", params_text) &&
-                  ls_tensor_set_add_meta(&set, "ignored", ignored_text);
+                  ls_tensor_set_add_meta(&set, "ignored", ignored_text) &&
+                  ls_tensor_set_add_meta(&set, "warnings", warnings_text);
         if (!ok) st = ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     }
     *bytes = NULL;
@@ -383,6 +393,7 @@ static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, si
     free(present);
     free(params_text);
     free(ignored_text);
+    free(warnings_text);
     return st;
 }
 

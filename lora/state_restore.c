@@ -173,6 +173,23 @@ static ls_state_decoded ls_state_fill(const ls_state *s, const ls_tensor_set *se
     return LS_DECODED;
 }
 
+/* The load's warnings a record keeps (a JSON array of one string per
+ * kind; absent from records written before they were kept: none). */
+static ls_state_decoded ls_state_warnings(const char *text, ls_adapter *a) {
+    if (!text) return LS_DECODED;
+    json_error_t jerr;
+    json_t *w = json_loads(text, 0, &jerr);
+    if (!w) return ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
+    ls_state_decoded d = json_is_array(w) && json_array_size(w) <= LS_ADAPTER_WARNINGS ? LS_DECODED : LS_DECODE_BAD;
+    for (size_t k = 0; d == LS_DECODED && k < json_array_size(w); k++) {
+        const char *v = json_string_value(json_array_get(w, k));
+        if (v) snprintf(a->warnings[k], sizeof a->warnings[k], "%s", v);
+        else d = LS_DECODE_BAD;
+    }
+    json_decref(w);
+    return d;
+}
+
 /* A record of file (NAME.adapter) into rec and *a (the caller's), with
  * rec's strings in name and source. Unless LS_DECODED, nothing is
  * allocated, and why says what the file is. */
@@ -212,6 +229,7 @@ static ls_state_decoded ls_state_decode(const ls_state *s, const char *file, con
     if (d == LS_DECODED && !ignored) d = ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
     if (d == LS_DECODED && !json_is_array(ignored)) d = LS_DECODE_BAD;
     if (d == LS_DECODED) d = ls_state_fill(s, &set, ignored, rank, outer, scale, a);
+    if (d == LS_DECODED) d = ls_state_warnings(ls_tensor_set_meta(&set, "warnings"), a);
     if (d == LS_DECODED) {
         const char *pinned = ls_tensor_set_meta(&set, "pinned");
         rec->pinned = pinned && !strcmp(pinned, "true");

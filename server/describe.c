@@ -35,6 +35,10 @@ json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
     if (j) json_object_set_new(j, "source", a->source_path[0] ? json_string(a->source_path) : json_null());
     if (j) json_object_set_new(j, "auto_loaded", json_boolean(a->auto_loaded));
     if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a->meta.gate));
+    json_t *warnings = j ? json_array() : NULL;
+    for (int k = 0; warnings && k < LS_ADAPTER_WARNINGS; k++)
+        if (a->warnings[k][0]) json_array_append_new(warnings, json_string(a->warnings[k]));
+    if (warnings) json_object_set_new(j, "warnings", warnings);
     /* The order only means something for PEFT factors (pool buffers have one). */
     if (j && a->meta.format == LS_ADAPTER_FORMAT_PEFT)
         json_object_set_new(j, "gate_up_order", json_string(ls_gate_up_order_name(a->gate_up_order)));

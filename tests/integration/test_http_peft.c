@@ -436,6 +436,14 @@ static void test_shadowed_alpha_pattern_warns(void **state) {
     json_decref(disjoint);
     json_t *a = load("shadowed", "shadowed", 201);
     assert_int_equal(json_array_size(json_object_get(a, "warnings")), 1);
+    /* GET says it too, later: the operator who did not load it sees it. */
+    ls_test_response r;
+    assert_int_equal(ls_test_http(srv, "GET", "/adapters/shadowed", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *g = ls_test_response_json(&r);
+    ls_test_response_free(&r);
+    assert_true(json_equal(json_object_get(g, "warnings"), json_object_get(a, "warnings")));
+    json_decref(g);
     json_decref(a);
 }
 

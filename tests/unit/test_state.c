@@ -112,6 +112,7 @@ static const char *file_text(const char *dir, const char *file) {
 static void save(ls_state *s, const char *name, uint64_t version, bool pinned, const char *source, uint64_t seed) {
     ls_adapter a;
     pt_adapter(&pc_dims, PC_RK, seed, &a);
+    snprintf(a.warnings[LS_WARN_SKIPPED_MLP], sizeof a.warnings[0], "warned of %s", name);
     ls_state_record rec = {.name = name, .version = version, .pinned = pinned, .source_path = source, .a = &a};
     rec.params.has_alpha = true;
     rec.params.lora_alpha = 6.5;
@@ -170,6 +171,10 @@ static void test_record_reads_back_exactly(void **state) {
     ls_error_init(&err);
     assert_int_equal(ls_state_read(s, "alpha", 3, &got, &err), LS_OK);
     assert_same_adapter(&want, &got);
+    /* The load's warnings come back with it, each of its kind. */
+    assert_string_equal(got.warnings[LS_WARN_SKIPPED_MLP], "warned of alpha");
+    for (int k = 0; k < LS_ADAPTER_WARNINGS; k++)
+        if (k != LS_WARN_SKIPPED_MLP) assert_string_equal(got.warnings[k], "");
     ls_adapter_free(&got);
     /* Another version than the file holds is refused, never served. */
     assert_int_equal(ls_state_read(s, "alpha", 2, &got, &err), LS_INTERNAL);
