@@ -552,6 +552,7 @@ ls_status ls_backend_cuda_create(const ls_backend_config *cfg, const ls_cuda_set
         ls_backend_free(be);
         return st;
     }
+    be->pool.no_gate_lora = !c->gate_lora; /* what it applies: a gated model's, when asked */
     *out = be;
     return LS_OK;
 }

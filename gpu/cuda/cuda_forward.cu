@@ -71,7 +71,8 @@ static void stage_gate_slots(ls_cuda *c, const ls_cuda_plan *p) {
  * slot is used and a kernel of ours reads them. Each part is copied as
  * soon as it is staged, so the copies overlap the staging of the next.
  * Without stage (the stage
- * profile) x and gammas are not read and only the copies are enqueued,
+ * profile) x and gammas are not read (the rows' gate slots, from the
+ * plan, are) and only the copies are enqueued,
  * of whatever the pinned buffers hold: after a profile run's copy out,
  * h_io holds y, so fp32 x for the gate (and all of x with f32) is then
  * y's bytes, the same bytes and work with other values. Asynchronous. */

@@ -231,9 +231,11 @@ static int must(ls_status st, ls_error *err, const char *what) {
     return 0;
 }
 
-static void write_slot(run *rn, int s, uint64_t *st, ls_error *err) {
+/* Writes slot s at its rank (0: zero factors), with a gate delta when
+ * gated (gated cases only). */
+static void write_slot(run *rn, int s, int gated, uint64_t *st, ls_error *err) {
     slot_data *sd = &rn->slots[s];
-    sd->gated = rn->gate && s % 2 == 0;
+    sd->gated = rn->gate && gated;
     for (int l = 0; l < rn->dims.L; l++) {
         make_factors(&rn->dims, &rn->pool, sd->rank, st, sd->gu_a[l], sd->gu_b[l], sd->d_a[l], sd->d_b[l]);
         if (sd->gated) fill(sd->gate_d[l], (size_t)rn->dims.H, 2.0 * sqrt(3.0 / rn->dims.H), st);
@@ -512,7 +514,7 @@ static void run_case(const pcase *pc, int threads) {
         }
         sd->gate_d = ls_test_calloc((size_t)pc->L, sizeof(float *));
         for (int l = 0; rn.gate && l < pc->L; l++) sd->gate_d[l] = ls_test_calloc((size_t)pc->H, sizeof(float));
-        write_slot(&rn, s, &st, &err);
+        write_slot(&rn, s, s % 2 == 0, &st, &err);
     }
     int live = pc->S;
     if (pc->S >= 2) {
@@ -547,9 +549,19 @@ static void run_case(const pcase *pc, int threads) {
         float *x = ls_test_calloc((size_t)T * pc->H, sizeof(float));
         int *sot = ls_test_calloc((size_t)T, sizeof(int));
         fill(x, (size_t)T * pc->H, 1.0, &st);
-        write_slot(&rn, 0, &st, &err);
+        write_slot(&rn, 0, 1, &st, &err);
         check_forward(&rn, "rewritten slot 0", 0, T, x, NULL, make_pattern(1, T, pc->S, 0, sot), &err);
         check_forward(&rn, "rewritten, mixed", pc->L - 1, T, x, NULL, make_pattern(3, T, pc->S, 0, sot), &err);
+        /* A shape of the first round again: its graph, captured then, is
+         * replayed over the new factors and gate delta. */
+        const int T0 = pc->T[0];
+        float *x0 = ls_test_calloc((size_t)T0 * pc->H, sizeof(float));
+        int *sot0 = ls_test_calloc((size_t)T0, sizeof(int));
+        fill(x0, (size_t)T0 * pc->H, 1.0, &st);
+        check_forward(&rn, "rewritten, a shape seen before", 2 % pc->L, T0, x0, NULL,
+                      make_pattern(2, T0, pc->S, 0, sot0), &err);
+        free(x0);
+        free(sot0);
         /* A slot index outside the pool is refused, and nothing breaks. */
         sot[0] = pc->S;
         float *y = ls_test_calloc((size_t)T * pc->H, sizeof(float));
@@ -581,6 +593,23 @@ static void run_case(const pcase *pc, int threads) {
         free(x);
         free(sot);
     }
+    /* The gate alone: slot 1 rewritten as zero factors and a gate delta
+     * (an adapter of shared_expert_gate only), its rows beside base rows. */
+    if (rn.gate && live >= 2 && Tmax >= 2) {
+        const int T = Tmax < 8 ? Tmax : 8;
+        float *x = ls_test_calloc((size_t)T * pc->H, sizeof(float));
+        int *sot = ls_test_calloc((size_t)T, sizeof(int));
+        fill(x, (size_t)T * pc->H, 1.0, &st);
+        rn.slots[1].rank = 0;
+        write_slot(&rn, 1, 1, &st, &err);
+        for (int t = 0; t < T; t++) sot[t] = t % 2 ? 1 : -1;
+        check_forward(&rn, "the gate alone", pc->L - 1, T, x, NULL, sot, &err);
+        for (int t = 0; t < T; t++) sot[t] = t % 3 == 0 ? 0 : t % 3 == 1 ? 1 : -1;
+        check_forward(&rn, "the gate alone beside a full slot", 0, T, x, NULL, sot, &err);
+        free(x);
+        free(sot);
+    }
+
 #ifdef LS_HAVE_CUDA
     check_graphs(&rn);
 #endif
