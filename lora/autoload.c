@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -146,8 +147,11 @@ static bool ls_autoload_find(const ls_autoload *al, const char *name, char *path
 /* The answer for a name the adapter directory has no files for, with the
  * nearest registered name when one is near (a typo of a loaded adapter). */
 static ls_status ls_autoload_not_found(const ls_autoload *al, const char *name, ls_error *err) {
-    char near[136] = "";
-    ls_pool_nearest(al->pool, name, near, sizeof near);
+    char near[136] = "", was[96] = "";
+    const uint64_t last = ls_pool_nearest(al->pool, name, near, sizeof near);
+    if (last)
+        snprintf(was, sizeof was, " (it was deleted, or not restored at start-up; its last version was %" PRIu64 ")",
+                 last);
     /* A tenant's TENANT/NAME is looked for in its own directory (the
      * reply loses every "TENANT/", so the text never spells it). */
     const bool tenant = al->ld->scoped && strchr(name, '/') != NULL;
@@ -156,8 +160,8 @@ static ls_status ls_autoload_not_found(const ls_autoload *al, const char *name, 
                                  "own directory of --adapter-dir (named as the tenant)"
                                : "load it with POST /adapters, or put NAME/ (PEFT) or NAME.safetensors in the adapter "
                                  "directory",
-                        "adapter '%s' is not registered, and %s holds neither %s/ nor %s.safetensors%s%s%s", name,
-                        tenant ? "the tenant's directory" : "the adapter directory", name, name,
+                        "adapter '%s' is not registered%s, and %s holds neither %s/ nor %s.safetensors%s%s%s", name,
+                        was, tenant ? "the tenant's directory" : "the adapter directory", name, name,
                         near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
 }
 

@@ -414,10 +414,13 @@ ls_status ls_pool_load(ls_pool *p, const char *name, ls_adapter *a, const ls_poo
 static bool ls_pool_floor_reserve(ls_pool *p);
 
 /* See pool.h. Takes mu. */
-void ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len) {
+uint64_t ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len) {
     pthread_mutex_lock(&p->mu);
-    ls_registry_nearest(p, name, out, len);
+    const uint64_t was = ls_pool_floor_of(p, name);
+    if (was && len) out[0] = '\0';
+    else ls_registry_nearest(p, name, out, len);
     pthread_mutex_unlock(&p->mu);
+    return was;
 }
 
 ls_status ls_pool_not_found(ls_pool *p, const char *name, const char *hint, ls_error *err) {

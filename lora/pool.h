@@ -116,8 +116,11 @@ ls_status ls_pool_delete(ls_pool *p, const char *name, ls_adapter_info *info, ls
 ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err);
 
 /* The registered name nearest to name within a small edit distance (a
- * "did you mean"), copied into out (len bytes); "" when none is near. */
-void ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len);
+ * "did you mean"), copied into out (len bytes); "" when none is near.
+ * Returns the last version name had when it was registered before
+ * (deleted, or not restored at start-up): then out is "", as offering
+ * another live name would point a second DELETE at it. 0 otherwise. */
+uint64_t ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len);
 
 /* Snapshot of one adapter (info NULL: only whether it is registered);
  * LS_ADAPTER_NOT_FOUND when unknown. */

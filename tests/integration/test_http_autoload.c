@@ -116,6 +116,22 @@ static void test_loads_directory_and_file(void **state) {
     assert_non_null(strstr(r.body, "the adapter directory holds neither org/nowhere/"));
     assert_null(strstr(r.body, "tenant"));
     ls_test_response_free(&r);
+    /* A deleted name whose file is gone says it was deleted, and offers
+     * no live name in its place (a typo's "did you mean" would be
+     * auto-dir). */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/auto-file.safetensors", ts.dir);
+    assert_int_equal(ls_test_http(ts.srv, "DELETE", "/adapters/auto-file", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    ls_test_response_free(&r);
+    char moved[1040];
+    snprintf(moved, sizeof moved, "%s.away", path);
+    assert_int_equal(rename(path, moved), 0);
+    assert_int_equal(forward("/forward", "\"adapter\": \"auto-file\"", NULL, &r), 404);
+    assert_non_null(strstr(r.body, "it was deleted, or not restored at start-up; its last version was 1"));
+    assert_null(strstr(r.body, "did you mean"));
+    ls_test_response_free(&r);
+    assert_int_equal(rename(moved, path), 0);
 }
 
 /* A bad file answers its validation error; the next request gets it again
