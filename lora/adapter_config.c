@@ -39,6 +39,9 @@ static void ls_config_bad(ls_error *err, const char *key, const char *want, cons
     const bool required_key = !strcmp(key, "r") || !strcmp(key, "lora_alpha");
     snprintf(hint, sizeof hint, "\"%s\" is optional; when given it must be %s", key, want);
     const char *h = required_key ? NULL : hint;
+    if (!v && !strcmp(key, "lora_alpha"))
+        h = "state lora_alpha in the config: PEFT's save_pretrained always writes it, and LoraConfig's default is 8 "
+            "(state 8 if the adapter was trained without setting it)";
     if (!v) {
         ls_error_add(err, LS_ADAPTER_CONFIG_INVALID, LS_NA, NULL, LS_NA, LS_NA, LS_NA, h,
                      "adapter config: \"%s\" is missing; it must be %s", key, want);

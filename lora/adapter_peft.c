@@ -123,7 +123,8 @@ static void ls_peft_expert_axis(ls_adapter_ctx *c, int l, const ls_adapter_in *i
 
 static const char *ls_peft_rank_hint =
     "every lora_A and lora_B of an adapter has one rank r (or the one rank_pattern gives its module): lora_A is "
-    "[r, in_features], lora_B is [out_features, r]; re-export the factors, or state rank_pattern in the config";
+    "[r, in_features], lora_B is [out_features, r]; re-export the factors, or state rank_pattern (in "
+    "adapter_config.json, a JSON upload's config, or a raw body's __metadata__)";
 
 /* The rank a module's factors must show: rank_pattern's, else r's. */
 static int ls_peft_want(const ls_adapter_ctx *c, int l, int m) {

@@ -142,7 +142,10 @@ static ls_status cuda_open_device(ls_cuda *c, int device_id, ls_error *err) {
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
         (void)cudaGetLastError();
-        return ls_error_set(err, LS_DEVICE_ERROR, NULL, "cuda backend: no CUDA device (%s)",
+        return ls_error_set(err, LS_DEVICE_ERROR,
+                            "serve on the CPU engine with --device cpu (--device auto picks it when no GPU "
+                            "answers); for a GPU, nvidia-smi must list it and the container must be given it",
+                            "cuda backend: no CUDA device answers (CUDA runtime: %s)",
                             ce != cudaSuccess ? cudaGetErrorString(ce) : "device count is 0");
     }
     if (device_id < 0 || device_id >= count)

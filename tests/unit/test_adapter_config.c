@@ -84,6 +84,8 @@ static void test_alpha(void **state) {
     ls_error err;
     assert_int_equal(parse("{\"r\": 8}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
     assert_true(has_message(&err, "\"lora_alpha\"", "missing"));
+    /* The hint gives PEFT's default, which such a file was trained with. */
+    assert_non_null(strstr(err.violations[0].hint, "default is 8"));
     ls_error_free(&err);
     assert_int_equal(parse("{\"r\": 8, \"lora_alpha\": \"16\"}", &p, &err), LS_ADAPTER_CONFIG_INVALID);
     assert_true(has_message(&err, "\"lora_alpha\"", "a string"));
