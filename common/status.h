@@ -66,7 +66,10 @@
     X(ADAPTER_QUOTA, "adapter_quota", NONE,                                                        \
       "the tenant holds max_adapters adapters (its key's entry in --api-keys): delete one, or "    \
       "replace one of the same name")                                                              \
-    X(ADAPTER_NOT_FOUND, "adapter_not_found", NONE, "load it first with POST /adapters")           \
+    X(ADAPTER_NOT_FOUND, "adapter_not_found", NONE,                                                \
+      "load it first with POST /adapters on this server (each replica behind a load balancer "     \
+      "has its own pool: load it on every one, or name it with --auto-load and a shared "          \
+      "--adapter-dir)")                                                                            \
     X(NOT_FOUND, "not_found", NONE,                                                                \
       "see the routes in GET /openapi.json (the server names them in its reply)")                  \
     X(METHOD_NOT_ALLOWED, "method_not_allowed", NONE, "see the Allow header")                      \
