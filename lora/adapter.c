@@ -412,6 +412,36 @@ size_t ls_adapter_host_bytes(const ls_adapter *a) {
     return bytes;
 }
 
+/* Each PEFT module's rank and scale per layer, as the checks settled
+ * them; NULL when out of memory. */
+static ls_adapter_modules *ls_adapter_modules_of(const ls_adapter_ctx *c) {
+    const size_t L = (size_t)c->dims->L;
+    ls_adapter_modules *m = calloc(1, sizeof *m);
+    if (m) {
+        m->rank = calloc(L * LS_MODS, sizeof *m->rank);
+        m->scale = calloc(L * LS_MODS, sizeof *m->scale);
+    }
+    if (!m || !m->rank || !m->scale) {
+        if (m) free(m->rank), free(m->scale);
+        free(m);
+        return NULL;
+    }
+    for (size_t l = 0; l < L; l++)
+        for (int k = 0; k < LS_MODS; k++) {
+            const ls_adapter_in *in = ls_adapter_at(c, (int)l, 2 * k);
+            if (!in->name) in++;
+            if (!in->name) continue;
+            const ls_adapter_mod *md = ls_adapter_mod_at(c, (int)l, k);
+            m->rank[l * LS_MODS + (size_t)k] = md->rank;
+            m->scale[l * LS_MODS + (size_t)k] = md->scale;
+            if (m->name[k][0]) continue;
+            char module[192];
+            const char *leaf = strrchr(ls_adapter_module_name(in, module, sizeof module), '.');
+            snprintf(m->name[k], sizeof m->name[k], "%.31s", leaf ? leaf + 1 : module);
+        }
+    return m;
+}
+
 /* Writes the compact factors of every layer into a; false on a value
  * the scale pushed past the fp32 range (reported) or out of memory. */
 static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n_other, ls_adapter *a) {
@@ -482,6 +512,7 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     }
     ls_adapter_digest(a->data, L * lf, a->meta.sha256);
     a->meta.bytes = ls_adapter_host_bytes(a);
+    if (c->format == LS_ADAPTER_FORMAT_PEFT && !(a->modules = ls_adapter_modules_of(c))) goto oom;
     memcpy(a->warnings, c->warnings, sizeof a->warnings);
     if (c->params && c->params->config_note[0])
         snprintf(a->warnings[LS_WARN_CONFIG_KEY], sizeof a->warnings[LS_WARN_CONFIG_KEY], "%s", c->params->config_note);
@@ -660,5 +691,7 @@ void ls_adapter_free(ls_adapter *a) {
     free(a->layer_present);
     for (size_t i = 0; i < a->meta.n_ignored; i++) free(a->ignored[i]);
     free(a->ignored);
+    if (a->modules) free(a->modules->rank), free(a->modules->scale);
+    free(a->modules);
     memset(a, 0, sizeof *a);
 }

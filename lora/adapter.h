@@ -85,6 +85,17 @@ enum {
     LS_ADAPTER_WARNINGS
 };
 
+/* What each kind of PEFT module got, layer by layer: the rank and scale
+ * its factors were read with (r, lora_alpha, use_rslora and the
+ * patterns), for the replies of validate and load to show. Kinds: fused
+ * gate_up, down, gate, up, and Qwen's shared_expert_gate. */
+#define LS_ADAPTER_MODULE_KINDS 5
+typedef struct {
+    char name[LS_ADAPTER_MODULE_KINDS][32]; /* the module's own name ("gate_proj", "input_linear"); "" absent */
+    int *rank;                              /* [layers][kinds]: 0 where the module has no factors */
+    double *scale;                          /* [layers][kinds] */
+} ls_adapter_modules;
+
 typedef struct {
     ls_adapter_meta meta;
     int layers;
@@ -92,6 +103,9 @@ typedef struct {
     size_t layer_floats; /* the layout's total */
     bool *layer_present; /* owned; layer carries at least one factor */
     char **ignored;      /* owned; meta.n_ignored names skipped as other modules' tensors */
+    /* owned; NULL for the pool format and for copies read back from the
+     * state directory. Not counted in meta.bytes. */
+    ls_adapter_modules *modules;
     /* What its load should tell the client though it stands, one kind
      * each (LS_WARN_*): "" when nothing. */
     char warnings[LS_ADAPTER_WARNINGS][512];

@@ -54,6 +54,7 @@ enum {
 
 /* PEFT modules of a layer, each an (A, B) pair of slots 2m, 2m+1. */
 enum { LS_MOD_GATE_UP, LS_MOD_DOWN, LS_MOD_GATE, LS_MOD_UP, LS_MOD_SGATE, LS_MODS };
+_Static_assert(LS_MODS == LS_ADAPTER_MODULE_KINDS, "ls_adapter_modules has one kind per module");
 
 typedef struct {
     ls_adapter_name_kind kind;

@@ -97,6 +97,35 @@ static json_t *ls_ignored_json(const ls_adapter *a) {
     return arr;
 }
 
+/* What each kind of PEFT module was read with: one entry per module and
+ * distinct (rank, scale), with the layers (the checkpoint's numbers)
+ * that have it, in layer order; [] for the pool format. New reference. */
+static json_t *ls_modules_json(const ls_adapter *a, const ls_dims *dims) {
+    json_t *arr = json_array();
+    const ls_adapter_modules *m = a->modules;
+    const size_t K = LS_ADAPTER_MODULE_KINDS;
+    bool *done = m && a->layers > 0 ? calloc((size_t)a->layers, sizeof *done) : NULL;
+    for (size_t k = 0; arr && done && k < K; k++) {
+        if (!m->name[k][0]) continue;
+        memset(done, 0, (size_t)a->layers * sizeof *done);
+        for (int l = 0; l < a->layers; l++) {
+            const size_t at = (size_t)l * K + k;
+            if (done[l] || !m->rank[at]) continue;
+            json_t *layers = json_array();
+            for (int o = l; layers && o < a->layers; o++) {
+                const size_t ot = (size_t)o * K + k;
+                if (done[o] || m->rank[ot] != m->rank[at] || m->scale[ot] != m->scale[at]) continue;
+                done[o] = true;
+                json_array_append_new(layers, json_integer(ls_dims_layer_id(dims, o)));
+            }
+            json_array_append_new(arr, json_pack("{s:s, s:i, s:f, s:o}", "module", m->name[k], "rank", m->rank[at],
+                                                 "scale", m->scale[at], "layers", layers ? layers : json_array()));
+        }
+    }
+    free(done);
+    return arr;
+}
+
 /* What a load that stands should still tell its client: [] or its one
  * sentence. New reference. */
 static json_t *ls_warnings_json(const ls_adapter *a) {
@@ -141,6 +170,7 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     json_t *ignored = ls_ignored_json(&j->a), *warnings = ls_warnings_json(&j->a);
+    json_t *modules = ls_modules_json(&j->a, &srv->dims);
     ls_pool_load_opts opts = {.pinned = j->up.pinned,
                               .keep_pin = !j->up.pinned_given,
                               .replace = j->up.replace,
@@ -163,15 +193,18 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
         if (d) {
             json_object_set_new(d, "ignored", ignored);
             json_object_set_new(d, "warnings", warnings);
+            json_object_set_new(d, "modules", modules);
         } else {
             json_decref(ignored);
             json_decref(warnings);
+            json_decref(modules);
         }
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {
         json_decref(ignored);
         json_decref(warnings);
+        json_decref(modules);
         ls_reply_error(r, &err);
     }
     ls_error_free(&err);
@@ -208,6 +241,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
                               "warnings", ls_warnings_json(&a), "sha256", a.meta.sha256, "bytes",
                               (json_int_t)a.meta.bytes);
         if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a.meta.gate));
+        if (j) json_object_set_new(j, "modules", ls_modules_json(&a, &req->srv->dims));
         if (j && up.name[0]) json_object_set_new(j, "name", json_string(ls_tenant_name_out(req->who, up.name)));
         ls_reply_json(r, 200, ls_json_take_text(j));
         ls_adapter_free(&a);

@@ -484,6 +484,21 @@ static void test_unmatched_key_warns(void **state) {
                        "alpha_pattern key 2 of adapter_config.json matches none of the modules");
     json_t *hit = validate_dir("matched", "{\"r\": 3, \"lora_alpha\": 6, \"alpha_pattern\": {\"up_proj\": 9}}");
     assert_int_equal(json_array_size(json_object_get(hit, "warnings")), 0);
+    /* The reply says what each module was read with: the key took up's
+     * scale to 9 / 3, gate and down keep 6 / 3. */
+    const json_t *mods = json_object_get(hit, "modules");
+    int seen = 0;
+    for (size_t i = 0; i < json_array_size(mods); i++) {
+        const json_t *m = json_array_get(mods, i);
+        const char *name = json_string_value(json_object_get(m, "module"));
+        const double scale = json_real_value(json_object_get(m, "scale"));
+        assert_int_equal(json_integer_value(json_object_get(m, "rank")), 3);
+        assert_true(json_array_size(json_object_get(m, "layers")) > 0);
+        if (!strcmp(name, "up_proj")) assert_true(fabs(scale - 3.0) < 1e-12), seen |= 1;
+        else if (!strcmp(name, "gate_proj") || !strcmp(name, "down_proj")) assert_true(fabs(scale - 2.0) < 1e-12), seen |= 2;
+        else fail_msg("module %s", name);
+    }
+    assert_int_equal(seen, 3);
     json_decref(hit);
 }
 

@@ -136,6 +136,20 @@ static void test_unequal_ranks_and_scales(void **state) {
     check_layer(&a, 0, &g0, &u0, &d0);
     check_layer(&a, 1, &g1, NULL, &d1);
     check_layer(&a, 2, NULL, NULL, NULL);
+    /* What the replies show: each module's own rank and scale per layer. */
+    const ls_adapter_modules *m = a.modules;
+    assert_non_null(m);
+    const int K = LS_ADAPTER_MODULE_KINDS, G = 2, U = 3, D = 1; /* gate, up, down (adapter_internal.h) */
+    assert_string_equal(m->name[G], "gate_proj");
+    assert_string_equal(m->name[U], "up_proj");
+    assert_string_equal(m->name[D], "down_proj");
+    assert_string_equal(m->name[0], "");
+    assert_int_equal(m->rank[0 * K + U], 5), assert_true(fabs(m->scale[0 * K + U] - 0.8) < 1e-12);
+    assert_int_equal(m->rank[0 * K + D], 1), assert_true(fabs(m->scale[0 * K + D] - 4.0) < 1e-12);
+    assert_int_equal(m->rank[1 * K + D], 4), assert_true(fabs(m->scale[1 * K + D] - 3.0) < 1e-12);
+    assert_int_equal(m->rank[1 * K + G], 2), assert_true(fabs(m->scale[1 * K + G] - 4.0) < 1e-12);
+    assert_int_equal(m->rank[1 * K + U], 0);
+    for (int k = 0; k < K; k++) assert_int_equal(m->rank[2 * K + k], 0);
     assert_true(a.layer_present[0] && a.layer_present[1] && !a.layer_present[2]);
     ls_adapter_free(&a);
 

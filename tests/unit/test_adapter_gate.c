@@ -99,6 +99,11 @@ static void test_gate_is_folded(void **state) {
     assert_non_null(g0);
     assert_non_null(g1);
     assert_null(ls_adapter_gate(&a, 2, &d)); /* zeros: nothing to add */
+    /* The replies' modules: the gate at its own rank and alpha_pattern scale. */
+    const int K = LS_ADAPTER_MODULE_KINDS, SG = 4;
+    assert_string_equal(a.modules->name[SG], "shared_expert_gate");
+    assert_int_equal(a.modules->rank[1 * K + SG], 3);
+    assert_true(fabs(a.modules->scale[1 * K + SG] - 3.0) < 1e-12);
     for (int h = 0; h < HH; h++) {
         assert_true(fabs(g0[h] - gate_delta(A0, B0, 3, 9.0 / 3, h)) < 1e-6);
         assert_true(fabs(g1[h] - gate_delta(A1, B1, 3, 9.0 / 3, h)) < 1e-6);
