@@ -659,6 +659,29 @@ def check_mlp_warning(name, reply, notes):
         notes.append(f"{name}: {len(mlp)} MLP factors skipped, warned")
 
 
+def check_modules(fam, name, pm, reply, shared):
+    """The load reply's modules say each module's rank and scale as PEFT
+    loaded it (its r and scaling), layer by layer, and nothing else."""
+    base = pm.get_base_model()
+    want = {}
+    for l, (module, gate) in shared.items():
+        names = [(p, f"{module}.{p}") for p in fam.projs] + ([("shared_expert_gate", gate)] if gate else [])
+        for leaf, path in names:
+            m = base.get_submodule(path)
+            if "default" in getattr(m, "lora_A", {}):
+                want[(leaf, l)] = (m.r["default"], float(m.scaling["default"]))
+    got = {}
+    for e in reply.get("modules", []):
+        for l in e["layers"]:
+            got[(e["module"], l)] = (e["rank"], e["scale"])
+    bad = [k for k in set(want) | set(got) if k not in want or k not in got or want[k][0] != got[k][0]
+           or abs(want[k][1] - got[k][1]) > 1e-9 * max(1.0, abs(want[k][1]))]
+    if bad:
+        k = sorted(bad)[0]
+        raise RuntimeError(f"{name}: modules says {got.get(k)} for {k}, PEFT loaded {want.get(k)}")
+    return len(want)
+
+
 def check_other_modules(loaded, notes):
     """The saved copies of lm_head and the routed experts, the biases and
     the trainable tokens are each listed as skipped."""
@@ -744,7 +767,8 @@ def check_family(binary, work, fam, notes):
                 st, loaded[name] = http(port, "POST", "/adapters", {"name": name, "path": name})
                 if st != 201:
                     raise RuntimeError(f"loading {name}: {st} {json.dumps(loaded[name])}")
-                notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}")
+                notes.append(f"{name} rank {loaded[name]['rank']} ignored {len(loaded[name].get('ignored', []))}, "
+                             f"{check_modules(fam, name, active[name], loaded[name], shared)} module scales as PEFT's")
                 check_mlp_warning(name, loaded[name], notes)
             check_refusals(port, refused, notes)
             check_empty_hint(port, fam, shared, notes)
