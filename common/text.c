@@ -65,6 +65,37 @@ ls_text_cut ls_text_tail(const char *s) {
     return c;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629, table 3-7),
+ * 0 when there is none. */
+static size_t ls_utf8_len(const unsigned char *p) {
+    const unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+    return n;
+}
+
+void ls_text_utf8_repair(char *s) {
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        const size_t n = ls_utf8_len(p);
+        if (n) p += n;
+        else *p++ = '?';
+    }
+}
+
+size_t ls_text_utf8_cut(const char *s, size_t n) {
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    return n;
+}
+
 bool ls_adapter_name_valid(const char *name) {
     size_t n = strlen(name);
     if (n < 1 || n > 128 || name[0] == '.') return false;

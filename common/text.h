@@ -39,6 +39,15 @@ bool ls_text_bool_py(const char *text, bool *out);
  * integer a query string or a text parameter carries. */
 bool ls_text_int(const char *text, long long min, long long max, long long *out);
 
+/* Replaces, in place, every byte of s that is not part of a well-formed
+ * UTF-8 sequence (RFC 3629: no overlong form, surrogate or code point
+ * past U+10FFFF; a sequence cut short by a truncation included) with
+ * '?', so that JSON can carry s. */
+void ls_text_utf8_repair(char *s);
+/* The number of bytes of s's first n that end on a character boundary:
+ * n, or less when byte n would be inside a UTF-8 sequence. */
+size_t ls_text_utf8_cut(const char *s, size_t n);
+
 /* text as a log line shows it, into out (len bytes, always terminated,
  * cut short when it does not fit): bytes outside printable ASCII and '%'
  * written as %XX, and spaces too unless keep_spaces, so a field a client

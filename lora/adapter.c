@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/sha256.h"
+#include "common/text.h"
 #include "lora/adapter_internal.h"
 #include "lora/adapter_rules.h"
 
@@ -228,7 +229,9 @@ static void ls_adapter_layer_not_served(ls_adapter_ctx *c, const char *name, int
 bool ls_adapter_other_module(const char *name, int max, char *buf, size_t len) {
     const char *f = strstr(name, ".lora_");
     if (!f) return false;
-    snprintf(buf, len, "%.*s%s", f - name > max ? max : (int)(f - name), name, f - name > max ? "..." : "");
+    /* Cut on a character boundary: the text goes into JSON. */
+    const int keep = f - name > max ? (int)ls_text_utf8_cut(name, (size_t)max) : (int)(f - name);
+    snprintf(buf, len, "%.*s%s", keep, name, f - name > max ? "..." : "");
     return true;
 }
 
@@ -516,6 +519,9 @@ static bool ls_adapter_build(ls_adapter_ctx *c, const ls_tensor_set *s, size_t n
     memcpy(a->warnings, c->warnings, sizeof a->warnings);
     if (c->params && c->params->config_note[0])
         snprintf(a->warnings[LS_WARN_CONFIG_KEY], sizeof a->warnings[LS_WARN_CONFIG_KEY], "%s", c->params->config_note);
+    /* Names cut to fit (a module's, a key's) may end inside a character;
+     * every reply and the state record carry these as JSON strings. */
+    for (int k = 0; k < LS_ADAPTER_WARNINGS; k++) ls_text_utf8_repair(a->warnings[k]);
     return true;
 
 oom:

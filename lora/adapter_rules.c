@@ -339,11 +339,13 @@ static ls_status ls_rules_write(json_t *out, char *text, size_t len, ls_error *e
     char *s = json_dumps(out, JSON_COMPACT);
     if (!s) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
     size_t n = strlen(s);
-    if (n >= len && (json_object_get(out, "targets") || json_object_get(out, "excludes") ||
-                     json_object_get(out, "other_params"))) {
-        json_object_del(out, "targets");
-        json_object_del(out, "excludes");
-        json_object_del(out, "other_params");
+    /* What quiets a warning goes first, then what only checks. */
+    static const char *const optional[][2] = {{"other_params", NULL}, {"targets", "excludes"}};
+    for (size_t i = 0; n >= len && i < sizeof optional / sizeof *optional; i++) {
+        if (!json_object_get(out, optional[i][0]) && !(optional[i][1] && json_object_get(out, optional[i][1])))
+            continue;
+        json_object_del(out, optional[i][0]);
+        if (optional[i][1]) json_object_del(out, optional[i][1]);
         free(s);
         if (!json_object_size(out)) return LS_OK;
         if (!(s = json_dumps(out, JSON_COMPACT))) return ls_error_set(err, LS_INTERNAL, NULL, "out of memory");
@@ -569,8 +571,15 @@ void ls_peft_rules_hits_params(const ls_peft_rules *r, const char *module, bool 
     }
     base[len] = '\0';
     for (size_t k = 0; r && k < r->n_other_params; k++) {
+        /* PEFT takes an entry as the parameter's name or its end after a
+         * '.': "mlp.experts.gate_up_proj" is experts' gate_up_proj. */
+        const char *e = r->other_params[k], *leaf = strrchr(e, '.');
+        const size_t lead = leaf ? (size_t)(leaf - e) : 0, blen = strlen(base);
+        if (leaf && !(blen >= lead && !strncmp(base + blen - lead, e, lead) &&
+                      (blen == lead || base[blen - lead - 1] == '.')))
+            continue;
         char name[384];
-        snprintf(name, sizeof name, "%s.%s", base, r->other_params[k]);
+        snprintf(name, sizeof name, "%s.%s", base, leaf ? leaf + 1 : e);
         for (size_t i = 0; i < n; i++)
             if (!hit[i] && ls_regex_match(ls_rules_at(r, i)->re, name) == 1) hit[i] = true;
     }

@@ -344,12 +344,15 @@ static ls_status ls_state_encode(const ls_state_record *rec, uint8_t **bytes, si
             json_decref(ignored);
             ignored = NULL;
         }
-    /* The load's warnings, one per kind ("" none), for GET after a restart. */
-    for (int k = 0; warnings && k < LS_ADAPTER_WARNINGS; k++)
-        if (json_array_append_new(warnings, json_string(a->warnings[k]))) {
+    /* The load's warnings, for GET after a restart. Only shown, never
+     * read for meaning: one JSON cannot carry is left out, not the record. */
+    for (int k = 0; warnings && k < LS_ADAPTER_WARNINGS; k++) {
+        json_t *w = a->warnings[k][0] ? json_string(a->warnings[k]) : NULL;
+        if (w && json_array_append_new(warnings, w)) {
             json_decref(warnings);
             warnings = NULL;
         }
+    }
     char *params_text = ls_state_dump(params);
     char *ignored_text = ls_state_dump(ignored);
     char *warnings_text = ls_state_dump(warnings);

@@ -173,21 +173,22 @@ static ls_state_decoded ls_state_fill(const ls_state *s, const ls_tensor_set *se
     return LS_DECODED;
 }
 
-/* The load's warnings a record keeps (a JSON array of one string per
- * kind; absent from records written before they were kept: none). */
+/* The load's warnings a record keeps (a JSON array of their texts;
+ * absent from records written before they were kept: none). They are
+ * only shown: whatever of them cannot be read (more than this version
+ * has kinds, a non-string, bad JSON) is left out, never the adapter. */
 static ls_state_decoded ls_state_warnings(const char *text, ls_adapter *a) {
-    if (!text) return LS_DECODED;
     json_error_t jerr;
-    json_t *w = json_loads(text, 0, &jerr);
-    if (!w) return ls_state_json_nomem(&jerr) ? LS_DECODE_NOMEM : LS_DECODE_BAD;
-    ls_state_decoded d = json_is_array(w) && json_array_size(w) <= LS_ADAPTER_WARNINGS ? LS_DECODED : LS_DECODE_BAD;
-    for (size_t k = 0; d == LS_DECODED && k < json_array_size(w); k++) {
-        const char *v = json_string_value(json_array_get(w, k));
-        if (v) snprintf(a->warnings[k], sizeof a->warnings[k], "%s", v);
-        else d = LS_DECODE_BAD;
+    json_t *w = text ? json_loads(text, 0, &jerr) : NULL;
+    if (text && !w && ls_state_json_nomem(&jerr)) return LS_DECODE_NOMEM;
+    int k = 0;
+    for (size_t i = 0; json_is_array(w) && i < json_array_size(w) && k < LS_ADAPTER_WARNINGS; i++) {
+        const char *v = json_string_value(json_array_get(w, i));
+        if (v && v[0]) snprintf(a->warnings[k++], sizeof a->warnings[0], "%s", v);
     }
+    for (int j = 0; j < k; j++) ls_text_utf8_repair(a->warnings[j]); /* a cut string of a long one */
     json_decref(w);
-    return d;
+    return LS_DECODED;
 }
 
 /* A record of file (NAME.adapter) into rec and *a (the caller's), with

@@ -159,7 +159,7 @@ static bool ls_server_make_backend(ls_server *srv, const ls_config *cfg, const l
                             : ls_backend_cpu_create(bc, &cpu, &srv->backend, err);
     if (st != LS_OK) {
         ls_log_error("cannot start the %s backend: %s", use_cuda ? "cuda" : "cpu", err->message);
-        if (err->hint[0]) ls_log_error("hint: %s", err->hint);
+        if (err->hint[0] && strcmp(err->hint, ls_status_hint(err->code))) ls_log_error("hint: %s", err->hint);
         return false;
     }
     return true;

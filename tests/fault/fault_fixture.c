@@ -91,6 +91,7 @@ void fx_catalog_add(const ls_adapter *a) {
     fx_cat[fx_cat_n].a.layer_present = fx_cat[fx_cat_n].present;
     fx_cat[fx_cat_n].a.ignored = NULL;
     fx_cat[fx_cat_n].a.meta.n_ignored = 0;
+    fx_cat[fx_cat_n].a.modules = NULL; /* the caller's, not kept */
     memcpy(fx_cat[fx_cat_n].data, a->data, count * sizeof(float));
     memcpy(fx_cat[fx_cat_n].present, a->layer_present, (size_t)a->layers * sizeof(bool));
     fx_cat_n++;

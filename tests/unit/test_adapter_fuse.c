@@ -485,6 +485,36 @@ static void test_unmatched_pattern_key(void **state) {
     gates2_free(&f);
 }
 
+/* A skipped factor's module name, cut to fit a warning, never ends
+ * inside a character: the warning goes into JSON replies and the state
+ * record (a cut 'é' made json_string fail, dropping the warning, and
+ * failed a load under --state-dir). */
+static void test_cut_names_stay_utf8(void **state) {
+    (void)state;
+    for (int shift = 0; shift < 2; shift++) {
+        gates2 f;
+        gates2_init(&f);
+        /* 70 of them: past the warning's 160 bytes, within the fixture's
+         * names; one of the two alignments cuts inside a character. */
+        char fmt[400] = "base_model.model.model.layers.%d.mlp.";
+        if (shift) strcat(fmt, "x");
+        for (int i = 0; i < 70; i++) strcat(fmt, "\xc3\xa9");
+        strcat(fmt, ".%s.weight");
+        fx_mod dense = fx_make(&f.s, fmt, 1, 2, NE * FF, HH);
+        ls_adapter a;
+        assert_int_equal(parse_config("{\"r\": 2, \"lora_alpha\": 2}", &f.p, &f.err), LS_OK);
+        assert_int_equal(ls_adapter_normalise(&f.s, &f.p, &f.d, &f.pool, &a, &f.err), LS_OK);
+        const char *w = a.warnings[LS_WARN_SKIPPED_MLP];
+        assert_true(w[0] != '\0');
+        json_t *j = json_string(w); /* NULL for text that is not UTF-8 */
+        assert_non_null(j);
+        json_decref(j);
+        ls_adapter_free(&a);
+        fx_free(&dense);
+        gates2_free(&f);
+    }
+}
+
 /* Both forms of gate in one layer would add the delta twice. */
 static void test_fused_and_separate_in_one_layer(void **state) {
     (void)state;
@@ -511,6 +541,7 @@ int main(void) {
         cmocka_unit_test(test_family_names),             cmocka_unit_test(test_one_digest_three_forms),
         cmocka_unit_test(test_layers_to_transform),      cmocka_unit_test(test_target_and_exclude_modules),
         cmocka_unit_test(test_fused_and_separate_in_one_layer), cmocka_unit_test(test_unmatched_pattern_key),
+        cmocka_unit_test(test_cut_names_stay_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,10 +171,9 @@ static void test_record_reads_back_exactly(void **state) {
     ls_error_init(&err);
     assert_int_equal(ls_state_read(s, "alpha", 3, &got, &err), LS_OK);
     assert_same_adapter(&want, &got);
-    /* The load's warnings come back with it, each of its kind. */
-    assert_string_equal(got.warnings[LS_WARN_SKIPPED_MLP], "warned of alpha");
-    for (int k = 0; k < LS_ADAPTER_WARNINGS; k++)
-        if (k != LS_WARN_SKIPPED_MLP) assert_string_equal(got.warnings[k], "");
+    /* The load's warnings come back with it (texts, for GET). */
+    assert_string_equal(got.warnings[0], "warned of alpha");
+    for (int k = 1; k < LS_ADAPTER_WARNINGS; k++) assert_string_equal(got.warnings[k], "");
     ls_adapter_free(&got);
     /* Another version than the file holds is refused, never served. */
     assert_int_equal(ls_state_read(s, "alpha", 2, &got, &err), LS_INTERNAL);
@@ -868,6 +867,44 @@ static void test_nonfinite_scale_is_corrupt(void **state) {
     free(dir);
 }
 
+/* A record's warnings are only shown: six of them (a later version's
+ * kinds), a non-string, bad JSON or none restore the adapter all the
+ * same, with what can be read of them. */
+static void test_warnings_never_lose_a_record(void **state) {
+    (void)state;
+    char *dir = ls_test_mkdtemp();
+    ls_state *s = open_state(dir);
+    const char *names[] = {"six", "odd", "bad", "none"};
+    const char *texts[] = {"[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\"]", "[1,\"kept\"]", "[\"cut", "[]"};
+    char path[1024], file[64];
+    for (int i = 0; i < 4; i++) {
+        save(s, names[i], 3, false, NULL, 20 + (uint64_t)i);
+        snprintf(file, sizeof file, "%s.adapter", names[i]);
+        path_of(path, sizeof path, dir, file);
+        ls_test_set_meta(path, "warnings", texts[i]);
+    }
+    gathered g = restore(s);
+    assert_int_equal(g.n, 4);
+    assert_int_equal(count_files(dir, "corrupt", ""), 0);
+    ls_adapter a;
+    ls_error err;
+    ls_error_init(&err);
+    assert_int_equal(ls_state_read(s, "six", 3, &a, &err), LS_OK);
+    assert_string_equal(a.warnings[0], "a");
+    assert_string_equal(a.warnings[LS_ADAPTER_WARNINGS - 1], "e"); /* the first five */
+    ls_adapter_free(&a);
+    assert_int_equal(ls_state_read(s, "odd", 3, &a, &err), LS_OK);
+    assert_string_equal(a.warnings[0], "kept");
+    ls_adapter_free(&a);
+    assert_int_equal(ls_state_read(s, "bad", 3, &a, &err), LS_OK);
+    assert_string_equal(a.warnings[0], "");
+    ls_adapter_free(&a);
+    ls_error_free(&err);
+    ls_state_close(s);
+    ls_test_rmtree(dir);
+    free(dir);
+}
+
 /* Versions cannot wrap: one above 2^63 - 1 (which a client would read as
  * negative, and whose next one was 0) makes its record or tombstone
  * corrupt; a name at 2^63 - 1 is restored there, and its replace is
@@ -1171,6 +1208,7 @@ int main(void) {
         cmocka_unit_test(test_huge_records_are_never_read),
         cmocka_unit_test(test_restored_names_follow_the_rule),
         cmocka_unit_test(test_nonfinite_scale_is_corrupt),
+        cmocka_unit_test(test_warnings_never_lose_a_record),
         cmocka_unit_test(test_versions_cannot_wrap),
         cmocka_unit_test(test_corrupt_link_is_not_followed),
         cmocka_unit_test(test_second_server_is_refused),

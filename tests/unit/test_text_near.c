@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +46,28 @@ static void test_nearest(void **state) {
     assert_string_equal(nearest("tenant-a", names, buf, sizeof buf), "did you mean tenant-b?");
 }
 
+/* Bytes JSON could not carry become '?', whole characters stay; a cut
+ * never ends inside a character. */
+static void test_utf8(void **state) {
+    (void)state;
+    char s[64];
+    snprintf(s, sizeof s, "ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    ls_text_utf8_repair(s);
+    assert_string_equal(s, "ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    snprintf(s, sizeof s, "cut \xc3"); /* a sequence cut short */
+    ls_text_utf8_repair(s);
+    assert_string_equal(s, "cut ?");
+    snprintf(s, sizeof s, "\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \x80"); /* overlong, surrogate, > U+10FFFF, lone */
+    ls_text_utf8_repair(s);
+    assert_string_equal(s, "?? ??? ???? ?");
+    const char *e = "a\xc3\xa9" "b"; /* a, e-acute (2 bytes), b */
+    assert_int_equal(ls_text_utf8_cut(e, 2), 1);
+    assert_int_equal(ls_text_utf8_cut(e, 3), 3);
+    assert_int_equal(ls_text_utf8_cut(e, 1), 1);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_distance), cmocka_unit_test(test_nearest)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_distance), cmocka_unit_test(test_nearest),
+                                       cmocka_unit_test(test_utf8)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
