@@ -451,6 +451,33 @@ static void test_target_and_exclude_modules(void **state) {
     gates2_free(&f);
 }
 
+/* A config whose kept rules come near 8 KiB: other modules' parameters
+ * in target_parameters (which only quiet a warning) are dropped before
+ * the exclude_modules scope, which still refuses what it names. */
+static void test_long_rules_keep_their_scopes(void **state) {
+    (void)state;
+    gates2 f;
+    gates2_init(&f);
+    char *cfg = malloc(16384);
+    assert_non_null(cfg);
+    size_t n = (size_t)snprintf(cfg, 16384, "{\"r\": 2, \"lora_alpha\": 2, \"rank_pattern\": {");
+    for (int l = 0; l < 145; l++)
+        n += (size_t)snprintf(cfg + n, 16384 - n, "%s\"model.layers.%d.mlp.shared_experts.gate_proj\": 2", l ? ", " : "",
+                              l);
+    n += (size_t)snprintf(cfg + n, 16384 - n, "}, \"exclude_modules\": \".*layers\\\\.2\\\\..*\", \"target_parameters\": [");
+    for (int k = 0; k < 40; k++)
+        n += (size_t)snprintf(cfg + n, 16384 - n, "%s\"mlp.experts.fused_%d_gate_up_proj\"", k ? ", " : "", k);
+    snprintf(cfg + n, 16384 - n, "]}");
+    assert_int_equal(parse_config(cfg, &f.p, &f.err), LS_OK);
+    assert_true(strlen(f.p.peft) > 7000); /* the rank_pattern keys were kept */
+    tu_expect_fail(&f.s, &f.p, &f.d, &f.pool, LS_ADAPTER_CONFIG_INVALID, &f.err);
+    const ls_violation *v = tu_expect(&f.err, LS_ADAPTER_CONFIG_INVALID, 2,
+                                      "model.layers.2.mlp.shared_experts.gate_proj.lora_A.weight", LS_NA, LS_NA, LS_NA);
+    assert_non_null(strstr(v->message, "exclude_modules names"));
+    free(cfg);
+    gates2_free(&f);
+}
+
 /* A pattern key that matches none of the modules the upload has factors
  * of is warned of; one that matches a module whose factors are skipped
  * here (a dense layer's down_proj, which PEFT applies) is not, nor one
@@ -541,7 +568,7 @@ int main(void) {
         cmocka_unit_test(test_family_names),             cmocka_unit_test(test_one_digest_three_forms),
         cmocka_unit_test(test_layers_to_transform),      cmocka_unit_test(test_target_and_exclude_modules),
         cmocka_unit_test(test_fused_and_separate_in_one_layer), cmocka_unit_test(test_unmatched_pattern_key),
-        cmocka_unit_test(test_cut_names_stay_utf8),
+        cmocka_unit_test(test_cut_names_stay_utf8),    cmocka_unit_test(test_long_rules_keep_their_scopes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
