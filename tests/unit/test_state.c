@@ -838,6 +838,19 @@ static void test_restored_names_follow_the_rule(void **state) {
     free(dir);
 }
 
+/* Saves names[i] at version (seeds from seed) and then sets its record's
+ * __metadata__[key] to values[i]. */
+static void save_with_meta(ls_state *s, const char *dir, const char *const *names, int n, uint64_t version,
+                           const char *key, const char *const *values, uint64_t seed) {
+    char path[1024], file[64];
+    for (int i = 0; i < n; i++) {
+        save(s, names[i], version, false, NULL, seed + (uint64_t)i);
+        snprintf(file, sizeof file, "%s.adapter", names[i]);
+        path_of(path, sizeof path, dir, file);
+        ls_test_set_meta(path, key, values[i]);
+    }
+}
+
 /* A scale that is not finite (an upload refuses one) makes a record
  * corrupt: restored, it served but could not be listed (JSON has no NaN)
  * and GET /adapters/NAME answered 500. Its version is kept. */
@@ -846,13 +859,8 @@ static void test_nonfinite_scale_is_corrupt(void **state) {
     char *dir = ls_test_mkdtemp();
     ls_state *s = open_state(dir);
     const char *names[] = {"n", "p", "m", "x"}, *scales[] = {"nan", "inf", "-inf", "0.5x"};
-    char path[1024], file[64];
-    for (int i = 0; i < 4; i++) {
-        save(s, names[i], 4, false, NULL, 1 + (uint64_t)i);
-        snprintf(file, sizeof file, "%s.adapter", names[i]);
-        path_of(path, sizeof path, dir, file);
-        ls_test_set_meta(path, "scale", scales[i]);
-    }
+    char file[64];
+    save_with_meta(s, dir, names, 4, 4, "scale", scales, 1);
     save(s, "good", 2, false, NULL, 9);
     gathered g = restore(s);
     assert_int_equal(g.n, 1);
@@ -876,13 +884,7 @@ static void test_warnings_never_lose_a_record(void **state) {
     ls_state *s = open_state(dir);
     const char *names[] = {"six", "odd", "bad", "none"};
     const char *texts[] = {"[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\"]", "[1,\"kept\"]", "[\"cut", "[]"};
-    char path[1024], file[64];
-    for (int i = 0; i < 4; i++) {
-        save(s, names[i], 3, false, NULL, 20 + (uint64_t)i);
-        snprintf(file, sizeof file, "%s.adapter", names[i]);
-        path_of(path, sizeof path, dir, file);
-        ls_test_set_meta(path, "warnings", texts[i]);
-    }
+    save_with_meta(s, dir, names, 4, 3, "warnings", texts, 20);
     gathered g = restore(s);
     assert_int_equal(g.n, 4);
     assert_int_equal(count_files(dir, "corrupt", ""), 0);
