@@ -165,6 +165,35 @@ static ls_status ls_pool_check_adapter(const ls_pool *p, const ls_adapter *a, ls
     return LS_OK;
 }
 
+/* Copies of an adapter's layer flags and skipped names into *layers and
+ * *ignored (both freed and NULL on failure); false when out of memory. */
+static bool ls_pool_details_copy(const bool *layers, int n_layers, char *const *ignored, size_t n_ignored,
+                                 bool **out_layers, int *out_n, char ***out_ignored, size_t *out_ni) {
+    bool *l = calloc(n_layers > 0 ? (size_t)n_layers : 1, sizeof *l);
+    char **ig = calloc(n_ignored ? n_ignored : 1, sizeof *ig);
+    bool ok = l && ig;
+    if (ok && layers) memcpy(l, layers, (size_t)n_layers * sizeof *l);
+    for (size_t i = 0; ok && i < n_ignored; i++) ok = (ig[i] = strdup(ignored[i])) != NULL;
+    if (!ok) {
+        for (size_t i = 0; ig && i < n_ignored; i++) free(ig[i]);
+        free(ig);
+        free(l);
+        return false;
+    }
+    *out_layers = l, *out_n = n_layers, *out_ignored = ig, *out_ni = n_ignored;
+    return true;
+}
+
+void ls_adapter_details_free(ls_adapter_details *d) {
+    if (!d) return;
+    for (size_t i = 0; d->ignored && i < d->n_ignored; i++) free(d->ignored[i]);
+    free(d->ignored);
+    free(d->layers);
+    memset(d, 0, sizeof *d);
+}
+
+static void ls_pool_entry_discard(ls_pool_entry *e);
+
 /* An entry for a, not yet published; it borrows a's buffers until the
  * load commits. NULL when out of memory. */
 static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, const ls_pool_load_opts *opts) {
@@ -175,12 +204,17 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
     e->host_data = true;
     e->meta = a->meta;
     memcpy(e->warnings, a->warnings, sizeof e->warnings);
+    if (!ls_pool_details_copy(a->layer_present, a->layers, a->ignored, a->meta.n_ignored, &e->layers, &e->n_layers,
+                              &e->ignored, &e->n_ignored)) {
+        free(e);
+        return NULL;
+    }
     e->params = opts->params;
     e->pinned = opts->pinned;
     e->auto_loaded = opts->auto_loaded;
     e->slot = -1;
     if (opts->source_path && !(e->source_path = strdup(opts->source_path))) {
-        free(e);
+        ls_pool_entry_discard(e);
         return NULL;
     }
     return e;
@@ -189,6 +223,8 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
 /* Frees an entry that was never published, leaving a's buffers to the
  * caller. */
 static void ls_pool_entry_discard(ls_pool_entry *e) {
+    ls_adapter_details d = {e->layers, e->n_layers, e->ignored, e->n_ignored};
+    ls_adapter_details_free(&d);
     free(e->source_path);
     free(e);
 }
@@ -593,6 +629,19 @@ ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err) {
 }
 
 /* Fills *info (caller's struct) with a snapshot of name. */
+ls_status ls_pool_describe_details(ls_pool *p, const char *name, ls_adapter_info *info, ls_adapter_details *d,
+                                   ls_error *err) {
+    memset(d, 0, sizeof *d);
+    pthread_mutex_lock(&p->mu);
+    ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
+    bool copied = e && ls_pool_details_copy(e->layers, e->n_layers, e->ignored, e->n_ignored, &d->layers,
+                                            &d->n_layers, &d->ignored, &d->n_ignored);
+    if (copied) ls_registry_info(p, e, info);
+    pthread_mutex_unlock(&p->mu);
+    if (!e) return ls_pool_not_found(p, name, NULL, err);
+    return copied ? LS_OK : ls_error_set(err, LS_INTERNAL, NULL, "out of memory describing '%s'", name);
+}
+
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;

@@ -125,6 +125,23 @@ uint64_t ls_pool_nearest(ls_pool *p, const char *name, char *out, size_t len);
 /* Snapshot of one adapter (info NULL: only whether it is registered);
  * LS_ADAPTER_NOT_FOUND when unknown. */
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err);
+
+/* What a registered adapter's load applied and skipped: the layers that
+ * have factors ([n_layers], the pool's index order) and the tensors of
+ * other modules it skipped. Copies the caller frees with
+ * ls_adapter_details_free. */
+typedef struct {
+    bool *layers;
+    int n_layers;
+    char **ignored;
+    size_t n_ignored;
+} ls_adapter_details;
+
+/* ls_pool_describe, with the details of the same version taken under
+ * the same lock. */
+ls_status ls_pool_describe_details(ls_pool *p, const char *name, ls_adapter_info *info, ls_adapter_details *d,
+                                   ls_error *err);
+void ls_adapter_details_free(ls_adapter_details *d);
 /* Snapshot of every registered adapter, by name; *out malloc'd (caller
  * frees), *n set. */
 ls_status ls_pool_list(ls_pool *p, ls_adapter_info **out, size_t *n, ls_error *err);

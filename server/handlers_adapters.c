@@ -91,9 +91,19 @@ static ls_status ls_adapter_prepare(const ls_request *req, bool require_name, ls
     return st;
 }
 
-static json_t *ls_ignored_json(const ls_adapter *a) {
+static json_t *ls_names_json(char *const *names, size_t n) {
     json_t *arr = json_array();
-    for (size_t i = 0; arr && i < a->meta.n_ignored; i++) json_array_append_new(arr, json_string(a->ignored[i]));
+    for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_string(names[i]));
+    return arr;
+}
+
+static json_t *ls_ignored_json(const ls_adapter *a) { return ls_names_json(a->ignored, a->meta.n_ignored); }
+
+/* The layers (the checkpoint's numbers) whose flag is set. New reference. */
+static json_t *ls_layers_json(const bool *present, int n, const ls_dims *dims) {
+    json_t *arr = json_array();
+    for (int l = 0; arr && present && l < n; l++)
+        if (present[l]) json_array_append_new(arr, json_integer(ls_dims_layer_id(dims, l)));
     return arr;
 }
 
@@ -171,6 +181,7 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     ls_error_init(&err);
     json_t *ignored = ls_ignored_json(&j->a), *warnings = ls_warnings_json(&j->a);
     json_t *modules = ls_modules_json(&j->a, &srv->dims);
+    json_t *layers = ls_layers_json(j->a.layer_present, j->a.layers, &srv->dims); /* before the pool takes a */
     ls_pool_load_opts opts = {.pinned = j->up.pinned,
                               .keep_pin = !j->up.pinned_given,
                               .replace = j->up.replace,
@@ -194,10 +205,12 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
             json_object_set_new(d, "ignored", ignored);
             json_object_set_new(d, "warnings", warnings);
             json_object_set_new(d, "modules", modules);
+            json_object_set_new(d, "layers", layers);
         } else {
             json_decref(ignored);
             json_decref(warnings);
             json_decref(modules);
+            json_decref(layers);
         }
         ls_reply_json(r, 201, ls_json_take_text(d));
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
@@ -205,6 +218,7 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
         json_decref(ignored);
         json_decref(warnings);
         json_decref(modules);
+        json_decref(layers);
         ls_reply_error(r, &err);
     }
     ls_error_free(&err);
@@ -232,9 +246,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
     ls_adapter_origin origin;
     ls_status st = ls_adapter_prepare(req, false, &up, &a, &origin, &err);
     if (st == LS_OK) {
-        json_t *layers = json_array();
-        for (int l = 0; layers && l < a.layers; l++)
-            if (a.layer_present[l]) json_array_append_new(layers, json_integer(ls_dims_layer_id(&req->srv->dims, l)));
+        json_t *layers = ls_layers_json(a.layer_present, a.layers, &req->srv->dims);
         json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:o, s:s, s:I}", "valid", 1, "format",
                               ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
@@ -275,11 +287,22 @@ void ls_handle_adapter_get(const ls_request *req, ls_reply *r) {
     ls_error err;
     ls_error_init(&err);
     ls_adapter_info info;
+    ls_adapter_details d;
+    memset(&d, 0, sizeof d);
     char name[LS_TENANT_LOOKUP_MAX];
     if (ls_tenant_name_lookup(req->who, req->param, name, sizeof name, &err) != LS_OK ||
-        ls_pool_describe(req->srv->pool, name, &info, &err) != LS_OK)
+        ls_pool_describe_details(req->srv->pool, name, &info, &d, &err) != LS_OK) {
         ls_reply_error(r, &err);
-    else ls_reply_json(r, 200, ls_json_take_text(ls_tenant_describe(req->srv, req->who, &info)));
+    } else {
+        /* One adapter's GET also says what its load applied and skipped. */
+        json_t *j = ls_tenant_describe(req->srv, req->who, &info);
+        if (j) {
+            json_object_set_new(j, "layers", ls_layers_json(d.layers, d.n_layers, &req->srv->dims));
+            json_object_set_new(j, "ignored", ls_names_json(d.ignored, d.n_ignored));
+        }
+        ls_reply_json(r, 200, ls_json_take_text(j));
+    }
+    ls_adapter_details_free(&d);
     ls_error_free(&err);
 }
 

@@ -443,6 +443,10 @@ static void test_shadowed_alpha_pattern_warns(void **state) {
     json_t *g = ls_test_response_json(&r);
     ls_test_response_free(&r);
     assert_true(json_equal(json_object_get(g, "warnings"), json_object_get(a, "warnings")));
+    /* And what it applied and skipped: the same layers and names. */
+    assert_true(json_array_size(json_object_get(a, "layers")) > 0);
+    assert_true(json_equal(json_object_get(g, "layers"), json_object_get(a, "layers")));
+    assert_true(json_equal(json_object_get(g, "ignored"), json_object_get(a, "ignored")));
     json_decref(g);
     json_decref(a);
 }
