@@ -165,10 +165,10 @@ static ls_status ls_pool_check_adapter(const ls_pool *p, const ls_adapter *a, ls
     return LS_OK;
 }
 
-/* Copies of an adapter's layer flags and skipped names into *layers and
- * *ignored (both freed and NULL on failure); false when out of memory. */
+/* Copies of layer flags and skipped names into *out (left zeroed on
+ * failure); false when out of memory. */
 static bool ls_pool_details_copy(const bool *layers, int n_layers, char *const *ignored, size_t n_ignored,
-                                 bool **out_layers, int *out_n, char ***out_ignored, size_t *out_ni) {
+                                 ls_adapter_details *out) {
     bool *l = calloc(n_layers > 0 ? (size_t)n_layers : 1, sizeof *l);
     char **ig = calloc(n_ignored ? n_ignored : 1, sizeof *ig);
     bool ok = l && ig;
@@ -180,7 +180,7 @@ static bool ls_pool_details_copy(const bool *layers, int n_layers, char *const *
         free(l);
         return false;
     }
-    *out_layers = l, *out_n = n_layers, *out_ignored = ig, *out_ni = n_ignored;
+    *out = (ls_adapter_details){l, n_layers, ig, n_ignored};
     return true;
 }
 
@@ -204,8 +204,7 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
     e->host_data = true;
     e->meta = a->meta;
     memcpy(e->warnings, a->warnings, sizeof e->warnings);
-    if (!ls_pool_details_copy(a->layer_present, a->layers, a->ignored, a->meta.n_ignored, &e->layers, &e->n_layers,
-                              &e->ignored, &e->n_ignored)) {
+    if (!ls_pool_details_copy(a->layer_present, a->layers, a->ignored, a->meta.n_ignored, &e->details)) {
         free(e);
         return NULL;
     }
@@ -223,8 +222,7 @@ static ls_pool_entry *ls_pool_entry_new(const char *name, const ls_adapter *a, c
 /* Frees an entry that was never published, leaving a's buffers to the
  * caller. */
 static void ls_pool_entry_discard(ls_pool_entry *e) {
-    ls_adapter_details d = {e->layers, e->n_layers, e->ignored, e->n_ignored};
-    ls_adapter_details_free(&d);
+    ls_adapter_details_free(&e->details);
     free(e->source_path);
     free(e);
 }
@@ -628,20 +626,20 @@ ls_status ls_pool_restore(ls_pool *p, int *restored, ls_error *err) {
     return LS_OK;
 }
 
-/* Fills *info (caller's struct) with a snapshot of name. */
 ls_status ls_pool_describe_details(ls_pool *p, const char *name, ls_adapter_info *info, ls_adapter_details *d,
                                    ls_error *err) {
     memset(d, 0, sizeof *d);
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;
-    bool copied = e && ls_pool_details_copy(e->layers, e->n_layers, e->ignored, e->n_ignored, &d->layers,
-                                            &d->n_layers, &d->ignored, &d->n_ignored);
+    const ls_adapter_details *k = e ? &e->details : NULL;
+    bool copied = k && ls_pool_details_copy(k->layers, k->n_layers, k->ignored, k->n_ignored, d);
     if (copied) ls_registry_info(p, e, info);
     pthread_mutex_unlock(&p->mu);
     if (!e) return ls_pool_not_found(p, name, NULL, err);
     return copied ? LS_OK : ls_error_set(err, LS_INTERNAL, NULL, "out of memory describing '%s'", name);
 }
 
+/* Fills *info (caller's struct) with a snapshot of name. */
 ls_status ls_pool_describe(ls_pool *p, const char *name, ls_adapter_info *info, ls_error *err) {
     pthread_mutex_lock(&p->mu);
     ls_pool_entry *e = name ? ls_registry_find(p, name) : NULL;

@@ -27,10 +27,7 @@ typedef struct ls_pool_entry {
     char warnings[LS_ADAPTER_WARNINGS][512];
     /* What its load applied and skipped (copies of a.layer_present and
      * a.ignored), kept while the host copy is dropped: GET shows them. */
-    bool *layers;     /* owned: [layers] with factors */
-    int n_layers;
-    char **ignored;   /* owned: n_ignored names */
-    size_t n_ignored;
+    ls_adapter_details details; /* owned */
 
     bool live;   /* the name table points here; false once deleted or replaced */
     bool keep_copy; /* its record is being removed or replaced: the host tier keeps its copy */

@@ -128,8 +128,7 @@ void ls_registry_destroy(ls_pool *p, ls_pool_entry *e) {
         p->host_bytes -= e->meta.bytes;
         ls_adapter_free(&e->a);
     }
-    ls_adapter_details d = {e->layers, e->n_layers, e->ignored, e->n_ignored};
-    ls_adapter_details_free(&d);
+    ls_adapter_details_free(&e->details);
     free(e->source_path);
     free(e);
 }

@@ -356,8 +356,9 @@ static bool ls_state_fits(const ls_state *s, const ls_state_header *h) {
     const ls_dims *d = &s->dims;
     if (!s->fitted || h->layers != d->L || h->rank < 1 || h->rank > (uint64_t)s->pd.max_rank) return false;
     const bool outer_ok = h->outer == 1 || (h->outer == (uint64_t)d->n && s->pd.layout == LS_LORA_PER_EXPERT);
-    const size_t plain = ls_adapter_layer_floats(d, (int)h->outer, (int)h->rank, false);
-    return outer_ok && ((uint64_t)h->layer_floats == plain || (d->gate && (uint64_t)h->layer_floats == plain + (size_t)d->H));
+    const uint64_t lf = (uint64_t)h->layer_floats;
+    return outer_ok && (lf == ls_adapter_layer_floats(d, (int)h->outer, (int)h->rank, false) ||
+                        (d->gate && lf == ls_adapter_layer_floats(d, (int)h->outer, (int)h->rank, true)));
 }
 
 /* The header alone of file (a regular file): its length, then at most

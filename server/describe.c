@@ -24,6 +24,13 @@ static json_t *ls_describe_time_json(int64_t ms) {
     return ms > 0 ? json_string(ls_describe_time(ms, buf, sizeof buf)) : json_null();
 }
 
+json_t *ls_describe_warnings(const char (*warnings)[512]) {
+    json_t *arr = json_array();
+    for (int k = 0; arr && k < LS_ADAPTER_WARNINGS; k++)
+        if (warnings[k][0]) json_array_append_new(arr, json_string(warnings[k]));
+    return arr;
+}
+
 json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
     const char *state = a->slot >= 0 ? "resident" : a->host_data ? "host" : "disk";
     json_t *j = json_pack("{s:s, s:I, s:i, s:f, s:s, s:s, s:b, s:s, s:o, s:I, s:s, s:i, s:o, s:I}", "name", a->name,
@@ -35,10 +42,7 @@ json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *a) {
     if (j) json_object_set_new(j, "source", a->source_path[0] ? json_string(a->source_path) : json_null());
     if (j) json_object_set_new(j, "auto_loaded", json_boolean(a->auto_loaded));
     if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a->meta.gate));
-    json_t *warnings = j ? json_array() : NULL;
-    for (int k = 0; warnings && k < LS_ADAPTER_WARNINGS; k++)
-        if (a->warnings[k][0]) json_array_append_new(warnings, json_string(a->warnings[k]));
-    if (warnings) json_object_set_new(j, "warnings", warnings);
+    if (j) json_object_set_new(j, "warnings", ls_describe_warnings(a->warnings));
     /* The order only means something for PEFT factors (pool buffers have one). */
     if (j && a->meta.format == LS_ADAPTER_FORMAT_PEFT)
         json_object_set_new(j, "gate_up_order", json_string(ls_gate_up_order_name(a->gate_up_order)));

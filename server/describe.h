@@ -8,6 +8,8 @@
 #include "lora/pool.h"
 #include "server/server.h"
 
+/* New reference: the non-empty ones of a load's warnings (ls_adapter.warnings). */
+json_t *ls_describe_warnings(const char (*warnings)[512]);
 /* New reference describing one adapter (docs/api.md, GET /adapters). */
 json_t *ls_describe_adapter(const ls_server *srv, const ls_adapter_info *info);
 /* New reference for GET /pool, or NULL with err set. */

@@ -136,15 +136,6 @@ static json_t *ls_modules_json(const ls_adapter *a, const ls_dims *dims) {
     return arr;
 }
 
-/* What a load that stands should still tell its client: [] or its one
- * sentence. New reference. */
-static json_t *ls_warnings_json(const ls_adapter *a) {
-    json_t *arr = json_array();
-    for (int k = 0; arr && k < LS_ADAPTER_WARNINGS; k++)
-        if (a->warnings[k][0]) json_array_append_new(arr, json_string(a->warnings[k]));
-    return arr;
-}
-
 /* An upload parsed and validated, waiting to be registered. */
 struct ls_adapter_load_job {
     ls_server *srv;
@@ -179,7 +170,7 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     ls_server *srv = j->srv;
     ls_error err;
     ls_error_init(&err);
-    json_t *ignored = ls_ignored_json(&j->a), *warnings = ls_warnings_json(&j->a);
+    json_t *ignored = ls_ignored_json(&j->a);
     json_t *modules = ls_modules_json(&j->a, &srv->dims);
     json_t *layers = ls_layers_json(j->a.layer_present, j->a.layers, &srv->dims); /* before the pool takes a */
     ls_pool_load_opts opts = {.pinned = j->up.pinned,
@@ -196,19 +187,18 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
     if (st == LS_OK) {
         ls_log_info("adapter %s v%llu loaded: rank %d, %s, %s", info.name, (unsigned long long)info.version,
                     info.meta.rank, ls_adapter_format_name(info.meta.format), info.slot >= 0 ? "resident" : "host tier");
-        /* The pool took the adapter: its warnings live on in warnings. */
-        for (size_t k = 0; k < json_array_size(warnings); k++)
-            ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version,
-                        json_string_value(json_array_get(warnings, k)));
+        /* The pool took the adapter; its entry keeps the warnings, which
+         * the description below carries. */
+        for (int k = 0; k < LS_ADAPTER_WARNINGS; k++)
+            if (info.warnings[k][0])
+                ls_log_warn("adapter %s v%llu: %s", info.name, (unsigned long long)info.version, info.warnings[k]);
         json_t *d = ls_tenant_describe(srv, &j->who, &info);
         if (d) {
             json_object_set_new(d, "ignored", ignored);
-            json_object_set_new(d, "warnings", warnings);
             json_object_set_new(d, "modules", modules);
             json_object_set_new(d, "layers", layers);
         } else {
             json_decref(ignored);
-            json_decref(warnings);
             json_decref(modules);
             json_decref(layers);
         }
@@ -216,7 +206,6 @@ void ls_adapter_load_commit(ls_adapter_load_job *j, ls_reply *r) {
         memset(&j->a, 0, sizeof j->a); /* the pool owns it now */
     } else {
         json_decref(ignored);
-        json_decref(warnings);
         json_decref(modules);
         json_decref(layers);
         ls_reply_error(r, &err);
@@ -250,7 +239,7 @@ void ls_handle_adapter_validate(const ls_request *req, ls_reply *r) {
         json_t *j = json_pack("{s:b, s:s, s:i, s:f, s:s, s:o, s:o, s:o, s:s, s:I}", "valid", 1, "format",
                               ls_adapter_format_name(a.meta.format), "rank", a.meta.rank, "scale", a.meta.scale, "layout",
                               a.meta.outer > 1 ? "per-expert" : "shared", "layers", layers, "ignored", ls_ignored_json(&a),
-                              "warnings", ls_warnings_json(&a), "sha256", a.meta.sha256, "bytes",
+                              "warnings", ls_describe_warnings(a.warnings), "sha256", a.meta.sha256, "bytes",
                               (json_int_t)a.meta.bytes);
         if (j) json_object_set_new(j, "shared_expert_gate", json_boolean(a.meta.gate));
         if (j) json_object_set_new(j, "modules", ls_modules_json(&a, &req->srv->dims));
